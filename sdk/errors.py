@@ -1,0 +1,100 @@
+"""The genloop exception hierarchy.
+
+Every error genloop raises derives from :class:`GenloopError`::
+
+    GenloopError
+    ├── GraphError            an invalid Graph or Loop; lists every problem at once
+    ├── OpError               raised by op bodies, classifies retry behaviour
+    │   ├── Permanent         never retried (bad params, unknown model, unreadable input)
+    │   ├── Transient         retried up to the node's policy
+    │   └── Cancelled         the run was cancelled while the op ran
+    ├── RunError              a run or one of its nodes did not produce what was asked
+    │   ├── QuorumError       fewer successful input items than a node's ``min_success``
+    │   └── RunTimeout        ``Run.wait`` gave up before the run ended (also a TimeoutError)
+    ├── NotFound              no run / artifact with that id (for this tenant)
+    ├── StoreError            the state or artifact store failed underneath
+    └── ClientError           the SDK could not talk to its back end
+        └── TransportError    connection failures, retried by the HTTP client
+
+Errors from lower libraries (sqlite3, redis, httpx, torch) are translated into these where they
+enter genloop, so callers only ever catch genloop's own types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+
+class GenloopError(Exception):
+    """Root of every error genloop raises."""
+
+
+class GraphProblem(BaseModel):
+    """One problem found while validating a graph."""
+
+    node_id: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"node {self.node_id!r}" if self.node_id else "graph"
+        return f"{where}: {self.message}"
+
+
+class GraphError(GenloopError, ValueError):
+    """The graph is invalid; ``problems`` holds every problem found, not only the first."""
+
+    def __init__(self, problems: Sequence[GraphProblem]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"invalid graph ({len(self.problems)} problem(s)):\n{lines}")
+
+
+class OpError(GenloopError):
+    """Base of the errors an op body raises to say how its failure should be treated."""
+
+
+class Permanent(OpError):
+    """A failure that will not go away on retry: the node fails at once."""
+
+
+class Transient(OpError):
+    """A failure worth retrying (a busy device, a flaky I/O): retried up to the node's policy."""
+
+
+class Cancelled(OpError):
+    """The run was cancelled while the op was running; the op stopped early."""
+
+
+class RunError(GenloopError):
+    """A run, or a node of it, did not produce what was asked."""
+
+
+class QuorumError(RunError):
+    """Fewer input items succeeded than the node's ``min_success`` asks for."""
+
+
+class RunTimeout(RunError, TimeoutError):
+    """``Run.wait`` timed out; the run itself goes on."""
+
+
+class NotFound(GenloopError, LookupError):
+    """No run or artifact with that id is visible to the caller."""
+
+
+class StoreError(GenloopError):
+    """The state store or artifact store failed underneath."""
+
+
+class ClientError(GenloopError):
+    """The SDK could not complete a call against its back end."""
+
+    def __init__(self, message: str, *, status_code: int | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status_code = status_code
+        self.code = code
+
+
+class TransportError(ClientError):
+    """The back end could not be reached (connection refused, reset, timed out)."""

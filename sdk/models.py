@@ -1,0 +1,159 @@
+"""What the SDK hands back: run status, events and results. All pydantic, all with a JSON form."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, TypeVar, Union
+
+from pydantic import BaseModel, Field, JsonValue
+
+from .graph import Graph
+from .loop import Loop
+from .ops import BUILTIN_OUTPUTS, ScoredCandidate
+
+#: What a client submits: a graph or a loop, told apart by their ``kind``.
+RunSpec = Annotated[Union[Graph, Loop], Field(discriminator="kind")]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class RunStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class NodeStatus(StrEnum):
+    """A node's (or a node instance's) life: pending -> ready -> queued -> running -> end."""
+
+    PENDING = "pending"
+    READY = "ready"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL_NODE
+
+
+_TERMINAL_NODE = {NodeStatus.SUCCEEDED, NodeStatus.FAILED, NodeStatus.SKIPPED, NodeStatus.CANCELLED}
+
+
+class Event(BaseModel):
+    """One thing that happened in a run. ``id`` increases within a run; resume after it."""
+
+    id: int
+    run_id: str
+    type: str = Field(description="run.*, node.*, instance.* or progress")
+    time: float
+    node_id: str | None = None
+    instance_id: str | None = None
+    status: str | None = None
+    attempt: int | None = None
+    error: str | None = None
+    step: int | None = None
+    total: int | None = None
+    message: str | None = None
+
+
+class NodeState(BaseModel):
+    node_id: str
+    status: NodeStatus
+    halted: bool = False
+    error: str | None = None
+
+
+class RunInfo(BaseModel):
+    """A run's identity and status, cheap to fetch."""
+
+    id: str
+    status: RunStatus
+    created_at: float
+    finished_at: float | None = None
+    nodes: list[NodeState] = Field(default_factory=list)
+    error: str | None = None
+
+
+class Failure(BaseModel):
+    """One failed node instance: which items it covered and why it failed."""
+
+    node_id: str
+    instance_id: str
+    error_type: str
+    message: str
+    attempts: int
+    items: int = Field(1, description="how many output items were lost with it")
+
+
+class RoundSummary(BaseModel):
+    round: int
+    best_score: float | None
+    best: ScoredCandidate | None
+    candidates: list[ScoredCandidate]
+
+
+class NodeOutput(BaseModel):
+    node_id: str
+    op: str
+    status: NodeStatus
+    items: list[JsonValue] = Field(default_factory=list)
+    error: str | None = None
+
+
+class RunResult(BaseModel):
+    """Everything a finished run produced.
+
+    ``failures`` lists every failed item, also when the run as a whole succeeded. ``best`` is the
+    highest-scored candidate of any score or select node; ``rounds`` gives a loop's per-round view.
+    """
+
+    run_id: str
+    status: RunStatus
+    outputs: dict[str, NodeOutput] = Field(default_factory=dict)
+    failures: list[Failure] = Field(default_factory=list)
+    error: str | None = None
+
+    def items(self, node_id: str, model: type[M] | None = None) -> list[Any]:
+        """The output items of ``node_id``, parsed as ``model`` (built-in ops know their own)."""
+        out = self.outputs[node_id]
+        model = model or BUILTIN_OUTPUTS.get(out.op)  # type: ignore[assignment]
+        if model is None:
+            return list(out.items)
+        return [model.model_validate(item) for item in out.items]
+
+    @property
+    def scored(self) -> list[ScoredCandidate]:
+        """Every scored candidate of the run, once each (score nodes' outputs)."""
+        return [
+            c for node_id, out in self.outputs.items() if out.op == "score"
+            for c in self.items(node_id)
+        ]
+
+    @property
+    def best(self) -> ScoredCandidate | None:
+        scored = self.scored
+        return max(scored, key=lambda c: c.score) if scored else None
+
+    @property
+    def rounds(self) -> list[RoundSummary]:
+        by_round: dict[int, list[ScoredCandidate]] = {}
+        for c in self.scored:
+            by_round.setdefault(c.round, []).append(c)
+        summaries = []
+        for r in sorted(by_round):
+            cands = sorted(by_round[r], key=lambda c: (c.round, c.index))
+            best = max(cands, key=lambda c: c.score)
+            summaries.append(
+                RoundSummary(round=r, best_score=best.score, best=best, candidates=cands)
+            )
+        return summaries

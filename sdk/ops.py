@@ -1,0 +1,110 @@
+"""Parameter and output models of the built-in ops.
+
+They live in the SDK (pydantic only) so an agent gets the same validation client side that the
+workers apply, and so ``RunResult`` can hand back typed candidates.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Largest ``n`` a single generate node may ask for.
+MAX_CANDIDATES_PER_NODE = 256
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GenerateParams(_Params):
+    """``generate``: ``n`` images for one prompt; candidate ``i`` uses seed ``seed + i``.
+
+    A generate node that takes an input (``map=True`` over a refine node) reads its prompt and
+    seed from each :class:`GenerationRequest` instead, and ``prompt`` / ``n`` / ``seed`` are ignored.
+    """
+
+    prompt: str | None = None
+    negative_prompt: str | None = None
+    n: int = Field(1, ge=1, le=MAX_CANDIDATES_PER_NODE)
+    seed: int = Field(0, ge=0, lt=2**63)
+    model: str = "tiny"
+    steps: int | None = Field(None, ge=1, le=200, description="default: the model's own")
+    guidance: float | None = Field(None, ge=0.0, le=50.0, description="default: the model's own")
+    width: int | None = Field(None, ge=8, le=4096, multiple_of=8)
+    height: int | None = Field(None, ge=8, le=4096, multiple_of=8)
+    round: int = Field(1, ge=1, description="loop round the candidates belong to")
+
+
+class ScoreParams(_Params):
+    """``score``: one score per input image, against ``text``."""
+
+    text: str = Field(min_length=1)
+    evaluator: str = "clip"
+
+
+class SelectParams(_Params):
+    """``select``: keep the ``top_k`` best-scored candidates (highest first)."""
+
+    top_k: int = Field(1, ge=1)
+    strategy: Literal["top-k", "threshold", "top-k-diverse"] = "top-k"
+    threshold: float | None = None
+    diversity: float = Field(0.5, ge=0.0, le=1.0, description="MMR trade-off for top-k-diverse")
+
+
+class RefineParams(_Params):
+    """``refine``: turn the scored candidates seen so far into the next round's requests."""
+
+    strategy: str = "seed-search"
+    prompt: str = Field(min_length=1)
+    candidates: int = Field(8, ge=1, le=MAX_CANDIDATES_PER_NODE)
+    round: int = Field(1, ge=1, description="the round just scored; requests are for round + 1")
+    target: float | None = Field(None, description="halt the loop once a score reaches this")
+    keep: int = Field(2, ge=1, description="how many of the best candidates seed the next round")
+
+
+class Candidate(BaseModel):
+    """One generated image."""
+
+    index: int = Field(description="position among the node's candidates (seed order)")
+    prompt: str
+    seed: int
+    round: int = 1
+    model: str
+    artifact: str = Field(description="artifact key; read it with client.read_artifact")
+    width: int
+    height: int
+    steps: int
+
+
+class ScoredCandidate(Candidate):
+    """A candidate with its evaluator score (``100 * max(cos, 0)`` for CLIP evaluators)."""
+
+    score: float
+    evaluator: str
+
+
+class GenerationRequest(BaseModel):
+    """One image to generate in the next round, produced by ``refine``."""
+
+    prompt: str
+    seed: int = Field(ge=0)
+    round: int = Field(ge=1)
+
+
+#: The parameter model of each built-in op, by op name.
+BUILTIN_PARAMS: dict[str, type[BaseModel]] = {
+    "generate": GenerateParams,
+    "score": ScoreParams,
+    "select": SelectParams,
+    "refine": RefineParams,
+}
+
+#: The item model each built-in op outputs, by op name.
+BUILTIN_OUTPUTS: dict[str, type[BaseModel]] = {
+    "generate": Candidate,
+    "score": ScoredCandidate,
+    "select": ScoredCandidate,
+    "refine": GenerationRequest,
+}
