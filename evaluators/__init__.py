@@ -1,1 +1,63 @@
+"""Judges for generated images, and strategies that pick winners from their scores.
 
+    from genloop.evaluators import get_evaluator, select_top_k_diverse
+
+    judge = get_evaluator("clip")                 # built on first use, then cached
+    scores = judge.score(images, "a red bicycle") # Scores(values=[...], embeddings=[...])
+    best = select_top_k_diverse(scores.values, scores.embeddings, k=4, diversity=0.5)
+
+The back-end classes (open_clip, transformers, aesthetic) import torch; they are loaded on first
+attribute access, so that importing this package for the selection functions or the registry
+costs no torch import.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .base import Evaluator, Scores
+from .composite import CompositeEvaluator
+from .images import load_image
+from .registry import (
+    EvaluatorRegistry,
+    FunctionEvaluator,
+    default_registry,
+    evaluator,
+    get_evaluator,
+    register_evaluator,
+)
+from .selection import select_threshold, select_top_k, select_top_k_diverse
+
+_LAZY = {
+    "EmbeddingEvaluator": ".embedding",
+    "OpenClipEvaluator": ".openclip",
+    "HFClipEvaluator": ".hf_clip",
+    "AestheticEvaluator": ".aesthetic",
+}
+
+__all__ = [
+    "AestheticEvaluator",
+    "CompositeEvaluator",
+    "EmbeddingEvaluator",
+    "Evaluator",
+    "EvaluatorRegistry",
+    "FunctionEvaluator",
+    "HFClipEvaluator",
+    "OpenClipEvaluator",
+    "Scores",
+    "default_registry",
+    "evaluator",
+    "get_evaluator",
+    "load_image",
+    "register_evaluator",
+    "select_threshold",
+    "select_top_k",
+    "select_top_k_diverse",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

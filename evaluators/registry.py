@@ -1,0 +1,220 @@
+"""Finding evaluators by name: a registry of factories and the instances they built.
+
+Workers receive an evaluator *name* in a node's params, the way they receive a custom op's name,
+and need the loaded model behind it without loading it twice. A registry maps names to factories
+(cheap, registered at import) and caches the instances (expensive, built on first ``get`` and kept
+per ``(name, device, options)``).
+
+The module-level default registry holds only factories until something asks for a model, so
+importing genloop.evaluators loads no weights and does not even import torch.
+
+Built-in names: ``clip`` (open_clip; the default), ``hf-clip`` (transformers CLIP from a local
+path), ``aesthetic`` (a LAION-style head on CLIP image embeddings), ``composite`` (a weighted sum).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from genloop.sdk.errors import Permanent
+from PIL import Image
+
+from .base import Evaluator, Scores, check_finite
+
+#: Builds an evaluator for a resolved device string and the options given to ``get``.
+Factory = Callable[..., Evaluator]
+T = TypeVar("T")
+
+
+class EvaluatorRegistry:
+    """Names to factories, plus a cache of the evaluators built from them."""
+
+    def __init__(self) -> None:
+        self._factories: dict[str, Factory] = {}
+        self._instances: dict[tuple[str, str, str], Evaluator] = {}
+        # Re-entrant: a composite's factory calls get() for its parts while get() holds the lock.
+        self._lock = threading.RLock()
+
+    def register(self, name: str, factory: Factory, *, replace: bool = False) -> None:
+        """Make ``factory`` reachable as ``name``; ``replace=True`` to override an existing one."""
+        if not isinstance(name, str) or not name.strip():
+            raise Permanent(f"evaluator name must be a non-empty string, got {name!r}")
+        with self._lock:
+            if name in self._factories and not replace and self._factories[name] is not factory:
+                raise Permanent(f"evaluator {name!r} is already registered; pass replace=True")
+            self._factories[name] = factory
+            for key in [k for k in self._instances if k[0] == name]:
+                del self._instances[key]
+
+    def unregister(self, name: str) -> None:
+        """Forget ``name`` and any evaluator built from it."""
+        with self._lock:
+            self._factories.pop(name, None)
+            for key in [k for k in self._instances if k[0] == name]:
+                del self._instances[key]
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        with self._lock:
+            return sorted(self._factories)
+
+    def get(self, name: str, device: str | None = None, **options: Any) -> Evaluator:
+        """The evaluator for ``name`` on ``device``, built on first use and cached afterwards.
+
+        ``device=None`` means CUDA if available, else CPU. ``options`` go to the factory (for
+        ``clip``: ``model``, ``pretrained``, ``dtype``...) and are part of the cache key.
+        """
+        with self._lock:
+            if name not in self._factories:
+                known = ", ".join(self.names()) or "none"
+                raise Permanent(f"unknown evaluator {name!r}; known evaluators: {known}")
+            resolved = _default_device() if device is None else str(device)
+            key = (name, resolved, json.dumps(options, sort_keys=True, default=repr))
+            if key not in self._instances:
+                built = self._factories[name](resolved, **options)
+                if not isinstance(built, Evaluator):
+                    raise Permanent(
+                        f"factory of {name!r} returned {type(built).__name__}, not an Evaluator"
+                    )
+                self._instances[key] = built
+            return self._instances[key]
+
+    def clear_cache(self) -> None:
+        """Drop every built evaluator (and its model); factories stay registered."""
+        with self._lock:
+            self._instances.clear()
+
+
+class FunctionEvaluator(Evaluator):
+    """A plain function ``fn(images, text) -> scores`` wearing the Evaluator interface.
+
+    Its identity is ``"{name}:{version}"``: bump ``version`` whenever the function's numbers
+    change, or results stored under the old identity will be reused.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[[list[Image.Image], str], Sequence[float]],
+        *,
+        version: str = "1",
+        needs_text: bool = True,
+        device: str = "cpu",
+    ) -> None:
+        self.fn = fn
+        self.identity = f"{name}:{version}"
+        self.needs_text = needs_text
+        self.device = device
+
+    def _score(self, images: list[Image.Image], text: str) -> Scores:
+        values = [float(v) for v in self.fn(images, text)]
+        if len(values) != len(images):
+            raise Permanent(
+                f"{self.identity} returned {len(values)} scores for {len(images)} images"
+            )
+        check_finite(values)
+        return Scores(values=values, embeddings=None, evaluator=self.identity)
+
+
+def evaluator(
+    name: str,
+    *,
+    version: str = "1",
+    needs_text: bool = True,
+    registry: EvaluatorRegistry | None = None,
+) -> Callable[[T], T]:
+    """Register a user evaluator under ``name``; returns the decorated object unchanged.
+
+    Decorate either an :class:`Evaluator` subclass (built as ``cls(device=..., **options)``) or a
+    function ``fn(images, text) -> list[float]`` (wrapped in :class:`FunctionEvaluator`)::
+
+        @evaluator("brightness", version="2", needs_text=False)
+        def brightness(images, text):
+            return [ImageStat.Stat(im.convert("L")).mean[0] for im in images]
+    """
+
+    def register(target: T) -> T:
+        factory: Factory
+        if isinstance(target, type) and issubclass(target, Evaluator):
+            cls = target
+
+            def factory(device: str, **options: Any) -> Evaluator:
+                return cls(device=device, **options)
+        elif callable(target):
+            fn = target
+
+            def factory(device: str, **options: Any) -> Evaluator:
+                if options:
+                    raise Permanent(f"evaluator {name!r} takes no options, got {sorted(options)}")
+                return FunctionEvaluator(
+                    name, fn, version=version, needs_text=needs_text, device=device
+                )
+        else:
+            raise Permanent(f"@evaluator({name!r}) needs an Evaluator subclass or a function")
+        (registry or default_registry()).register(name, factory)
+        return target
+
+    return register
+
+
+def _default_device() -> str:
+    try:
+        import torch
+    except ImportError:  # user evaluators may run where torch is not installed
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _clip(device: str, **options: Any) -> Evaluator:
+    from .openclip import OpenClipEvaluator
+
+    return OpenClipEvaluator(device=device, **options)
+
+
+def _hf_clip(device: str, **options: Any) -> Evaluator:
+    from .hf_clip import HFClipEvaluator
+
+    return HFClipEvaluator(device=device, **options)
+
+
+def _aesthetic(registry: EvaluatorRegistry, device: str, **options: Any) -> Evaluator:
+    from .aesthetic import AestheticEvaluator
+
+    return AestheticEvaluator.from_registry(registry, device, **options)
+
+
+def _composite(registry: EvaluatorRegistry, device: str, **options: Any) -> Evaluator:
+    from .composite import CompositeEvaluator
+
+    return CompositeEvaluator.from_registry(registry, device, **options)
+
+
+def register_builtins(registry: EvaluatorRegistry) -> EvaluatorRegistry:
+    """Register ``clip``, ``hf-clip``, ``aesthetic`` and ``composite`` (factories only)."""
+    registry.register("clip", _clip)
+    registry.register("hf-clip", _hf_clip)
+    registry.register("aesthetic", functools.partial(_aesthetic, registry))
+    registry.register("composite", functools.partial(_composite, registry))
+    return registry
+
+
+_default = register_builtins(EvaluatorRegistry())
+
+
+def default_registry() -> EvaluatorRegistry:
+    """The registry that :func:`get_evaluator` and the ``@evaluator`` decorator use."""
+    return _default
+
+
+def get_evaluator(name: str = "clip", device: str | None = None, **options: Any) -> Evaluator:
+    """``default_registry().get(name, device, **options)``."""
+    return _default.get(name, device, **options)
+
+
+def register_evaluator(name: str, factory: Factory, *, replace: bool = False) -> None:
+    """``default_registry().register(name, factory, replace=replace)``."""
+    _default.register(name, factory, replace=replace)
