@@ -1,1 +1,91 @@
+"""genloop SDK: submit generate -> evaluate -> refine loops and DAGs, follow them, collect results.
 
+Light on purpose: pydantic, httpx and tenacity only. Importing it never imports torch.
+"""
+
+from .backend import Backend
+from .client import Client
+from .errors import (
+    Cancelled,
+    ClientError,
+    GenloopError,
+    GraphError,
+    GraphProblem,
+    NotFound,
+    OpError,
+    Permanent,
+    QuorumError,
+    RunError,
+    RunTimeout,
+    StoreError,
+    Transient,
+    TransportError,
+)
+from .graph import Graph, Node, NodeRef
+from .loop import Loop
+from .models import (
+    Event,
+    Failure,
+    NodeOutput,
+    NodeState,
+    NodeStatus,
+    RoundSummary,
+    RunInfo,
+    RunResult,
+    RunSpec,
+    RunStatus,
+)
+from .ops import (
+    Candidate,
+    GenerateParams,
+    GenerationRequest,
+    RefineParams,
+    ScoredCandidate,
+    ScoreParams,
+    SelectParams,
+)
+from .run import Run
+from .validation import graph_problems, validate_graph
+
+__all__ = [
+    "Backend",
+    "Cancelled",
+    "Candidate",
+    "Client",
+    "ClientError",
+    "Event",
+    "Failure",
+    "GenerateParams",
+    "GenerationRequest",
+    "GenloopError",
+    "Graph",
+    "GraphError",
+    "GraphProblem",
+    "Loop",
+    "Node",
+    "NodeOutput",
+    "NodeRef",
+    "NodeState",
+    "NodeStatus",
+    "NotFound",
+    "OpError",
+    "Permanent",
+    "QuorumError",
+    "RefineParams",
+    "RoundSummary",
+    "Run",
+    "RunError",
+    "RunInfo",
+    "RunResult",
+    "RunSpec",
+    "RunStatus",
+    "RunTimeout",
+    "ScoreParams",
+    "ScoredCandidate",
+    "SelectParams",
+    "StoreError",
+    "Transient",
+    "TransportError",
+    "graph_problems",
+    "validate_graph",
+]

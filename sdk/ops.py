@@ -35,6 +35,13 @@ class GenerateParams(_Params):
     width: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     height: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     round: int = Field(1, ge=1, description="loop round the candidates belong to")
+    shard_size: int = Field(
+        4, ge=1, le=MAX_CANDIDATES_PER_NODE,
+        description="candidates per message; each shard is retried and cached on its own",
+    )
+    first: int = Field(
+        0, ge=0, description="index of the first candidate; set by the scheduler on shards"
+    )
 
 
 class ScoreParams(_Params):
@@ -83,6 +90,9 @@ class ScoredCandidate(Candidate):
 
     score: float
     evaluator: str
+    embedding: list[float] | None = Field(
+        None, repr=False, description="image embedding the score came from; reused for diversity"
+    )
 
 
 class GenerationRequest(BaseModel):

@@ -1,1 +1,27 @@
+"""State stores: where runs, nodes, instances, results, claims and events live."""
 
+from .base import IdempotencyConflict, RunTx, StateStore
+from .records import (
+    EventRecord,
+    FailedItem,
+    InstanceRecord,
+    ItemRef,
+    NodeRecord,
+    ResultRecord,
+    RunRecord,
+)
+from .sqlite import SqliteStateStore
+
+__all__ = [
+    "EventRecord",
+    "FailedItem",
+    "IdempotencyConflict",
+    "InstanceRecord",
+    "ItemRef",
+    "NodeRecord",
+    "ResultRecord",
+    "RunRecord",
+    "RunTx",
+    "SqliteStateStore",
+    "StateStore",
+]

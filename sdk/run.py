@@ -1,0 +1,76 @@
+"""``Run``: a handle on one submitted run."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from .backend import Backend
+from .errors import RunTimeout
+from .models import Event, RunInfo, RunResult
+
+_TERMINAL_EVENTS = {"run.succeeded", "run.failed", "run.cancelled"}
+
+
+class Run:
+    """A submitted run. Cheap to create; every call asks the back end afresh."""
+
+    def __init__(self, backend: Backend, info: RunInfo, poll_interval: float = 0.05) -> None:
+        self._backend = backend
+        self._poll = poll_interval
+        self.id = info.id
+        self.info = info
+
+    def __repr__(self) -> str:
+        return f"<Run {self.id} {self.info.status}>"
+
+    def status(self) -> RunInfo:
+        """The run's current status."""
+        self.info = self._backend.get(self.id)
+        return self.info
+
+    def events(self, after: int = 0, *, follow: bool = True) -> Iterator[Event]:
+        """Events after id ``after``; with ``follow`` keeps waiting until the run ends."""
+        last = after
+        delay = self._poll
+        while True:
+            batch = self._backend.events(self.id, after=last)
+            for event in batch:
+                last = event.id
+                yield event
+                if event.type in _TERMINAL_EVENTS:
+                    return
+            if not follow:
+                return
+            if batch:
+                delay = self._poll
+            else:
+                time.sleep(delay)
+                delay = min(delay * 1.5, 1.0)
+
+    def wait(self, timeout: float | None = None) -> RunResult:
+        """Block until the run ends and return its result (``RunTimeout`` after ``timeout`` s).
+
+        A failed or cancelled run is returned, not raised: look at ``result.status`` and
+        ``result.failures``.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = self._poll
+        while not self.status().status.terminal:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise RunTimeout(f"run {self.id} still {self.info.status} after {timeout}s")
+            time.sleep(delay if deadline is None else min(delay, deadline - time.monotonic()))
+            delay = min(delay * 1.5, 1.0)
+        return self._backend.result(self.id)
+
+    def result(self) -> RunResult:
+        """The outputs so far, without waiting."""
+        return self._backend.result(self.id)
+
+    def cancel(self) -> RunInfo:
+        """Ask the run to stop. Returns at once; ``wait`` to see it end."""
+        self.info = self._backend.cancel(self.id)
+        return self.info
+
+    def read_artifact(self, key: str) -> bytes:
+        return self._backend.read_artifact(key)

@@ -1,0 +1,50 @@
+"""The artifact store seam: content-addressed bytes (PNG images), never in message bodies.
+
+A key is ``<sha256 hex>.<ext>``: the same image stored twice is stored once, and a key names
+its content everywhere (local directory, S3, the HTTP gateway's ``/v1/artifacts/{key}``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from abc import ABC, abstractmethod
+
+from genloop.sdk.errors import GenloopError
+
+_KEY = re.compile(r"^[0-9a-f]{64}\.[a-z0-9]{1,8}$")
+
+CONTENT_TYPES = {"png": "image/png", "jpg": "image/jpeg", "json": "application/json"}
+
+
+def artifact_key(data: bytes, ext: str) -> str:
+    return f"{hashlib.sha256(data).hexdigest()}.{ext}"
+
+
+def check_key(key: str) -> str:
+    """Reject anything that is not a well-formed key (keys become paths and URLs)."""
+    if not _KEY.match(key):
+        raise GenloopError(f"malformed artifact key {key!r}: expected '<sha256 hex>.<ext>'")
+    return key
+
+
+class ArtifactStore(ABC):
+    """Bytes by content key. Writes are idempotent: putting the same bytes twice is harmless."""
+
+    def put(self, data: bytes, ext: str = "png") -> str:
+        """Store ``data`` and return its key."""
+        key = artifact_key(data, ext)
+        if not self.exists(key):
+            self._write(key, data)
+        return key
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """The bytes under ``key``; ``NotFound`` if absent."""
+
+    @abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abstractmethod
+    def _write(self, key: str, data: bytes) -> None:
+        """Write ``data`` under ``key`` atomically (readers never see a partial object)."""

@@ -1,0 +1,93 @@
+"""Wiring genloop onto a Dramatiq broker: one actor per queue, and the middleware.
+
+Every actor runs the same :class:`~genloop.workers.executor.Executor`; queues only route work
+(``generate`` to ``gpu`` workers, ``select`` to ``cpu`` ones). A message is
+``(run id, instance id)`` with the node's retry policy in its options, so Dramatiq's own Retries
+middleware applies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import dramatiq
+from dramatiq.middleware import CurrentMessage
+
+from genloop.sdk.errors import Cancelled, Permanent
+
+from .artifacts.base import ArtifactStore
+from .executor import Executor
+from .middleware.attempts import AttemptOutcomes
+from .ops.registry import OpRegistry
+from .scheduler import Scheduler
+from .stores.base import StateStore
+from .stores.records import InstanceRecord
+
+ACTOR_PREFIX = "genloop.execute."
+DEFAULT_QUEUES = ("gpu", "cpu")
+#: Generation can be long; Dramatiq's default 10-minute time limit would kill big batches.
+DEFAULT_TIME_LIMIT_MS = 60 * 60 * 1000
+
+
+def actor_name(queue: str) -> str:
+    return ACTOR_PREFIX + queue
+
+
+class Enqueuer:
+    """Sends one message per instance to its queue's actor."""
+
+    def __init__(self, broker: dramatiq.Broker) -> None:
+        self.broker = broker
+        self.actors: dict[str, dramatiq.Actor] = {}
+
+    def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
+        for inst in instances:
+            message = self.actors[inst.queue].message_with_options(
+                args=(inst.run_id, inst.instance_id),
+                max_retries=inst.max_retries,
+                min_backoff=int(inst.min_backoff * 1000),
+                max_backoff=int(inst.max_backoff * 1000),
+            )
+            self.broker.enqueue(message, delay=int(delay * 1000) or None)
+
+
+@dataclass
+class Wiring:
+    """The objects a worker process (or the embedded runtime) runs with."""
+
+    broker: dramatiq.Broker
+    scheduler: Scheduler
+    executor: Executor
+    enqueue: Enqueuer
+
+
+def wire(
+    broker: dramatiq.Broker,
+    store: StateStore,
+    artifacts: ArtifactStore,
+    registry: OpRegistry,
+    *,
+    queues: Sequence[str] = DEFAULT_QUEUES,
+    resources: object = None,
+    lease_ttl: float = 30.0,
+    time_limit_ms: int = DEFAULT_TIME_LIMIT_MS,
+) -> Wiring:
+    """Declare genloop's actors and middleware on ``broker`` and return the wiring."""
+    enqueue = Enqueuer(broker)
+    scheduler = Scheduler(store, registry, enqueue, queues=queues)
+    executor = Executor(
+        scheduler, artifacts, registry, resources=resources, lease_ttl=lease_ttl,
+        attempt_of=lambda: int(
+            CurrentMessage.get_current_message().options.get("genloop_attempt", 1)
+        ),
+    )
+    if not any(isinstance(m, CurrentMessage) for m in broker.middleware):
+        broker.add_middleware(CurrentMessage())
+    broker.add_middleware(AttemptOutcomes(scheduler, ACTOR_PREFIX))
+    for queue in queues:
+        enqueue.actors[queue] = dramatiq.actor(
+            executor, actor_name=actor_name(queue), queue_name=queue, broker=broker,
+            throws=(Permanent, Cancelled), time_limit=time_limit_ms,
+        )
+    return Wiring(broker=broker, scheduler=scheduler, executor=executor, enqueue=enqueue)

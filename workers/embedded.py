@@ -1,0 +1,121 @@
+"""Embedded mode: the whole worker pool in this process, no server.
+
+Dramatiq's StubBroker with a real Dramatiq ``Worker`` (threads), the SQLite state store and a
+local artifact directory under ``home``. The code paths are the ones the Redis pool runs; only
+the seams differ. ``Client.local()`` uses :class:`EmbeddedBackend`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from pathlib import Path
+
+import dramatiq
+from dramatiq.brokers.stub import StubBroker
+
+from genloop.sdk.backend import Backend
+from genloop.sdk.errors import ClientError
+from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
+
+from .artifacts.local import LocalArtifactStore
+from .broker import DEFAULT_QUEUES, wire
+from .ops.registry import OpRegistry, default_registry
+from .resources import Resources
+from .results import run_info, run_result
+from .stores.base import IdempotencyConflict
+from .stores.sqlite import SqliteStateStore
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddedRuntime:
+    """Store, artifacts, broker and worker threads for one home directory."""
+
+    def __init__(
+        self,
+        home: str | os.PathLike[str],
+        *,
+        threads: int = 4,
+        registry: OpRegistry | None = None,
+        resources: Resources | None = None,
+        lease_ttl: float = 30.0,
+        sweep_every: float = 5.0,
+    ) -> None:
+        from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
+
+        self.home = Path(home)
+        self.store = SqliteStateStore(self.home / "state.db")
+        self.artifacts = LocalArtifactStore(self.home / "artifacts")
+        self.registry = registry if registry is not None else default_registry
+        self.resources = resources if resources is not None else Resources()
+        self.broker = StubBroker()
+        self.broker.emit_after("process_boot")
+        self.wiring = wire(
+            self.broker, self.store, self.artifacts, self.registry,
+            queues=DEFAULT_QUEUES, resources=self.resources, lease_ttl=lease_ttl,
+        )
+        self.scheduler = self.wiring.scheduler
+        self.worker = dramatiq.Worker(self.broker, worker_threads=threads, worker_timeout=50)
+        self.worker.start()
+        self._stop = threading.Event()
+        self._sweeper = threading.Thread(
+            target=self._sweep_loop, args=(sweep_every,), daemon=True, name="genloop-sweeper"
+        )
+        self._sweeper.start()
+
+    def _sweep_loop(self, every: float) -> None:
+        owner = f"sweeper-{uuid.uuid4().hex[:8]}"
+        while not self._stop.wait(every):
+            try:
+                if self.store.try_lock("sweeper", owner, ttl=every * 2):
+                    self.scheduler.sweep(older_than=every)
+            except Exception:  # the sweeper must outlive a store hiccup; it retries next tick
+                log.exception("outbox sweep failed")
+
+    def close(self) -> None:
+        self._stop.set()
+        self.worker.stop()
+        self.broker.close()
+        self._sweeper.join()
+        self.store.close()
+
+
+class EmbeddedBackend(Backend):
+    """``Client.local()``'s back end: calls the embedded runtime directly."""
+
+    def __init__(self, home: str | os.PathLike[str], **options) -> None:
+        self.runtime = EmbeddedRuntime(home, **options)
+
+    def submit(self, spec: RunSpec, idempotency_key: str | None) -> RunInfo:
+        try:
+            run = self.runtime.scheduler.submit(spec, idempotency_key)
+        except IdempotencyConflict as exc:
+            raise ClientError(str(exc), status_code=409, code="idempotency_conflict") from exc
+        return run_info(self.runtime.store, run.id)
+
+    def get(self, run_id: str) -> RunInfo:
+        return run_info(self.runtime.store, run_id)
+
+    def result(self, run_id: str) -> RunResult:
+        return run_result(self.runtime.store, run_id)
+
+    def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
+        self.runtime.store.get_run(run_id)  # NotFound for an unknown run
+        return self.runtime.store.events(run_id, after, limit)
+
+    def cancel(self, run_id: str) -> RunInfo:
+        self.runtime.scheduler.cancel(run_id)
+        return run_info(self.runtime.store, run_id)
+
+    def resume(self, run_id: str) -> RunInfo:
+        self.runtime.scheduler.resume(run_id)
+        return run_info(self.runtime.store, run_id)
+
+    def read_artifact(self, key: str) -> bytes:
+        return self.runtime.artifacts.get(key)
+
+    def close(self) -> None:
+        self.runtime.close()

@@ -1,0 +1,147 @@
+"""The body of every genloop Dramatiq actor: claim -> op body -> complete.
+
+A message names (run id, instance id); the instance's params and inputs are in the store.
+1. An instance that already ended (a duplicate delivery, or a cancelled run) is acked and dropped.
+2. If a result is stored under the instance's result key, it completes at once (no op body).
+3. Otherwise the worker takes a lease on the key. If another worker holds it (the same message
+   delivered twice, or the same work in another run), the message is re-enqueued to look again
+   after the lease's remaining time: it never runs the body while the holder is alive, and it
+   takes over if the holder dies and its lease runs out.
+4. The op body runs while a thread renews the lease; its result is stored, then the scheduler
+   completes the instance in one transaction.
+Failures propagate to Dramatiq: its Retries middleware decides on a retry, and
+:class:`~genloop.workers.middleware.attempts.AttemptOutcomes` records the outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+from pydantic import BaseModel
+
+from genloop.sdk.errors import Permanent
+
+from .artifacts.base import ArtifactStore
+from .context import OpContext
+from .keys import result_key
+from .ops.registry import OpRegistry, OpSpec
+from .scheduler import Scheduler
+from .stores.base import StateStore
+from .stores.records import InstanceRecord, ItemRef, ResultRecord
+
+log = logging.getLogger(__name__)
+
+
+class _Lease:
+    """Holds the claim on a result key, renewing it every third of its ttl."""
+
+    def __init__(self, store: StateStore, key: str, owner: str, ttl: float) -> None:
+        self.store, self.key, self.owner, self.ttl = store, key, owner, ttl
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, daemon=True, name="genloop-lease")
+
+    def __enter__(self) -> _Lease:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.store.release(self.key, self.owner)
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.ttl / 3):
+            if not self.store.renew(self.key, self.owner, self.ttl):
+                log.warning("lost the lease on %s", self.key)
+                return
+
+
+class Executor:
+    """Runs instances. One per worker process; called from many worker threads."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        artifacts: ArtifactStore,
+        registry: OpRegistry,
+        *,
+        resources: object = None,
+        lease_ttl: float = 30.0,
+        attempt_of: Callable[[], int] = lambda: 1,
+        requeue: Callable[[InstanceRecord, float], None] | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.store = scheduler.store
+        self.artifacts = artifacts
+        self.registry = registry
+        self.resources = resources
+        self.lease_ttl = lease_ttl
+        self.owner = f"worker-{uuid.uuid4().hex[:12]}"
+        self._attempt_of = attempt_of
+        self._requeue = requeue or (lambda inst, delay: scheduler.enqueue([inst], delay))
+
+    def __call__(self, run_id: str, instance_id: str) -> None:
+        inst = self.store.instance(run_id, instance_id)
+        if inst.status.terminal:
+            return
+        node = self.scheduler.topology(self.store.get_run(run_id)).nodes[inst.node_id]
+        spec = self.registry[node.op]
+        params = spec.params.model_validate(inst.params)
+        identity = spec.identity(params, self.resources) if spec.identity else ""
+        key = result_key(spec.name, spec.version, inst.params, inst.inputs, identity)
+
+        stored = self.store.get_result(key)
+        if stored is not None:
+            self.scheduler.succeeded(run_id, instance_id, stored, cached=True)
+            return
+        if not self.store.claim(key, self.owner, self.lease_ttl):
+            delay = max(self.store.lease_remaining(key), 0.05)
+            log.debug("%s/%s: key %s is leased elsewhere; looking again in %.2fs",
+                      run_id, instance_id, key[:12], delay)
+            self._requeue(inst, delay)
+            return
+        with _Lease(self.store, key, self.owner, self.lease_ttl):
+            # Checked again under the lease: the holder before us may have just stored it.
+            stored = self.store.get_result(key)
+            if stored is None:
+                if self.scheduler.started(run_id, instance_id, self._attempt_of()) is None:
+                    return
+                stored = self._run_body(spec, params, inst, key)
+        self.scheduler.succeeded(run_id, instance_id, stored)
+
+    def _run_body(self, spec: OpSpec, params: BaseModel, inst: InstanceRecord,
+                  key: str) -> ResultRecord:
+        ctx = OpContext(
+            run_id=inst.run_id, node_id=inst.node_id, instance_id=inst.instance_id,
+            attempt=inst.attempts, store=self.store, artifacts=self.artifacts,
+            resources=self.resources,
+        )
+        output = spec.fn(params, self._load_inputs(inst.inputs), ctx)
+        items = output if isinstance(output, list) else [output]
+        for item in items:
+            if not isinstance(item, BaseModel):
+                raise Permanent(f"op {spec.name!r} returned {type(item).__name__}, "
+                                "expected a pydantic model or a list of them")
+        return self.store.put_result(ResultRecord(
+            key=key, op=spec.name, items=[i.model_dump(mode="json") for i in items],
+            halt=ctx.halted, created_at=time.time(),
+        ))
+
+    def _load_inputs(self, refs: Sequence[ItemRef]) -> list:
+        results: dict[str, ResultRecord] = {}
+        items = []
+        for ref in refs:
+            result = results.get(ref.key)
+            if result is None:
+                result = self.store.get_result(ref.key)
+                if result is None:
+                    raise Permanent(f"input result {ref.key} is missing from the store")
+                results[ref.key] = result
+            model = self.registry[result.op].output if result.op in self.registry else None
+            raw = result.items[ref.index]
+            items.append(model.model_validate(raw) if model is not None else raw)
+        return items

@@ -1,0 +1,41 @@
+"""Result keys: what makes two executions the same execution.
+
+key = sha256(op name, op version, canonical params, input item refs, model identity)
+
+Canonical params are the validated params model dumped to JSON with defaults filled in, so
+``{"n": 1}`` and ``{}`` give the same key. ``shard_size`` only decides how candidates are split
+into messages, never what a shard produces, so it is left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .stores.records import ItemRef
+
+#: Params that change how work is split, not what an execution produces.
+_SPLIT_ONLY = frozenset({"shard_size"})
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def result_key(
+    op: str, version: str, params: dict[str, Any], inputs: Sequence[ItemRef], identity: str
+) -> str:
+    payload = {
+        "op": op,
+        "version": version,
+        "params": {k: v for k, v in params.items() if k not in _SPLIT_ONLY},
+        "inputs": [f"{ref.key}#{ref.index}" for ref in inputs],
+        "identity": identity,
+    }
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(spec).encode()).hexdigest()

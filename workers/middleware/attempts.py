@@ -1,0 +1,51 @@
+"""Records the outcome of each failed attempt once Dramatiq's Retries middleware has decided.
+
+It must come after ``Retries`` in the middleware list: Retries marks the message failed when
+the error is one of the actor's ``throws`` (Permanent, Cancelled) or the retries are used up,
+and otherwise re-enqueues it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import dramatiq
+from dramatiq.middleware import Middleware
+
+from genloop.sdk.errors import Cancelled
+
+from ..scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+
+def attempt_of(message: dramatiq.Message) -> int:
+    """1 for the first delivery; Retries counts the re-deliveries in ``options['retries']``."""
+    return int(message.options.get("retries", 0)) + 1
+
+
+class AttemptOutcomes(Middleware):
+    """Turns a failed attempt into a retry event, or into the instance's final failure."""
+
+    def __init__(self, scheduler: Scheduler, actor_prefix: str) -> None:
+        self.scheduler = scheduler
+        self.actor_prefix = actor_prefix
+
+    def before_process_message(self, broker, message):
+        # Retries bumps options["retries"] before this middleware sees a failure (but not for
+        # errors the actor throws), so the attempt number is taken before the body runs.
+        message.options["genloop_attempt"] = attempt_of(message)
+
+    def after_process_message(self, broker, message, *, result=None, exception=None):
+        if exception is None or not message.actor_name.startswith(self.actor_prefix):
+            return
+        run_id, instance_id = message.args
+        attempt = int(message.options.get("genloop_attempt", 1))
+        if isinstance(exception, Cancelled):
+            self.scheduler.cancelled(run_id, instance_id)
+        elif message.failed:
+            log.info("%s/%s failed for good after %d attempt(s): %s",
+                     run_id, instance_id, attempt, exception)
+            self.scheduler.failed(run_id, instance_id, exception, attempts=attempt)
+        else:
+            self.scheduler.retrying(run_id, instance_id, attempt, exception)

@@ -1,0 +1,56 @@
+"""``generate``: images from a text-to-image pipeline of the model registry."""
+
+from __future__ import annotations
+
+from genloop.sdk.errors import Permanent
+from genloop.sdk.ops import Candidate, GenerateParams, GenerationRequest
+
+from ..context import OpContext
+from .registry import op
+
+
+def _identity(params: GenerateParams, resources) -> str:
+    return resources.models.identity(params.model)
+
+
+@op("generate", params=GenerateParams, output=Candidate, queue="gpu", identity=_identity)
+def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> list[Candidate]:
+    """Candidates ``first .. first + n - 1`` of the node (seed ``seed + i`` each); or, on a
+    mapped node, the one image its :class:`GenerationRequest` input asks for."""
+    from ..engine.generate import ImageSettings, generate_images, png_bytes
+
+    if inputs:
+        requests = [GenerationRequest.model_validate(i, from_attributes=True) for i in inputs]
+    elif params.prompt:
+        requests = [
+            GenerationRequest(prompt=params.prompt, seed=params.seed + i, round=params.round)
+            for i in range(params.n)
+        ]
+    else:
+        raise Permanent("generate needs a prompt (or a refine node as its input)")
+
+    models = ctx.resources.models
+    defaults = models.defaults(params.model)
+    settings = ImageSettings(
+        steps=params.steps or defaults.steps,
+        guidance=defaults.guidance if params.guidance is None else params.guidance,
+        width=params.width or defaults.width,
+        height=params.height or defaults.height,
+        negative_prompt=params.negative_prompt,
+    )
+    def on_step(done: int, total: int) -> None:
+        ctx.check_cancelled()
+        ctx.progress(done, total)
+
+    with models.acquire(params.model) as pipe:
+        images = generate_images(
+            pipe, [r.prompt for r in requests], [r.seed for r in requests], settings, on_step
+        )
+    return [
+        Candidate(
+            index=params.first + i, prompt=r.prompt, seed=r.seed, round=r.round,
+            model=params.model, artifact=ctx.artifacts.put(png_bytes(img), "png"),
+            width=settings.width, height=settings.height, steps=settings.steps,
+        )
+        for i, (r, img) in enumerate(zip(requests, images, strict=True))
+    ]

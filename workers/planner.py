@@ -1,0 +1,126 @@
+"""Turning graph nodes into instances, and the quorum rule. Pure functions: no store, no broker.
+
+A node runs as one or more *instances*, each one Dramatiq message:
+- a node whose op has ``n``/``seed``/``shard_size`` params (``generate``) runs as shards of at
+  most ``shard_size`` candidates; shard ``[a, b)`` gets ``seed + a``, ``n = b - a`` and
+  ``first = a``, so candidate ``i`` is generated from seed ``seed + i`` however it is sharded;
+- a ``map`` node runs once per item of its input, with ``first`` set to the item's position;
+- any other node runs once, on all items of all its inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from genloop.sdk.errors import GraphError, GraphProblem
+from genloop.sdk.graph import Graph, Node
+
+from .ops.registry import OpRegistry, OpSpec
+from .stores.records import FailedItem, InstanceRecord, ItemRef
+
+_SHARDED_BY = frozenset({"n", "seed", "shard_size", "first"})
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A graph with its edges indexed both ways."""
+
+    graph: Graph
+
+    @cached_property
+    def nodes(self) -> dict[str, Node]:
+        return {n.id: n for n in self.graph.nodes}
+
+    @cached_property
+    def children(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {n.id: [] for n in self.graph.nodes}
+        for node in self.graph.nodes:
+            for parent in node.inputs:
+                out[parent].append(node.id)
+        return out
+
+    def descendants(self, node_id: str) -> list[str]:
+        seen: dict[str, None] = {}
+        stack = list(self.children[node_id])
+        while stack:
+            nid = stack.pop()
+            if nid not in seen:
+                seen[nid] = None
+                stack.extend(self.children[nid])
+        return list(seen)
+
+
+def op_spec(registry: OpRegistry, node: Node) -> OpSpec:
+    try:
+        return registry[node.op]
+    except KeyError:
+        raise GraphError([GraphProblem(node_id=node.id, message=f"unknown op {node.op!r}")])
+
+
+def is_elementwise(node: Node, spec: OpSpec) -> bool:
+    """Element-wise nodes pass failed input items through; reducers apply the quorum."""
+    return node.map or spec.elementwise
+
+
+def expand(
+    run_id: str, node: Node, spec: OpSpec, inputs: list[ItemRef]
+) -> list[InstanceRecord]:
+    """The instances that run ``node`` on ``inputs`` (the successful items of its parents)."""
+    params = spec.params.model_validate(node.params).model_dump(mode="json")
+    common = dict(
+        run_id=run_id,
+        node_id=node.id,
+        queue=node.queue or spec.queue,
+        max_retries=spec.max_retries if node.max_retries is None else node.max_retries,
+        min_backoff=spec.min_backoff if node.min_backoff is None else node.min_backoff,
+        max_backoff=spec.max_backoff if node.max_backoff is None else node.max_backoff,
+    )
+    if node.map:
+        has_first = "first" in spec.params.model_fields
+        return [
+            InstanceRecord(
+                instance_id=f"{node.id}[{seq}]", seq=seq, inputs=[ref], expected_items=1,
+                params={**params, "first": seq} if has_first else params, **common,
+            )
+            for seq, ref in enumerate(inputs)
+        ]
+    if _SHARDED_BY <= spec.params.model_fields.keys() and not inputs:
+        n, size = params["n"], params["shard_size"]
+        return [
+            InstanceRecord(
+                instance_id=f"{node.id}#{start}", seq=seq, expected_items=min(size, n - start),
+                params={**params, "seed": params["seed"] + start, "n": min(size, n - start),
+                        "first": start},
+                **common,
+            )
+            for seq, start in enumerate(range(0, n, size))
+        ]
+    expected = len(inputs) if spec.elementwise else 1
+    return [
+        InstanceRecord(
+            instance_id=node.id, seq=0, inputs=inputs, expected_items=expected, params=params,
+            **common,
+        )
+    ]
+
+
+def quorum_problem(
+    node: Node, spec: OpSpec, ok: list[ItemRef], failed: list[FailedItem]
+) -> str | None:
+    """Why ``node`` may not run on these inputs, or ``None`` if it may.
+
+    ``min_success=None`` asks for every item on a reducing node and for at least one (if there
+    were any) on an element-wise node.
+    """
+    total = len(ok) + sum(f.items for f in failed)
+    if node.min_success is not None:
+        required = node.min_success
+    elif is_elementwise(node, spec):
+        required = min(1, total)
+    else:
+        required = total
+    if len(ok) >= required:
+        return None
+    lost = "; ".join(f"{f.instance_id}: {f.error_type}: {f.message}" for f in failed)
+    return f"{len(ok)} of {total} input items succeeded, min_success={required}. Failed: {lost}"

@@ -1,0 +1,353 @@
+"""The scheduler: submit, start, complete, retry, cancel, resume, sweep.
+
+Every state change of a run happens inside one store transaction, so two workers finishing the
+last two parents of a child at the same instant cannot both release it: the second sees the
+first's write. Children that become ready are written to the outbox in that same transaction and
+enqueued after it commits; if the process dies in between, the sweeper (or ``resume``) enqueues
+them later. Enqueuing twice is harmless: the executor's claim makes the second a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+from pydantic import TypeAdapter
+
+from genloop.sdk.errors import GraphError, GraphProblem
+from genloop.sdk.graph import Graph
+from genloop.sdk.loop import Loop
+from genloop.sdk.models import NodeStatus, RunSpec, RunStatus
+from genloop.sdk.validation import validate_graph
+
+from .keys import spec_hash
+from .ops.registry import OpRegistry
+from .planner import Topology, expand, is_elementwise, op_spec, quorum_problem
+from .stores.base import RunTx, StateStore
+from .stores.records import (
+    EventRecord,
+    FailedItem,
+    InstanceRecord,
+    ItemRef,
+    NodeRecord,
+    ResultRecord,
+    RunRecord,
+)
+
+log = logging.getLogger(__name__)
+
+Enqueue = Callable[[Sequence[InstanceRecord], float], None]
+_SPEC = TypeAdapter(RunSpec)
+
+
+def _ev(type_: str, **fields) -> EventRecord:
+    return EventRecord(type=type_, time=time.time(), **fields)
+
+
+class Scheduler:
+    """Drives runs through their life. ``enqueue(instances, delay_seconds)`` sends messages."""
+
+    def __init__(
+        self, store: StateStore, registry: OpRegistry, enqueue: Enqueue,
+        queues: Sequence[str] | None = None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.enqueue = enqueue
+        self.queues = set(queues) if queues is not None else None
+        self._topologies: OrderedDict[str, Topology] = OrderedDict()
+
+    # -- submit -----------------------------------------------------------------------------
+    def submit(self, spec: Graph | Loop, idempotency_key: str | None = None) -> RunRecord:
+        """Validate, store and start a run. Nothing is stored for an invalid spec."""
+        spec = _SPEC.validate_python(spec)
+        graph = spec.compile() if isinstance(spec, Loop) else spec
+        validate_graph(graph, self.registry.catalogue())
+        self._check_queues(graph)
+        spec_json = spec.model_dump(mode="json")
+        run = RunRecord(
+            id=uuid.uuid4().hex, spec=spec_json, graph=graph.model_dump(mode="json"),
+            spec_hash=spec_hash(spec_json), idempotency_key=idempotency_key,
+            pending_nodes=len(graph.nodes), created_at=time.time(),
+        )
+        nodes, roots = [], []
+        for node in graph.nodes:
+            record = NodeRecord(run_id=run.id, node_id=node.id, waiting=len(node.inputs))
+            if not node.inputs:
+                instances = expand(run.id, node, self.registry[node.op], [])
+                record.status = NodeStatus.QUEUED
+                record.pending_instances = len(instances)
+                roots.extend(instances)
+            nodes.append(record)
+        run, created = self.store.create_run(run, nodes, roots)
+        if created:
+            log.info("run %s submitted: %d nodes", run.id, len(nodes))
+            self.flush([(run.id, i.instance_id) for i in roots], roots)
+        return run
+
+    def _check_queues(self, graph: Graph) -> None:
+        if self.queues is None:
+            return
+        problems = [
+            GraphProblem(node_id=n.id, message=f"no workers consume queue {q!r}")
+            for n in graph.nodes
+            if (q := n.queue or self.registry[n.op].queue) not in self.queues
+        ]
+        if problems:
+            raise GraphError(problems)
+
+    def topology(self, run: RunRecord) -> Topology:
+        topo = self._topologies.get(run.id)
+        if topo is None:
+            topo = Topology(Graph.model_validate(run.graph))
+            self._topologies[run.id] = topo
+            if len(self._topologies) > 512:
+                self._topologies.popitem(last=False)
+        return topo
+
+    # -- one instance's life ------------------------------------------------------------------
+    def started(self, run_id: str, instance_id: str, attempt: int) -> InstanceRecord | None:
+        """Mark the instance running; ``None`` if it must not run (ended, or run cancelled)."""
+        with self.store.transaction(run_id) as tx:
+            inst, run = tx.instance(instance_id), tx.run()
+            if inst.status.terminal:
+                return None
+            if run.cancel_requested:
+                self._instance_done(tx, run, inst, NodeStatus.CANCELLED)
+                tx.put_run(run)
+                return None
+            inst.status, inst.attempts = NodeStatus.RUNNING, attempt
+            tx.put_instance(inst)
+            tx.event(_ev("instance.started", node_id=inst.node_id, instance_id=instance_id,
+                         attempt=attempt, status="running"))
+            node = tx.node(inst.node_id)
+            if node.status != NodeStatus.RUNNING:
+                node.status = NodeStatus.RUNNING
+                tx.put_node(node)
+            if run.status == RunStatus.PENDING:
+                run.status = RunStatus.RUNNING
+                tx.put_run(run)
+                tx.event(_ev("run.running", status="running"))
+            return inst
+
+    def retrying(self, run_id: str, instance_id: str, attempt: int, error: BaseException) -> None:
+        """An attempt failed and Dramatiq will retry the message."""
+        with self.store.transaction(run_id) as tx:
+            inst = tx.instance(instance_id)
+            if inst.status.terminal:
+                return
+            inst.status = NodeStatus.QUEUED
+            tx.put_instance(inst)
+            tx.event(_ev("instance.retry", node_id=inst.node_id, instance_id=instance_id,
+                         attempt=attempt, error=f"{type(error).__name__}: {error}"))
+
+    def succeeded(self, run_id: str, instance_id: str, result: ResultRecord,
+                  cached: bool = False) -> None:
+        self._complete(run_id, instance_id, NodeStatus.SUCCEEDED, result=result, cached=cached)
+
+    def failed(self, run_id: str, instance_id: str, error: BaseException, attempts: int) -> None:
+        self._complete(run_id, instance_id, NodeStatus.FAILED, error=error, attempts=attempts)
+
+    def cancelled(self, run_id: str, instance_id: str) -> None:
+        self._complete(run_id, instance_id, NodeStatus.CANCELLED)
+
+    def _complete(self, run_id: str, instance_id: str, status: NodeStatus, *,
+                  result: ResultRecord | None = None, cached: bool = False,
+                  error: BaseException | None = None, attempts: int = 1) -> None:
+        with self.store.transaction(run_id) as tx:
+            inst, run = tx.instance(instance_id), tx.run()
+            if inst.status.terminal:
+                return
+            if result is not None:
+                inst.result_key, inst.outputs, inst.halted = result.key, len(result.items), result.halt
+            if error is not None:
+                inst.failure = FailedItem(
+                    node_id=inst.node_id, instance_id=instance_id,
+                    error_type=type(error).__name__, message=str(error), attempts=attempts,
+                    items=inst.expected_items,
+                )
+            released = self._instance_done(tx, run, inst, status, cached=cached)
+            tx.put_run(run)
+        self.flush([(run_id, i.instance_id) for i in released], released)
+
+    # -- node and run transitions (inside a transaction) -------------------------------------
+    def _instance_done(self, tx: RunTx, run: RunRecord, inst: InstanceRecord,
+                       status: NodeStatus, cached: bool = False) -> list[InstanceRecord]:
+        inst.status = status
+        tx.put_instance(inst)
+        tx.event(_ev(
+            f"instance.{status.value}", node_id=inst.node_id, instance_id=inst.instance_id,
+            status=status.value, attempt=inst.attempts or None,
+            error=f"{inst.failure.error_type}: {inst.failure.message}" if inst.failure else None,
+            message=(f"{inst.outputs} item(s)" + (", cached" if cached else ""))
+            if status == NodeStatus.SUCCEEDED else None,
+        ))
+        node = tx.node(inst.node_id)
+        node.pending_instances -= 1
+        if node.pending_instances > 0:
+            tx.put_node(node)
+            return []
+        return self._node_done(tx, run, node)
+
+    def _node_done(self, tx: RunTx, run: RunRecord, node: NodeRecord) -> list[InstanceRecord]:
+        """All instances of ``node`` ended: collect its output, then release its children."""
+        instances = tx.instances(node.node_id)
+        for inst in instances:
+            if inst.status == NodeStatus.SUCCEEDED:
+                node.outputs.extend(ItemRef(key=inst.result_key, index=i) for i in range(inst.outputs))
+                node.halted = node.halted or inst.halted
+            elif inst.status == NodeStatus.FAILED and inst.failure is not None:
+                node.failures.append(inst.failure)
+        if run.cancel_requested:
+            status = NodeStatus.CANCELLED
+        elif not instances or any(i.status == NodeStatus.SUCCEEDED for i in instances):
+            status = NodeStatus.SUCCEEDED
+        else:
+            status = NodeStatus.FAILED
+            failure = next(i.failure for i in instances if i.failure is not None)
+            node.error = f"{failure.error_type}: {failure.message}"
+        return self._node_ended(tx, run, node, status)
+
+    def _node_ended(self, tx: RunTx, run: RunRecord, node: NodeRecord,
+                    status: NodeStatus) -> list[InstanceRecord]:
+        node.status = status
+        tx.put_node(node)
+        tx.event(_ev(f"node.{status.value}", node_id=node.node_id, status=status.value,
+                     error=node.error, message="halted: later rounds skipped" if node.halted else None))
+        run.pending_nodes -= 1
+        if status == NodeStatus.FAILED and run.error is None:
+            run.error = f"node {node.node_id}: {node.error}"
+        topo = self.topology(run)
+        released: list[InstanceRecord] = []
+        if status != NodeStatus.SUCCEEDED or node.halted:
+            reason = "halted upstream" if node.halted else f"input {node.node_id} {status.value}"
+            self._skip_descendants(tx, run, topo, node.node_id, reason)
+        else:
+            for child_id in topo.children[node.node_id]:
+                child = tx.node(child_id)
+                if child.status.terminal:
+                    continue
+                child.waiting -= 1
+                if child.waiting > 0:
+                    tx.put_node(child)
+                else:
+                    released.extend(self._node_ready(tx, run, topo, child))
+        if run.pending_nodes == 0:
+            self._run_ended(tx, run)
+        return released
+
+    def _node_ready(self, tx: RunTx, run: RunRecord, topo: Topology,
+                    node: NodeRecord) -> list[InstanceRecord]:
+        graph_node = topo.nodes[node.node_id]
+        spec = op_spec(self.registry, graph_node)
+        parents = [tx.node(p) for p in graph_node.inputs]
+        ok = [ref for p in parents for ref in p.outputs]
+        failed = [f for p in parents for f in p.failures]
+        problem = quorum_problem(graph_node, spec, ok, failed)
+        if problem is not None:
+            node.error = f"QuorumError: {problem}"
+            return self._node_ended(tx, run, node, NodeStatus.FAILED)
+        if is_elementwise(graph_node, spec):
+            node.failures = list(failed)
+        instances = expand(run.id, graph_node, spec, ok)
+        if not instances:
+            return self._node_ended(tx, run, node, NodeStatus.SUCCEEDED)
+        for inst in instances:
+            tx.put_instance(inst)
+        tx.add_outbox([i.instance_id for i in instances])
+        node.status, node.pending_instances = NodeStatus.QUEUED, len(instances)
+        tx.put_node(node)
+        tx.event(_ev("node.queued", node_id=node.node_id, status="queued",
+                     message=f"{len(instances)} instance(s)"))
+        return instances
+
+    def _skip_descendants(self, tx: RunTx, run: RunRecord, topo: Topology, node_id: str,
+                          reason: str) -> None:
+        for nid in topo.descendants(node_id):
+            node = tx.node(nid)
+            if node.status.terminal:
+                continue
+            node.status, node.error = NodeStatus.SKIPPED, reason
+            tx.put_node(node)
+            tx.event(_ev("node.skipped", node_id=nid, status="skipped", message=reason))
+            run.pending_nodes -= 1
+
+    def _run_ended(self, tx: RunTx, run: RunRecord) -> None:
+        if run.cancel_requested:
+            run.status = RunStatus.CANCELLED
+        elif run.error is not None:
+            run.status = RunStatus.FAILED
+        else:
+            run.status = RunStatus.SUCCEEDED
+        run.finished_at = time.time()
+        tx.event(_ev(f"run.{run.status.value}", status=run.status.value, error=run.error))
+        log.info("run %s %s", run.id, run.status.value)
+
+    # -- cancel, resume, outbox ----------------------------------------------------------------
+    def cancel(self, run_id: str) -> RunRecord:
+        """Cancel what has not started; running instances stop at their next check."""
+        with self.store.transaction(run_id) as tx:
+            run = tx.run()
+            if run.status.terminal or run.cancel_requested:
+                return run
+            run.cancel_requested = True
+            tx.event(_ev("run.cancelling", status="cancelling"))
+            for node_id in self.topology(run).nodes:
+                node = tx.node(node_id)
+                if node.status.terminal:
+                    continue
+                running = 0
+                for inst in tx.instances(node_id):
+                    if inst.status == NodeStatus.RUNNING:
+                        running += 1
+                    elif not inst.status.terminal:
+                        inst.status = NodeStatus.CANCELLED
+                        tx.put_instance(inst)
+                node.pending_instances = running
+                if running:
+                    tx.put_node(node)
+                else:
+                    node.status = NodeStatus.CANCELLED
+                    tx.put_node(node)
+                    tx.event(_ev("node.cancelled", node_id=node_id, status="cancelled"))
+                    run.pending_nodes -= 1
+            if run.pending_nodes == 0:
+                self._run_ended(tx, run)
+            tx.put_run(run)
+            return run
+
+    def resume(self, run_id: str) -> RunRecord:
+        """Re-enqueue every unfinished instance of a run (after a crash). Stored results are
+        reused and live claims respected, so this is safe to call at any time."""
+        run = self.store.get_run(run_id)
+        if run.status.terminal:
+            return run
+        pending = [i for i in self.store.instances(run_id) if not i.status.terminal]
+        self.store.append_event(run_id, _ev("run.resumed", message=f"{len(pending)} instance(s)"))
+        self.flush([(run_id, i.instance_id) for i in pending], pending)
+        return self.store.get_run(run_id)
+
+    def flush(self, entries: Sequence[tuple[str, str]],
+              instances: Sequence[InstanceRecord] | None = None) -> None:
+        """Enqueue outbox entries, then clear them."""
+        if not entries:
+            return
+        if instances is None:
+            instances = [self.store.instance(r, i) for r, i in entries]
+        self.enqueue(instances, 0.0)
+        self.store.clear_outbox(entries)
+
+    def sweep(self, older_than: float = 10.0) -> int:
+        """Enqueue outbox entries a crashed worker left behind. Returns how many."""
+        entries = self.store.outbox(older_than=older_than)
+        live = []
+        for run_id, instance_id in entries:
+            inst = self.store.instance(run_id, instance_id)
+            if not inst.status.terminal:
+                live.append(inst)
+        self.enqueue(live, 0.0)
+        self.store.clear_outbox(entries)
+        return len(live)

@@ -1,0 +1,144 @@
+"""The state store seam: runs, nodes, instances, results by key, claims, outbox, events.
+
+Every implementation (SQLite for the embedded runtime, Redis for the worker pool) passes the
+same contract suite in ``tests/contract/test_state_store.py``.
+
+Scheduling decisions are made by the scheduler, not the store: the store only promises that a
+:meth:`StateStore.transaction` on one run is serializable, so reading a node's counters and
+writing them back cannot interleave with another worker doing the same.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+
+from genloop.sdk.models import Event
+
+from .records import EventRecord, InstanceRecord, NodeRecord, ResultRecord, RunRecord
+
+
+class IdempotencyConflict(Exception):
+    """The idempotency key was already used for a different spec."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"idempotency key already used by run {run_id} with another spec")
+        self.run_id = run_id
+
+
+class RunTx(ABC):
+    """Reads and writes of one run inside a serializable transaction."""
+
+    @abstractmethod
+    def run(self) -> RunRecord: ...
+
+    @abstractmethod
+    def put_run(self, run: RunRecord) -> None: ...
+
+    @abstractmethod
+    def node(self, node_id: str) -> NodeRecord: ...
+
+    @abstractmethod
+    def put_node(self, node: NodeRecord) -> None: ...
+
+    @abstractmethod
+    def instance(self, instance_id: str) -> InstanceRecord: ...
+
+    @abstractmethod
+    def instances(self, node_id: str) -> list[InstanceRecord]:
+        """The node's instances in ``seq`` order."""
+
+    @abstractmethod
+    def put_instance(self, instance: InstanceRecord) -> None: ...
+
+    @abstractmethod
+    def add_outbox(self, instance_ids: Sequence[str]) -> None:
+        """Record instances to enqueue; committed with everything else in the transaction."""
+
+    @abstractmethod
+    def event(self, event: EventRecord) -> None: ...
+
+
+class StateStore(ABC):
+    """Where runs live. Thread-safe; every method may be called from any worker thread."""
+
+    # -- runs -------------------------------------------------------------------------------
+    @abstractmethod
+    def create_run(
+        self, run: RunRecord, nodes: Sequence[NodeRecord], instances: Sequence[InstanceRecord]
+    ) -> tuple[RunRecord, bool]:
+        """Store a new run with its nodes and first instances, which go to the outbox.
+
+        If ``run.idempotency_key`` was used before with the same ``spec_hash``, nothing is written
+        and the existing run comes back with ``False``; with another spec hash,
+        :class:`IdempotencyConflict`. Returns ``(run, created)``.
+        """
+
+    @abstractmethod
+    def get_run(self, run_id: str) -> RunRecord:
+        """``NotFound`` if there is no such run."""
+
+    @abstractmethod
+    def nodes(self, run_id: str) -> list[NodeRecord]: ...
+
+    @abstractmethod
+    def instances(self, run_id: str) -> list[InstanceRecord]: ...
+
+    @abstractmethod
+    def instance(self, run_id: str, instance_id: str) -> InstanceRecord:
+        """``NotFound`` if there is no such instance."""
+
+    @abstractmethod
+    def transaction(self, run_id: str) -> AbstractContextManager[RunTx]:
+        """A serializable read-modify-write of one run; all writes commit together or not at
+        all (an exception inside rolls back)."""
+
+    # -- results ----------------------------------------------------------------------------
+    @abstractmethod
+    def get_result(self, key: str) -> ResultRecord | None: ...
+
+    @abstractmethod
+    def put_result(self, result: ResultRecord) -> ResultRecord:
+        """Store a result; if the key is already stored, keep the first and return it."""
+
+    # -- claims (leases on result keys) -------------------------------------------------------
+    @abstractmethod
+    def claim(self, key: str, owner: str, ttl: float) -> bool:
+        """Take the lease on ``key`` for ``ttl`` seconds if nobody else holds a live one."""
+
+    @abstractmethod
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        """Extend ``owner``'s lease; ``False`` if it has lost it."""
+
+    @abstractmethod
+    def release(self, key: str, owner: str) -> None:
+        """Drop ``owner``'s lease, if it still holds it."""
+
+    @abstractmethod
+    def lease_remaining(self, key: str) -> float:
+        """Seconds left on the live lease on ``key``; 0 when there is none."""
+
+    # -- outbox -----------------------------------------------------------------------------
+    @abstractmethod
+    def outbox(self, older_than: float = 0.0, limit: int = 1000) -> list[tuple[str, str]]:
+        """(run id, instance id) entries written at least ``older_than`` seconds ago."""
+
+    @abstractmethod
+    def clear_outbox(self, entries: Sequence[tuple[str, str]]) -> None: ...
+
+    @abstractmethod
+    def try_lock(self, name: str, owner: str, ttl: float) -> bool:
+        """A named lock (e.g. the sweeper's) held until ``ttl`` runs out or it is released."""
+
+    # -- events -----------------------------------------------------------------------------
+    @abstractmethod
+    def append_event(self, run_id: str, event: EventRecord) -> int:
+        """Append outside any transaction (progress); returns the event id."""
+
+    @abstractmethod
+    def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
+        """Events of the run with id greater than ``after``, oldest first."""
+
+    def close(self) -> None:
+        """Release connections."""

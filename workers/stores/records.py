@@ -1,0 +1,101 @@
+"""Rows of the state store. Pydantic, so every store keeps them as the same JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field, JsonValue
+
+from genloop.sdk.models import NodeStatus, RunStatus
+
+
+class ItemRef(BaseModel):
+    """Item ``index`` of the result stored under ``key``."""
+
+    key: str
+    index: int
+
+
+class FailedItem(BaseModel):
+    """An item that did not come out: the instance that failed and why."""
+
+    node_id: str
+    instance_id: str
+    error_type: str
+    message: str
+    attempts: int = 1
+    items: int = 1
+
+
+class RunRecord(BaseModel):
+    id: str
+    spec: dict[str, Any] = Field(description="the submitted Graph or Loop, in JSON form")
+    graph: dict[str, Any] = Field(description="the graph that runs (a loop compiled)")
+    spec_hash: str
+    idempotency_key: str | None = None
+    status: RunStatus = RunStatus.PENDING
+    cancel_requested: bool = False
+    pending_nodes: int = 0
+    created_at: float
+    finished_at: float | None = None
+    error: str | None = None
+
+
+class NodeRecord(BaseModel):
+    run_id: str
+    node_id: str
+    status: NodeStatus = NodeStatus.PENDING
+    waiting: int = Field(0, description="input nodes not yet terminal")
+    pending_instances: int = 0
+    halted: bool = False
+    outputs: list[ItemRef] = Field(default_factory=list)
+    failures: list[FailedItem] = Field(default_factory=list)
+    error: str | None = None
+
+
+class InstanceRecord(BaseModel):
+    """One execution unit of a node: a shard of a generate node, one item of a map node, or the
+    whole node. This is what a Dramatiq message names."""
+
+    run_id: str
+    instance_id: str
+    node_id: str
+    seq: int = Field(description="order among the node's instances")
+    status: NodeStatus = NodeStatus.QUEUED
+    params: dict[str, Any] = Field(default_factory=dict, description="the node's params, patched")
+    inputs: list[ItemRef] = Field(default_factory=list)
+    expected_items: int = 1
+    result_key: str | None = None
+    outputs: int = Field(0, description="items its result holds, once succeeded")
+    halted: bool = False
+    attempts: int = 0
+    queue: str = "cpu"
+    max_retries: int = 3
+    min_backoff: float = 0.2
+    max_backoff: float = 30.0
+    failure: FailedItem | None = None
+
+
+class ResultRecord(BaseModel):
+    """An op execution's output, stored under its result key and reused by any run."""
+
+    key: str
+    op: str
+    items: list[JsonValue]
+    halt: bool = False
+    created_at: float
+
+
+class EventRecord(BaseModel):
+    """An event before the store gives it an id."""
+
+    type: str
+    time: float
+    node_id: str | None = None
+    instance_id: str | None = None
+    status: str | None = None
+    attempt: int | None = None
+    error: str | None = None
+    step: int | None = None
+    total: int | None = None
+    message: str | None = None

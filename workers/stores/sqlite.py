@@ -1,0 +1,306 @@
+"""SQLite state store for the embedded runtime: one file under the client's home, WAL mode, so
+runs survive a crash of the process and ``resume`` can finish them.
+
+Each thread gets its own connection. A run transaction is ``BEGIN IMMEDIATE``: SQLite takes the
+database's write lock up front, which makes every transaction serializable (one writer at a time
+is plenty for one process).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from genloop.sdk.errors import NotFound, StoreError
+from genloop.sdk.models import Event
+
+from .base import IdempotencyConflict, RunTx, StateStore
+from .records import EventRecord, InstanceRecord, NodeRecord, ResultRecord, RunRecord
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, idem_key TEXT UNIQUE, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes (
+    run_id TEXT, node_id TEXT, doc TEXT NOT NULL, PRIMARY KEY (run_id, node_id));
+CREATE TABLE IF NOT EXISTS instances (
+    run_id TEXT, instance_id TEXT, node_id TEXT, seq INTEGER, doc TEXT NOT NULL,
+    PRIMARY KEY (run_id, instance_id));
+CREATE INDEX IF NOT EXISTS instances_by_node ON instances (run_id, node_id, seq);
+CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT, expires REAL);
+CREATE TABLE IF NOT EXISTS locks (key TEXT PRIMARY KEY, owner TEXT, expires REAL);
+CREATE TABLE IF NOT EXISTS outbox (
+    run_id TEXT, instance_id TEXT, at REAL, PRIMARY KEY (run_id, instance_id));
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, doc TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, id);
+"""
+
+
+class _SqliteTx(RunTx):
+    def __init__(self, conn: sqlite3.Connection, run_id: str) -> None:
+        self._c = conn
+        self._run_id = run_id
+
+    def run(self) -> RunRecord:
+        row = self._c.execute("SELECT doc FROM runs WHERE id = ?", (self._run_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no run {self._run_id!r}")
+        return RunRecord.model_validate_json(row[0])
+
+    def put_run(self, run: RunRecord) -> None:
+        self._c.execute("UPDATE runs SET doc = ? WHERE id = ?", (run.model_dump_json(), run.id))
+
+    def node(self, node_id: str) -> NodeRecord:
+        row = self._c.execute(
+            "SELECT doc FROM nodes WHERE run_id = ? AND node_id = ?", (self._run_id, node_id)
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"no node {node_id!r} in run {self._run_id!r}")
+        return NodeRecord.model_validate_json(row[0])
+
+    def put_node(self, node: NodeRecord) -> None:
+        self._c.execute(
+            "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?)",
+            (node.run_id, node.node_id, node.model_dump_json()),
+        )
+
+    def instance(self, instance_id: str) -> InstanceRecord:
+        row = self._c.execute(
+            "SELECT doc FROM instances WHERE run_id = ? AND instance_id = ?",
+            (self._run_id, instance_id),
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"no instance {instance_id!r} in run {self._run_id!r}")
+        return InstanceRecord.model_validate_json(row[0])
+
+    def instances(self, node_id: str) -> list[InstanceRecord]:
+        rows = self._c.execute(
+            "SELECT doc FROM instances WHERE run_id = ? AND node_id = ? ORDER BY seq",
+            (self._run_id, node_id),
+        )
+        return [InstanceRecord.model_validate_json(r[0]) for r in rows]
+
+    def put_instance(self, instance: InstanceRecord) -> None:
+        _put_instance(self._c, instance)
+
+    def add_outbox(self, instance_ids: Sequence[str]) -> None:
+        now = time.time()
+        self._c.executemany(
+            "INSERT OR REPLACE INTO outbox VALUES (?, ?, ?)",
+            [(self._run_id, i, now) for i in instance_ids],
+        )
+
+    def event(self, event: EventRecord) -> None:
+        _append_event(self._c, self._run_id, event)
+
+
+def _put_instance(conn: sqlite3.Connection, inst: InstanceRecord) -> None:
+    conn.execute(
+        "INSERT OR REPLACE INTO instances VALUES (?, ?, ?, ?, ?)",
+        (inst.run_id, inst.instance_id, inst.node_id, inst.seq, inst.model_dump_json()),
+    )
+
+
+def _append_event(conn: sqlite3.Connection, run_id: str, event: EventRecord) -> int:
+    cur = conn.execute(
+        "INSERT INTO events (run_id, doc) VALUES (?, ?)",
+        (run_id, event.model_dump_json(exclude_none=True)),
+    )
+    return int(cur.lastrowid or 0)
+
+
+class SqliteStateStore(StateStore):
+    """State store in one SQLite file (``:memory:`` is not supported: threads need one file)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        conn = self._conn()
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(_SCHEMA)
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, timeout=60.0, check_same_thread=False
+            )
+            # NORMAL is durable across process crashes in WAL mode (only an OS crash can lose
+            # the last transactions), which is the failure the embedded runtime must survive.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=60000")
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite: {exc}") from exc
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                conn.execute("ROLLBACK")
+                raise StoreError(f"sqlite: {exc}") from exc
+
+    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
+        try:
+            return self._conn().execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite: {exc}") from exc
+
+    # -- runs -------------------------------------------------------------------------------
+    def create_run(self, run, nodes, instances):
+        with self._write() as c:
+            if run.idempotency_key is not None:
+                row = c.execute(
+                    "SELECT doc FROM runs WHERE idem_key = ?", (run.idempotency_key,)
+                ).fetchone()
+                if row is not None:
+                    existing = RunRecord.model_validate_json(row[0])
+                    if existing.spec_hash != run.spec_hash:
+                        raise IdempotencyConflict(existing.id)
+                    return existing, False
+            c.execute(
+                "INSERT INTO runs VALUES (?, ?, ?)",
+                (run.id, run.idempotency_key, run.model_dump_json()),
+            )
+            tx = _SqliteTx(c, run.id)
+            for node in nodes:
+                tx.put_node(node)
+            for inst in instances:
+                tx.put_instance(inst)
+            tx.add_outbox([i.instance_id for i in instances])
+            tx.event(EventRecord(type="run.submitted", time=run.created_at, status="pending"))
+        return run, True
+
+    def get_run(self, run_id: str) -> RunRecord:
+        rows = self._read("SELECT doc FROM runs WHERE id = ?", (run_id,))
+        if not rows:
+            raise NotFound(f"no run {run_id!r}")
+        return RunRecord.model_validate_json(rows[0][0])
+
+    def nodes(self, run_id: str) -> list[NodeRecord]:
+        rows = self._read("SELECT doc FROM nodes WHERE run_id = ?", (run_id,))
+        return [NodeRecord.model_validate_json(r[0]) for r in rows]
+
+    def instances(self, run_id: str) -> list[InstanceRecord]:
+        rows = self._read(
+            "SELECT doc FROM instances WHERE run_id = ? ORDER BY node_id, seq", (run_id,)
+        )
+        return [InstanceRecord.model_validate_json(r[0]) for r in rows]
+
+    def instance(self, run_id: str, instance_id: str) -> InstanceRecord:
+        rows = self._read(
+            "SELECT doc FROM instances WHERE run_id = ? AND instance_id = ?", (run_id, instance_id)
+        )
+        if not rows:
+            raise NotFound(f"no instance {instance_id!r} in run {run_id!r}")
+        return InstanceRecord.model_validate_json(rows[0][0])
+
+    @contextmanager
+    def transaction(self, run_id: str) -> Iterator[RunTx]:
+        with self._write() as c:
+            yield _SqliteTx(c, run_id)
+
+    # -- results ----------------------------------------------------------------------------
+    def get_result(self, key: str) -> ResultRecord | None:
+        rows = self._read("SELECT doc FROM results WHERE key = ?", (key,))
+        return ResultRecord.model_validate_json(rows[0][0]) if rows else None
+
+    def put_result(self, result: ResultRecord) -> ResultRecord:
+        with self._write() as c:
+            row = c.execute("SELECT doc FROM results WHERE key = ?", (result.key,)).fetchone()
+            if row is not None:
+                return ResultRecord.model_validate_json(row[0])
+            c.execute("INSERT INTO results VALUES (?, ?)", (result.key, result.model_dump_json()))
+        return result
+
+    # -- claims -----------------------------------------------------------------------------
+    def claim(self, key: str, owner: str, ttl: float) -> bool:
+        return self._take("claims", key, owner, ttl)
+
+    def try_lock(self, name: str, owner: str, ttl: float) -> bool:
+        return self._take("locks", name, owner, ttl)
+
+    def _take(self, table: str, key: str, owner: str, ttl: float) -> bool:
+        """Insert-or-steal a lease row in ``claims`` or ``locks`` (both keyed by ``key``)."""
+        now = time.time()
+        with self._write() as c:
+            row = c.execute(f"SELECT owner, expires FROM {table} WHERE key = ?", (key,)).fetchone()
+            if row is not None and row[0] != owner and row[1] > now:
+                return False
+            c.execute(f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?)", (key, owner, now + ttl))
+        return True
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        with self._write() as c:
+            cur = c.execute(
+                "UPDATE claims SET expires = ? WHERE key = ? AND owner = ?",
+                (time.time() + ttl, key, owner),
+            )
+            return cur.rowcount == 1
+
+    def release(self, key: str, owner: str) -> None:
+        with self._write() as c:
+            c.execute("DELETE FROM claims WHERE key = ? AND owner = ?", (key, owner))
+
+    def lease_remaining(self, key: str) -> float:
+        rows = self._read("SELECT expires FROM claims WHERE key = ?", (key,))
+        return max(0.0, rows[0][0] - time.time()) if rows else 0.0
+
+    # -- outbox -----------------------------------------------------------------------------
+    def outbox(self, older_than: float = 0.0, limit: int = 1000) -> list[tuple[str, str]]:
+        rows = self._read(
+            "SELECT run_id, instance_id FROM outbox WHERE at <= ? ORDER BY at LIMIT ?",
+            (time.time() - older_than, limit),
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def clear_outbox(self, entries: Sequence[tuple[str, str]]) -> None:
+        if not entries:
+            return
+        with self._write() as c:
+            c.executemany("DELETE FROM outbox WHERE run_id = ? AND instance_id = ?", entries)
+
+    # -- events -----------------------------------------------------------------------------
+    def append_event(self, run_id: str, event: EventRecord) -> int:
+        with self._write() as c:
+            return _append_event(c, run_id, event)
+
+    def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
+        rows = self._read(
+            "SELECT id, doc FROM events WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
+            (run_id, after, limit),
+        )
+        return [
+            Event(id=r[0], run_id=run_id, **EventRecord.model_validate_json(r[1]).model_dump())
+            for r in rows
+        ]
+
+    def close(self) -> None:
+        with self._all_lock:
+            for conn in self._all:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._all.clear()
+        self._local = threading.local()
