@@ -1,0 +1,115 @@
+"""Finding evaluators by name: built-ins, user evaluators, caching, and the package's exports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import genloop.evaluators as package
+import pytest
+from genloop.evaluators import Evaluator, Scores, evaluator, get_evaluator, register_evaluator
+from genloop.evaluators.registry import default_registry
+from genloop.sdk.errors import Permanent
+from PIL import Image, ImageStat
+
+
+def test_all_is_true():
+    for name in package.__all__:
+        assert getattr(package, name) is not None, name
+    public = {
+        name
+        for name, value in vars(package).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    assert public - {"annotations", "Any"} <= set(package.__all__)
+
+
+def test_importing_the_package_loads_no_model_library():
+    code = "import sys, genloop.evaluators; print('torch' in sys.modules or 'open_clip' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_get_builds_once_per_name_device_and_options(registry):
+    first = registry.get("clip", "cpu")
+    assert registry.get("clip", "cpu") is first
+    assert registry.get("clip", "cpu", seed=1) is not first
+    assert first.identity == "clip:tiny-clip-v1"
+
+
+def test_default_device_is_cpu_without_cuda(registry, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert registry.get("clip").device == "cpu"
+    assert registry.get("clip") is registry.get("clip", "cpu")
+
+
+def test_unknown_name_lists_known_ones(registry):
+    with pytest.raises(
+        Permanent, match=r"unknown evaluator 'clipp'.*aesthetic, clip, composite, hf-clip"
+    ):
+        registry.get("clipp")
+
+
+def test_decorated_function_is_found_by_name(registry, images):
+    @evaluator("brightness", version="2", needs_text=False, registry=registry)
+    def brightness(batch, text):
+        return [ImageStat.Stat(im.convert("L")).mean[0] for im in batch]
+
+    judge = registry.get("brightness")
+    scores = judge.score(images[:4], "")  # needs_text=False: an empty prompt is fine
+    assert judge.identity == "brightness:2"
+    assert scores.values[2] > scores.values[0] > scores.values[3]  # white > red > black
+    assert brightness is not judge  # the decorator returns the function itself
+
+
+def test_decorated_class_gets_device_and_options(registry, images):
+    @evaluator("width", registry=registry)
+    class Width(Evaluator):
+        def __init__(self, device: str, scale: float = 1.0) -> None:
+            self.device, self.scale, self.identity = device, scale, f"width:{scale}"
+
+        def _score(self, batch, text):
+            return Scores(values=[im.width * self.scale for im in batch], evaluator=self.identity)
+
+    judge = registry.get("width", "cpu", scale=2.0)
+    assert judge.score(images[:2], "x").values == [96.0, 98.0]
+
+
+def test_user_function_returning_wrong_count_is_permanent(registry, images):
+    evaluator("broken", registry=registry)(lambda batch, text: [1.0])
+    with pytest.raises(Permanent, match="returned 1 scores for 3 images"):
+        registry.get("broken").score(images[:3], "x")
+
+
+def test_duplicate_name_needs_replace(registry):
+    registry.register("mine", lambda device: None)
+    with pytest.raises(Permanent, match="already registered"):
+        registry.register("mine", lambda device: None)
+    registry.register("mine", lambda device: None, replace=True)
+
+
+def test_factory_must_return_an_evaluator(registry):
+    registry.register("bad", lambda device: "not an evaluator")
+    with pytest.raises(Permanent, match="not an Evaluator"):
+        registry.get("bad")
+
+
+def test_default_registry_functions(images):
+    name = "test-default-constant"
+    try:
+        register_evaluator(name, lambda device: _Constant(device))
+        assert get_evaluator(name, "cpu").score(images[:2], "x").values == [7.0, 7.0]
+    finally:
+        default_registry().unregister(name)
+    assert name not in default_registry().names()
+
+
+class _Constant(Evaluator):
+    def __init__(self, device: str) -> None:
+        self.device, self.identity = device, "constant:1"
+
+    def _score(self, batch: list[Image.Image], text: str) -> Scores:
+        return Scores(values=[7.0] * len(batch), evaluator=self.identity)
