@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dramatiq
-from dramatiq.middleware import CurrentMessage
+from dramatiq.middleware import CurrentMessage, Retries
 
 from genloop.sdk.errors import Cancelled, Permanent
 
@@ -84,7 +84,9 @@ def wire(
     )
     if not any(isinstance(m, CurrentMessage) for m in broker.middleware):
         broker.add_middleware(CurrentMessage())
-    broker.add_middleware(AttemptOutcomes(scheduler, ACTOR_PREFIX))
+    # Dramatiq runs after_* hooks in reverse order: placed before Retries, AttemptOutcomes sees
+    # each message after Retries has decided between a retry and a failure.
+    broker.add_middleware(AttemptOutcomes(scheduler, ACTOR_PREFIX), before=Retries)
     for queue in queues:
         enqueue.actors[queue] = dramatiq.actor(
             executor, actor_name=actor_name(queue), queue_name=queue, broker=broker,

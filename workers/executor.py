@@ -98,13 +98,15 @@ class Executor:
         if stored is not None:
             self.scheduler.succeeded(run_id, instance_id, stored, cached=True)
             return
-        if not self.store.claim(key, self.owner, self.lease_ttl):
+        # One lease token per execution: two threads of this process are two claimants.
+        owner = f"{self.owner}/{uuid.uuid4().hex[:8]}"
+        if not self.store.claim(key, owner, self.lease_ttl):
             delay = max(self.store.lease_remaining(key), 0.05)
             log.debug("%s/%s: key %s is leased elsewhere; looking again in %.2fs",
                       run_id, instance_id, key[:12], delay)
             self._requeue(inst, delay)
             return
-        with _Lease(self.store, key, self.owner, self.lease_ttl):
+        with _Lease(self.store, key, owner, self.lease_ttl):
             # Checked again under the lease: the holder before us may have just stored it.
             stored = self.store.get_result(key)
             if stored is None:

@@ -1,8 +1,9 @@
 """Records the outcome of each failed attempt once Dramatiq's Retries middleware has decided.
 
-It must come after ``Retries`` in the middleware list: Retries marks the message failed when
+Its ``after_process_message`` must run after Retries' one, which marks the message failed when
 the error is one of the actor's ``throws`` (Permanent, Cancelled) or the retries are used up,
-and otherwise re-enqueues it.
+and otherwise re-enqueues it. Dramatiq calls after-hooks in reverse order, so this middleware is
+added *before* Retries in the list.
 """
 
 from __future__ import annotations

@@ -1,0 +1,34 @@
+"""Shared fixtures: an embedded client per test, one resident set of models per session."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import genloop_test_ops  # noqa: E402,F401  (registers the ops the tests use)
+
+
+@pytest.fixture(scope="session")
+def resources():
+    """Models load once per test session, as they would once per worker process."""
+    from genloop.workers.resources import Resources
+
+    return Resources(device="cpu")
+
+
+@pytest.fixture
+def client(tmp_path, resources):
+    from genloop.sdk import Client
+
+    with Client.local(home=tmp_path / "home", threads=4, resources=resources,
+                      lease_ttl=5.0) as c:
+        yield c
+
+
+@pytest.fixture
+def runtime(client):
+    return client.backend.runtime

@@ -1,0 +1,172 @@
+"""The state store contract: every store implementation must pass all of it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from genloop.sdk import NotFound, RunStatus
+from genloop.sdk.models import NodeStatus
+from genloop.workers.stores import (
+    EventRecord,
+    IdempotencyConflict,
+    InstanceRecord,
+    NodeRecord,
+    ResultRecord,
+    RunRecord,
+)
+
+
+def _run(run_id="r1", key=None, spec_hash="h1", nodes=1):
+    return RunRecord(id=run_id, spec={}, graph={}, spec_hash=spec_hash, idempotency_key=key,
+                     pending_nodes=nodes, created_at=time.time())
+
+
+def _create(store, run_id="r1", key=None, spec_hash="h1"):
+    run = _run(run_id, key, spec_hash)
+    node = NodeRecord(run_id=run_id, node_id="a", pending_instances=2)
+    insts = [InstanceRecord(run_id=run_id, instance_id=f"a#{i}", node_id="a", seq=i)
+             for i in (1, 0)]
+    return store.create_run(run, [node], insts)
+
+
+def test_create_and_read_back_a_run(store):
+    run, created = _create(store)
+
+    assert created
+    assert store.get_run("r1") == run
+    assert [n.node_id for n in store.nodes("r1")] == ["a"]
+    assert store.instance("r1", "a#0").seq == 0
+    assert sorted(store.outbox()) == [("r1", "a#0"), ("r1", "a#1")]
+    assert [e.type for e in store.events("r1")] == ["run.submitted"]
+
+
+def test_missing_things_raise_not_found(store):
+    with pytest.raises(NotFound):
+        store.get_run("nope")
+    _create(store)
+    with pytest.raises(NotFound):
+        store.instance("r1", "nope")
+    with pytest.raises(NotFound), store.transaction("r1") as tx:
+        tx.node("nope")
+
+
+def test_idempotency_key_reuses_or_conflicts(store):
+    first, _ = _create(store, "r1", key="k")
+
+    again, created = _create(store, "r2", key="k")
+    assert not created and again.id == first.id
+    with pytest.raises(NotFound):
+        store.get_run("r2")
+    with pytest.raises(IdempotencyConflict):
+        _create(store, "r3", key="k", spec_hash="other")
+
+
+def test_transaction_commits_together_and_rolls_back_on_error(store):
+    _create(store)
+    with store.transaction("r1") as tx:
+        run = tx.run()
+        run.status = RunStatus.RUNNING
+        tx.put_run(run)
+        tx.event(EventRecord(type="x", time=1.0))
+    assert store.get_run("r1").status == RunStatus.RUNNING
+
+    with pytest.raises(RuntimeError), store.transaction("r1") as tx:
+        run = tx.run()
+        run.status = RunStatus.FAILED
+        tx.put_run(run)
+        tx.add_outbox(["zzz"])
+        raise RuntimeError("boom")
+    assert store.get_run("r1").status == RunStatus.RUNNING
+    assert ("r1", "zzz") not in store.outbox()
+
+
+def test_instances_come_back_in_seq_order(store):
+    _create(store)
+    with store.transaction("r1") as tx:
+        assert [i.instance_id for i in tx.instances("a")] == ["a#0", "a#1"]
+
+
+def test_transactions_on_one_run_are_serializable(store):
+    """Many threads decrementing one counter read-modify-write: no update is lost."""
+    _create(store)
+
+    def decrement():
+        for _ in range(10):
+            with store.transaction("r1") as tx:
+                node = tx.node("a")
+                node.pending_instances -= 1
+                tx.put_node(node)
+
+    threads = [threading.Thread(target=decrement) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.nodes("r1")[0].pending_instances == 2 - 40
+
+
+def test_first_result_wins(store):
+    a = ResultRecord(key="k", op="x", items=[1], created_at=1.0)
+    b = ResultRecord(key="k", op="x", items=[2], created_at=2.0)
+
+    assert store.get_result("k") is None
+    assert store.put_result(a) == a
+    assert store.put_result(b) == a
+    assert store.get_result("k").items == [1]
+
+
+def test_claims_are_exclusive_until_released_or_expired(store):
+    assert store.claim("k", "w1", ttl=5)
+    assert not store.claim("k", "w2", ttl=5)
+    assert 0 < store.lease_remaining("k") <= 5
+    assert store.renew("k", "w1", ttl=5)
+    assert not store.renew("k", "w2", ttl=5)
+
+    store.release("k", "w2")  # not the holder: no effect
+    assert not store.claim("k", "w2", ttl=5)
+    store.release("k", "w1")
+    assert store.lease_remaining("k") == 0
+    assert store.claim("k", "w2", ttl=0.05)
+    time.sleep(0.1)
+    assert store.claim("k", "w3", ttl=5)
+
+
+def test_locks_are_exclusive(store):
+    assert store.try_lock("sweeper", "a", ttl=5)
+    assert store.try_lock("sweeper", "a", ttl=5)
+    assert not store.try_lock("sweeper", "b", ttl=5)
+
+
+def test_outbox_age_and_clear(store):
+    _create(store)
+    assert store.outbox(older_than=60) == []
+    store.clear_outbox([("r1", "a#0")])
+    assert store.outbox() == [("r1", "a#1")]
+
+
+def test_events_have_increasing_ids_and_resume_after_an_id(store):
+    _create(store)
+    ids = [store.append_event("r1", EventRecord(type="progress", time=1.0, step=i, total=3))
+           for i in range(3)]
+
+    assert ids == sorted(ids)
+    events = store.events("r1")
+    assert [e.type for e in events] == ["run.submitted", "progress", "progress", "progress"]
+    after = store.events("r1", after=events[1].id)
+    assert [e.step for e in after] == [1, 2]
+    assert store.events("r1", after=events[-1].id) == []
+    assert [e.step for e in store.events("r1", after=0, limit=2)][1] == 0
+
+
+def test_status_values_round_trip(store):
+    _create(store)
+    with store.transaction("r1") as tx:
+        inst = tx.instance("a#0")
+        inst.status = NodeStatus.SUCCEEDED
+        inst.result_key = "k"
+        tx.put_instance(inst)
+    assert store.instance("r1", "a#0").status == NodeStatus.SUCCEEDED
+    assert store.instances("r1")[0].result_key == "k"

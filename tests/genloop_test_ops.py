@@ -1,0 +1,79 @@
+"""Ops the tests use: counting, flaky, failing and slow ones.
+
+Executions are counted in a file per test (``params.log``), so a count survives the process
+(the crash test) and cannot be faked by in-process state.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from genloop.workers import OpContext, Permanent, Transient, op
+
+
+class Value(BaseModel):
+    value: int
+
+
+class CountParams(BaseModel):
+    log: str
+    value: int = 0
+    fail_times: int = 0
+    fail_when: int | None = None
+    permanent: bool = False
+    sleep: float = 0.0
+
+
+def record(log: str, line: str) -> int:
+    """Append ``line`` to the log and return how many lines carry it now."""
+    path = Path(log)
+    with path.open("a") as f:
+        f.write(line + "\n")
+    return path.read_text().splitlines().count(line)
+
+
+def executions(log: str, line: str | None = None) -> int:
+    path = Path(log)
+    if not path.exists():
+        return 0
+    lines = path.read_text().splitlines()
+    return len(lines) if line is None else lines.count(line)
+
+
+@op("test-count", params=CountParams, output=Value, min_backoff=0.01, max_backoff=0.05)
+def count(params: CountParams, inputs: list, ctx: OpContext) -> Value:
+    """Counts executions; fails the first ``fail_times`` attempts; sleeps checking cancel."""
+    n = record(params.log, f"{ctx.node_id}:{params.value}")
+    deadline = time.monotonic() + params.sleep
+    while time.monotonic() < deadline:
+        ctx.check_cancelled()
+        time.sleep(0.01)
+    if n <= params.fail_times:
+        raise (Permanent if params.permanent else Transient)(f"planned failure {n}")
+    return Value(value=params.value + sum(i.value for i in inputs if isinstance(i, Value)))
+
+
+@op("test-items", params=CountParams, output=Value)
+def items(params: CountParams, inputs: list, ctx: OpContext) -> list[Value]:
+    """``value`` items 0 .. value - 1."""
+    record(params.log, f"{ctx.node_id}:items")
+    return [Value(value=i) for i in range(params.value)]
+
+
+@op("test-each", params=CountParams, output=Value, min_backoff=0.01, max_backoff=0.05)
+def each(params: CountParams, inputs: list, ctx: OpContext) -> Value:
+    """A mapped op: doubles its item; always fails on item ``fail_when``."""
+    (item,) = inputs
+    record(params.log, f"{ctx.node_id}:{item.value}")
+    if params.fail_when == item.value:
+        raise Transient(f"item {item.value} always fails")
+    return Value(value=2 * item.value)
+
+
+@op("test-sum", params=CountParams, output=Value)
+def total(params: CountParams, inputs: list, ctx: OpContext) -> Value:
+    record(params.log, f"{ctx.node_id}:sum")
+    return Value(value=sum(i.value for i in inputs))

@@ -1,0 +1,99 @@
+"""Graphs and loops: building, validation (every problem at once), JSON round trips."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import TypeAdapter
+
+from genloop.sdk import Graph, GraphError, Loop, RunSpec, graph_problems, validate_graph
+from genloop.sdk.validation import MAX_NODES_PER_GRAPH, builtin_ops
+
+
+def test_builder_graph_round_trips_through_json():
+    g = Graph()
+    gen = g.generate("a red sneaker", n=8, seed=3, model="tiny", steps=2)
+    sc = g.score(gen, text="a red sneaker")
+    top = g.select(sc, top_k=2, min_success=6)
+    g.add("my-op", inputs=[top], params={"k": 1}, max_retries=2)
+
+    again = Graph.model_validate_json(g.model_dump_json())
+
+    assert again == g
+    assert g.node(top).min_success == 6
+    assert g.node(gen).params == {"steps": 2, "prompt": "a red sneaker", "n": 8, "seed": 3,
+                                  "model": "tiny"}
+
+
+def test_run_spec_tells_graphs_and_loops_apart():
+    adapter = TypeAdapter(RunSpec)
+    assert isinstance(adapter.validate_json(Loop(prompt="x").model_dump_json()), Loop)
+    assert isinstance(adapter.validate_json('{"kind": "graph", "nodes": []}'), Graph)
+
+
+def test_valid_graph_has_no_problems():
+    g = Graph()
+    g.select(g.score(g.generate("p", n=4), text="p"), top_k=1)
+    assert graph_problems(g, builtin_ops()) == []
+
+
+def test_every_problem_is_reported_at_once_with_its_node():
+    g = Graph()
+    g.add("generate", id="a", params={"prompt": "p", "n": 0, "bogus": 1})
+    g.add("select", id="b", inputs=["missing"])
+    g.add("nope", id="c")
+    g.add("select", id="d", inputs=["e"])
+    g.add("select", id="e", inputs=["d"])
+    g.add("select", id="f", inputs=["a", "b"], map=True)
+    g.add("select", id="g", inputs=["a"], min_backoff=5, max_backoff=1)
+    g.nodes.append(g.node("c").model_copy())
+
+    with pytest.raises(GraphError) as err:
+        validate_graph(g, builtin_ops())
+
+    by_node = {(p.node_id, p.message.split(":")[0]) for p in err.value.problems}
+    assert ("a", "params.n") in by_node
+    assert ("a", "params.bogus") in by_node
+    assert ("b", "input 'missing' is not a node of this graph") in by_node
+    assert any(n == "c" and m.startswith("unknown op") for n, m in by_node)
+    assert ("c", "duplicate node id") in by_node
+    assert any(m == "cycle" for _, m in by_node)
+    assert ("f", "map=True needs exactly one input to map over") in by_node
+    assert ("g", "min_backoff is larger than max_backoff") in by_node
+    assert "problem(s)" in str(err.value)
+
+
+def test_limits_are_enforced():
+    empty = Graph()
+    assert [p.message for p in graph_problems(empty)] == ["the graph has no nodes"]
+
+    big = Graph()
+    for i in range(MAX_NODES_PER_GRAPH + 1):
+        big.add("select", id=f"n{i}")
+    assert any("at most" in p.message for p in graph_problems(big))
+
+    many = Graph()
+    many.generate("p", n=10_000)
+    assert any("params.n" in p.message for p in graph_problems(many, builtin_ops()))
+
+
+def test_self_reference_is_a_problem():
+    g = Graph()
+    g.add("select", id="a", inputs=["a"])
+    assert any(p.message == "a node cannot be its own input" for p in graph_problems(g))
+
+
+def test_loop_compiles_to_unrolled_rounds():
+    g = Loop(prompt="a cat", candidates=4, rounds=3, target=30.0, steps=2).compile()
+
+    ids = [n.id for n in g.nodes]
+    assert ids == [
+        "round-1/generate", "round-1/score", "round-1/refine",
+        "round-2/generate", "round-2/score", "round-2/refine",
+        "round-3/generate", "round-3/score",
+    ]
+    assert g.node("round-2/generate").map and g.node("round-2/generate").inputs == [
+        "round-1/refine"]
+    assert g.node("round-2/refine").inputs == ["round-1/score", "round-2/score"]
+    assert g.node("round-1/refine").params["target"] == 30.0
+    assert g.node("round-1/refine").min_success == 1
+    assert graph_problems(g, builtin_ops()) == []
