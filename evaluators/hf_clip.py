@@ -9,6 +9,8 @@ is the clamp, per image here and on the batch mean there (see :mod:`genloop.eval
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 
 import torch
@@ -17,6 +19,8 @@ from PIL import Image
 
 from .base import fingerprint
 from .embedding import EmbeddingEvaluator, resolve_device, resolve_dtype
+
+logger = logging.getLogger(__name__)
 
 _WEIGHT_FILES = ("*.safetensors", "*.bin", "config.json", "*processor*.json", "tokenizer*.json")
 
@@ -47,6 +51,7 @@ class HFClipEvaluator(EmbeddingEvaluator):
         )
         from transformers import CLIPModel, CLIPProcessor
 
+        started = time.perf_counter()
         try:
             model = CLIPModel.from_pretrained(folder, dtype=self.dtype)
             self.processor = CLIPProcessor.from_pretrained(folder)
@@ -56,6 +61,13 @@ class HFClipEvaluator(EmbeddingEvaluator):
         self.embed_dim = int(model.config.projection_dim)
         self.max_length = int(model.config.text_config.max_position_embeddings)
         self.identity = f"hf-clip:{folder.name}@{fingerprint(folder, patterns=_WEIGHT_FILES)}"
+        logger.info(
+            "loaded %s on %s (%s) in %.2fs",
+            self.identity,
+            self.device,
+            self.dtype,
+            time.perf_counter() - started,
+        )
 
     def _encode_images(self, images: list[Image.Image]) -> torch.Tensor:
         pixels = self.processor(images=images, return_tensors="pt")["pixel_values"]

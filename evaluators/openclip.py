@@ -14,9 +14,11 @@ download. Their scores rank nothing meaningfully; their code path is the product
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import open_clip
@@ -48,6 +50,8 @@ TINY_CONFIGS: dict[str, dict[str, object]] = {
         },
     },
 }
+
+logger = logging.getLogger(__name__)
 
 _PRECISIONS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 _config_lock = threading.Lock()
@@ -101,6 +105,7 @@ class OpenClipEvaluator(EmbeddingEvaluator):
         self.model_name = model
         self.pretrained = pretrained
         self.identity = _identity(model, pretrained, seed)
+        started = time.perf_counter()
         try:
             # Random initialisation draws from the global generator; fork it so that building a
             # judge neither depends on nor disturbs the caller's random state.
@@ -119,6 +124,13 @@ class OpenClipEvaluator(EmbeddingEvaluator):
             ) from exc
         self.model = clip.eval()
         self.embed_dim = getattr(clip.visual, "output_dim", None)
+        logger.info(
+            "loaded %s on %s (%s) in %.2fs",
+            self.identity,
+            self.device,
+            self.dtype,
+            time.perf_counter() - started,
+        )
         self.preprocess = preprocess
 
     def _encode_images(self, images: list[Image.Image]) -> torch.Tensor:

@@ -134,3 +134,18 @@ def test_local_checkpoint_identity_follows_file_content(clip_judge, tmp_path, im
     assert loaded.score(images, "noise").values == pytest.approx(
         clip_judge.score(images, "noise").values, abs=1e-5
     )
+
+
+def test_explicit_dtype_is_used(images, clip_judge):
+    judge = OpenClipEvaluator("tiny-clip-v1", device="cpu", dtype=torch.bfloat16)
+    assert judge.model.visual.conv1.weight.dtype == torch.bfloat16  # open_clip keeps some in fp32
+    reference = clip_judge.score(images, "a red square").values
+    assert judge.score(images, "a red square").values == pytest.approx(reference, abs=2.0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_defaults_to_fp16_and_agrees_with_cpu(images, clip_judge):
+    judge = OpenClipEvaluator("tiny-clip-v1")  # device None picks CUDA when present
+    assert judge.device == "cuda" and judge.dtype == torch.float16
+    scores = judge.score(images, "a red square")
+    assert scores.values == pytest.approx(clip_judge.score(images, "a red square").values, abs=0.5)
