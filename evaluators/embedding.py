@@ -12,9 +12,10 @@ ranking needs (a batch mean would hide which candidate was good).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from genloop.sdk.errors import Permanent, Transient
@@ -121,17 +122,12 @@ class EmbeddingEvaluator(Evaluator):
         return [Scores(values=v, embeddings=embeddings, evaluator=self.identity) for v in values]
 
 
-class _translate_torch_errors:
-    """Out-of-memory is worth a retry (the device may free up); decoding errors are not."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> bool:
-        if isinstance(exc, torch.OutOfMemoryError):
-            raise Transient(f"out of device memory while scoring: {exc}") from exc
-        if isinstance(exc, (OSError, SyntaxError)):
-            raise Permanent(f"an image could not be decoded: {exc}") from exc
-        return False
+@contextlib.contextmanager
+def _translate_torch_errors() -> Iterator[None]:
+    """Out-of-memory is worth a retry (the device may free up); undecodable pixels are not."""
+    try:
+        yield
+    except torch.OutOfMemoryError as exc:
+        raise Transient(f"out of device memory while scoring: {exc}") from exc
+    except (OSError, SyntaxError) as exc:
+        raise Permanent(f"an image could not be decoded: {exc}") from exc

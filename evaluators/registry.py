@@ -36,8 +36,10 @@ class EvaluatorRegistry:
     def __init__(self) -> None:
         self._factories: dict[str, Factory] = {}
         self._instances: dict[tuple[str, str, str], Evaluator] = {}
-        # Re-entrant: a composite's factory calls get() for its parts while get() holds the lock.
-        self._lock = threading.RLock()
+        # One lock for the maps, held briefly; one per key, held while that model loads, so a
+        # slow load neither blocks scoring with models already built nor happens twice.
+        self._lock = threading.Lock()
+        self._building: dict[tuple[str, str, str], threading.Lock] = {}
 
     def register(self, name: str, factory: Factory, *, replace: bool = False) -> None:
         """Make ``factory`` reachable as ``name``; ``replace=True`` to override an existing one."""
@@ -69,19 +71,30 @@ class EvaluatorRegistry:
         ``clip``: ``model``, ``pretrained``, ``dtype``...) and are part of the cache key.
         """
         with self._lock:
-            if name not in self._factories:
-                known = ", ".join(self.names()) or "none"
-                raise Permanent(f"unknown evaluator {name!r}; known evaluators: {known}")
-            resolved = _default_device() if device is None else str(device)
-            key = (name, resolved, json.dumps(options, sort_keys=True, default=repr))
-            if key not in self._instances:
-                built = self._factories[name](resolved, **options)
-                if not isinstance(built, Evaluator):
-                    raise Permanent(
-                        f"factory of {name!r} returned {type(built).__name__}, not an Evaluator"
-                    )
-                self._instances[key] = built
-            return self._instances[key]
+            factory = self._factories.get(name)
+            known = ", ".join(sorted(self._factories)) or "none"
+        if factory is None:
+            raise Permanent(f"unknown evaluator {name!r}; known evaluators: {known}")
+        resolved = _default_device() if device is None else str(device)
+        key = (name, resolved, json.dumps(options, sort_keys=True, default=repr))
+        with self._lock:
+            if key in self._instances:
+                return self._instances[key]
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            with self._lock:
+                if key in self._instances:  # another thread built it while we waited
+                    return self._instances[key]
+            built = factory(resolved, **options)
+            if not isinstance(built, Evaluator):
+                raise Permanent(
+                    f"factory of {name!r} returned {type(built).__name__}, not an Evaluator"
+                )
+            with self._lock:
+                if self._factories.get(name) is factory:  # not replaced while it loaded
+                    self._instances[key] = built
+                self._building.pop(key, None)
+            return built
 
     def clear_cache(self) -> None:
         """Drop every built evaluator (and its model); factories stay registered."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from genloop.evaluators import OpenClipEvaluator, Scores
-from genloop.sdk.errors import Permanent
+from genloop.sdk.errors import Permanent, Transient
+from PIL import Image
 
 
 def hand_scores(judge: OpenClipEvaluator, images, text: str) -> torch.Tensor:
@@ -149,3 +150,23 @@ def test_cuda_defaults_to_fp16_and_agrees_with_cpu(images, clip_judge):
     assert judge.device == "cuda" and judge.dtype == torch.float16
     scores = judge.score(images, "a red square")
     assert scores.values == pytest.approx(clip_judge.score(images, "a red square").values, abs=0.5)
+
+
+def test_truncated_lazy_image_is_permanent(clip_judge, images, tmp_path):
+    # A PIL image opened from a truncated file only fails when its pixels are read.
+    path = tmp_path / "cut.png"
+    images[6].save(path)
+    path.write_bytes(path.read_bytes()[:200])
+    lazy = Image.open(path)
+    with pytest.raises(Permanent, match="could not be decoded"):
+        clip_judge.score([images[0], lazy], "a red square")
+
+
+def test_out_of_memory_is_transient(clip_judge, images, monkeypatch):
+    def oom(pixels):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    judge = OpenClipEvaluator("tiny-clip-v1", device="cpu")
+    monkeypatch.setattr(judge.model, "encode_image", oom)
+    with pytest.raises(Transient, match="out of device memory"):
+        judge.score(images, "a red square")

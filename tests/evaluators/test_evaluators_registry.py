@@ -113,3 +113,35 @@ class _Constant(Evaluator):
 
     def _score(self, batch: list[Image.Image], text: str) -> Scores:
         return Scores(values=[7.0] * len(batch), evaluator=self.identity)
+
+
+def test_concurrent_gets_build_once_and_do_not_block_built_ones(registry):
+    import threading
+    import time
+
+    started, release, builds = threading.Event(), threading.Event(), []
+
+    def slow(device: str) -> Evaluator:
+        builds.append(device)
+        started.set()
+        release.wait(5)
+        return _Constant(device)
+
+    registry.register("slow", slow)
+    registry.register("fast", lambda device: _Constant(device))
+    fast = registry.get("fast", "cpu")
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(registry.get("slow", "cpu")))
+        for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    assert started.wait(5)
+    t0 = time.perf_counter()
+    assert registry.get("fast", "cpu") is fast  # served while "slow" is still loading
+    assert time.perf_counter() - t0 < 1
+    release.set()
+    for thread in threads:
+        thread.join(5)
+    assert len(builds) == 1 and len(results) == 3 and len({id(r) for r in results}) == 1
