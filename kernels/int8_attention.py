@@ -165,7 +165,7 @@ def _check_bhnd(name: str, x: torch.Tensor) -> None:
     if x.dtype not in SUPPORTED_DTYPES:
         raise KernelInputError(
             f"{name} must be float16 or bfloat16, got {x.dtype}; cast it (x.half()) or use "
-            "genloop.kernels.attention, which falls back to PyTorch"
+            "genloop.kernels.int8_attention_or_sdpa, which falls back to PyTorch"
         )
     if x.stride(-1) != 1:
         raise KernelInputError(
@@ -187,13 +187,16 @@ def quantize_per_block(
     batch, heads, n_tokens, head_dim = x.shape
     if head_dim not in SUPPORTED_HEAD_DIMS:
         raise KernelInputError(f"head_dim must be one of {SUPPORTED_HEAD_DIMS}, got {head_dim}")
+    if block < 16 or block & (block - 1):
+        # tl.arange needs a power of two, and tl.dot tiles at least 16 rows.
+        raise KernelInputError(f"block must be a power of two >= 16, got {block}")
     if mean is not None and (
         mean.shape != (batch, heads, head_dim) or mean.dtype != torch.float32
-        or not mean.is_contiguous()
+        or not mean.is_contiguous() or mean.device != x.device
     ):
         raise KernelInputError(
-            f"mean must be contiguous float32 {(batch, heads, head_dim)}, got "
-            f"{mean.dtype} {tuple(mean.shape)}"
+            f"mean must be contiguous float32 {(batch, heads, head_dim)} on {x.device}, got "
+            f"{mean.dtype} {tuple(mean.shape)} on {mean.device}"
         )
     n_blocks = triton.cdiv(n_tokens, block)
     out = torch.empty((batch, heads, n_tokens, head_dim), dtype=torch.int8, device=x.device)
@@ -222,21 +225,24 @@ def int8_attention_quantized(
     batch, heads, n_kv, head_dim = v.shape
     n_q = q_i8.shape[2]
     for name, t, n in (("q_i8", q_i8, n_q), ("k_i8", k_i8, n_kv)):
-        if t.dtype != torch.int8 or not t.is_contiguous() or t.shape != (batch, heads, n, head_dim):
+        if (t.dtype != torch.int8 or not t.is_contiguous() or t.device != v.device
+                or t.shape != (batch, heads, n, head_dim)):
             raise KernelInputError(
-                f"{name} must be contiguous int8 {(batch, heads, n, head_dim)} from "
-                f"quantize_per_block, got {t.dtype} {tuple(t.shape)}"
+                f"{name} must be contiguous int8 {(batch, heads, n, head_dim)} on {v.device} "
+                f"from quantize_per_block, got {t.dtype} {tuple(t.shape)} on {t.device}"
             )
     n_q_blocks, n_kv_blocks = triton.cdiv(n_q, block_m), triton.cdiv(n_kv, block_n)
     for name, s, nb in (("q_scale", q_scale, n_q_blocks), ("k_scale", k_scale, n_kv_blocks)):
-        if s.dtype != torch.float32 or not s.is_contiguous() or s.shape != (batch, heads, nb):
+        if (s.dtype != torch.float32 or not s.is_contiguous() or s.device != v.device
+                or s.shape != (batch, heads, nb)):
             raise KernelInputError(
-                f"{name} must be contiguous float32 {(batch, heads, nb)} (one scale per block), "
-                f"got {s.dtype} {tuple(s.shape)}"
+                f"{name} must be contiguous float32 {(batch, heads, nb)} on {v.device} (one scale "
+                f"per block), got {s.dtype} {tuple(s.shape)} on {s.device}"
             )
     if out is None:
         out = torch.empty((batch, heads, n_q, head_dim), dtype=v.dtype, device=v.device)
-    elif out.shape != (batch, heads, n_q, head_dim) or out.dtype != v.dtype or out.stride(-1) != 1:
+    elif (out.shape != (batch, heads, n_q, head_dim) or out.dtype != v.dtype
+          or out.stride(-1) != 1 or out.device != v.device):
         raise KernelInputError(
             f"out must be {v.dtype} {(batch, heads, n_q, head_dim)} with stride(-1) == 1, got "
             f"{out.dtype} {tuple(out.shape)} strides {out.stride()}"

@@ -2,8 +2,8 @@
 
 PSNR bound for the UNet output (the predicted noise, treated as an image with the SDPA output's
 range as peak): INT8 attention + fused GroupNorm/SiLU must stay >= 65 dB from the plain fp16
-model. For scale, on this config: the plain fp16 model is 74 dB from the float32 one, and the
-kernels measure 72 dB from plain fp16 (73 dB from float32), so INT8 costs about what fp16 itself
+model. For scale, on this config: the plain fp16 model is 72 dB from the float32 one, and the
+kernels measure 71 dB from plain fp16 (72 dB from float32), so INT8 costs about what fp16 itself
 costs; 65 dB leaves a 2x margin in RMS error. A wiring bug (heads mixed up, SiLU applied twice, a
 missed transpose) lands far below; the kernels' own precision is pinned down in
 test_int8_attention.py and test_groupnorm_silu.py, not here.
@@ -26,12 +26,13 @@ PSNR_BOUND_DB = 65.0
 
 def _tiny_unet() -> UNet2DConditionModel:
     torch.manual_seed(0)
-    # Two heads of 64 channels at the first level and of 128 in the mid block: both head dims.
+    # One head of 64 channels at the first level and of 128 in the mid block: both head dims
+    # (several heads are covered by test_processor_matches_sdpa_processor_on_one_module).
     return UNet2DConditionModel(
-        sample_size=8, in_channels=4, out_channels=4, block_out_channels=(128, 256),
+        sample_size=8, in_channels=4, out_channels=4, block_out_channels=(64, 128),
         layers_per_block=1, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=64,
-        attention_head_dim=2, norm_num_groups=2,
+        attention_head_dim=1, norm_num_groups=2,
     ).eval()
 
 
