@@ -2,7 +2,7 @@
 
     from genloop.evaluators import get_evaluator, select_top_k_diverse
 
-    judge = get_evaluator("clip")                 # built on first use, then cached
+    judge = get_evaluator("clip", device="cpu")   # built on first use, then cached
     scores = judge.score(images, "a red bicycle") # Scores(values=[...], embeddings=[...])
     best = select_top_k_diverse(scores.values, scores.embeddings, k=4, diversity=0.5)
 

@@ -145,3 +145,14 @@ def test_concurrent_gets_build_once_and_do_not_block_built_ones(registry):
     for thread in threads:
         thread.join(5)
     assert len(builds) == 1 and len(results) == 3 and len({id(r) for r in results}) == 1
+
+
+def test_package_docstring_example(images):
+    # Mirrors the example at the top of genloop/evaluators/__init__.py.
+    from genloop.evaluators import get_evaluator, select_top_k_diverse
+
+    judge = get_evaluator("clip", "cpu")
+    scores = judge.score(images, "a red bicycle")
+    best = select_top_k_diverse(scores.values, scores.embeddings, k=4, diversity=0.5)
+    assert len(best) == 4 and best[0] == max(range(len(images)), key=scores.values.__getitem__)
+    assert get_evaluator("clip", "cpu") is judge
