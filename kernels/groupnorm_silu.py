@@ -78,7 +78,9 @@ def _apply_kernel(
     means = tl.load(mean_ptr + pid_ng * n_chunks + offs_k, mask=k_ok, other=0.0)
     m2s = tl.load(m2_ptr + pid_ng * n_chunks + offs_k, mask=k_ok, other=0.0)
     counts = tl.where(k_ok, tl.minimum(hw - offs_k * BLOCK_HW, BLOCK_HW) * CG, 0).to(tl.float32)
-    total = (hw * CG).to(tl.float32)
+    # "* 1.0" rather than .to(): Triton turns an int argument equal to 1 (a 1x1 image) into a
+    # constexpr, which has no .to().
+    total = hw * CG * 1.0
     mean = tl.sum(counts * means, axis=0) / total
     delta = means - mean
     var = tl.sum(m2s + counts * delta * delta, axis=0) / total

@@ -13,14 +13,18 @@ The math, per (batch, head):
 
 Hardware choices (Hopper H100/H200 is the target; sm80 works too): INT8 tensor-core MMA runs at
 twice the fp16 rate (~1979 vs ~989 dense TOPS on H100 SXM) and halves the bytes of Q and K moved
-into shared memory. Triton lowers ``tl.dot(int8, int8) -> int32`` to ``wgmma ... .s32.s8.s8`` on
-sm90, which needs both operands K-major in shared memory; loading K as (BLOCK_N, D) rows and
-transposing in registers (``tl.trans``) gives exactly that. BLOCK_M = 128 query rows is one 64-row
-wgmma tile per warpgroup with 8 warps (or two tiles with 4), BLOCK_N = 64 keys keeps the fp32
-accumulator (128 x D) plus the score tile inside the register file for D = 128 without spills.
-Three pipeline stages of (K int8 + V fp16) tiles use 3 x (8 + 16) KiB of shared memory at D = 128,
-far under Hopper's 228 KiB, which leaves room for two CTAs per SM. The quantization blocks are the
-same as the attention tiles, so every tile loads exactly one Q scale and one K scale.
+into shared memory. Compiled offline for sm_90a (see tests/kernels/test_gpu_compile.py), Triton
+lowers ``tl.dot(int8, int8) -> int32`` to ``wgmma.mma_async ... m64n64k32.s32.s8.s8`` and P·V to
+``wgmma ... m64nDk16.f32.f16.f16``; loading K as (BLOCK_N, D) rows and transposing with
+``tl.trans`` gives the K-major operand 8-bit wgmma requires. BLOCK_M = 128 query rows with
+8 warps is two warpgroups of one 64-row wgmma tile each. The limit is registers: the fp32
+accumulator (128 x D), the score tile (128 x BLOCK_N) and P live there. ptxas reports, for
+sm_90a: D = 64 at 8 warps 190 registers and no spill (at 4 warps: 255 and 224 bytes spilled);
+D = 128 at BLOCK_N = 64, 8 warps, 255 registers and 8 bytes spilled (BLOCK_N = 128 spills
+776 bytes, BLOCK_N = 32 spills none but halves the wgmma N). Shared memory is small (20 KiB at
+D = 64, 40 KiB at D = 128 with the pipeline stages), far under Hopper's 228 KiB. These are
+compile-time facts, not timings: benchmarks/kernels.py has the numbers when run on a GPU. The
+quantization blocks are the attention tiles, so each tile loads one Q scale and one K scale.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ LOG2E = 1.4426950408889634
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) per head_dim; see the module docstring for why.
 _CONFIGS: dict[int, tuple[int, int, int, int]] = {
-    64: (128, 64, 4, 4),
+    64: (128, 64, 8, 4),
     128: (128, 64, 8, 3),
 }
 
@@ -290,7 +294,7 @@ def int8_attention(
     block_m, block_n, num_warps, num_stages = _CONFIGS[head_dim]
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(head_dim)
-    k_mean = k.mean(dim=2, dtype=torch.float32)
+    k_mean = k.mean(dim=2, dtype=torch.float32).contiguous()
     q_i8, q_scale = quantize_per_block(q, block_m, multiplier=sm_scale * LOG2E)
     k_i8, k_scale = quantize_per_block(k, block_n, mean=k_mean)
     # empty_like keeps q's strides, so the (B, N, H, D)-transposed views diffusers makes come
