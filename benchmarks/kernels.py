@@ -3,6 +3,7 @@
     python benchmarks/kernels.py            # tables
     python benchmarks/kernels.py --json     # one JSON object
     python benchmarks/kernels.py --quick    # 1k/4k tokens and two GroupNorm shapes only
+    python benchmarks/kernels.py --sweep    # also time other INT8 attention block configs
 
 INT8 attention against ``scaled_dot_product_attention`` with the flash backend (FlashAttention-2
 inside PyTorch) at 1k, 4k and 16k tokens, head_dim 64 and 128, fp16 and bf16. ``int8`` is the
@@ -22,6 +23,7 @@ attention >= 1.8x SDPA at 4k+ tokens; GroupNorm+SiLU >= 70% of copy bandwidth.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 
@@ -84,12 +86,26 @@ class GroupNormResult(BaseModel):
     speedup: float
 
 
+class ConfigResult(BaseModel):
+    """The INT8 attention kernel alone (fp16, 4k tokens) under one block config."""
+
+    head_dim: int
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    current: bool
+    attn_only: Timing
+    tflops: float
+
+
 class Report(BaseModel):
     gpu: str
     torch_version: str
     triton_version: str
     attention: list[AttentionResult]
     groupnorm: list[GroupNormResult]
+    sweep: list[ConfigResult] = []
 
 
 def _bench(fn) -> Timing:
@@ -138,6 +154,38 @@ def bench_attention(tokens: int, head_dim: int, dtype_name: str) -> AttentionRes
         int8_tflops=tflops(t_int8), int8_attn_only_tflops=tflops(t_only),
         speedup=t_sdpa.median_ms / t_int8.median_ms, cosine_vs_sdpa=cosine,
     )
+
+
+# Candidates that compile for sm_90a without (or with few) register spills; see the
+# int8_attention module docstring. (BLOCK_M, BLOCK_N, num_warps, num_stages).
+SWEEP = {
+    64: [(128, 64, 8, 4), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 4)],
+    128: [(128, 64, 8, 3), (128, 32, 8, 3), (128, 64, 16, 3), (64, 32, 4, 3)],
+}
+
+
+def sweep_attention_configs(tokens: int = 4096) -> list[ConfigResult]:
+    from genloop.kernels import int8_attention as ia
+
+    results = []
+    for head_dim, configs in SWEEP.items():
+        heads = ATTENTION_CHANNELS // head_dim
+        shape = (ATTENTION_BATCH, heads, tokens, head_dim)
+        q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
+        flops = 4.0 * ATTENTION_BATCH * heads * tokens * tokens * head_dim
+        for block_m, block_n, warps, stages in configs:
+            q_i8, q_scale = ia.quantize_per_block(q, block_m, multiplier=ia.LOG2E)
+            k_i8, k_scale = ia.quantize_per_block(k, block_n)
+            timing = _bench(functools.partial(
+                ia.int8_attention_quantized, q_i8, q_scale, k_i8, k_scale, v, block_m=block_m,
+                block_n=block_n, num_warps=warps, num_stages=stages,
+            ))
+            results.append(ConfigResult(
+                head_dim=head_dim, block_m=block_m, block_n=block_n, num_warps=warps,
+                num_stages=stages, current=ia._CONFIGS[head_dim] == (block_m, block_n, warps, stages),
+                attn_only=timing, tflops=flops / (timing.median_ms * 1e-3) / 1e12,
+            ))
+    return results
 
 
 def bench_groupnorm(shape, groups: int, dtype_name: str, layout: str) -> GroupNormResult:
@@ -194,6 +242,15 @@ def render(report: Report) -> str:
             f"{r.fused_gbps:10.0f} {r.copy_gbps:9.0f} {r.fused_fraction_of_copy:6.0%} "
             f"{r.speedup:7.2f}x"
         )
+    if report.sweep:
+        lines += ["", "INT8 attention kernel alone, fp16, 4k tokens, by block config (* = in use)"]
+        for c in report.sweep:
+            mark = "*" if c.current else " "
+            lines.append(
+                f"{mark} D={c.head_dim:3d} BLOCK_M={c.block_m:3d} BLOCK_N={c.block_n:3d} "
+                f"warps={c.num_warps:2d} stages={c.num_stages}  {_fmt(c.attn_only)} ms "
+                f"{c.tflops:7.1f} TFLOP/s"
+            )
     long = [r.speedup for r in report.attention if r.tokens >= 4096]
     fractions = [r.fused_fraction_of_copy for r in report.groupnorm]
     lines += ["", "Goals:"]
@@ -210,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="fewer shapes (a smoke run)")
+    parser.add_argument("--sweep", action="store_true", help="also time other attention configs")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py needs a CUDA GPU (H100/H200 target); none is visible here. "
@@ -233,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     report = Report(
         gpu=torch.cuda.get_device_name(), torch_version=torch.__version__,
         triton_version=triton.__version__, attention=attention, groupnorm=groupnorm,
+        sweep=sweep_attention_configs() if args.sweep else [],
     )
     print(report.model_dump_json(indent=2) if args.json else render(report))
     return 0

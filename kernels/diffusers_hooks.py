@@ -85,6 +85,8 @@ class Int8AttnProcessor:
         if attn.norm_k is not None:
             key = attn.norm_k(key)
 
+        # attn.scale is dim_head**-0.5 unless the model set scale_qk=False; AttnProcessor2_0
+        # ignores it and always uses 1/sqrt(D), the same number in every stock config.
         hidden_states = int8_attention_or_sdpa(
             query, key, value, sm_scale=attn.scale, attn_mask=attention_mask, force=self.force
         )
