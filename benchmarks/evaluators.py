@@ -9,10 +9,10 @@ Scores C candidates against P prompts (256 x 8 by default) with one open_clip mo
   score_texts genloop, one ``judge.score_texts(images, prompts)``: every image encoded once
 
 Throughput is in scored (image, prompt) pairs per second ("images/s"); the ratio is against the
-naive loop. Each variant runs ``--repeats`` times in this one process, with the prompt cache
-cleared before each run, and the median time is reported. Weights are random (seeded): speed
-does not depend on them, so larger open_clip architectures (``--model ViT-B-32``) need no
-download.
+naive loop. Each variant runs ``--repeats`` times in this one process, in rounds that interleave
+the variants, with the prompt cache cleared before each run; the median time is reported.
+Weights are random (seeded): speed does not depend on them, so larger open_clip architectures
+(``--model ViT-B-32``) need no download.
 
     python benchmarks/evaluators.py            # human-readable
     python benchmarks/evaluators.py --json     # one JSON object
@@ -68,18 +68,15 @@ def all_prompts(judge: OpenClipEvaluator, images, prompts) -> list[list[float]]:
     return [scores.values for scores in judge.score_texts(images, prompts)]
 
 
-def timed(fn, judge, images, prompts, repeats: int) -> tuple[float, list[list[float]]]:
-    times, result = [], []
-    for _ in range(repeats):
-        judge.text_cache.clear()
-        if judge.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        result = fn(judge, images, prompts)
-        if judge.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+def run_once(fn, judge, images, prompts) -> tuple[float, list[list[float]]]:
+    judge.text_cache.clear()
+    if judge.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    result = fn(judge, images, prompts)
+    if judge.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, result
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
@@ -113,16 +110,34 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "repeats": args.repeats,
         "batch_size": args.batch_size,
     }
-    naive_s, reference = timed(naive, judge, images, prompts, args.repeats)
-    report["naive"] = {"seconds": naive_s, "images_per_s": pairs / naive_s}
-    for label, fn in [("score", per_prompt), ("score_texts", all_prompts)]:
-        seconds, values = timed(fn, judge, images, prompts, args.repeats)
-        error = max(abs(a - b) for ra, rb in zip(values, reference) for a, b in zip(ra, rb))
+    variants = {"naive": naive, "score": per_prompt, "score_texts": all_prompts}
+    times: dict[str, list[float]] = {label: [] for label in variants}
+    values: dict[str, list[list[float]]] = {}
+    # Rounds interleave the variants, so that a change in machine load during the run (shared
+    # CI runners) lands on all of them rather than on whichever ran last.
+    for _ in range(args.repeats):
+        for label, fn in variants.items():
+            seconds, values[label] = run_once(fn, judge, images, prompts)
+            times[label].append(seconds)
+    naive_s = statistics.median(times["naive"])
+    report["naive"] = {
+        "seconds": naive_s,
+        "images_per_s": pairs / naive_s,
+        "runs_s": times["naive"],
+    }
+    for label in ["score", "score_texts"]:
+        seconds = statistics.median(times[label])
+        error = max(
+            abs(a - b)
+            for row, ref in zip(values[label], values["naive"], strict=True)
+            for a, b in zip(row, ref, strict=True)
+        )
         report[label] = {
             "seconds": seconds,
             "images_per_s": pairs / seconds,
             "ratio_vs_naive": naive_s / seconds,
             "max_abs_diff_vs_naive": error,
+            "runs_s": times[label],
         }
     if args.json:
         print(json.dumps(report, indent=2))
