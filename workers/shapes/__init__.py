@@ -1,0 +1,83 @@
+"""Shapes world: a tiny text-to-image model and CLIP, trained here, graded by pixel geometry.
+
+Random-weight models draw noise, so nothing about a loop's quality could be judged with them.
+The shapes models are small enough to train on a CPU in minutes and to ship inside the package,
+and every image they make can be checked against its prompt by :func:`check`.
+
+Registries load them through the ordinary code paths::
+
+    StableDiffusionPipeline.from_pretrained(pipeline_path())
+    open_clip.create_model_and_transforms(register_clip_config(), pretrained=str(clip_checkpoint_path()))
+
+Importing this package imports neither torch nor open_clip.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from .checker import Match, check, compare
+from .dataset import Attributes, Sample, heldout_prompts, heldout_seeds, parse_caption, sample
+
+#: Model names the generation and evaluator registries should use.
+PIPELINE_NAME = "shapes"
+CLIP_MODEL_NAME = "shapes-clip"
+#: Sampling defaults measured with :mod:`.evaluate` (see its module docstring for the figures).
+DEFAULT_STEPS = 20
+DEFAULT_GUIDANCE = 4.0
+
+
+def weights_dir() -> Path:
+    return Path(str(files(__name__).joinpath("weights")))
+
+
+def pipeline_path() -> Path:
+    """Directory of the shipped ``StableDiffusionPipeline`` (pass to ``from_pretrained``)."""
+    return weights_dir() / "shapes-sd"
+
+
+def clip_config_path() -> Path:
+    return weights_dir() / CLIP_MODEL_NAME / f"{CLIP_MODEL_NAME}.json"
+
+
+def clip_config() -> dict[str, Any]:
+    """The open_clip model config of shapes-clip (``embed_dim``, ``vision_cfg``, ``text_cfg``)."""
+    return json.loads(clip_config_path().read_text())
+
+
+def clip_checkpoint_path() -> Path:
+    """The shipped shapes-clip weights, for ``open_clip.create_model(..., pretrained=...)``."""
+    return weights_dir() / CLIP_MODEL_NAME / "open_clip_model.safetensors"
+
+
+def register_clip_config() -> str:
+    """Add the shipped config to open_clip's model list (once) and return the model name."""
+    from .models import register_clip_config as register
+
+    return register(clip_config_path())
+
+
+__all__ = [
+    "CLIP_MODEL_NAME",
+    "DEFAULT_GUIDANCE",
+    "DEFAULT_STEPS",
+    "PIPELINE_NAME",
+    "Attributes",
+    "Match",
+    "Sample",
+    "check",
+    "clip_checkpoint_path",
+    "clip_config",
+    "clip_config_path",
+    "compare",
+    "heldout_prompts",
+    "heldout_seeds",
+    "parse_caption",
+    "pipeline_path",
+    "register_clip_config",
+    "sample",
+    "weights_dir",
+]

@@ -1,0 +1,141 @@
+"""Architectures of the shapes models, built from configs (nothing is downloaded).
+
+Sizes are chosen for one CPU core and a 25 MB package: most bytes are the two 49,408-row token
+embedding tables that the CLIP BPE vocabulary forces on both text encoders, so their width is
+kept at 32; the image side is tiny because a 32x32 flat shape carries little information.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+from diffusers import AutoencoderKL, DDIMScheduler, UNet2DConditionModel
+from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+
+CLIP_MODEL_NAME = "shapes-clip"
+CONTEXT_LENGTH = 77
+VOCAB_SIZE = 49408
+TEXT_WIDTH = 32
+# The VAE downsamples three times (32 -> 8), so the UNet works on 4x8x8 latents.
+LATENT_SIZE = 8
+# Captions are ~12 tokens; a short CLIP context makes contrastive training 3x cheaper.
+CLIP_CONTEXT_LENGTH = 24
+
+CLIP_CONFIG: dict[str, Any] = {
+    "embed_dim": 64,
+    "vision_cfg": {
+        "image_size": 32,
+        "patch_size": 4,
+        "width": 64,
+        "layers": 3,
+        "head_width": 32,
+        "mlp_ratio": 2.0,
+    },
+    "text_cfg": {
+        "context_length": CLIP_CONTEXT_LENGTH,
+        "vocab_size": VOCAB_SIZE,
+        "width": TEXT_WIDTH,
+        "heads": 2,
+        "layers": 2,
+        "mlp_ratio": 2.0,
+    },
+}
+
+
+def build_vae() -> AutoencoderKL:
+    return AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * 3,
+        up_block_types=("UpDecoderBlock2D",) * 3,
+        block_out_channels=(16, 32, 64),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=8,
+        sample_size=32,
+    )
+
+
+def build_text_encoder() -> CLIPTextModel:
+    return CLIPTextModel(
+        CLIPTextConfig(
+            vocab_size=VOCAB_SIZE,
+            hidden_size=TEXT_WIDTH,
+            intermediate_size=2 * TEXT_WIDTH,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            max_position_embeddings=CONTEXT_LENGTH,
+            bos_token_id=49406,
+            eos_token_id=49407,
+            pad_token_id=49407,
+        )
+    )
+
+
+def build_unet() -> UNet2DConditionModel:
+    return UNet2DConditionModel(
+        sample_size=LATENT_SIZE,
+        in_channels=4,
+        out_channels=4,
+        layers_per_block=1,
+        block_out_channels=(32, 64),
+        down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=TEXT_WIDTH,
+        attention_head_dim=4,
+        norm_num_groups=16,
+    )
+
+
+def build_scheduler() -> DDIMScheduler:
+    """Stable Diffusion's noise schedule; "trailing" spacing so few-step sampling starts at T."""
+    return DDIMScheduler(
+        num_train_timesteps=1000,
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        clip_sample=False,
+        set_alpha_to_one=False,
+        steps_offset=1,
+        timestep_spacing="trailing",
+        prediction_type="epsilon",
+    )
+
+
+def write_clip_bpe_files(directory: Path) -> None:
+    """Write ``vocab.json`` and ``merges.txt`` for open_clip's shipped BPE.
+
+    The vocabulary is laid out exactly as open_clip's ``SimpleTokenizer`` builds it (bytes, bytes
+    with ``</w>``, one entry per merge, then the two special tokens), so both tokenizers give the
+    same ids; the specials get the names the Hugging Face CLIP tokenizer expects.
+    """
+    from open_clip.tokenizer import bytes_to_unicode, default_bpe
+
+    with gzip.open(default_bpe()) as f:
+        lines = f.read().decode("utf-8").split("\n")
+    merges = lines[1 : 49152 - 256 - 2 + 1]
+    byte_tokens = list(bytes_to_unicode().values())
+    vocab = byte_tokens + [t + "</w>" for t in byte_tokens]
+    vocab += ["".join(m.split()) for m in merges]
+    vocab += ["<|startoftext|>", "<|endoftext|>"]
+    assert len(vocab) == VOCAB_SIZE, len(vocab)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}))
+    (directory / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+
+
+def build_tokenizer(directory: Path) -> CLIPTokenizer:
+    write_clip_bpe_files(directory)
+    return CLIPTokenizer.from_pretrained(str(directory), model_max_length=CONTEXT_LENGTH)
+
+
+def register_clip_config(config_path: Path) -> str:
+    """Make ``config_path`` known to open_clip and return its model name."""
+    import open_clip
+
+    if CLIP_MODEL_NAME not in open_clip.list_models():
+        open_clip.add_model_config(config_path)
+    return CLIP_MODEL_NAME
