@@ -1,5 +1,8 @@
 """The model registry seam: model name -> resident diffusers pipeline, and its identity.
 
+Pipelines stay resident in an LRU within a memory budget (:mod:`.residency`); ``preload`` loads
+and warms one up before the first request (``genloop worker --preload NAME``).
+
 ``tiny`` (and other built-in names, registered by code) are built in-process; any other name
 is a diffusers model id or a local directory loaded with ``from_pretrained`` from local files
 only. The identity of a model goes into every result key, so replacing the weights behind a
@@ -18,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from genloop.sdk.errors import Permanent
 
+from .residency import Residency, Resident, default_budget, pipeline_bytes
 from .tiny import TINY_VERSION, build_tiny_pipeline
 
 
@@ -42,17 +45,29 @@ class BuiltinModel:
 
 
 class ModelRegistry:
-    """Loads each model once per process and keeps it resident."""
+    """Loads models on first use and keeps them resident, least recently used out first.
 
-    def __init__(self, device: str | None = None) -> None:
+    ``memory_budget`` (bytes of weights on the device; default: :func:`.residency.default_budget`)
+    bounds what stays resident. ``dtype`` defaults to float16 on CUDA and float32 on CPU.
+    ``engine_options`` configure :attr:`engine`, the process's batching generation engine.
+    """
+
+    def __init__(self, device: str | None = None, *, dtype: torch.dtype | None = None,
+                 memory_budget: int | None = None, engine_options: Any = None) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
+        on_cuda = self.device.startswith("cuda")
+        self.dtype = dtype or (torch.float16 if on_cuda else torch.float32)
+        if not on_cuda and self.dtype != torch.float32:
+            raise ValueError("half precision on CPU is slow and inexact here; use float32")
         self._builtin: dict[str, BuiltinModel] = {}
-        self._loaded: dict[str, Any] = {}
-        self._in_use: dict[str, threading.Lock] = {}
-        self._lock = threading.Lock()
+        self.residency = Residency(memory_budget or default_budget(self.device))
+        self._load_lock = threading.Lock()
+        self._engine_lock = threading.Lock()
+        self._engine_options = engine_options
+        self._engine: Any = None
         self.register("tiny", build_tiny_pipeline, TINY_VERSION,
                       ModelDefaults(steps=4, guidance=5.0, width=32, height=32))
+        _register_shapes(self)
 
     def register(self, name: str, build: Callable[[], Any], identity: str,
                  defaults: ModelDefaults) -> None:
@@ -71,29 +86,73 @@ class ModelRegistry:
     def defaults(self, name: str) -> ModelDefaults:
         return self._builtin[name].defaults if name in self._builtin else ModelDefaults()
 
+    @property
+    def engine(self) -> Any:
+        """The :class:`~.engine.GenerationEngine` of this registry (made on first use)."""
+        with self._engine_lock:
+            if self._engine is None:
+                from .engine import GenerationEngine
+
+                self._engine = GenerationEngine(self, self._engine_options)
+            return self._engine
+
     def pipeline(self, name: str) -> Any:
         """The resident pipeline for ``name``, loading it on first use."""
-        pipe = self._loaded.get(name)
-        if pipe is not None:
-            return pipe
-        with self._lock:
-            pipe = self._loaded.get(name)
-            if pipe is None:
-                pipe = self._load(name)
-                self._in_use[name] = threading.Lock()
-                self._loaded[name] = pipe
-        return pipe
+        return self._entry(name).pipe
+
+    def resident(self) -> list[str]:
+        """Names of the resident models, least recently used first."""
+        return self.residency.names()
+
+    def preload(self, name: str, warmup: bool = True) -> None:
+        """Load ``name`` now and, with ``warmup``, run one 1-step image through the engine, so
+        the first request finds lazy initialisation (and compilation, if on) done."""
+        self.pipeline(name)
+        if warmup:
+            from .generate import ImageSettings
+
+            d = self.defaults(name)
+            self.engine.generate(name, ["warm-up"], [0], ImageSettings(
+                steps=1, guidance=d.guidance, width=d.width, height=d.height, cache="off"))
+
+    def evict(self, name: str) -> bool:
+        """Drop ``name`` from memory unless it is in use; True if it was resident and dropped."""
+        return self.residency.evict(name)
 
     @contextmanager
     def acquire(self, name: str) -> Iterator[Any]:
         """The pipeline for ``name``, for this thread alone while the block runs.
 
         A diffusers pipeline is not thread-safe (its scheduler keeps the step index), and worker
-        threads share one resident copy, so calls on one model take turns.
+        threads share one resident copy, so calls on one model take turns. A model in use is
+        never evicted.
         """
-        pipe = self.pipeline(name)
-        with self._in_use[name]:
-            yield pipe
+        entry = self._entry(name, pin=True)
+        try:
+            with entry.lock:
+                yield entry.pipe
+        finally:
+            self.residency.unpin(entry)
+
+    def _entry(self, name: str, pin: bool = False) -> Resident:
+        entry = self.residency.get(name, pin)
+        if entry is not None:
+            return entry
+        with self._load_lock:
+            entry = self.residency.get(name, pin)
+            if entry is not None:
+                return entry
+            pipe = self._load(name)  # built on CPU, so eviction can make room before .to()
+            nbytes = pipeline_bytes(pipe)
+            if nbytes > self.residency.budget:
+                raise Permanent(
+                    f"model {name!r} needs {nbytes / 2**30:.1f} GiB, more than the memory budget "
+                    f"of {self.residency.budget / 2**30:.1f} GiB; raise memory_budget"
+                )
+            self.residency.make_room(nbytes)
+            entry = self.residency.add(name, self._to_device(pipe), nbytes)
+            self.residency.get(name, pin)
+            return entry
 
     def _load(self, name: str) -> Any:
         if name in self._builtin:
@@ -101,10 +160,36 @@ class ModelRegistry:
         else:
             pipe = _from_pretrained(name, self.dtype)
         pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+    def _to_device(self, pipe: Any) -> Any:
         # Casting a float32 model to float32 is a no-op that diffusers warns about; skip it.
         if self.dtype == torch.float32:
             return pipe.to(self.device)
         return pipe.to(self.device, self.dtype)
+
+
+def _register_shapes(registry: ModelRegistry) -> None:
+    """Register the trained shapes pipeline as ``shapes`` once its weights are in the package."""
+    try:
+        from genloop.workers import shapes
+    except ImportError:
+        return
+    path = shapes.pipeline_path()
+    if not (path / "model_index.json").is_file():
+        return
+    import json
+
+    unet = json.loads((path / "unet" / "config.json").read_text())
+    vae = json.loads((path / "vae" / "config.json").read_text())
+    size = unet["sample_size"] * 2 ** (len(vae["block_out_channels"]) - 1)
+    registry.register(
+        shapes.PIPELINE_NAME,
+        lambda: _from_pretrained(str(path), torch.float32),
+        f"shapes:{_tree_fingerprint(path)}",
+        ModelDefaults(steps=shapes.DEFAULT_STEPS, guidance=shapes.DEFAULT_GUIDANCE,
+                      width=size, height=size),
+    )
 
 
 def _from_pretrained(name: str, dtype) -> Any:

@@ -42,7 +42,8 @@ def write_vocab_files(directory: str | os.PathLike[str]) -> tuple[Path, Path]:
     import open_clip
 
     bpe = Path(open_clip.__file__).parent / "bpe_simple_vocab_16e6.txt.gz"
-    lines = gzip.open(bpe).read().decode("utf-8").split("\n")[1 : _N_MERGES + 1]
+    with gzip.open(bpe) as f:
+        lines = f.read().decode("utf-8").split("\n")[1 : _N_MERGES + 1]
     symbols = _byte_symbols()
     vocab = symbols + [s + "</w>" for s in symbols] + ["".join(m.split()) for m in lines]
     vocab += ["<|startoftext|>", "<|endoftext|>"]

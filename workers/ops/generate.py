@@ -16,8 +16,14 @@ def _identity(params: GenerateParams, resources) -> str:
 @op("generate", params=GenerateParams, output=Candidate, queue="gpu", identity=_identity)
 def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> list[Candidate]:
     """Candidates ``first .. first + n - 1`` of the node (seed ``seed + i`` each); or, on a
-    mapped node, the one image its :class:`GenerationRequest` input asks for."""
-    from ..engine.generate import ImageSettings, generate_images, png_bytes
+    mapped node, the one image its :class:`GenerationRequest` input asks for.
+
+    The shard goes to the process's generation engine, which may run it in one batched call
+    with other shards of the same model and settings (see ``genloop.workers.engine``).
+    Progress is reported per step (throttled by ``ctx``), and a cancelled run stops the shard
+    between two denoising steps, or while it waits for its batch.
+    """
+    from ..engine.generate import ImageSettings, png_bytes
 
     if inputs:
         requests = [GenerationRequest.model_validate(i, from_attributes=True) for i in inputs]
@@ -38,14 +44,15 @@ def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> list[Candi
         height=params.height or defaults.height,
         negative_prompt=params.negative_prompt,
     )
+
     def on_step(done: int, total: int) -> None:
         ctx.check_cancelled()
         ctx.progress(done, total)
 
-    with models.acquire(params.model) as pipe:
-        images = generate_images(
-            pipe, [r.prompt for r in requests], [r.seed for r in requests], settings, on_step
-        )
+    images = models.engine.generate(
+        params.model, [r.prompt for r in requests], [r.seed for r in requests], settings,
+        on_step=on_step, check=ctx.check_cancelled,
+    )
     return [
         Candidate(
             index=params.first + i, prompt=r.prompt, seed=r.seed, round=r.round,

@@ -1,0 +1,187 @@
+"""Cross-request batching: candidates of concurrent requests merged into shared pipeline calls.
+
+Worker threads :meth:`Batcher.submit` a :class:`Job` (one generate shard: prompts, seeds, the
+settings) and wait on its future. One executor thread per batcher takes the oldest waiting
+candidate, waits up to ``window`` seconds for more candidates with the same :data:`BatchKey`
+(model, size, steps, guidance, cache mode; prompts, negative prompts and seeds may differ), and
+hands up to ``cap(key)`` of them to ``run_batch``. Candidates that arrive while a batch runs are
+merged into the next one, so under load the window costs nothing.
+
+A job's candidates may be spread over several batches (more than the cap, or an OOM split);
+its future resolves when the last one is in. Progress is per job: ``on_step(done, total)`` with
+``total = candidates x steps``, never decreasing. An ``on_step`` that raises (cancellation)
+fails that job at once; its candidates still in a running batch are finished and dropped, and a
+batch whose jobs have all failed is abandoned between steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+BatchKey = tuple  # (model, width, height, steps, guidance, cache)
+
+
+@dataclass(eq=False)
+class Job:
+    """One request: ``len(prompts)`` candidates that share ``key``."""
+
+    key: BatchKey
+    prompts: Sequence[str]
+    seeds: Sequence[int]
+    negative_prompts: Sequence[str | None]
+    steps: int
+    on_step: Callable[[int, int], None] | None = None
+    future: Future = field(default_factory=Future)
+    images: list[Any] = field(init=False)
+    _progress: list[int] = field(init=False)
+    _reported: int = field(default=0, init=False)
+    _left: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.prompts)
+        if not n or len(self.seeds) != n or len(self.negative_prompts) != n:
+            raise ValueError("a job needs as many seeds and negative prompts as prompts (>= 1)")
+        self.images = [None] * n
+        self._progress = [0] * n
+        self._left = n
+
+    @property
+    def failed(self) -> bool:
+        return self.future.done() and self.future.exception() is not None
+
+    def step(self, indices: Sequence[int], done: int) -> None:
+        """Candidates ``indices`` have ``done`` steps behind them; tell ``on_step``."""
+        for i in indices:
+            self._progress[i] = done
+        reached = sum(self._progress)
+        if reached <= self._reported or self.failed:
+            return
+        self._reported = reached
+        if self.on_step is not None:
+            try:
+                self.on_step(reached, len(self.prompts) * self.steps)
+            except Exception as exc:  # noqa: BLE001  (cancellation or a broken callback: this job only)
+                self.fail(exc)
+
+    def deliver(self, index: int, image: Any) -> None:
+        if self.future.done():
+            return
+        self.images[index] = image
+        self._left -= 1
+        if self._left == 0:
+            self.future.set_result(self.images)
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Candidate ``index`` of ``job``; what a batch is made of."""
+
+    job: Job
+    index: int
+    enqueued: float
+
+    @property
+    def prompt(self) -> str:
+        return self.job.prompts[self.index]
+
+    @property
+    def seed(self) -> int:
+        return self.job.seeds[self.index]
+
+    @property
+    def negative_prompt(self) -> str | None:
+        return self.job.negative_prompts[self.index]
+
+
+class Batcher:
+    """Queue of candidates and the executor thread that runs them in batches."""
+
+    def __init__(self, run_batch: Callable[[BatchKey, list[Slot]], None], *,
+                 window: float = 0.05, max_batch: int = 8,
+                 cap: Callable[[BatchKey], int | None] = lambda key: None) -> None:
+        if max_batch < 1 or window < 0:
+            raise ValueError("max_batch must be >= 1 and window >= 0")
+        self.run_batch, self.window, self.max_batch, self._cap = run_batch, window, max_batch, cap
+        self._pending: list[Slot] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.batches: list[int] = []  # sizes of the batches run, for tests and benchmarks
+
+    def submit(self, job: Job) -> Job:
+        now = time.monotonic()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the batcher is closed")
+            self._pending.extend(Slot(job, i, now) for i in range(len(job.prompts)))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name="genloop-batcher")
+                self._thread.start()
+            self._cond.notify_all()
+        return job
+
+    def withdraw(self, job: Job) -> None:
+        """Drop ``job``'s candidates that have not started (it was cancelled or failed)."""
+        with self._cond:
+            self._pending = [s for s in self._pending if s.job is not job]
+
+    def close(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def limit(self, key: BatchKey) -> int:
+        cap = self._cap(key)
+        return self.max_batch if cap is None else max(1, min(cap, self.max_batch))
+
+    def _next_batch(self) -> tuple[BatchKey, list[Slot]] | None:
+        with self._cond:
+            while not self._pending and not self._closed:
+                self._cond.wait()
+            if not self._pending:
+                return None
+            key = self._pending[0].job.key
+            limit = self.limit(key)
+            deadline = self._pending[0].enqueued + self.window
+            while not self._closed:
+                ready = sum(1 for s in self._pending if s.job.key == key)
+                left = deadline - time.monotonic()
+                if ready >= limit or left <= 0:
+                    break
+                self._cond.wait(left)
+            batch = [s for s in self._pending if s.job.key == key][:limit]
+            taken = {id(s) for s in batch}
+            self._pending = [s for s in self._pending if id(s) not in taken]
+        return key, batch
+
+    def _loop(self) -> None:
+        while True:
+            nxt = self._next_batch()
+            if nxt is None:
+                return
+            key, batch = nxt
+            batch = [s for s in batch if not s.job.future.done()]
+            if not batch:
+                continue
+            self.batches.append(len(batch))
+            try:
+                self.run_batch(key, batch)
+            except Exception as exc:  # the thread must outlive a failed batch
+                log.exception("batch of %d at %s failed", len(batch), key)
+                for slot in batch:
+                    slot.job.fail(exc)

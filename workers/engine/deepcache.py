@@ -1,0 +1,179 @@
+"""DeepCache for diffusers UNets, as diffusers ``ModelHook``s.
+
+DeepCache (Ma et al., 2023) observes that a UNet's deep features change slowly across
+neighbouring denoising steps while the shallow skip branch carries the fine detail. On a *full*
+step the UNet runs as usual and every deep block's output is kept; on a *cached* step only
+``conv_in``, the first down block and the last up block run, and the deep blocks hand back what
+they returned on the last full step. In a ``UNet2DConditionModel`` the last up block reads its
+skip connections from ``conv_in`` and the first down block only, so those stay fresh.
+
+Hooks, not monkeypatching: a stateful :class:`_StepHook` on the UNet decides per call whether the
+step is full, and a :class:`_DeepBlockHook` on each deep block (``down_blocks[1:]``,
+``mid_block``, ``up_blocks[:-1]``) replays or records. With the config's ``interval`` at 1 (or
+:func:`set_deepcache` given ``None``) every call goes straight to the original ``forward``, so
+"off" computes exactly what an unhooked UNet computes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from diffusers.hooks import HookRegistry, ModelHook
+
+_STEP_HOOK = "genloop.deepcache.step"
+_BLOCK_HOOK = "genloop.deepcache.block"
+
+
+@dataclass(frozen=True)
+class DeepCacheConfig:
+    """Uniform DeepCache schedule.
+
+    Step ``i`` (0-based) of ``n`` is full when ``i % interval == 0``, when ``i < warmup`` (the
+    first steps set the composition), or when ``i >= n - tail`` (the last steps shape fine
+    detail); otherwise it is cached.
+    ``interval=1`` means every step is full (exactly off).
+    """
+
+    interval: int = 3
+    warmup: int = 1
+    tail: int = 1
+
+    def __post_init__(self) -> None:
+        if self.interval < 1 or self.warmup < 0 or self.tail < 0:
+            raise ValueError(f"invalid DeepCache schedule {self!r}: interval >= 1, warmup/tail >= 0")
+
+    def is_full(self, step: int, num_steps: int | None) -> bool:
+        if self.interval == 1 or step < self.warmup or step % self.interval == 0:
+            return True
+        return num_steps is not None and step >= num_steps - self.tail
+
+
+class _State:
+    """Shared by the hooks of one UNet: where the denoising loop is, and the kept features."""
+
+    def __init__(self) -> None:
+        self.config: DeepCacheConfig | None = None
+        self.num_steps: int | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        self.step = -1
+        self.last_timestep: float | None = None
+        self.full = True
+        self.batch: int | None = None
+        self.kept: dict[int, Any] = {}
+        self.full_steps = 0
+        self.cached_steps = 0
+
+
+class _StepHook(ModelHook):
+    _is_stateful = True
+
+    def __init__(self, state: _State) -> None:
+        super().__init__()
+        self.state = state
+
+    def pre_forward(self, module, *args, **kwargs):
+        s = self.state
+        if s.config is None:
+            return args, kwargs
+        sample = args[0] if args else kwargs["sample"]
+        timestep = args[1] if len(args) > 1 else kwargs["timestep"]
+        t = float(timestep.flatten()[0]) if isinstance(timestep, torch.Tensor) else float(timestep)
+        # A new step is a new timestep; a pipeline that calls the UNet twice per step (separate
+        # cond/uncond passes) has the same timestep on both calls.
+        if t != s.last_timestep:
+            s.step += 1
+            s.last_timestep = t
+        # Kept features are only valid for the same batch; anything else computes fully.
+        s.full = (s.config.is_full(s.step, s.num_steps) or s.batch != sample.shape[0]
+                  or not s.kept)
+        if s.full:
+            s.batch = sample.shape[0]
+            s.full_steps += 1
+        else:
+            s.cached_steps += 1
+        return args, kwargs
+
+    def reset_state(self, module):
+        self.state.reset()
+        return module
+
+
+class _DeepBlockHook(ModelHook):
+    def __init__(self, state: _State, slot: int) -> None:
+        super().__init__()
+        self.state = state
+        self.slot = slot
+
+    def new_forward(self, module, *args, **kwargs):
+        s = self.state
+        if s.config is None:
+            return self.fn_ref.original_forward(*args, **kwargs)
+        if not s.full and self.slot in s.kept:
+            return s.kept[self.slot]
+        out = self.fn_ref.original_forward(*args, **kwargs)
+        s.kept[self.slot] = out
+        return out
+
+
+def _deep_blocks(unet) -> list[torch.nn.Module]:
+    blocks = list(unet.down_blocks)[1:]
+    if unet.mid_block is not None:
+        blocks.append(unet.mid_block)
+    return blocks + list(unet.up_blocks)[:-1]
+
+
+def supports_deepcache(model) -> bool:
+    """Whether ``model`` has the down/mid/up layout DeepCache needs (a diffusers 2D UNet)."""
+    return (hasattr(model, "down_blocks") and hasattr(model, "up_blocks")
+            and len(model.down_blocks) >= 2 and len(model.up_blocks) >= 2)
+
+
+def apply_deepcache(unet) -> None:
+    """Install the (inactive) hooks on ``unet``; idempotent. Activate with :func:`set_deepcache`."""
+    if not supports_deepcache(unet):
+        raise TypeError(f"DeepCache needs a UNet with down/up blocks, not {type(unet).__name__}")
+    registry = HookRegistry.check_if_exists_or_initialize(unet)
+    if registry.get_hook(_STEP_HOOK) is not None:
+        return
+    state = _State()
+    registry.register_hook(_StepHook(state), _STEP_HOOK)
+    for slot, block in enumerate(_deep_blocks(unet)):
+        HookRegistry.check_if_exists_or_initialize(block).register_hook(
+            _DeepBlockHook(state, slot), _BLOCK_HOOK)
+    registry.invalidate_child_registries_cache()
+
+
+def remove_deepcache(unet) -> None:
+    """Remove every hook :func:`apply_deepcache` installed."""
+    registry = HookRegistry.check_if_exists_or_initialize(unet)
+    registry.remove_hook(_STEP_HOOK, recurse=False)
+    registry.remove_hook(_BLOCK_HOOK, recurse=True)
+    registry.invalidate_child_registries_cache()
+
+
+def set_deepcache(unet, config: DeepCacheConfig | None, num_steps: int | None = None) -> None:
+    """Start a denoising run with ``config`` (``None``: off) and forget the kept features.
+
+    Call it before each pipeline call; ``num_steps`` lets the schedule keep the last steps full.
+    """
+    state = _state(unet)
+    state.config = None if config is None or config.interval == 1 else config
+    state.num_steps = num_steps
+    state.reset()
+
+
+def deepcache_stats(unet) -> tuple[int, int]:
+    """(full, cached) UNet calls since the last :func:`set_deepcache`."""
+    state = _state(unet)
+    return state.full_steps, state.cached_steps
+
+
+def _state(unet) -> _State:
+    hook = HookRegistry.check_if_exists_or_initialize(unet).get_hook(_STEP_HOOK)
+    if hook is None:
+        raise RuntimeError("DeepCache hooks are not installed; call apply_deepcache(unet) first")
+    return hook.state

@@ -1,0 +1,178 @@
+"""``GenerationEngine``: the process's way to run generation requests on resident models.
+
+It puts the pieces together: the :class:`~.batching.Batcher` merges concurrent requests, the
+model registry lends the resident pipeline (one batch on a model at a time), :mod:`.step_cache`
+sets the request's cache mode, :class:`~.oom.OomGuard` splits batches that do not fit, and
+:class:`~.compile.Compiler` (optional) compiles the denoiser. A pipeline is prepared for speed
+(:mod:`.optimize`) the first time the engine runs it.
+
+Defaults, and why:
+
+* ``window`` 50 ms: a worker's threads pick up the shards of one node within a few ms of each
+  other, and one denoising call takes far longer than 50 ms on any device, so waiting costs
+  little; requests that arrive while a batch runs join the next one at no wait at all.
+* ``max_batch`` 8 on CPU (throughput per image stops improving there for small models), 16 on
+  CUDA; the OOM guard lowers it per (model, size) when memory says so.
+* compile off (compiling takes minutes per shape on CPU); ``channels_last`` on CUDA only.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .batching import Batcher, BatchKey, Job, Slot
+from .compile import Compiler
+from .generate import ImageSettings, call_pipeline
+from .oom import OomGuard
+from .optimize import KernelOptions, apply_kernels, use_channels_last, use_sdpa
+from .step_cache import parse_cache, prepare_step_cache
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How a process's engine batches and speeds up; ``None`` means "by device"."""
+
+    window: float = 0.05
+    max_batch: int | None = None
+    compile: bool = False
+    compile_backend: str | Callable = "inductor"
+    compile_mode: str | None = None
+    channels_last: bool | None = None
+    kernels: KernelOptions = field(default_factory=KernelOptions)
+
+
+class _AllFailed(Exception):
+    """Every job in the running batch has failed (cancelled): stop the call between steps."""
+
+
+class GenerationEngine:
+    """Batched, cached, OOM-safe generation on the models of ``models`` (a ModelRegistry)."""
+
+    def __init__(self, models: Any, options: EngineOptions | None = None) -> None:
+        self.models = models
+        self.options = options or EngineOptions()
+        cuda = str(models.device).startswith("cuda")
+        self.max_batch = self.options.max_batch or (16 if cuda else 8)
+        self.channels_last = cuda if self.options.channels_last is None else self.options.channels_last
+        self.oom = OomGuard()
+        self.compiler = (Compiler(self.options.compile_backend, self.options.compile_mode)
+                         if self.options.compile else None)
+        self._prepared: weakref.WeakSet = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._batcher: Batcher | None = None
+
+    @property
+    def batcher(self) -> Batcher:
+        with self._lock:
+            if self._batcher is None:
+                self._batcher = Batcher(self._run_batch, window=self.options.window,
+                                        max_batch=self.max_batch,
+                                        cap=lambda key: self.oom.limit(key[:3]))
+            return self._batcher
+
+    def submit(self, model: str, prompts: Sequence[str], seeds: Sequence[int],
+               settings: ImageSettings, on_step: Callable[[int, int], None] | None = None,
+               negative_prompts: Sequence[str | None] | None = None) -> Job:
+        """Queue one request; its future resolves to one PIL image per (prompt, seed)."""
+        parse_cache(settings.cache)  # a bad mode fails here, in the caller's thread
+        key: BatchKey = (model, settings.width, settings.height, settings.steps,
+                         float(settings.guidance), settings.cache)
+        negatives = (negative_prompts if negative_prompts is not None
+                     else [settings.negative_prompt] * len(prompts))
+        job = Job(key, list(prompts), list(seeds), list(negatives), settings.steps, on_step)
+        return self.batcher.submit(job)
+
+    def wait(self, job: Job, check: Callable[[], None] | None = None,
+             poll: float = 0.1) -> list:
+        """The job's images. ``check()`` runs every ``poll`` s while waiting and may raise
+        (cancellation): the job is then withdrawn and the error re-raised."""
+        while True:
+            try:
+                return job.future.result(timeout=poll)
+            except concurrent.futures.TimeoutError:
+                pass
+            if check is not None:
+                try:
+                    check()
+                except Exception as exc:
+                    job.fail(exc)
+                    self.batcher.withdraw(job)
+                    raise
+
+    def generate(self, model: str, prompts: Sequence[str], seeds: Sequence[int],
+                 settings: ImageSettings, on_step: Callable[[int, int], None] | None = None,
+                 check: Callable[[], None] | None = None) -> list:
+        """:meth:`submit` then :meth:`wait`."""
+        return self.wait(self.submit(model, prompts, seeds, settings, on_step), check)
+
+    def close(self) -> None:
+        with self._lock:
+            batcher, self._batcher = self._batcher, None
+        if batcher is not None:
+            batcher.close()
+
+    def prepare(self, pipe) -> None:
+        """Per-model speed settings, once per resident pipeline."""
+        if pipe in self._prepared:
+            return
+        use_sdpa(pipe)
+        if self.channels_last:
+            use_channels_last(pipe)
+        apply_kernels(pipe, str(self.models.device), self.options.kernels)
+        if self.compiler is not None:
+            self.compiler.apply(pipe)
+        self._prepared.add(pipe)
+
+    def _run_batch(self, key: BatchKey, slots: list[Slot]) -> None:
+        model, width, height, steps, guidance, cache = key
+        settings = ImageSettings(steps=steps, guidance=guidance, width=width, height=height,
+                                 cache=cache)
+        shape_key = (model, width, height)
+        with self.models.acquire(model) as pipe:
+            self.prepare(pipe)
+
+            def run(chunk: Sequence[Slot]) -> list:
+                live = [s for s in chunk if not s.job.failed]
+                if not live:
+                    return [None] * len(chunk)
+                return self._call(pipe, shape_key, live, settings, chunk)
+
+            images = self.oom.run_split(shape_key, slots, run)
+        for slot, image in zip(slots, images, strict=True):
+            if image is not None:
+                slot.job.deliver(slot.index, image)
+
+    def _call(self, pipe, shape_key: tuple, live: list[Slot], settings: ImageSettings,
+              chunk: Sequence[Slot]) -> list:
+        by_job: dict[int, tuple[Job, list[int]]] = {}
+        for s in live:
+            by_job.setdefault(id(s.job), (s.job, []))[1].append(s.index)
+
+        def step_end(step: int) -> None:
+            if step == 0:
+                self.oom.check_injected(shape_key, len(live))
+            for job, indices in by_job.values():
+                job.step(indices, step + 1)
+            if all(job.failed for job, _ in by_job.values()):
+                raise _AllFailed()
+
+        def run() -> list:
+            prepare_step_cache(pipe, settings.cache, settings.steps)
+            return call_pipeline(pipe, [s.prompt for s in live], [s.seed for s in live],
+                                 settings, [s.negative_prompt for s in live], step_end)
+
+        shape = (len(live), settings.width, settings.height)
+        try:
+            images = self.compiler.call(pipe, shape, run) if self.compiler else run()
+        except _AllFailed:
+            return [None] * len(chunk)
+        out = iter(images)
+        return [next(out) if s in live else None for s in chunk]

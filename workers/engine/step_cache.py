@@ -1,0 +1,128 @@
+"""Step caching as a per-request setting: which cache a pipeline call runs with.
+
+A request names a cache mode; :func:`prepare_step_cache` sets the resident pipeline up for one
+call in that mode (the engine calls it under the model's lock, right before the call).
+
+=============  ===========================================================================
+mode           meaning
+=============  ===========================================================================
+``default``    :data:`DEFAULT_CACHE`: ``deepcache`` for UNet pipelines, ``fbcache`` for
+               transformer pipelines, ``off`` for anything else
+``off``        no caching; exactly the computation of an unhooked pipeline
+``deepcache``  DeepCache on the UNet (:mod:`.deepcache`), interval 3; ``deepcache:N`` for
+               interval ``N`` (full steps also at the first and the last step)
+``fbcache``    diffusers' First-Block Cache on the transformer (threshold 0.05;
+               ``fbcache:T`` for threshold ``T``)
+``taylorseer`` diffusers' TaylorSeer cache on the transformer (its default config)
+=============  ===========================================================================
+
+The transformer modes use diffusers' own ``enable_cache``; genloop does not re-implement them.
+Why interval 3 by default: see the figures in the module docstring of
+``benchmarks/generation.py`` (PSNR against no caching, and the speed-up).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .deepcache import DeepCacheConfig, apply_deepcache, set_deepcache, supports_deepcache
+
+DEFAULT_CACHE = "default"
+DEFAULT_DEEPCACHE = DeepCacheConfig(interval=3, warmup=1, tail=1)
+DEFAULT_FBCACHE_THRESHOLD = 0.05
+MODES = ("default", "off", "deepcache", "fbcache", "taylorseer")
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    """What a cache mode means for one pipeline: ``kind`` and its parameter."""
+
+    kind: str  # "off" | "deepcache" | "fbcache" | "taylorseer"
+    value: float | None = None
+
+
+def parse_cache(mode: str) -> tuple[str, float | None]:
+    """Split ``"deepcache:2"`` into ``("deepcache", 2.0)``; raise ``ValueError`` on a bad mode."""
+    name, _, arg = mode.partition(":")
+    if name not in MODES:
+        raise ValueError(f"unknown cache mode {mode!r}; use one of {', '.join(MODES)}")
+    if not arg:
+        return name, None
+    if name not in ("deepcache", "fbcache"):
+        raise ValueError(f"cache mode {name!r} takes no parameter (got {mode!r})")
+    try:
+        value = float(arg)
+    except ValueError:
+        raise ValueError(f"cache mode {mode!r}: {arg!r} is not a number") from None
+    if name == "deepcache" and (value < 1 or value != int(value)):
+        raise ValueError(f"cache mode {mode!r}: the DeepCache interval is a whole number >= 1")
+    return name, value
+
+
+def plan_for(pipe, mode: str) -> CachePlan:
+    """Resolve ``mode`` for ``pipe``; a mode the pipeline's denoiser cannot run is an error."""
+    name, value = parse_cache(mode)
+    unet, transformer = getattr(pipe, "unet", None), getattr(pipe, "transformer", None)
+    if name == "default":
+        if unet is not None and supports_deepcache(unet):
+            return CachePlan("deepcache", None)
+        if transformer is not None and hasattr(transformer, "enable_cache"):
+            return CachePlan("fbcache", None)
+        return CachePlan("off")
+    if name == "deepcache" and (unet is None or not supports_deepcache(unet)):
+        raise ValueError(f"cache mode {mode!r} needs a UNet pipeline, not {type(pipe).__name__}")
+    if name in ("fbcache", "taylorseer") and not hasattr(transformer, "enable_cache"):
+        raise ValueError(f"cache mode {mode!r} needs a transformer pipeline whose transformer "
+                         f"supports diffusers' enable_cache, not {type(pipe).__name__}")
+    return CachePlan(name, value)
+
+
+def prepare_step_cache(pipe, mode: str, num_steps: int) -> CachePlan:
+    """Set ``pipe`` up to run its next call with cache ``mode``; returns the resolved plan."""
+    plan = plan_for(pipe, mode)
+    unet = getattr(pipe, "unet", None)
+    if unet is not None and supports_deepcache(unet):
+        config = None
+        if plan.kind == "deepcache":
+            interval = DEFAULT_DEEPCACHE.interval if plan.value is None else int(plan.value)
+            config = DeepCacheConfig(interval, DEFAULT_DEEPCACHE.warmup, DEFAULT_DEEPCACHE.tail)
+        if config is not None:
+            apply_deepcache(unet)
+        if config is not None or _has_deepcache(unet):
+            set_deepcache(unet, config, num_steps)
+    transformer = getattr(pipe, "transformer", None)
+    if transformer is not None and hasattr(transformer, "enable_cache"):
+        _set_transformer_cache(transformer, plan)
+    return plan
+
+
+def _has_deepcache(unet) -> bool:
+    from diffusers.hooks import HookRegistry
+
+    from .deepcache import _STEP_HOOK
+
+    return HookRegistry.check_if_exists_or_initialize(unet).get_hook(_STEP_HOOK) is not None
+
+
+def transformer_cache_config(plan: CachePlan):
+    """The diffusers cache config for a transformer plan (``None`` for ``off``)."""
+    from diffusers.hooks import FirstBlockCacheConfig, TaylorSeerCacheConfig
+
+    if plan.kind == "fbcache":
+        threshold = DEFAULT_FBCACHE_THRESHOLD if plan.value is None else plan.value
+        return FirstBlockCacheConfig(threshold=threshold)
+    if plan.kind == "taylorseer":
+        return TaylorSeerCacheConfig()
+    return None
+
+
+def _set_transformer_cache(transformer, plan: CachePlan) -> None:
+    config = transformer_cache_config(plan)
+    current = getattr(transformer, "_cache_config", None)
+    if current is not None and current == config:
+        transformer._reset_stateful_cache()
+        return
+    if current is not None:
+        transformer.disable_cache()
+    if config is not None:
+        transformer.enable_cache(config)
