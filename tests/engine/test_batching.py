@@ -1,0 +1,61 @@
+"""Cross-request batching: concurrent requests share a call, and each candidate is the image
+it would be alone."""
+
+from __future__ import annotations
+
+from conftest import concurrently, psnr, reference
+from genloop.sdk import Graph, RunStatus
+from genloop.workers.engine.generate import ImageSettings
+
+SETTINGS = ImageSettings(steps=4, guidance=5.0, width=32, height=32, cache="off")
+
+
+def test_concurrent_requests_are_merged_and_match_their_unbatched_images(registry, engine):
+    # Given four requests of two candidates each, submitted at once from four threads
+    jobs = [([f"a red sneaker, take {k}", f"a blue hat, take {k}"], [2 * k, 2 * k + 1])
+            for k in range(4)]
+
+    # When the engine runs them
+    out = concurrently(lambda p, s: engine.generate("tiny", p, s, SETTINGS), jobs)
+
+    # Then they ran as one batch of 8, and every candidate matches its one-call-each image
+    assert engine.batcher.batches == [8]
+    prompts = [p for ps, _ in jobs for p in ps]
+    seeds = [s for _, ss in jobs for s in ss]
+    ref = reference(registry, prompts, seeds, SETTINGS)
+    got = [im for images in out for im in images]
+    assert min(psnr(a, b) for a, b in zip(got, ref, strict=True)) >= 40.0
+    assert len({im.tobytes() for im in got}) == 8  # eight different images
+
+
+def test_requests_with_different_settings_are_not_merged(engine):
+    other = ImageSettings(steps=3, guidance=5.0, width=32, height=32, cache="off")
+
+    concurrently(lambda s: engine.generate("tiny", ["a cat"], [1], s), [(SETTINGS,), (other,)])
+
+    assert sorted(engine.batcher.batches) == [1, 1]
+
+
+def test_a_request_larger_than_max_batch_is_spread_over_batches(registry, engine):
+    prompts, seeds = [f"a dog {i}" for i in range(10)], list(range(10))
+
+    images = engine.generate("tiny", prompts, seeds, SETTINGS)
+
+    assert engine.batcher.batches == [8, 2]
+    ref = reference(registry, prompts, seeds, SETTINGS)
+    assert min(psnr(a, b) for a, b in zip(images, ref, strict=True)) >= 40.0
+
+
+def test_shards_of_one_run_are_batched_by_the_worker(client, resources):
+    # Given a node of 8 candidates in shards of 2, run by 4 worker threads
+    g = Graph()
+    node = g.generate("a red sneaker", n=8, seed=3, shard_size=2)
+    batches = resources.models.engine.batcher.batches
+    before = len(batches)
+
+    result = client.submit(g).wait(timeout=120)
+
+    # Then the shards shared pipeline calls
+    assert result.status == RunStatus.SUCCEEDED
+    assert [c.seed for c in result.items(node)] == list(range(3, 11))
+    assert max(batches[before:]) > 2

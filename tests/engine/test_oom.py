@@ -1,0 +1,64 @@
+"""Out of memory: the batch is split and retried, every candidate comes back, and the engine
+remembers the largest batch that fit for that model and size."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import psnr, reference
+from genloop.workers.engine.generate import ImageSettings
+from genloop.workers.engine.oom import OomGuard, SimulatedOutOfMemory
+
+SETTINGS = ImageSettings(steps=3, guidance=5.0, width=32, height=32, cache="off")
+
+
+def test_a_simulated_oom_splits_the_batch_and_returns_every_candidate(registry, engine):
+    # Given a device on which batches above 2 candidates run out of memory
+    tried = []
+
+    def inject(key, size):
+        tried.append(size)
+        return size > 2
+
+    engine.oom.inject = inject
+    prompts, seeds = [f"a kite {i}" for i in range(6)], list(range(10, 16))
+    progress = []
+
+    # When six candidates are asked for in one request
+    images = engine.generate("tiny", prompts, seeds, SETTINGS,
+                             on_step=lambda done, total: progress.append((done, total)))
+
+    # Then the batch of 6 was split (6 -> 3 + 3 -> 1 + 2 + 1 + 2) and all six came back
+    assert tried == [6, 3, 1, 2, 3, 1, 2]
+    assert len(images) == 6
+    ref = reference(registry, prompts, seeds, SETTINGS)
+    assert min(psnr(a, b) for a, b in zip(images, ref, strict=True)) >= 40.0
+    # progress never went backwards across the retries and ended at the total
+    assert [d for d, _ in progress] == sorted({d for d, _ in progress})
+    assert progress[-1] == (18, 18)
+    # and the next request of that shape is capped to what fit
+    assert engine.oom.limit(("tiny", 32, 32)) == 2
+    tried.clear()
+    engine.generate("tiny", prompts[:4], seeds[:4], SETTINGS)
+    assert tried == [2, 2]
+    engine.oom.inject = None
+
+
+def test_a_single_candidate_that_does_not_fit_fails_its_request(engine):
+    engine.oom.inject = lambda key, size: key == ("tiny", 40, 40)
+    settings = ImageSettings(steps=2, guidance=5.0, width=40, height=40, cache="off")
+    job = engine.submit("tiny", ["a boat"], [1], settings)
+    with pytest.raises(SimulatedOutOfMemory):
+        job.future.result(timeout=60)
+
+
+def test_the_guard_learns_the_largest_batch_that_fit():
+    guard, key = OomGuard(), ("m", 64, 64)
+    guard.record_fit(key, 16)
+    assert guard.limit(key) is None  # no OOM yet: no cap
+
+    guard.record_oom(key, 12)  # memory got tighter than when 16 fit
+    assert guard.limit(key) == 6
+    guard.record_fit(key, 6)
+    guard.record_fit(key, 8)
+    guard.record_fit(key, 13)  # above the OOM size: not trusted
+    assert guard.limit(key) == 8

@@ -1,0 +1,60 @@
+"""Residency: least recently used models leave when the memory budget is reached."""
+
+from __future__ import annotations
+
+import pytest
+from genloop.sdk.errors import Permanent
+from genloop.workers.engine.registry import ModelDefaults, ModelRegistry
+from genloop.workers.engine.residency import pipeline_bytes
+from genloop.workers.engine.tiny import build_tiny_pipeline
+
+TINY = ModelDefaults(steps=1, guidance=5.0, width=32, height=32)
+
+
+@pytest.fixture(scope="module")
+def tiny_bytes():
+    return pipeline_bytes(build_tiny_pipeline())
+
+
+def registry_for(budget: int) -> ModelRegistry:
+    reg = ModelRegistry("cpu", memory_budget=budget)
+    for name in ("a", "b"):
+        reg.register(name, build_tiny_pipeline, f"{name}-v1", TINY)
+    return reg
+
+
+def test_loading_past_the_budget_evicts_the_least_recently_used(tiny_bytes):
+    reg = registry_for(int(2.5 * tiny_bytes))
+    reg.pipeline("tiny")
+    reg.pipeline("a")
+    reg.pipeline("tiny")  # now "a" is the least recently used
+
+    reg.pipeline("b")
+
+    assert reg.resident() == ["tiny", "b"]
+
+
+def test_a_model_in_use_is_not_evicted(tiny_bytes):
+    reg = registry_for(int(1.5 * tiny_bytes))
+    with reg.acquire("a"):
+        reg.pipeline("b")  # over budget for a while, rather than pulling "a" out from under a call
+        assert set(reg.resident()) == {"a", "b"}
+        assert not reg.evict("a")
+    reg.pipeline("tiny")
+    assert "a" not in reg.resident()
+
+
+def test_a_model_larger_than_the_budget_is_refused_with_a_hint(tiny_bytes):
+    reg = registry_for(tiny_bytes // 2)
+    with pytest.raises(Permanent, match="raise memory_budget"):
+        reg.pipeline("a")
+
+
+def test_preload_loads_and_warms_up(tiny_bytes):
+    reg = registry_for(10 * tiny_bytes)
+    try:
+        reg.preload("a")
+        assert reg.resident() == ["a"]
+        assert reg.engine.batcher.batches == [1]
+    finally:
+        reg.engine.close()

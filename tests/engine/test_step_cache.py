@@ -1,0 +1,75 @@
+"""Step caching: DeepCache on the UNet stays within its stated bound, and "off" is exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import psnr
+from genloop.workers.engine.deepcache import deepcache_stats, remove_deepcache
+from genloop.workers.engine.generate import ImageSettings, call_pipeline
+from genloop.workers.engine.step_cache import prepare_step_cache
+
+PROMPTS, SEEDS = ["a red sneaker", "a blue circle", "a green house"], [1, 2, 3]
+#: The bound the step-cache docstring states for DeepCache (interval 3) against no caching.
+MIN_PSNR_DB = 30.0
+
+
+def run(pipe, cache: str, steps: int = 12) -> list[np.ndarray]:
+    settings = ImageSettings(steps=steps, guidance=5.0, width=32, height=32, cache=cache)
+    prepare_step_cache(pipe, cache, steps)
+    return [np.asarray(im) for im in call_pipeline(pipe, PROMPTS, SEEDS, settings)]
+
+
+def test_off_computes_exactly_what_an_unhooked_unet_computes(registry):
+    with registry.acquire("tiny") as pipe:
+        run(pipe, "deepcache")  # hooks installed and used once
+        hooked_off = run(pipe, "off")
+        remove_deepcache(pipe.unet)
+        unhooked = run(pipe, "off")
+
+    assert all(np.array_equal(a, b) for a, b in zip(hooked_off, unhooked, strict=True))
+
+
+def test_deepcache_skips_deep_blocks_and_stays_within_the_bound(registry):
+    with registry.acquire("tiny") as pipe:
+        off = run(pipe, "off")
+        cached = run(pipe, "deepcache")
+        full, skipped = deepcache_stats(pipe.unet)
+        coarse = run(pipe, "deepcache:6")
+
+    # 12 steps at interval 3: full at 0, 3, 6, 9 and the last step; cached otherwise
+    assert (full, skipped) == (5, 7)
+    assert any(not np.array_equal(a, b) for a, b in zip(off, cached, strict=True))
+    assert min(psnr(a, b) for a, b in zip(off, cached, strict=True)) >= MIN_PSNR_DB
+    # a longer interval reuses more and drifts further
+    assert np.mean([psnr(a, b) for a, b in zip(off, coarse, strict=True)]) < np.mean(
+        [psnr(a, b) for a, b in zip(off, cached, strict=True)])
+
+
+def test_cached_features_are_not_reused_across_a_batch_size_change(registry):
+    with registry.acquire("tiny") as pipe:
+        prepare_step_cache(pipe, "deepcache:2", 4)
+        x = torch.randn(2, 4, 16, 16)
+        ctx = torch.randn(2, 77, 32)
+        with torch.no_grad():
+            pipe.unet(x, 900, ctx)
+            one = pipe.unet(x[:1], 800, ctx[:1]).sample  # cached step, but a smaller batch
+        prepare_step_cache(pipe, "off", 4)
+        with torch.no_grad():
+            exact = pipe.unet(x[:1], 800, ctx[:1]).sample
+
+    assert torch.equal(one, exact)
+
+
+@pytest.mark.parametrize("mode", ["warp", "deepcache:0", "deepcache:x", "taylorseer:2"])
+def test_a_bad_cache_mode_is_refused_before_anything_runs(engine, mode):
+    settings = ImageSettings(steps=2, guidance=5.0, width=32, height=32, cache=mode)
+    with pytest.raises(ValueError, match="cache mode"):
+        engine.submit("tiny", ["a cat"], [0], settings)
+    assert engine.batcher.batches == []
+
+
+def test_transformer_modes_are_refused_on_a_unet_pipeline(registry):
+    with registry.acquire("tiny") as pipe, pytest.raises(ValueError, match="transformer"):
+        prepare_step_cache(pipe, "fbcache", 4)

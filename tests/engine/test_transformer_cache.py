@@ -1,0 +1,69 @@
+"""Transformer pipelines use diffusers' own caches (First-Block Cache, TaylorSeer).
+
+A tiny Flux transformer stands in for a pipeline (a full Flux pipeline needs a T5 tokenizer,
+which cannot be built offline); the engine's step-cache code path is the same.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from genloop.workers.engine.step_cache import prepare_step_cache
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    from diffusers import FluxTransformer2DModel
+
+    torch.manual_seed(0)
+    transformer = FluxTransformer2DModel(
+        patch_size=1, in_channels=4, num_layers=2, num_single_layers=2, attention_head_dim=8,
+        num_attention_heads=2, joint_attention_dim=16, pooled_projection_dim=16,
+        axes_dims_rope=(4, 2, 2),
+    ).eval()
+    return types.SimpleNamespace(transformer=transformer)
+
+
+def denoise(pipe, mode: str, steps: int = 8) -> torch.Tensor:
+    """A small Euler-like loop the way Flux pipelines call their transformer."""
+    prepare_step_cache(pipe, mode, steps)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 16, 4, generator=g)
+    text = torch.randn(1, 6, 16, generator=g)
+    pooled = torch.randn(1, 16, generator=g)
+    img_ids, txt_ids = torch.zeros(16, 3), torch.zeros(6, 3)
+    img_ids[:, 1] = torch.arange(16) // 4
+    img_ids[:, 2] = torch.arange(16) % 4
+    with torch.no_grad():
+        for i in range(steps):
+            t = torch.tensor([1.0 - i / steps])
+            with pipe.transformer.cache_context("cond"):
+                v = pipe.transformer(hidden_states=x, timestep=t, pooled_projections=pooled,
+                                     encoder_hidden_states=text, txt_ids=txt_ids,
+                                     img_ids=img_ids, return_dict=False)[0]
+            x = x - v / steps
+    return x
+
+
+def test_off_is_exact_and_fbcache_reuses_within_bounds(pipe):
+    off = denoise(pipe, "off")
+    first_block = denoise(pipe, "fbcache:0.5")
+    again_off = denoise(pipe, "off")
+    taylor = denoise(pipe, "taylorseer")
+
+    assert torch.equal(off, again_off)
+    assert not torch.equal(off, first_block)
+    rel = lambda y: float((y - off).norm() / off.norm())
+    assert rel(first_block) < 0.5 and rel(taylor) < 0.5
+    assert pipe.transformer._cache_config is not None  # taylorseer left enabled for reuse
+    denoise(pipe, "off")
+    assert pipe.transformer._cache_config is None
+
+
+def test_default_on_a_transformer_pipeline_is_first_block_cache(pipe):
+    plan = prepare_step_cache(pipe, "default", 4)
+
+    assert plan.kind == "fbcache"
+    prepare_step_cache(pipe, "off", 4)
