@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from os import PathLike
 from typing import Any
 
@@ -28,13 +29,14 @@ class Client:
         """Run everything in this process: Dramatiq's StubBroker with in-process worker threads,
         a SQLite state store and artifacts under ``home``. Needs the ``workers`` extra."""
         try:
-            from genloop.workers.embedded import EmbeddedBackend
+            # Imported by name: the SDK has no static dependency on the workers package.
+            embedded = importlib.import_module("genloop.workers.embedded")
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ImportError(
                 "Client.local() runs workers in this process and needs the workers extra: "
                 "pip install 'genloop[workers]'"
             ) from exc
-        return cls(EmbeddedBackend(home, threads=threads, **options))
+        return cls(embedded.EmbeddedBackend(home, threads=threads, **options))
 
     @property
     def backend(self) -> Backend:

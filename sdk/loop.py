@@ -17,7 +17,7 @@ candidates (``min_success=1``): one broken image never breaks the loop.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,7 +49,7 @@ class Loop(BaseModel):
     def compile(self) -> Graph:
         """The graph this loop runs as (see the module docstring)."""
         g = Graph()
-        image_opts = {
+        image_opts: dict[str, Any] = {
             k: v
             for k, v in {
                 "steps": self.steps, "guidance": self.guidance,
@@ -57,7 +57,7 @@ class Loop(BaseModel):
             }.items()
             if v is not None
         }
-        retry = {"max_retries": self.max_retries} if self.max_retries is not None else {}
+        retry: dict[str, Any] = {"max_retries": self.max_retries} if self.max_retries is not None else {}
         scores: list[str] = []
         refine: str | None = None
         for r in range(1, self.rounds + 1):

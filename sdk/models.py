@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, TypeVar, Union
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, Field, JsonValue
 
@@ -12,7 +12,7 @@ from .loop import Loop
 from .ops import BUILTIN_OUTPUTS, ScoredCandidate
 
 #: What a client submits: a graph or a loop, told apart by their ``kind``.
-RunSpec = Annotated[Union[Graph, Loop], Field(discriminator="kind")]
+RunSpec = Annotated[Graph | Loop, Field(discriminator="kind")]
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -22,7 +22,7 @@ class GenerateParams(_Params):
     """``generate``: ``n`` images for one prompt; candidate ``i`` uses seed ``seed + i``.
 
     A generate node that takes an input (``map=True`` over a refine node) reads its prompt and
-    seed from each :class:`GenerationRequest` instead, and ``prompt`` / ``n`` / ``seed`` are ignored.
+    seed from each :class:`GenerationRequest` instead; ``prompt``, ``n`` and ``seed`` are ignored.
     """
 
     prompt: str | None = None

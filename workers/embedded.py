@@ -32,7 +32,11 @@ log = logging.getLogger(__name__)
 
 
 class EmbeddedRuntime:
-    """Store, artifacts, broker and worker threads for one home directory."""
+    """Store, artifacts, broker and worker threads for one home directory.
+
+    ``threads=0`` gives a read-only view (no worker, no sweeper): for following a run that
+    another process is executing.
+    """
 
     def __init__(
         self,
@@ -58,13 +62,16 @@ class EmbeddedRuntime:
             queues=DEFAULT_QUEUES, resources=self.resources, lease_ttl=lease_ttl,
         )
         self.scheduler = self.wiring.scheduler
-        self.worker = dramatiq.Worker(self.broker, worker_threads=threads, worker_timeout=50)
-        self.worker.start()
         self._stop = threading.Event()
-        self._sweeper = threading.Thread(
-            target=self._sweep_loop, args=(sweep_every,), daemon=True, name="genloop-sweeper"
-        )
-        self._sweeper.start()
+        self.worker: dramatiq.Worker | None = None
+        self._sweeper: threading.Thread | None = None
+        if threads > 0:
+            self.worker = dramatiq.Worker(self.broker, worker_threads=threads, worker_timeout=50)
+            self.worker.start()
+            self._sweeper = threading.Thread(
+                target=self._sweep_loop, args=(sweep_every,), daemon=True, name="genloop-sweeper"
+            )
+            self._sweeper.start()
 
     def _sweep_loop(self, every: float) -> None:
         owner = f"sweeper-{uuid.uuid4().hex[:8]}"
@@ -77,9 +84,11 @@ class EmbeddedRuntime:
 
     def close(self) -> None:
         self._stop.set()
-        self.worker.stop()
+        if self.worker is not None:
+            self.worker.stop()
         self.broker.close()
-        self._sweeper.join()
+        if self._sweeper is not None:
+            self._sweeper.join()
         self.store.close()
 
 

@@ -7,8 +7,8 @@ A message names (run id, instance id); the instance's params and inputs are in t
    delivered twice, or the same work in another run), the message is re-enqueued to look again
    after the lease's remaining time: it never runs the body while the holder is alive, and it
    takes over if the holder dies and its lease runs out.
-4. The op body runs while a thread renews the lease; its result is stored, then the scheduler
-   completes the instance in one transaction.
+4. The op body runs while the process's lease keeper renews the lease; the scheduler stores its
+   result and completes the instance in one transaction.
 Failures propagate to Dramatiq: its Retries middleware decides on a retry, and
 :class:`~genloop.workers.middleware.attempts.AttemptOutcomes` records the outcome.
 """
@@ -19,7 +19,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from pydantic import BaseModel
 
@@ -36,28 +37,47 @@ from .stores.records import InstanceRecord, ItemRef, ResultRecord
 log = logging.getLogger(__name__)
 
 
-class _Lease:
-    """Holds the claim on a result key, renewing it every third of its ttl."""
+class LeaseKeeper:
+    """Renews the leases this process holds, every third of their ttl, from one thread.
 
-    def __init__(self, store: StateStore, key: str, owner: str, ttl: float) -> None:
-        self.store, self.key, self.owner, self.ttl = store, key, owner, ttl
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew, daemon=True, name="genloop-lease")
+    One shared thread rather than one per execution: starting a thread per message cost more
+    than everything else a no-op node does.
+    """
 
-    def __enter__(self) -> _Lease:
-        self._thread.start()
-        return self
+    def __init__(self, store: StateStore, ttl: float) -> None:
+        self.store, self.ttl = store, ttl
+        self._held: dict[str, str] = {}  # owner token -> key
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.store.release(self.key, self.owner)
+    @contextmanager
+    def hold(self, key: str, owner: str) -> Iterator[None]:
+        """Keep ``owner``'s claim on ``key`` alive while the block runs, then release it."""
+        with self._lock:
+            self._held[owner] = key
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._renew_forever, daemon=True, name="genloop-leases"
+                )
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held.pop(owner, None)
+            self.store.release(key, owner)
 
-    def _renew(self) -> None:
-        while not self._stop.wait(self.ttl / 3):
-            if not self.store.renew(self.key, self.owner, self.ttl):
-                log.warning("lost the lease on %s", self.key)
-                return
+    def _renew_forever(self) -> None:
+        while True:
+            time.sleep(self.ttl / 3)
+            with self._lock:
+                held = list(self._held.items())
+            for owner, key in held:
+                try:
+                    if not self.store.renew(key, owner, self.ttl):
+                        log.warning("lost the lease on %s", key)
+                except Exception:  # a store hiccup must not kill renewal of the others
+                    log.exception("renewing the lease on %s failed", key)
 
 
 class Executor:
@@ -80,6 +100,7 @@ class Executor:
         self.registry = registry
         self.resources = resources
         self.lease_ttl = lease_ttl
+        self.leases = LeaseKeeper(self.store, lease_ttl)
         self.owner = f"worker-{uuid.uuid4().hex[:12]}"
         self._attempt_of = attempt_of
         self._requeue = requeue or (lambda inst, delay: scheduler.enqueue([inst], delay))
@@ -88,7 +109,7 @@ class Executor:
         inst = self.store.instance(run_id, instance_id)
         if inst.status.terminal:
             return
-        node = self.scheduler.topology(self.store.get_run(run_id)).nodes[inst.node_id]
+        node = self.scheduler.topology(run_id).nodes[inst.node_id]
         spec = self.registry[node.op]
         params = spec.params.model_validate(inst.params)
         identity = spec.identity(params, self.resources) if spec.identity else ""
@@ -106,14 +127,18 @@ class Executor:
                       run_id, instance_id, key[:12], delay)
             self._requeue(inst, delay)
             return
-        with _Lease(self.store, key, owner, self.lease_ttl):
+        with self.leases.hold(key, owner):
             # Checked again under the lease: the holder before us may have just stored it.
             stored = self.store.get_result(key)
-            if stored is None:
-                if self.scheduler.started(run_id, instance_id, self._attempt_of()) is None:
-                    return
-                stored = self._run_body(spec, params, inst, key)
-        self.scheduler.succeeded(run_id, instance_id, stored)
+            if stored is not None:
+                self.scheduler.succeeded(run_id, instance_id, stored, cached=True)
+                return
+            if self.scheduler.started(run_id, instance_id, self._attempt_of()) is None:
+                return
+            result = self._run_body(spec, params, inst, key)
+            # Completed while still holding the lease, so a twin waiting on it finds the
+            # result stored as soon as the lease is released.
+            self.scheduler.succeeded(run_id, instance_id, result)
 
     def _run_body(self, spec: OpSpec, params: BaseModel, inst: InstanceRecord,
                   key: str) -> ResultRecord:
@@ -128,10 +153,10 @@ class Executor:
             if not isinstance(item, BaseModel):
                 raise Permanent(f"op {spec.name!r} returned {type(item).__name__}, "
                                 "expected a pydantic model or a list of them")
-        return self.store.put_result(ResultRecord(
+        return ResultRecord(
             key=key, op=spec.name, items=[i.model_dump(mode="json") for i in items],
             halt=ctx.halted, created_at=time.time(),
-        ))
+        )
 
     def _load_inputs(self, refs: Sequence[ItemRef]) -> list:
         results: dict[str, ResultRecord] = {}

@@ -55,7 +55,9 @@ def op_spec(registry: OpRegistry, node: Node) -> OpSpec:
     try:
         return registry[node.op]
     except KeyError:
-        raise GraphError([GraphProblem(node_id=node.id, message=f"unknown op {node.op!r}")])
+        raise GraphError(
+            [GraphProblem(node_id=node.id, message=f"unknown op {node.op!r}")]
+        ) from None
 
 
 def is_elementwise(node: Node, spec: OpSpec) -> bool:

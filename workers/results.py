@@ -24,7 +24,7 @@ def run_info(store: StateStore, run_id: str) -> RunInfo:
 def run_result(store: StateStore, run_id: str) -> RunResult:
     """Outputs of every node (successful items, in order) and every failed instance."""
     run = store.get_run(run_id)
-    graph = Graph.model_validate(run.graph)
+    graph = Graph.model_validate(store.run_spec(run_id).graph)
     ops = {n.id: n.op for n in graph.nodes}
     cache: dict[str, ResultRecord | None] = {}
 

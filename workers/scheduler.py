@@ -35,6 +35,7 @@ from .stores.records import (
     NodeRecord,
     ResultRecord,
     RunRecord,
+    RunSpecRecord,
 )
 
 log = logging.getLogger(__name__)
@@ -69,10 +70,10 @@ class Scheduler:
         self._check_queues(graph)
         spec_json = spec.model_dump(mode="json")
         run = RunRecord(
-            id=uuid.uuid4().hex, spec=spec_json, graph=graph.model_dump(mode="json"),
-            spec_hash=spec_hash(spec_json), idempotency_key=idempotency_key,
+            id=uuid.uuid4().hex, spec_hash=spec_hash(spec_json), idempotency_key=idempotency_key,
             pending_nodes=len(graph.nodes), created_at=time.time(),
         )
+        submitted = RunSpecRecord(spec=spec_json, graph=graph.model_dump(mode="json"))
         nodes, roots = [], []
         for node in graph.nodes:
             record = NodeRecord(run_id=run.id, node_id=node.id, waiting=len(node.inputs))
@@ -82,7 +83,7 @@ class Scheduler:
                 record.pending_instances = len(instances)
                 roots.extend(instances)
             nodes.append(record)
-        run, created = self.store.create_run(run, nodes, roots)
+        run, created = self.store.create_run(run, submitted, nodes, roots)
         if created:
             log.info("run %s submitted: %d nodes", run.id, len(nodes))
             self.flush([(run.id, i.instance_id) for i in roots], roots)
@@ -99,11 +100,12 @@ class Scheduler:
         if problems:
             raise GraphError(problems)
 
-    def topology(self, run: RunRecord) -> Topology:
-        topo = self._topologies.get(run.id)
+    def topology(self, run_id: str) -> Topology:
+        """The run's graph, indexed; cached, since a run's graph never changes."""
+        topo = self._topologies.get(run_id)
         if topo is None:
-            topo = Topology(Graph.model_validate(run.graph))
-            self._topologies[run.id] = topo
+            topo = Topology(Graph.model_validate(self.store.run_spec(run_id).graph))
+            self._topologies[run_id] = topo
             if len(self._topologies) > 512:
                 self._topologies.popitem(last=False)
         return topo
@@ -146,6 +148,8 @@ class Scheduler:
 
     def succeeded(self, run_id: str, instance_id: str, result: ResultRecord,
                   cached: bool = False) -> None:
+        """The instance produced ``result`` (or found it stored, ``cached``). A new result is
+        stored in the same transaction that completes the instance and releases its children."""
         self._complete(run_id, instance_id, NodeStatus.SUCCEEDED, result=result, cached=cached)
 
     def failed(self, run_id: str, instance_id: str, error: BaseException, attempts: int) -> None:
@@ -162,7 +166,10 @@ class Scheduler:
             if inst.status.terminal:
                 return
             if result is not None:
-                inst.result_key, inst.outputs, inst.halted = result.key, len(result.items), result.halt
+                if not cached:
+                    result = tx.put_result(result)
+                inst.result_key, inst.outputs = result.key, len(result.items)
+                inst.halted = result.halt
             if error is not None:
                 inst.failure = FailedItem(
                     node_id=inst.node_id, instance_id=instance_id,
@@ -197,7 +204,9 @@ class Scheduler:
         instances = tx.instances(node.node_id)
         for inst in instances:
             if inst.status == NodeStatus.SUCCEEDED:
-                node.outputs.extend(ItemRef(key=inst.result_key, index=i) for i in range(inst.outputs))
+                node.outputs.extend(
+                    ItemRef(key=inst.result_key, index=i) for i in range(inst.outputs)
+                )
                 node.halted = node.halted or inst.halted
             elif inst.status == NodeStatus.FAILED and inst.failure is not None:
                 node.failures.append(inst.failure)
@@ -215,12 +224,14 @@ class Scheduler:
                     status: NodeStatus) -> list[InstanceRecord]:
         node.status = status
         tx.put_node(node)
-        tx.event(_ev(f"node.{status.value}", node_id=node.node_id, status=status.value,
-                     error=node.error, message="halted: later rounds skipped" if node.halted else None))
+        tx.event(_ev(
+            f"node.{status.value}", node_id=node.node_id, status=status.value, error=node.error,
+            message="halted: later rounds skipped" if node.halted else None,
+        ))
         run.pending_nodes -= 1
         if status == NodeStatus.FAILED and run.error is None:
             run.error = f"node {node.node_id}: {node.error}"
-        topo = self.topology(run)
+        topo = self.topology(run.id)
         released: list[InstanceRecord] = []
         if status != NodeStatus.SUCCEEDED or node.halted:
             reason = "halted upstream" if node.halted else f"input {node.node_id} {status.value}"
@@ -295,7 +306,7 @@ class Scheduler:
                 return run
             run.cancel_requested = True
             tx.event(_ev("run.cancelling", status="cancelling"))
-            for node_id in self.topology(run).nodes:
+            for node_id in self.topology(run.id).nodes:
                 node = tx.node(node_id)
                 if node.status.terminal:
                     continue

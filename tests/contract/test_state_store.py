@@ -16,11 +16,12 @@ from genloop.workers.stores import (
     NodeRecord,
     ResultRecord,
     RunRecord,
+    RunSpecRecord,
 )
 
 
 def _run(run_id="r1", key=None, spec_hash="h1", nodes=1):
-    return RunRecord(id=run_id, spec={}, graph={}, spec_hash=spec_hash, idempotency_key=key,
+    return RunRecord(id=run_id, spec_hash=spec_hash, idempotency_key=key,
                      pending_nodes=nodes, created_at=time.time())
 
 
@@ -29,7 +30,8 @@ def _create(store, run_id="r1", key=None, spec_hash="h1"):
     node = NodeRecord(run_id=run_id, node_id="a", pending_instances=2)
     insts = [InstanceRecord(run_id=run_id, instance_id=f"a#{i}", node_id="a", seq=i)
              for i in (1, 0)]
-    return store.create_run(run, [node], insts)
+    spec = RunSpecRecord(spec={"kind": "graph"}, graph={"nodes": [{"id": "a"}]})
+    return store.create_run(run, spec, [node], insts)
 
 
 def test_create_and_read_back_a_run(store):
@@ -37,6 +39,7 @@ def test_create_and_read_back_a_run(store):
 
     assert created
     assert store.get_run("r1") == run
+    assert store.run_spec("r1").graph == {"nodes": [{"id": "a"}]}
     assert [n.node_id for n in store.nodes("r1")] == ["a"]
     assert store.instance("r1", "a#0").seq == 0
     assert sorted(store.outbox()) == [("r1", "a#0"), ("r1", "a#1")]

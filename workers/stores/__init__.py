@@ -9,6 +9,7 @@ from .records import (
     NodeRecord,
     ResultRecord,
     RunRecord,
+    RunSpecRecord,
 )
 from .sqlite import SqliteStateStore
 
@@ -21,6 +22,7 @@ __all__ = [
     "NodeRecord",
     "ResultRecord",
     "RunRecord",
+    "RunSpecRecord",
     "RunTx",
     "SqliteStateStore",
     "StateStore",

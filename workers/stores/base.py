@@ -16,7 +16,14 @@ from contextlib import AbstractContextManager
 
 from genloop.sdk.models import Event
 
-from .records import EventRecord, InstanceRecord, NodeRecord, ResultRecord, RunRecord
+from .records import (
+    EventRecord,
+    InstanceRecord,
+    NodeRecord,
+    ResultRecord,
+    RunRecord,
+    RunSpecRecord,
+)
 
 
 class IdempotencyConflict(Exception):
@@ -59,6 +66,10 @@ class RunTx(ABC):
     @abstractmethod
     def event(self, event: EventRecord) -> None: ...
 
+    @abstractmethod
+    def put_result(self, result: ResultRecord) -> ResultRecord:
+        """As :meth:`StateStore.put_result`, inside this transaction."""
+
 
 class StateStore(ABC):
     """Where runs live. Thread-safe; every method may be called from any worker thread."""
@@ -66,7 +77,8 @@ class StateStore(ABC):
     # -- runs -------------------------------------------------------------------------------
     @abstractmethod
     def create_run(
-        self, run: RunRecord, nodes: Sequence[NodeRecord], instances: Sequence[InstanceRecord]
+        self, run: RunRecord, spec: RunSpecRecord, nodes: Sequence[NodeRecord],
+        instances: Sequence[InstanceRecord],
     ) -> tuple[RunRecord, bool]:
         """Store a new run with its nodes and first instances, which go to the outbox.
 
@@ -78,6 +90,10 @@ class StateStore(ABC):
     @abstractmethod
     def get_run(self, run_id: str) -> RunRecord:
         """``NotFound`` if there is no such run."""
+
+    @abstractmethod
+    def run_spec(self, run_id: str) -> RunSpecRecord:
+        """What was submitted (``NotFound`` if there is no such run)."""
 
     @abstractmethod
     def nodes(self, run_id: str) -> list[NodeRecord]: ...

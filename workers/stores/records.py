@@ -27,10 +27,19 @@ class FailedItem(BaseModel):
     items: int = 1
 
 
-class RunRecord(BaseModel):
-    id: str
+class RunSpecRecord(BaseModel):
+    """What was submitted; written once with the run, never changed. Kept apart from the run's
+    state so that the hot path (every completion reads and writes the run) stays O(1) in the
+    size of the graph."""
+
     spec: dict[str, Any] = Field(description="the submitted Graph or Loop, in JSON form")
     graph: dict[str, Any] = Field(description="the graph that runs (a loop compiled)")
+
+
+class RunRecord(BaseModel):
+    """A run's mutable state."""
+
+    id: str
     spec_hash: str
     idempotency_key: str | None = None
     status: RunStatus = RunStatus.PENDING

@@ -19,10 +19,18 @@ from genloop.sdk.errors import NotFound, StoreError
 from genloop.sdk.models import Event
 
 from .base import IdempotencyConflict, RunTx, StateStore
-from .records import EventRecord, InstanceRecord, NodeRecord, ResultRecord, RunRecord
+from .records import (
+    EventRecord,
+    InstanceRecord,
+    NodeRecord,
+    ResultRecord,
+    RunRecord,
+    RunSpecRecord,
+)
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, idem_key TEXT UNIQUE, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, idem_key TEXT UNIQUE, doc TEXT NOT NULL, spec TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes (
     run_id TEXT, node_id TEXT, doc TEXT NOT NULL, PRIMARY KEY (run_id, node_id));
 CREATE TABLE IF NOT EXISTS instances (
@@ -97,6 +105,17 @@ class _SqliteTx(RunTx):
     def event(self, event: EventRecord) -> None:
         _append_event(self._c, self._run_id, event)
 
+    def put_result(self, result: ResultRecord) -> ResultRecord:
+        return _put_result(self._c, result)
+
+
+def _put_result(conn: sqlite3.Connection, result: ResultRecord) -> ResultRecord:
+    row = conn.execute("SELECT doc FROM results WHERE key = ?", (result.key,)).fetchone()
+    if row is not None:
+        return ResultRecord.model_validate_json(row[0])
+    conn.execute("INSERT INTO results VALUES (?, ?)", (result.key, result.model_dump_json()))
+    return result
+
 
 def _put_instance(conn: sqlite3.Connection, inst: InstanceRecord) -> None:
     conn.execute(
@@ -122,6 +141,9 @@ class SqliteStateStore(StateStore):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
+        # Writers of this process queue on a Python lock rather than in SQLite's busy handler,
+        # which sleeps in growing steps and would stall threads that could run at once.
+        self._write_lock = threading.Lock()
         conn = self._conn()
         conn.execute("PRAGMA journal_mode=WAL")
         conn.executescript(_SCHEMA)
@@ -144,21 +166,22 @@ class SqliteStateStore(StateStore):
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         conn = self._conn()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise StoreError(f"sqlite: {exc}") from exc
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        else:
+        with self._write_lock:
             try:
-                conn.execute("COMMIT")
+                conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
-                conn.execute("ROLLBACK")
                 raise StoreError(f"sqlite: {exc}") from exc
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    conn.execute("ROLLBACK")
+                    raise StoreError(f"sqlite: {exc}") from exc
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
         try:
@@ -167,7 +190,7 @@ class SqliteStateStore(StateStore):
             raise StoreError(f"sqlite: {exc}") from exc
 
     # -- runs -------------------------------------------------------------------------------
-    def create_run(self, run, nodes, instances):
+    def create_run(self, run, spec, nodes, instances):
         with self._write() as c:
             if run.idempotency_key is not None:
                 row = c.execute(
@@ -179,8 +202,8 @@ class SqliteStateStore(StateStore):
                         raise IdempotencyConflict(existing.id)
                     return existing, False
             c.execute(
-                "INSERT INTO runs VALUES (?, ?, ?)",
-                (run.id, run.idempotency_key, run.model_dump_json()),
+                "INSERT INTO runs VALUES (?, ?, ?, ?)",
+                (run.id, run.idempotency_key, run.model_dump_json(), spec.model_dump_json()),
             )
             tx = _SqliteTx(c, run.id)
             for node in nodes:
@@ -196,6 +219,12 @@ class SqliteStateStore(StateStore):
         if not rows:
             raise NotFound(f"no run {run_id!r}")
         return RunRecord.model_validate_json(rows[0][0])
+
+    def run_spec(self, run_id: str) -> RunSpecRecord:
+        rows = self._read("SELECT spec FROM runs WHERE id = ?", (run_id,))
+        if not rows:
+            raise NotFound(f"no run {run_id!r}")
+        return RunSpecRecord.model_validate_json(rows[0][0])
 
     def nodes(self, run_id: str) -> list[NodeRecord]:
         rows = self._read("SELECT doc FROM nodes WHERE run_id = ?", (run_id,))
@@ -227,11 +256,7 @@ class SqliteStateStore(StateStore):
 
     def put_result(self, result: ResultRecord) -> ResultRecord:
         with self._write() as c:
-            row = c.execute("SELECT doc FROM results WHERE key = ?", (result.key,)).fetchone()
-            if row is not None:
-                return ResultRecord.model_validate_json(row[0])
-            c.execute("INSERT INTO results VALUES (?, ?)", (result.key, result.model_dump_json()))
-        return result
+            return _put_result(c, result)
 
     # -- claims -----------------------------------------------------------------------------
     def claim(self, key: str, owner: str, ttl: float) -> bool:

@@ -1,0 +1,162 @@
+"""No-op node throughput: genloop (embedded) vs raw Dramatiq, same broker, threads and count.
+
+    python benchmarks/orchestration.py [--nodes 1000] [--threads 4] [--repeats 3] [--json]
+
+Both sides run on one StubBroker and one Dramatiq Worker. Raw Dramatiq sends N messages to a
+no-op actor and joins the queue. genloop submits a graph of N independent no-op nodes and waits
+for the run; every node goes through validation, the SQLite store, a claim, a result and the
+scheduler. Also: latency from submit to the first node's start (p50/p99 over single-node runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import threading
+import time
+
+import dramatiq
+from dramatiq.brokers.stub import StubBroker
+from pydantic import BaseModel
+
+from genloop.sdk import Graph
+from genloop.workers import OpRegistry, op
+from genloop.workers.artifacts import LocalArtifactStore
+from genloop.workers.broker import wire
+from genloop.workers.stores import SqliteStateStore
+
+
+class Nothing(BaseModel):
+    pass
+
+
+class Index(BaseModel):
+    """Each node gets its own index, so each has its own result key and really executes."""
+
+    i: int
+
+
+def build(home: str, threads: int):
+    registry = OpRegistry()
+    op("noop", params=Index, output=Nothing, registry=registry)(
+        lambda params, inputs, ctx: Nothing()
+    )
+    broker = StubBroker()
+    broker.emit_after("process_boot")
+    wiring = wire(broker, SqliteStateStore(f"{home}/state.db"),
+                  LocalArtifactStore(f"{home}/artifacts"), registry, queues=("cpu",))
+    started: dict[int, float] = {}
+    done = threading.Semaphore(0)
+
+    @dramatiq.actor(broker=broker, queue_name="cpu", actor_name="raw_noop")
+    def raw_noop(i: int, mark: bool = False) -> None:
+        if mark:
+            started[i] = time.perf_counter()
+            done.release()
+
+    worker = dramatiq.Worker(broker, worker_threads=threads, worker_timeout=20)
+    worker.start()
+    return broker, wiring, worker, raw_noop, started, done
+
+
+def raw_throughput(broker, raw_noop, n: int) -> float:
+    t0 = time.perf_counter()
+    for i in range(n):
+        raw_noop.send(i)
+    broker.join("cpu")
+    return n / (time.perf_counter() - t0)
+
+
+def genloop_throughput(wiring, n: int, offset: int) -> float:
+    g = Graph()
+    for i in range(n):
+        g.add("noop", id=f"n{i}", params={"i": offset + i})
+    t0 = time.perf_counter()
+    run = wiring.scheduler.submit(g)
+    store = wiring.scheduler.store
+    while not store.get_run(run.id).status.terminal:
+        time.sleep(0.002)
+    elapsed = time.perf_counter() - t0
+    assert store.get_run(run.id).status == "succeeded"
+    return n / elapsed
+
+
+def genloop_latency(wiring, runs: int, offset: int) -> list[float]:
+    store = wiring.scheduler.store
+    out = []
+    for i in range(runs):
+        g = Graph()
+        g.add("noop", id="only", params={"i": offset + i})
+        t0 = time.time()
+        run = wiring.scheduler.submit(g)
+        while True:
+            started = [e for e in store.events(run.id) if e.type == "instance.started"]
+            if started:
+                out.append(started[0].time - t0)
+                break
+            time.sleep(0.0005)
+        while not store.get_run(run.id).status.terminal:
+            time.sleep(0.001)
+    return out
+
+
+def raw_latency(raw_noop, started, done, runs: int) -> list[float]:
+    out = []
+    for i in range(runs):
+        t0 = time.perf_counter()
+        raw_noop.send(i, mark=True)
+        done.acquire()
+        out.append(started[i] - t0)
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--latency-runs", type=int, default=100)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as home:
+        broker, wiring, worker, raw_noop, started, done = build(home, args.threads)
+        try:
+            raw, gl = [], []
+            for r in range(args.repeats):  # interleaved, so drift hits both sides alike
+                raw.append(raw_throughput(broker, raw_noop, args.nodes))
+                gl.append(genloop_throughput(wiring, args.nodes, offset=r * args.nodes))
+            lat_g = genloop_latency(wiring, args.latency_runs, offset=-1 - args.latency_runs)
+            lat_r = raw_latency(raw_noop, started, done, args.latency_runs)
+        finally:
+            worker.stop()
+
+    report = {
+        "nodes": args.nodes, "threads": args.threads, "repeats": args.repeats,
+        "raw_dramatiq_msgs_per_s": statistics.median(raw),
+        "genloop_nodes_per_s": statistics.median(gl),
+        "ratio": statistics.median(gl) / statistics.median(raw),
+        "genloop_submit_to_start_ms": {"p50": 1e3 * pct(lat_g, 0.5), "p99": 1e3 * pct(lat_g, .99)},
+        "raw_send_to_start_ms": {"p50": 1e3 * pct(lat_r, 0.5), "p99": 1e3 * pct(lat_r, 0.99)},
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    print(f"{args.nodes} no-op nodes, {args.threads} worker threads, median of {args.repeats}")
+    print(f"  raw Dramatiq : {report['raw_dramatiq_msgs_per_s']:9.0f} messages/s")
+    print(f"  genloop      : {report['genloop_nodes_per_s']:9.0f} nodes/s")
+    print(f"  ratio        : {report['ratio']:.2f}x")
+    g, r = report["genloop_submit_to_start_ms"], report["raw_send_to_start_ms"]
+    print(f"  submit->start: genloop p50 {g['p50']:.2f} ms p99 {g['p99']:.2f} ms | "
+          f"raw p50 {r['p50']:.2f} ms p99 {r['p99']:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
