@@ -4,6 +4,7 @@ it would be alone."""
 from __future__ import annotations
 
 from conftest import concurrently, psnr, reference
+
 from genloop.sdk import Graph, RunStatus
 from genloop.workers.engine.generate import ImageSettings
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+
 from genloop.sdk.errors import Cancelled
 from genloop.workers.engine.generate import ImageSettings
 

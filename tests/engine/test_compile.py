@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from genloop.workers.engine.compile import Compiler
 from genloop.workers.engine.generate import ImageSettings, call_pipeline
 from genloop.workers.engine.step_cache import prepare_step_cache

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import psnr, reference
+
 from genloop.workers.engine.generate import ImageSettings
 from genloop.workers.engine.oom import OomGuard, SimulatedOutOfMemory
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from genloop.sdk.errors import Permanent
 from genloop.workers.engine.registry import ModelDefaults, ModelRegistry
 from genloop.workers.engine.residency import pipeline_bytes

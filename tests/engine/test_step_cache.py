@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import psnr
+
 from genloop.workers.engine.deepcache import deepcache_stats, remove_deepcache
 from genloop.workers.engine.generate import ImageSettings, call_pipeline
 from genloop.workers.engine.step_cache import prepare_step_cache

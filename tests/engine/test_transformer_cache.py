@@ -10,6 +10,7 @@ import types
 
 import pytest
 import torch
+
 from genloop.workers.engine.step_cache import prepare_step_cache
 
 
@@ -24,6 +25,10 @@ def pipe():
         axes_dims_rope=(4, 2, 2),
     ).eval()
     return types.SimpleNamespace(transformer=transformer)
+
+
+def relative_error(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((y - ref).norm() / ref.norm())
 
 
 def denoise(pipe, mode: str, steps: int = 8) -> torch.Tensor:
@@ -54,9 +59,10 @@ def test_off_is_exact_and_fbcache_reuses_within_bounds(pipe):
     taylor = denoise(pipe, "taylorseer")
 
     assert torch.equal(off, again_off)
-    assert not torch.equal(off, first_block)
-    rel = lambda y: float((y - off).norm() / off.norm())
-    assert rel(first_block) < 0.5 and rel(taylor) < 0.5
+    assert not torch.equal(off, first_block) and not torch.equal(off, taylor)
+    # measured: 1.6% and 0.1% relative error on this model; bounds with ~3x headroom
+    assert relative_error(first_block, off) < 0.05
+    assert relative_error(taylor, off) < 0.005
     assert pipe.transformer._cache_config is not None  # taylorseer left enabled for reuse
     denoise(pipe, "off")
     assert pipe.transformer._cache_config is None

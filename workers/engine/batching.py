@@ -16,13 +16,17 @@ batch whose jobs have all failed is abandoned between steps.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
+
+from genloop.sdk.errors import Transient
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +134,9 @@ class Batcher:
                 self._thread = threading.Thread(target=self._loop, daemon=True,
                                                 name="genloop-batcher")
                 self._thread.start()
+                # A daemon thread killed inside a torch op at interpreter exit aborts the
+                # process ("terminate called without an active exception"); stop it first.
+                atexit.register(_close_at_exit, weakref.ref(self))
             self._cond.notify_all()
         return job
 
@@ -138,12 +145,21 @@ class Batcher:
         with self._cond:
             self._pending = [s for s in self._pending if s.job is not job]
 
-    def close(self, timeout: float = 10.0) -> None:
+    @property
+    def closed(self) -> bool:
+        """Set by :meth:`close`; a running batch should stop at its next step."""
+        return self._closed
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop taking batches, let the running one stop between steps, join the thread."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        if self._thread is not None:
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
+        for slot in self._pending:
+            slot.job.fail(Transient("the worker's generation engine was closed"))
+        self._pending = []
 
     def limit(self, key: BatchKey) -> int:
         cap = self._cap(key)
@@ -153,7 +169,7 @@ class Batcher:
         with self._cond:
             while not self._pending and not self._closed:
                 self._cond.wait()
-            if not self._pending:
+            if self._closed:
                 return None
             key = self._pending[0].job.key
             limit = self.limit(key)
@@ -179,9 +195,16 @@ class Batcher:
             if not batch:
                 continue
             self.batches.append(len(batch))
+            log.debug("batch of %d at %s", len(batch), key)
             try:
                 self.run_batch(key, batch)
             except Exception as exc:  # the thread must outlive a failed batch
                 log.exception("batch of %d at %s failed", len(batch), key)
                 for slot in batch:
                     slot.job.fail(exc)
+
+
+def _close_at_exit(ref: weakref.ref) -> None:
+    batcher = ref()
+    if batcher is not None:
+        batcher.close()

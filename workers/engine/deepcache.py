@@ -42,7 +42,8 @@ class DeepCacheConfig:
 
     def __post_init__(self) -> None:
         if self.interval < 1 or self.warmup < 0 or self.tail < 0:
-            raise ValueError(f"invalid DeepCache schedule {self!r}: interval >= 1, warmup/tail >= 0")
+            raise ValueError(
+                f"invalid DeepCache schedule {self!r}: interval >= 1, warmup/tail >= 0")
 
     def is_full(self, step: int, num_steps: int | None) -> bool:
         if self.interval == 1 or step < self.warmup or step % self.interval == 0:

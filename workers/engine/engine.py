@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from genloop.sdk.errors import Transient
+
 from .batching import Batcher, BatchKey, Job, Slot
 from .compile import Compiler
 from .generate import ImageSettings, call_pipeline
@@ -61,17 +63,21 @@ class GenerationEngine:
         self.options = options or EngineOptions()
         cuda = str(models.device).startswith("cuda")
         self.max_batch = self.options.max_batch or (16 if cuda else 8)
-        self.channels_last = cuda if self.options.channels_last is None else self.options.channels_last
+        self.channels_last = (cuda if self.options.channels_last is None
+                              else self.options.channels_last)
         self.oom = OomGuard()
         self.compiler = (Compiler(self.options.compile_backend, self.options.compile_mode)
                          if self.options.compile else None)
         self._prepared: weakref.WeakSet = weakref.WeakSet()
         self._lock = threading.Lock()
         self._batcher: Batcher | None = None
+        self._closed = False
 
     @property
     def batcher(self) -> Batcher:
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the generation engine is closed")
             if self._batcher is None:
                 self._batcher = Batcher(self._run_batch, window=self.options.window,
                                         max_batch=self.max_batch,
@@ -88,6 +94,7 @@ class GenerationEngine:
         negatives = (negative_prompts if negative_prompts is not None
                      else [settings.negative_prompt] * len(prompts))
         job = Job(key, list(prompts), list(seeds), list(negatives), settings.steps, on_step)
+        log.debug("request of %d at %s queued", len(job.prompts), key)
         return self.batcher.submit(job)
 
     def wait(self, job: Job, check: Callable[[], None] | None = None,
@@ -114,8 +121,10 @@ class GenerationEngine:
         return self.wait(self.submit(model, prompts, seeds, settings, on_step), check)
 
     def close(self) -> None:
+        """Stop: a running batch ends at its next step, queued requests fail (Transient)."""
         with self._lock:
-            batcher, self._batcher = self._batcher, None
+            self._closed = True
+            batcher = self._batcher
         if batcher is not None:
             batcher.close()
 
@@ -159,6 +168,9 @@ class GenerationEngine:
         def step_end(step: int) -> None:
             if step == 0:
                 self.oom.check_injected(shape_key, len(live))
+            if self._closed or (self._batcher is not None and self._batcher.closed):
+                for job, _ in by_job.values():
+                    job.fail(Transient("the worker's generation engine is shutting down"))
             for job, indices in by_job.values():
                 job.step(indices, step + 1)
             if all(job.failed for job, _ in by_job.values()):
@@ -173,6 +185,7 @@ class GenerationEngine:
         try:
             images = self.compiler.call(pipe, shape, run) if self.compiler else run()
         except _AllFailed:
+            log.debug("batch of %d at %s abandoned: all its requests failed", len(live), shape_key)
             return [None] * len(chunk)
         out = iter(images)
         return [next(out) if s in live else None for s in chunk]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from genloop.sdk.errors import Permanent
 
 from .residency import Residency, Resident, default_budget, pipeline_bytes
