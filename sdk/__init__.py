@@ -3,7 +3,8 @@
 Light on purpose: pydantic, httpx and tenacity only. Importing it never imports torch.
 """
 
-from .backend import Backend
+from .aio import AsyncClient, AsyncRun
+from .backend import AsyncBackend, Backend
 from .client import Client
 from .errors import (
     Cancelled,
@@ -22,6 +23,7 @@ from .errors import (
     TransportError,
 )
 from .graph import Graph, Node, NodeRef
+from .http import HttpBackend
 from .loop import Loop
 from .models import (
     Event,
@@ -48,6 +50,9 @@ from .run import Run
 from .validation import graph_problems, validate_graph
 
 __all__ = [
+    "AsyncBackend",
+    "AsyncClient",
+    "AsyncRun",
     "Backend",
     "Cancelled",
     "Candidate",
@@ -61,6 +66,7 @@ __all__ = [
     "Graph",
     "GraphError",
     "GraphProblem",
+    "HttpBackend",
     "Loop",
     "Node",
     "NodeOutput",

@@ -7,9 +7,18 @@ worker pool, ``Client.http()`` to a gateway. Each is a :class:`Backend`; the ``C
 
 from __future__ import annotations
 
+import asyncio
+import time
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Iterator
 
+from .errors import NotFound
 from .models import Event, RunInfo, RunResult, RunSpec
+
+#: Event types after which a run has nothing more to say.
+TERMINAL_EVENTS = frozenset({"run.succeeded", "run.failed", "run.cancelled"})
+#: A run id no back end ever issues; ``ping`` asks for it to touch the store.
+_PROBE_ID = "0" * 32
 
 
 class Backend(ABC):
@@ -43,5 +52,76 @@ class Backend(ABC):
     def read_artifact(self, key: str) -> bytes:
         """The bytes of an artifact (``NotFound`` if absent)."""
 
+    def follow(self, run_id: str, after: int = 0, poll: float = 0.05) -> Iterator[Event]:
+        """Events after ``after`` as they happen, ending with the run's last event.
+
+        The default polls :meth:`events` with a growing delay (``poll`` up to 1 s); a back end
+        that can push (the HTTP one, over server-sent events) overrides it.
+        """
+        last, delay = after, poll
+        while True:
+            batch = self.events(run_id, after=last)
+            for event in batch:
+                last = event.id
+                yield event
+                if event.type in TERMINAL_EVENTS:
+                    return
+            if batch:
+                delay = poll
+            else:
+                time.sleep(delay)
+                delay = min(delay * 1.5, 1.0)
+
+    def ping(self) -> None:
+        """Raise if the store underneath cannot be reached (readiness checks)."""
+        try:
+            self.get(_PROBE_ID)
+        except NotFound:
+            pass
+
     def close(self) -> None:
+        """Release connections and stop in-process workers."""
+
+
+class AsyncBackend(ABC):
+    """:class:`Backend` for asyncio: the same calls, awaited. ``AsyncClient`` sits on one."""
+
+    @abstractmethod
+    async def submit(self, spec: RunSpec, idempotency_key: str | None) -> RunInfo: ...
+
+    @abstractmethod
+    async def get(self, run_id: str) -> RunInfo: ...
+
+    @abstractmethod
+    async def result(self, run_id: str) -> RunResult: ...
+
+    @abstractmethod
+    async def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]: ...
+
+    @abstractmethod
+    async def cancel(self, run_id: str) -> RunInfo: ...
+
+    @abstractmethod
+    async def resume(self, run_id: str) -> RunInfo: ...
+
+    @abstractmethod
+    async def read_artifact(self, key: str) -> bytes: ...
+
+    async def follow(self, run_id: str, after: int = 0, poll: float = 0.05) -> AsyncIterator[Event]:
+        """Events as they happen, ending with the run's last event (polls by default)."""
+        last, delay = after, poll
+        while True:
+            batch = await self.events(run_id, after=last)
+            for event in batch:
+                last = event.id
+                yield event
+                if event.type in TERMINAL_EVENTS:
+                    return
+            if batch:
+                delay = poll
+            else:
+                await asyncio.sleep(delay)
+                delay = min(delay * 1.5, 1.0)
+
+    async def aclose(self) -> None:
         """Release connections and stop in-process workers."""

@@ -1,42 +1,95 @@
-"""``Client``: submit graphs and loops, follow and collect them, wherever they run."""
+"""``Client``: submit graphs and loops, follow and collect them, wherever they run.
+
+:class:`_ClientBase` holds what ``Client`` and ``AsyncClient`` share: the constructors that pick
+and configure a back end (``local``, ``connect``, ``http``). Each subclass only says how to sit
+on a sync back end and on an HTTP configuration.
+"""
 
 from __future__ import annotations
 
 import importlib
 from os import PathLike
-from typing import Any
+from typing import Any, Self
 
 from .backend import Backend
+from .http import HttpBackend, HttpConfig
 from .models import RunSpec
 from .run import Run
 
 
-class Client:
+def _workers_module(name: str, what: str) -> Any:
+    try:
+        # Imported by name: the SDK has no static dependency on the workers package.
+        return importlib.import_module(f"genloop.workers.{name}")
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError(
+            f"{what} needs the workers extra: pip install 'genloop[workers]'"
+        ) from exc
+
+
+class _ClientBase:
+    """Constructors shared by the sync and async clients."""
+
+    @classmethod
+    def _on_backend(cls, backend: Backend) -> Self:
+        raise NotImplementedError
+
+    @classmethod
+    def _on_http(cls, config: HttpConfig) -> Self:
+        raise NotImplementedError
+
+    @classmethod
+    def local(
+        cls, home: str | PathLike[str] = ".genloop", *, threads: int = 4, **options: Any
+    ) -> Self:
+        """Run everything in this process: Dramatiq's StubBroker with in-process worker threads,
+        a SQLite state store and artifacts under ``home``. Needs the ``workers`` extra."""
+        embedded = _workers_module("embedded", "Client.local() runs workers in this process and")
+        return cls._on_backend(embedded.EmbeddedBackend(home, threads=threads, **options))
+
+    @classmethod
+    def connect(cls, redis_url: str, *, artifacts: Any = None, **options: Any) -> Self:
+        """Submit to a Redis worker pool (``genloop worker`` processes on any host)."""
+        module = _workers_module("redis_backend", "Client.connect() talks to Redis directly and")
+        return cls._on_backend(module.RedisBackend(redis_url, artifacts=artifacts, **options))
+
+    @classmethod
+    def http(
+        cls, base_url: str, *, api_key: str | None = None, timeout: float = 30.0,
+        attempts: int = 5, max_backoff: float = 10.0, transport: Any = None,
+    ) -> Self:
+        """Talk to a genloop gateway (``genloop serve``) with an API key.
+
+        Transient failures are retried up to ``attempts`` tries with backoff capped at
+        ``max_backoff`` seconds; ``transport`` replaces httpx's (for tests and proxies).
+        """
+        return cls._on_http(HttpConfig(
+            base_url, api_key=api_key, timeout=timeout, attempts=attempts,
+            max_backoff=max_backoff, transport=transport,
+        ))
+
+
+class Client(_ClientBase):
     """Entry point of the SDK. Pick a back end with one of the constructors::
 
         with Client.local(home=".genloop") as client:   # embedded, no server
             run = client.submit(graph)
             result = run.wait(timeout=300)
+
+    ``Client.connect(redis_url)`` and ``Client.http(url, api_key=...)`` give the same API over a
+    worker pool or a gateway; :class:`~genloop.sdk.aio.AsyncClient` is the asyncio twin.
     """
 
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
 
     @classmethod
-    def local(
-        cls, home: str | PathLike[str] = ".genloop", *, threads: int = 4, **options: Any
-    ) -> Client:
-        """Run everything in this process: Dramatiq's StubBroker with in-process worker threads,
-        a SQLite state store and artifacts under ``home``. Needs the ``workers`` extra."""
-        try:
-            # Imported by name: the SDK has no static dependency on the workers package.
-            embedded = importlib.import_module("genloop.workers.embedded")
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ImportError(
-                "Client.local() runs workers in this process and needs the workers extra: "
-                "pip install 'genloop[workers]'"
-            ) from exc
-        return cls(embedded.EmbeddedBackend(home, threads=threads, **options))
+    def _on_backend(cls, backend: Backend) -> Self:
+        return cls(backend)
+
+    @classmethod
+    def _on_http(cls, config: HttpConfig) -> Self:
+        return cls(HttpBackend(config))
 
     @property
     def backend(self) -> Backend:
@@ -65,7 +118,7 @@ class Client:
     def close(self) -> None:
         self._backend.close()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -90,10 +90,15 @@ class StoreError(GenloopError):
 class ClientError(GenloopError):
     """The SDK could not complete a call against its back end."""
 
-    def __init__(self, message: str, *, status_code: int | None = None, code: str | None = None):
+    def __init__(
+        self, message: str, *, status_code: int | None = None, code: str | None = None,
+        retry_after: float | None = None,
+    ):
         super().__init__(message)
         self.status_code = status_code
         self.code = code
+        #: Seconds the server asked the caller to wait (HTTP ``Retry-After``), if it said.
+        self.retry_after = retry_after
 
 
 class TransportError(ClientError):

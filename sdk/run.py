@@ -9,8 +9,6 @@ from .backend import Backend
 from .errors import RunTimeout
 from .models import Event, RunInfo, RunResult
 
-_TERMINAL_EVENTS = {"run.succeeded", "run.failed", "run.cancelled"}
-
 
 class Run:
     """A submitted run. Cheap to create; every call asks the back end afresh."""
@@ -31,22 +29,13 @@ class Run:
 
     def events(self, after: int = 0, *, follow: bool = True) -> Iterator[Event]:
         """Events after id ``after``; with ``follow`` keeps waiting until the run ends."""
+        if follow:
+            yield from self._backend.follow(self.id, after, self._poll)
+            return
         last = after
-        delay = self._poll
-        while True:
-            batch = self._backend.events(self.id, after=last)
-            for event in batch:
-                last = event.id
-                yield event
-                if event.type in _TERMINAL_EVENTS:
-                    return
-            if not follow:
-                return
-            if batch:
-                delay = self._poll
-            else:
-                time.sleep(delay)
-                delay = min(delay * 1.5, 1.0)
+        while batch := self._backend.events(self.id, after=last):
+            yield from batch
+            last = batch[-1].id
 
     def wait(self, timeout: float | None = None) -> RunResult:
         """Block until the run ends and return its result (``RunTimeout`` after ``timeout`` s).

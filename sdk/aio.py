@@ -1,0 +1,151 @@
+"""asyncio flavour of the SDK: :class:`AsyncClient` and :class:`AsyncRun`.
+
+The names and arguments are those of ``Client`` and ``Run``, awaited::
+
+    async with AsyncClient.http("http://127.0.0.1:8000", api_key=key) as client:
+        run = await client.submit(graph)
+        async for event in run.events():
+            ...
+        result = await run.wait(timeout=300)
+
+Over HTTP the calls are native asyncio (``httpx.AsyncClient``). ``AsyncClient.local`` and
+``.connect`` run the sync back end in worker threads (:class:`ThreadedBackend`), which keeps
+the event loop free while the store or Redis answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Self
+
+from .backend import AsyncBackend, Backend
+from .client import _ClientBase
+from .errors import RunTimeout
+from .http import AsyncHttpBackend, HttpConfig
+from .models import Event, RunInfo, RunResult, RunSpec
+
+
+class ThreadedBackend(AsyncBackend):
+    """Any sync :class:`Backend` for asyncio: each call runs in a thread (``asyncio.to_thread``)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.sync = backend
+
+    async def submit(self, spec: RunSpec, idempotency_key: str | None) -> RunInfo:
+        return await asyncio.to_thread(self.sync.submit, spec, idempotency_key)
+
+    async def get(self, run_id: str) -> RunInfo:
+        return await asyncio.to_thread(self.sync.get, run_id)
+
+    async def result(self, run_id: str) -> RunResult:
+        return await asyncio.to_thread(self.sync.result, run_id)
+
+    async def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
+        return await asyncio.to_thread(self.sync.events, run_id, after, limit)
+
+    async def cancel(self, run_id: str) -> RunInfo:
+        return await asyncio.to_thread(self.sync.cancel, run_id)
+
+    async def resume(self, run_id: str) -> RunInfo:
+        return await asyncio.to_thread(self.sync.resume, run_id)
+
+    async def read_artifact(self, key: str) -> bytes:
+        return await asyncio.to_thread(self.sync.read_artifact, key)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.sync.close)
+
+
+class AsyncRun:
+    """A submitted run, for asyncio; the same methods as ``Run``, awaited."""
+
+    def __init__(self, backend: AsyncBackend, info: RunInfo, poll_interval: float = 0.05) -> None:
+        self._backend = backend
+        self._poll = poll_interval
+        self.id = info.id
+        self.info = info
+
+    def __repr__(self) -> str:
+        return f"<AsyncRun {self.id} {self.info.status}>"
+
+    async def status(self) -> RunInfo:
+        self.info = await self._backend.get(self.id)
+        return self.info
+
+    async def events(self, after: int = 0, *, follow: bool = True) -> AsyncIterator[Event]:
+        """Events after id ``after``; with ``follow`` keeps waiting until the run ends."""
+        if follow:
+            async for event in self._backend.follow(self.id, after, self._poll):
+                yield event
+            return
+        last = after
+        while batch := await self._backend.events(self.id, after=last):
+            for event in batch:
+                yield event
+            last = batch[-1].id
+
+    async def wait(self, timeout: float | None = None) -> RunResult:
+        """Wait until the run ends and return its result (``RunTimeout`` after ``timeout`` s)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = self._poll
+        while not (await self.status()).status.terminal:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise RunTimeout(f"run {self.id} still {self.info.status} after {timeout}s")
+            await asyncio.sleep(
+                delay if deadline is None else min(delay, deadline - time.monotonic())
+            )
+            delay = min(delay * 1.5, 1.0)
+        return await self._backend.result(self.id)
+
+    async def result(self) -> RunResult:
+        return await self._backend.result(self.id)
+
+    async def cancel(self) -> RunInfo:
+        self.info = await self._backend.cancel(self.id)
+        return self.info
+
+    async def read_artifact(self, key: str) -> bytes:
+        return await self._backend.read_artifact(key)
+
+
+class AsyncClient(_ClientBase):
+    """``Client`` for asyncio: ``AsyncClient.local()``, ``.connect(url)``, ``.http(url, ...)``."""
+
+    def __init__(self, backend: AsyncBackend) -> None:
+        self._backend = backend
+
+    @classmethod
+    def _on_backend(cls, backend: Backend) -> Self:
+        return cls(ThreadedBackend(backend))
+
+    @classmethod
+    def _on_http(cls, config: HttpConfig) -> Self:
+        return cls(AsyncHttpBackend(config))
+
+    @property
+    def backend(self) -> AsyncBackend:
+        return self._backend
+
+    async def submit(self, spec: RunSpec, idempotency_key: str | None = None) -> AsyncRun:
+        """Validate and start a run; see ``Client.submit``."""
+        return AsyncRun(self._backend, await self._backend.submit(spec, idempotency_key))
+
+    async def get(self, run_id: str) -> AsyncRun:
+        return AsyncRun(self._backend, await self._backend.get(run_id))
+
+    async def resume(self, run_id: str) -> AsyncRun:
+        return AsyncRun(self._backend, await self._backend.resume(run_id))
+
+    async def read_artifact(self, key: str) -> bytes:
+        return await self._backend.read_artifact(key)
+
+    async def aclose(self) -> None:
+        await self._backend.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

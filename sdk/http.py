@@ -1,0 +1,270 @@
+"""HTTP back ends: the SDK talking to a genloop gateway (``Client.http``, ``AsyncClient.http``).
+
+Both share :class:`_HttpBase` (configuration, retry policy, paths) and differ only in I/O, the
+way httpx's ``Client`` and ``AsyncClient`` do. Transient failures (connection errors, 502/503/504,
+429 honouring ``Retry-After``) are retried with exponential backoff and a cap. Every submit carries
+an idempotency key, generated here when the caller gives none and kept across retries, so a POST
+whose answer was lost can be sent again without making a second run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from .backend import TERMINAL_EVENTS, AsyncBackend, Backend
+from .errors import ClientError, TransportError
+from .models import Event, RunInfo, RunResult, RunSpec
+from .wire import (
+    IDEMPOTENCY_HEADER,
+    SseDecoder,
+    error_from_response,
+    retryable,
+    transport_error,
+)
+
+
+@dataclass
+class HttpConfig:
+    """How to reach a gateway. ``transport`` replaces httpx's (tests, proxies, mocks)."""
+
+    base_url: str
+    api_key: str | None = None
+    timeout: float = 30.0
+    #: Tries per call, the first included.
+    attempts: int = 5
+    #: Longest wait between two tries, seconds (``Retry-After`` is capped to it too).
+    max_backoff: float = 10.0
+    #: How long an event stream may stay silent before it is treated as dropped.
+    stream_timeout: float = 60.0
+    headers: dict[str, str] = field(default_factory=dict)
+    transport: Any = None
+
+
+class _HttpBase:
+    """What the sync and async HTTP back ends share: configuration, retries, paths."""
+
+    def __init__(self, config: HttpConfig) -> None:
+        self.config = config
+        self._backoff = wait_exponential_jitter(initial=0.1, max=config.max_backoff)
+
+    def _client_options(self) -> dict[str, Any]:
+        headers = {"User-Agent": "genloop-sdk", **self.config.headers}
+        if self.config.api_key:
+            headers["Authorization"] = f"Bearer {self.config.api_key}"
+        options: dict[str, Any] = {
+            "base_url": self.config.base_url.rstrip("/"), "headers": headers,
+            "timeout": self.config.timeout,
+        }
+        if self.config.transport is not None:
+            options["transport"] = self.config.transport
+        return options
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        server_says = getattr(exc, "retry_after", None)
+        if server_says is not None:
+            return float(min(server_says, self.config.max_backoff))
+        return float(self._backoff(state))
+
+    def _retry_options(self) -> dict[str, Any]:
+        return {
+            "stop": stop_after_attempt(self.config.attempts), "wait": self._wait,
+            "retry": retry_if_exception(retryable), "reraise": True,
+        }
+
+    @staticmethod
+    def _submit_request(spec: RunSpec, key: str | None) -> dict[str, Any]:
+        return {
+            "content": spec.model_dump_json().encode(),
+            "headers": {"Content-Type": "application/json",
+                        IDEMPOTENCY_HEADER: key or uuid.uuid4().hex},
+        }
+
+    def _stream_request(self, run_id: str, after: int) -> dict[str, Any]:
+        timeout = httpx.Timeout(self.config.timeout, read=self.config.stream_timeout)
+        return {
+            "url": f"/v1/runs/{run_id}/events", "params": {"after": after},
+            "headers": {"Accept": "text/event-stream", "Last-Event-ID": str(after)},
+            "timeout": timeout,
+        }
+
+    def _check(self, response: httpx.Response) -> httpx.Response:
+        if response.is_success:
+            return response
+        raise error_from_response(response)
+
+
+class HttpBackend(_HttpBase, Backend):
+    """``Client.http(...)``'s back end: a gateway over httpx, with safe retries."""
+
+    def __init__(self, config: HttpConfig) -> None:
+        super().__init__(config)
+        self._http = httpx.Client(**self._client_options())
+
+    def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        def once() -> httpx.Response:
+            try:
+                response = self._http.request(method, url, **kwargs)
+            except httpx.TransportError as exc:
+                raise transport_error(exc, f"{method} {url}") from exc
+            return self._check(response)
+
+        return Retrying(**self._retry_options())(once)
+
+    def submit(self, spec: RunSpec, idempotency_key: str | None) -> RunInfo:
+        request = self._submit_request(spec, idempotency_key)
+        return RunInfo.model_validate_json(self._send("POST", "/v1/runs", **request).content)
+
+    def get(self, run_id: str) -> RunInfo:
+        return RunInfo.model_validate_json(self._send("GET", f"/v1/runs/{run_id}").content)
+
+    def result(self, run_id: str) -> RunResult:
+        response = self._send("GET", f"/v1/runs/{run_id}/result")
+        return RunResult.model_validate_json(response.content)
+
+    def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
+        params = {"after": after, "limit": limit, "follow": "false"}
+        response = self._send("GET", f"/v1/runs/{run_id}/events", params=params)
+        decoder = SseDecoder()
+        return [e for line in response.text.splitlines() + [""] if (e := decoder.feed(line))]
+
+    def follow(self, run_id: str, after: int = 0, poll: float = 0.05) -> Iterator[Event]:
+        """Follow the run's event stream; a dropped connection resumes after the last event
+        seen (``Last-Event-ID``), so nothing is missed and nothing repeats."""
+        last, drops = after, 0
+        while True:
+            try:
+                with self._http.stream("GET", **self._stream_request(run_id, last)) as response:
+                    if not response.is_success:
+                        response.read()
+                        self._check(response)
+                    decoder = SseDecoder()
+                    for line in response.iter_lines():
+                        if (event := decoder.feed(line)) is None:
+                            continue
+                        last, drops = event.id, 0
+                        yield event
+                        if event.type in TERMINAL_EVENTS:
+                            return
+            except httpx.TransportError as exc:
+                error: ClientError = transport_error(exc, f"events of run {run_id}")
+            except ClientError as exc:
+                if not retryable(exc):
+                    raise
+                error = exc
+            else:
+                error = TransportError(f"event stream of run {run_id} ended early")
+            drops += 1
+            if drops >= self.config.attempts:
+                raise error
+            time.sleep(min(self.config.max_backoff, 0.1 * 2**drops))
+
+    def cancel(self, run_id: str) -> RunInfo:
+        return RunInfo.model_validate_json(self._send("POST", f"/v1/runs/{run_id}/cancel").content)
+
+    def resume(self, run_id: str) -> RunInfo:
+        return RunInfo.model_validate_json(self._send("POST", f"/v1/runs/{run_id}/resume").content)
+
+    def read_artifact(self, key: str) -> bytes:
+        return self._send("GET", f"/v1/artifacts/{key}").content
+
+    def ping(self) -> None:
+        self._send("GET", "/readyz")
+
+    def close(self) -> None:
+        self._http.close()
+
+
+class AsyncHttpBackend(_HttpBase, AsyncBackend):
+    """``AsyncClient.http(...)``'s back end: the same calls over ``httpx.AsyncClient``."""
+
+    def __init__(self, config: HttpConfig) -> None:
+        super().__init__(config)
+        self._http = httpx.AsyncClient(**self._client_options())
+
+    async def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        async def once() -> httpx.Response:
+            try:
+                response = await self._http.request(method, url, **kwargs)
+            except httpx.TransportError as exc:
+                raise transport_error(exc, f"{method} {url}") from exc
+            return self._check(response)
+
+        return await AsyncRetrying(**self._retry_options())(once)
+
+    async def submit(self, spec: RunSpec, idempotency_key: str | None) -> RunInfo:
+        request = self._submit_request(spec, idempotency_key)
+        response = await self._send("POST", "/v1/runs", **request)
+        return RunInfo.model_validate_json(response.content)
+
+    async def get(self, run_id: str) -> RunInfo:
+        return RunInfo.model_validate_json((await self._send("GET", f"/v1/runs/{run_id}")).content)
+
+    async def result(self, run_id: str) -> RunResult:
+        response = await self._send("GET", f"/v1/runs/{run_id}/result")
+        return RunResult.model_validate_json(response.content)
+
+    async def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
+        params = {"after": after, "limit": limit, "follow": "false"}
+        response = await self._send("GET", f"/v1/runs/{run_id}/events", params=params)
+        decoder = SseDecoder()
+        return [e for line in response.text.splitlines() + [""] if (e := decoder.feed(line))]
+
+    async def follow(self, run_id: str, after: int = 0, poll: float = 0.05) -> AsyncIterator[Event]:
+        last, drops = after, 0
+        while True:
+            try:
+                request = self._stream_request(run_id, last)
+                async with self._http.stream("GET", **request) as response:
+                    if not response.is_success:
+                        await response.aread()
+                        self._check(response)
+                    decoder = SseDecoder()
+                    async for line in response.aiter_lines():
+                        if (event := decoder.feed(line)) is None:
+                            continue
+                        last, drops = event.id, 0
+                        yield event
+                        if event.type in TERMINAL_EVENTS:
+                            return
+            except httpx.TransportError as exc:
+                error: ClientError = transport_error(exc, f"events of run {run_id}")
+            except ClientError as exc:
+                if not retryable(exc):
+                    raise
+                error = exc
+            else:
+                error = TransportError(f"event stream of run {run_id} ended early")
+            drops += 1
+            if drops >= self.config.attempts:
+                raise error
+            await asyncio.sleep(min(self.config.max_backoff, 0.1 * 2**drops))
+
+    async def cancel(self, run_id: str) -> RunInfo:
+        response = await self._send("POST", f"/v1/runs/{run_id}/cancel")
+        return RunInfo.model_validate_json(response.content)
+
+    async def resume(self, run_id: str) -> RunInfo:
+        response = await self._send("POST", f"/v1/runs/{run_id}/resume")
+        return RunInfo.model_validate_json(response.content)
+
+    async def read_artifact(self, key: str) -> bytes:
+        return (await self._send("GET", f"/v1/artifacts/{key}")).content
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
