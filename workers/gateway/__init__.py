@@ -1,0 +1,29 @@
+"""The HTTP gateway: one FastAPI service in front of any back end, for many tenants.
+
+``genloop serve --local HOME`` (embedded workers in the same process) or ``--redis URL`` (only
+enqueues; ``genloop worker`` processes execute). In code::
+
+    app = create_app(backend, SqliteGatewayStore(home / "gateway.db"), GatewaySettings())
+
+Modules: ``app`` (routes), ``service`` (tenants, ownership, idempotency), ``auth`` (bearer keys),
+``limits``, ``sse`` (event streams), ``errors`` (one error shape), ``body_limit`` (413),
+``store`` / ``sqlite_store`` / ``redis_store`` (keys and ownership), ``cli``.
+"""
+
+from .app import GatewaySettings, create_app
+from .limits import LimitExceeded, TenantLimits, candidate_count
+from .service import Gateway
+from .sqlite_store import SqliteGatewayStore
+from .store import GatewayStore, KeyInfo
+
+__all__ = [
+    "Gateway",
+    "GatewaySettings",
+    "GatewayStore",
+    "KeyInfo",
+    "LimitExceeded",
+    "SqliteGatewayStore",
+    "TenantLimits",
+    "candidate_count",
+    "create_app",
+]

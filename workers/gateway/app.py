@@ -1,0 +1,173 @@
+"""The FastAPI app: ``create_app(backend, store)`` serves any back end to many tenants.
+
+Routes are thin: authenticate, call :class:`~.service.Gateway`, render. Blocking back-end calls
+run in FastAPI's thread pool (plain ``def`` routes); the event stream is async and polls the
+back end from threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
+
+from genloop.sdk.backend import Backend
+from genloop.sdk.models import RunInfo, RunResult, RunSpec
+from genloop.sdk.wire import ApiError
+
+from . import errors
+from .auth import tenant
+from .body_limit import BodyLimit
+from .limits import TenantLimits
+from .service import Gateway
+from .sse import event_stream
+from .store import GatewayStore
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg",
+                 "webp": "image/webp", "json": "application/json"}
+
+
+@dataclass
+class GatewaySettings:
+    max_body_bytes: int = 1_000_000
+    limits: TenantLimits = field(default_factory=TenantLimits)
+    #: Seconds a 429 or 503 asks the client to wait.
+    retry_after: int = 1
+    sse_poll: float = 0.05
+    sse_max_poll: float = 0.5
+    sse_keepalive: float = 10.0
+
+
+class Health(BaseModel):
+    status: str
+
+
+Tenant = Annotated[str, Depends(tenant)]
+_ERRORS: dict[int | str, dict[str, object]] = {
+    code: {"model": ApiError} for code in (401, 404, 413, 422, 429, 503)
+}
+
+
+def _gateway(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+Gw = Annotated[Gateway, Depends(_gateway)]
+
+
+def create_app(backend: Backend, store: GatewayStore,
+               settings: GatewaySettings | None = None) -> FastAPI:
+    """The gateway over ``backend``; keys and ownership in ``store``. Closing either is the
+    caller's business (``genloop serve`` closes both on shutdown)."""
+    settings = settings or GatewaySettings()
+    app = FastAPI(
+        title="genloop gateway", version="1",
+        description="Submit generate -> evaluate -> refine graphs and loops, follow their "
+                    "events, fetch their images. Errors share one shape: code, message, details.",
+        responses=_ERRORS,
+    )
+    app.state.gateway = Gateway(backend, store, settings.limits)
+    app.state.settings = settings
+    errors.install(app, settings.retry_after)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+
+    @app.get("/healthz", response_model=Health, tags=["ops"])
+    def healthz() -> Health:
+        """The process is up."""
+        return Health(status="ok")
+
+    @app.get("/readyz", response_model=Health, tags=["ops"])
+    def readyz(gateway: Gw) -> Health:
+        """The store and the back end (broker and state store) answer."""
+        gateway.ping()
+        return Health(status="ready")
+
+    @app.post("/v1/runs", response_model=RunInfo, status_code=201, tags=["runs"],
+              responses={200: {"model": RunInfo, "description": "replayed: same key, same spec"},
+                         409: {"model": ApiError}})
+    def submit(
+        spec: RunSpec, response: Response, gateway: Gw, who: Tenant,
+        idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    ) -> RunInfo:
+        """Validate and start a run. The same ``Idempotency-Key`` and spec return the same run
+        (200); the same key with another spec is 409."""
+        info, created = gateway.submit(who, spec, idempotency_key)
+        response.status_code = 201 if created else 200
+        response.headers["Location"] = f"/v1/runs/{info.id}"
+        return info
+
+    @app.get("/v1/runs/{run_id}", response_model=RunInfo, tags=["runs"])
+    def get_run(run_id: str, gateway: Gw, who: Tenant) -> RunInfo:
+        return gateway.get(who, run_id)
+
+    @app.get("/v1/runs/{run_id}/result", response_model=RunResult, tags=["runs"])
+    def get_result(run_id: str, gateway: Gw, who: Tenant) -> RunResult:
+        """Outputs and failures so far; complete once the run has ended."""
+        return gateway.result(who, run_id)
+
+    @app.post("/v1/runs/{run_id}/cancel", response_model=RunInfo, tags=["runs"])
+    def cancel(run_id: str, gateway: Gw, who: Tenant) -> RunInfo:
+        return gateway.cancel(who, run_id)
+
+    @app.post("/v1/runs/{run_id}/resume", response_model=RunInfo, tags=["runs"])
+    def resume(run_id: str, gateway: Gw, who: Tenant) -> RunInfo:
+        """Re-drive a run interrupted by a crash, reusing every stored result."""
+        return gateway.resume(who, run_id)
+
+    @app.get("/v1/runs/{run_id}/events", tags=["runs"], response_class=StreamingResponse,
+             responses={200: {"content": {"text/event-stream": {}},
+                              "description": "server-sent events, `data` is an Event"}})
+    async def events(
+        run_id: str, gateway: Gw, who: Tenant,
+        after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+        follow: bool = True,
+        last_event_id: Annotated[str | None, Header(max_length=30)] = None,
+    ) -> StreamingResponse:
+        """The run's events after ``after`` (or ``Last-Event-ID``); with ``follow`` the stream
+        stays open until the run ends, else it sends one page and closes."""
+        if last_event_id is not None and last_event_id.strip().isdigit():
+            after = int(last_event_id)
+        # Ownership is checked before the stream starts, so a 404 is a real 404.
+        await asyncio.to_thread(gateway.events, who, run_id, after, 1)
+
+        async def fetch(last: int) -> list:
+            return await asyncio.to_thread(gateway.events, who, run_id, last, limit)
+
+        async def ended() -> bool:
+            info = await asyncio.to_thread(gateway.get, who, run_id)
+            return info.status.terminal
+
+        stream = event_stream(
+            fetch, ended, after, follow=follow, poll=settings.sse_poll,
+            max_poll=settings.sse_max_poll, keepalive=settings.sse_keepalive,
+        )
+        return StreamingResponse(stream, media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.get("/v1/artifacts/{key}", tags=["artifacts"], response_class=Response,
+             responses={200: {"content": {"image/png": {}}, "description": "the bytes"},
+                        304: {"description": "not modified (If-None-Match)"}})
+    def artifact(
+        key: str, gateway: Gw, who: Tenant,
+        if_none_match: Annotated[str | None, Header(max_length=200)] = None,
+    ) -> Response:
+        """An artifact of one of your runs. Keys name their content, so the ETag never
+        changes and the bytes may be cached for good."""
+        data = gateway.artifact(who, key)
+        etag = f'"{key.split(".")[0]}"'
+        headers = {"ETag": etag, "Cache-Control": "private, max-age=31536000, immutable"}
+        if if_none_match is not None and etag in [t.strip() for t in if_none_match.split(",")]:
+            return Response(status_code=304, headers=headers)
+        media = CONTENT_TYPES.get(key.rsplit(".", 1)[-1], "application/octet-stream")
+        return Response(data, media_type=media, headers=headers)
+
+    return app

@@ -1,0 +1,134 @@
+"""``genloop serve`` and ``genloop keys``: the gateway's commands, registered into the main CLI.
+
+Both point at a back end the same way (``--local HOME`` or ``--redis URL``), so the keys that
+``keys create`` makes are the ones ``serve`` checks: ``HOME/gateway.db``, or Redis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from genloop.sdk.backend import Backend
+
+from .limits import TenantLimits
+from .store import GatewayStore
+
+
+def _target(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--local", metavar="HOME", help="embedded back end with its home directory")
+    where.add_argument("--redis", metavar="URL", help="Redis back end, e.g. redis://host:6379/0")
+
+
+def open_store(args: argparse.Namespace) -> GatewayStore:
+    if args.redis:
+        from .redis_store import RedisGatewayStore
+
+        return RedisGatewayStore(args.redis)
+    from .sqlite_store import SqliteGatewayStore
+
+    Path(args.local).mkdir(parents=True, exist_ok=True)
+    return SqliteGatewayStore(Path(args.local) / "gateway.db")
+
+
+def open_backend(args: argparse.Namespace) -> Backend:
+    if args.redis:
+        try:
+            module = importlib.import_module("genloop.workers.redis_backend")
+        except ImportError as exc:
+            raise SystemExit(f"genloop serve --redis: no Redis back end here ({exc})") from exc
+        backend: Backend = module.RedisBackend(args.redis, artifacts=args.artifacts)
+        return backend
+    from genloop.workers.embedded import EmbeddedBackend
+
+    return EmbeddedBackend(args.local, threads=args.threads)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .app import GatewaySettings, create_app
+
+    for module in args.imports:  # custom ops and evaluators register on import
+        importlib.import_module(module)
+    settings = GatewaySettings(
+        max_body_bytes=args.max_body_bytes,
+        limits=TenantLimits(max_concurrent_runs=args.max_concurrent_runs,
+                            max_candidates_per_run=args.max_candidates),
+    )
+    store, backend = open_store(args), open_backend(args)
+    try:
+        print(f"genloop gateway on http://{args.host}:{args.port}", file=sys.stderr)
+        uvicorn.run(create_app(backend, store, settings), host=args.host, port=args.port,
+                    log_level=args.log_level)
+    finally:
+        backend.close()
+        store.close()
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    try:
+        if args.action == "create":
+            key = store.create_key(args.tenant)
+            if args.max_concurrent_runs or args.max_candidates:
+                limits = store.limits(args.tenant) or TenantLimits()
+                store.set_limits(args.tenant, limits.model_copy(update={
+                    k: v for k, v in {
+                        "max_concurrent_runs": args.max_concurrent_runs,
+                        "max_candidates_per_run": args.max_candidates,
+                    }.items() if v
+                }))
+            print(key)
+        elif args.action == "revoke":
+            info = store.revoke(args.key)
+            if info is None:
+                print(f"genloop keys revoke: no such key {args.key!r}", file=sys.stderr)
+                return 1
+            print(f"revoked {info.id} (tenant {info.tenant})", file=sys.stderr)
+        else:
+            for info in store.keys():
+                created = datetime.fromtimestamp(info.created_at, UTC).isoformat(timespec="seconds")
+                state = "revoked" if info.revoked_at else "active"
+                print(f"{info.id}  {info.tenant}  {created}  {state}")
+    finally:
+        store.close()
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``serve`` and ``keys`` to the ``genloop`` command's subparsers."""
+    p = sub.add_parser("serve", help="run the HTTP gateway", description="run the HTTP gateway")
+    _target(p)
+    p.add_argument("--artifacts", help="artifact store of the Redis back end")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--threads", type=int, default=4, help="embedded worker threads")
+    p.add_argument("--max-body-bytes", type=int, default=1_000_000)
+    p.add_argument("--max-concurrent-runs", type=int, default=8, help="default per tenant")
+    p.add_argument("--max-candidates", type=int, default=1024, help="default per run")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import a module first (custom ops); repeatable")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(fn=cmd_serve)
+
+    p = sub.add_parser("keys", help="create, revoke and list API keys",
+                       description="create, revoke and list the gateway's API keys")
+    actions = p.add_subparsers(dest="action", required=True)
+    create = actions.add_parser("create", help="print a new key for a tenant")
+    _target(create)
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--max-concurrent-runs", type=int, help="this tenant's limit")
+    create.add_argument("--max-candidates", type=int, help="this tenant's per-run limit")
+    revoke = actions.add_parser("revoke", help="revoke a key (the key itself or its id)")
+    _target(revoke)
+    revoke.add_argument("key")
+    listing = actions.add_parser("list", help="list keys: id, tenant, created, state")
+    _target(listing)
+    p.set_defaults(fn=cmd_keys)

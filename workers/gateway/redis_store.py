@@ -1,0 +1,141 @@
+"""The gateway store in Redis, beside the Redis back end, so any number of gateways share it."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import redis
+
+from genloop.sdk.errors import StoreError
+
+from .limits import TenantLimits
+from .store import GatewayStore, KeyInfo, hash_key
+
+T = TypeVar("T")
+
+
+def _translated(fn: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except redis.RedisError as exc:
+            raise StoreError(f"gateway store: {type(exc).__name__}: {exc}") from exc
+
+    return wrapper
+
+
+class RedisGatewayStore(GatewayStore):
+    """Keys under ``prefix``: ``key:<hash>`` (hash), ``keyid:<id>``, ``tenant:<name>``,
+    ``run:<id>`` (owner), and per tenant the sets ``open:``, ``unindexed:`` and ``art:``."""
+
+    def __init__(self, url: str, prefix: str = "genloop:gw") -> None:
+        self.r = redis.Redis.from_url(url, decode_responses=True)
+        self.p = prefix
+
+    @_translated
+    def _put_key(self, key_hash: str, info: KeyInfo) -> None:
+        pipe = self.r.pipeline()
+        pipe.set(f"{self.p}:key:{key_hash}", info.model_dump_json())
+        pipe.set(f"{self.p}:keyid:{info.id}", key_hash)
+        pipe.sadd(f"{self.p}:keys", key_hash)
+        pipe.execute()
+
+    @_translated
+    def _revoke(self, key_hash: str | None, key_id: str | None) -> KeyInfo | None:
+        key_hash = key_hash or self.r.get(f"{self.p}:keyid:{key_id}")
+        raw = self.r.get(f"{self.p}:key:{key_hash}") if key_hash else None
+        if raw is None:
+            return None
+        info = KeyInfo.model_validate_json(raw)
+        if info.revoked_at is None:
+            info.revoked_at = time.time()
+            self.r.set(f"{self.p}:key:{key_hash}", info.model_dump_json())
+        return info
+
+    @_translated
+    def keys(self) -> list[KeyInfo]:
+        hashes = sorted(self.r.smembers(f"{self.p}:keys"))
+        raws = self.r.mget([f"{self.p}:key:{h}" for h in hashes]) if hashes else []
+        infos = [KeyInfo.model_validate_json(raw) for raw in raws if raw]
+        return sorted(infos, key=lambda k: k.created_at)
+
+    @_translated
+    def tenant_of(self, key: str) -> str | None:
+        raw = self.r.get(f"{self.p}:key:{hash_key(key)}")
+        if raw is None:
+            return None
+        info = KeyInfo.model_validate_json(raw)
+        return None if info.revoked_at is not None else info.tenant
+
+    @_translated
+    def set_limits(self, tenant: str, limits: TenantLimits) -> None:
+        self.r.set(f"{self.p}:tenant:{tenant}", limits.model_dump_json())
+
+    @_translated
+    def limits(self, tenant: str) -> TenantLimits | None:
+        raw = self.r.get(f"{self.p}:tenant:{tenant}")
+        return None if raw is None else TenantLimits.model_validate_json(raw)
+
+    @_translated
+    def add_run(self, run_id: str, tenant: str, idempotency_key: str | None = None) -> bool:
+        if not self.r.set(f"{self.p}:run:{run_id}", tenant, nx=True):
+            return False
+        pipe = self.r.pipeline()
+        if idempotency_key is not None:
+            pipe.set(f"{self.p}:idem:{idempotency_key}", run_id)
+        pipe.sadd(f"{self.p}:open:{tenant}", run_id)
+        pipe.sadd(f"{self.p}:unindexed:{tenant}", run_id)
+        pipe.execute()
+        return True
+
+    @_translated
+    def run_for_key(self, idempotency_key: str) -> str | None:
+        value = self.r.get(f"{self.p}:idem:{idempotency_key}")
+        return None if value is None else str(value)
+
+    @_translated
+    def owner(self, run_id: str) -> str | None:
+        value = self.r.get(f"{self.p}:run:{run_id}")
+        return None if value is None else str(value)
+
+    @_translated
+    def open_runs(self, tenant: str) -> list[str]:
+        return sorted(self.r.smembers(f"{self.p}:open:{tenant}"))
+
+    @_translated
+    def unindexed_runs(self, tenant: str) -> list[str]:
+        return sorted(self.r.smembers(f"{self.p}:unindexed:{tenant}"))
+
+    def _drop(self, kind: str, run_id: str) -> None:
+        tenant = self.owner(run_id)
+        if tenant is not None:
+            self.r.srem(f"{self.p}:{kind}:{tenant}", run_id)
+
+    @_translated
+    def mark_ended(self, run_id: str) -> None:
+        self._drop("open", run_id)
+
+    @_translated
+    def mark_indexed(self, run_id: str) -> None:
+        self._drop("unindexed", run_id)
+
+    @_translated
+    def add_artifacts(self, tenant: str, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        if keys:
+            self.r.sadd(f"{self.p}:art:{tenant}", *keys)
+
+    @_translated
+    def has_artifact(self, tenant: str, key: str) -> bool:
+        return bool(self.r.sismember(f"{self.p}:art:{tenant}", key))
+
+    @_translated
+    def ping(self) -> None:
+        self.r.ping()
+
+    def close(self) -> None:
+        self.r.close()

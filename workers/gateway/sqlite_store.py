@@ -1,0 +1,150 @@
+"""The gateway store in SQLite, a file next to the embedded home (``HOME/gateway.db``)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from genloop.sdk.errors import StoreError
+
+from .limits import TenantLimits
+from .store import GatewayStore, KeyInfo, hash_key
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS keys (
+    hash TEXT PRIMARY KEY, id TEXT NOT NULL, tenant TEXT NOT NULL,
+    created_at REAL NOT NULL, revoked_at REAL
+);
+CREATE INDEX IF NOT EXISTS keys_id ON keys (id);
+CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, limits TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_at REAL NOT NULL, idem TEXT,
+    ended INTEGER NOT NULL DEFAULT 0, indexed INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS runs_open ON runs (tenant, ended);
+CREATE INDEX IF NOT EXISTS runs_idem ON runs (idem);
+CREATE TABLE IF NOT EXISTS artifacts (
+    tenant TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+"""
+
+
+class SqliteGatewayStore(GatewayStore):
+    """One connection behind a lock: the gateway's queries are single-row and fast."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = str(path)
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise StoreError(f"opening gateway store {self.path}: {exc}") from exc
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def _sql(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                yield self._db
+            except sqlite3.Error as exc:
+                raise StoreError(f"gateway store {self.path}: {exc}") from exc
+
+    def _put_key(self, key_hash: str, info: KeyInfo) -> None:
+        with self._sql() as db:
+            db.execute("INSERT INTO keys VALUES (?, ?, ?, ?, NULL)",
+                       (key_hash, info.id, info.tenant, info.created_at))
+
+    def _revoke(self, key_hash: str | None, key_id: str | None) -> KeyInfo | None:
+        where, arg = ("hash", key_hash) if key_hash else ("id", key_id)
+        with self._sql() as db:
+            db.execute(f"UPDATE keys SET revoked_at = ? WHERE {where} = ? AND revoked_at IS NULL",
+                       (time.time(), arg))
+            row = db.execute(f"SELECT id, tenant, created_at, revoked_at FROM keys "
+                             f"WHERE {where} = ?", (arg,)).fetchone()
+        return None if row is None else KeyInfo(
+            id=row[0], tenant=row[1], created_at=row[2], revoked_at=row[3])
+
+    def keys(self) -> list[KeyInfo]:
+        with self._sql() as db:
+            rows = db.execute("SELECT id, tenant, created_at, revoked_at FROM keys "
+                              "ORDER BY created_at").fetchall()
+        return [KeyInfo(id=r[0], tenant=r[1], created_at=r[2], revoked_at=r[3]) for r in rows]
+
+    def tenant_of(self, key: str) -> str | None:
+        with self._sql() as db:
+            row = db.execute("SELECT tenant FROM keys WHERE hash = ? AND revoked_at IS NULL",
+                             (hash_key(key),)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_limits(self, tenant: str, limits: TenantLimits) -> None:
+        with self._sql() as db:
+            db.execute("INSERT OR REPLACE INTO tenants VALUES (?, ?)",
+                       (tenant, limits.model_dump_json()))
+
+    def limits(self, tenant: str) -> TenantLimits | None:
+        with self._sql() as db:
+            row = db.execute("SELECT limits FROM tenants WHERE name = ?", (tenant,)).fetchone()
+        return None if row is None else TenantLimits.model_validate_json(row[0])
+
+    def add_run(self, run_id: str, tenant: str, idempotency_key: str | None = None) -> bool:
+        with self._sql() as db:
+            cur = db.execute("INSERT OR IGNORE INTO runs (run_id, tenant, created_at, idem) "
+                             "VALUES (?, ?, ?, ?)", (run_id, tenant, time.time(), idempotency_key))
+        return cur.rowcount == 1
+
+    def run_for_key(self, idempotency_key: str) -> str | None:
+        with self._sql() as db:
+            row = db.execute("SELECT run_id FROM runs WHERE idem = ?",
+                             (idempotency_key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def owner(self, run_id: str) -> str | None:
+        with self._sql() as db:
+            row = db.execute("SELECT tenant FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _run_ids(self, tenant: str, flag: str) -> list[str]:
+        with self._sql() as db:
+            rows = db.execute(f"SELECT run_id FROM runs WHERE tenant = ? AND {flag} = 0 "
+                              "ORDER BY created_at", (tenant,)).fetchall()
+        return [r[0] for r in rows]
+
+    def open_runs(self, tenant: str) -> list[str]:
+        return self._run_ids(tenant, "ended")
+
+    def unindexed_runs(self, tenant: str) -> list[str]:
+        return self._run_ids(tenant, "indexed")
+
+    def mark_ended(self, run_id: str) -> None:
+        with self._sql() as db:
+            db.execute("UPDATE runs SET ended = 1 WHERE run_id = ?", (run_id,))
+
+    def mark_indexed(self, run_id: str) -> None:
+        with self._sql() as db:
+            db.execute("UPDATE runs SET indexed = 1 WHERE run_id = ?", (run_id,))
+
+    def add_artifacts(self, tenant: str, keys: Iterable[str]) -> None:
+        rows = [(tenant, k) for k in keys]
+        if rows:
+            with self._sql() as db:
+                db.executemany("INSERT OR IGNORE INTO artifacts VALUES (?, ?)", rows)
+
+    def has_artifact(self, tenant: str, key: str) -> bool:
+        with self._sql() as db:
+            row = db.execute("SELECT 1 FROM artifacts WHERE tenant = ? AND key = ?",
+                             (tenant, key)).fetchone()
+        return row is not None
+
+    def ping(self) -> None:
+        with self._sql() as db:
+            db.execute("SELECT 1").fetchone()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,56 @@
+"""A run's events as server-sent events, from the back end's ``events`` (which is polled).
+
+Each frame carries the event's id, so a client that loses the connection reconnects with
+``Last-Event-ID`` and gets exactly the events after it. The stream ends after the run's last
+event; a silent stream sends a comment now and then so proxies keep it open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from genloop.sdk.backend import TERMINAL_EVENTS
+from genloop.sdk.models import Event
+from genloop.sdk.wire import encode_event
+
+Fetch = Callable[[int], Awaitable[list[Event]]]
+Ended = Callable[[], Awaitable[bool]]
+
+
+async def event_stream(
+    fetch: Fetch, ended: Ended, after: int, *, follow: bool = True, poll: float = 0.05,
+    max_poll: float = 0.5, keepalive: float = 10.0,
+) -> AsyncIterator[bytes]:
+    """Frames for the events after ``after``; without ``follow``, one page of them.
+
+    ``fetch(after)`` returns the next events; ``ended()`` says whether the run has ended, which
+    closes a stream resumed after the run's last event (that stream would otherwise wait
+    forever for a terminal event it has already had).
+    """
+    yield b"retry: 1000\n\n"
+    last, delay, quiet_since = after, poll, time.monotonic()
+    while True:
+        batch = await fetch(last)
+        for event in batch:
+            yield encode_event(event)
+            last = event.id
+            if event.type in TERMINAL_EVENTS:
+                return
+        if not follow:
+            return
+        if batch:
+            delay, quiet_since = poll, time.monotonic()
+            continue
+        if await ended():
+            # The terminal event is written in the transaction that ends the run: one more
+            # read gets anything written between the fetch above and the status check.
+            for event in await fetch(last):
+                yield encode_event(event)
+            return
+        if time.monotonic() - quiet_since >= keepalive:
+            yield b": keep-alive\n\n"
+            quiet_since = time.monotonic()
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, max_poll)
