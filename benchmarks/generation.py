@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--images", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=None, help="default: the model's own")
     ap.add_argument("--max-batch", type=int, default=None)
     ap.add_argument("--cache", default="default", help="the engine variant's cache mode")
     ap.add_argument("--compile", action="store_true", help="torch.compile the engine's denoiser")
@@ -109,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         max_batch=args.max_batch, compile=args.compile))
     engine = registry.engine
     d = registry.defaults(args.model)
-    base = ImageSettings(steps=d.steps, guidance=d.guidance, width=d.width, height=d.height)
+    base = ImageSettings(steps=args.steps or d.steps, guidance=d.guidance, width=d.width,
+                         height=d.height)
     variants = {
         "batched": ImageSettings(**{**base.__dict__, "cache": "off"}),
         "engine": ImageSettings(**{**base.__dict__, "cache": args.cache}),

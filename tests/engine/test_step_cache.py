@@ -74,3 +74,23 @@ def test_a_bad_cache_mode_is_refused_before_anything_runs(engine, mode):
 def test_transformer_modes_are_refused_on_a_unet_pipeline(registry):
     with registry.acquire("tiny") as pipe, pytest.raises(ValueError, match="transformer"):
         prepare_step_cache(pipe, "fbcache", 4)
+
+
+@pytest.mark.parametrize(("branch", "outer_runs"), [("layer", 5), ("block", 12)])
+def test_the_layer_branch_also_replays_the_outer_level(registry, branch, outer_runs):
+    from genloop.workers.engine.deepcache import DeepCacheConfig, apply_deepcache, set_deepcache
+
+    calls = []
+    with registry.acquire("tiny") as pipe:
+        apply_deepcache(pipe.unet)
+        inner = pipe.unet.down_blocks[0].resnets[0]  # runs only when its block really runs
+        handle = inner.register_forward_hook(lambda *_: calls.append(1))
+        try:
+            set_deepcache(pipe.unet, DeepCacheConfig(interval=3, branch=branch), 12)
+            settings = ImageSettings(steps=12, guidance=5.0, width=32, height=32)
+            call_pipeline(pipe, ["a cat"], [0], settings)
+        finally:
+            handle.remove()
+            set_deepcache(pipe.unet, None)
+
+    assert len(calls) == outer_runs  # 12 steps: 5 full ones

@@ -9,7 +9,9 @@ skip connections from ``conv_in`` and the first down block only, so those stay f
 
 Hooks, not monkeypatching: a stateful :class:`_StepHook` on the UNet decides per call whether the
 step is full, and a :class:`_DeepBlockHook` on each deep block (``down_blocks[1:]``,
-``mid_block``, ``up_blocks[:-1]``) replays or records. With the config's ``interval`` at 1 (or
+``mid_block``, ``up_blocks[:-1]``) replays or records; with ``branch="layer"`` (the default, the
+paper's shallowest branch) hooks on the outer level replay too, and a cached step runs only
+``conv_in`` and the last layer of the last up block. With the config's ``interval`` at 1 (or
 :func:`set_deepcache` given ``None``) every call goes straight to the original ``forward``, so
 "off" computes exactly what an unhooked UNet computes.
 """
@@ -28,7 +30,13 @@ _BLOCK_HOOK = "genloop.deepcache.block"
 
 @dataclass(frozen=True)
 class DeepCacheConfig:
-    """Uniform DeepCache schedule.
+    """Uniform DeepCache schedule, and which branch stays fresh on cached steps.
+
+    ``branch="block"``: the first down block and the last up block run on cached steps.
+    ``branch="layer"`` (DeepCache's shallowest skip branch): only ``conv_in`` and the last layer
+    of the last up block (resnet, attention) run; the rest of that block and the whole first
+    down block are replayed too. Much cheaper on UNets whose outer level dominates the cost
+    (small two-level UNets), and a little further from the uncached result.
 
     Step ``i`` (0-based) of ``n`` is full when ``i % interval == 0``, when ``i < warmup`` (the
     first steps set the composition), or when ``i >= n - tail`` (the last steps shape fine
@@ -39,8 +47,11 @@ class DeepCacheConfig:
     interval: int = 3
     warmup: int = 1
     tail: int = 1
+    branch: str = "layer"
 
     def __post_init__(self) -> None:
+        if self.branch not in ("layer", "block"):
+            raise ValueError(f"DeepCache branch is 'layer' or 'block', not {self.branch!r}")
         if self.interval < 1 or self.warmup < 0 or self.tail < 0:
             raise ValueError(
                 f"invalid DeepCache schedule {self!r}: interval >= 1, warmup/tail >= 0")
@@ -104,14 +115,21 @@ class _StepHook(ModelHook):
 
 
 class _DeepBlockHook(ModelHook):
-    def __init__(self, state: _State, slot: int) -> None:
+    """Replays, on cached steps, what its module returned on the last full step.
+
+    ``outer`` hooks sit on the outer level (first down block, all but the last layer of the
+    last up block) and act only with ``branch="layer"``.
+    """
+
+    def __init__(self, state: _State, slot: int, outer: bool = False) -> None:
         super().__init__()
         self.state = state
         self.slot = slot
+        self.outer = outer
 
     def new_forward(self, module, *args, **kwargs):
         s = self.state
-        if s.config is None:
+        if s.config is None or (self.outer and s.config.branch != "layer"):
             return self.fn_ref.original_forward(*args, **kwargs)
         if not s.full and self.slot in s.kept:
             return s.kept[self.slot]
@@ -125,6 +143,17 @@ def _deep_blocks(unet) -> list[torch.nn.Module]:
     if unet.mid_block is not None:
         blocks.append(unet.mid_block)
     return blocks + list(unet.up_blocks)[:-1]
+
+
+def _outer_layers(unet) -> list[torch.nn.Module]:
+    """The first down block, and every layer of the last up block but its last one: the last
+    layer reads its skip connection from ``conv_in``, which always runs."""
+    last = unet.up_blocks[-1]
+    layers = [unet.down_blocks[0], *list(last.resnets)[:-1]]
+    attentions = getattr(last, "attentions", None)
+    if attentions is not None:
+        layers += list(attentions)[:-1]
+    return layers
 
 
 def supports_deepcache(model) -> bool:
@@ -142,9 +171,10 @@ def apply_deepcache(unet) -> None:
         return
     state = _State()
     registry.register_hook(_StepHook(state), _STEP_HOOK)
-    for slot, block in enumerate(_deep_blocks(unet)):
+    deep, outer = _deep_blocks(unet), _outer_layers(unet)
+    for slot, block in enumerate(deep + outer):
         HookRegistry.check_if_exists_or_initialize(block).register_hook(
-            _DeepBlockHook(state, slot), _BLOCK_HOOK)
+            _DeepBlockHook(state, slot, outer=slot >= len(deep)), _BLOCK_HOOK)
     registry.invalidate_child_registries_cache()
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from .deepcache import DeepCacheConfig, apply_deepcache, set_deepcache, supports_deepcache
 
 DEFAULT_CACHE = "default"
-DEFAULT_DEEPCACHE = DeepCacheConfig(interval=3, warmup=1, tail=1)
+DEFAULT_DEEPCACHE = DeepCacheConfig(interval=3, warmup=1, tail=1, branch="layer")
 DEFAULT_FBCACHE_THRESHOLD = 0.05
 MODES = ("default", "off", "deepcache", "fbcache", "taylorseer")
 
@@ -85,7 +85,8 @@ def prepare_step_cache(pipe, mode: str, num_steps: int) -> CachePlan:
         config = None
         if plan.kind == "deepcache":
             interval = DEFAULT_DEEPCACHE.interval if plan.value is None else int(plan.value)
-            config = DeepCacheConfig(interval, DEFAULT_DEEPCACHE.warmup, DEFAULT_DEEPCACHE.tail)
+            config = DeepCacheConfig(interval, DEFAULT_DEEPCACHE.warmup, DEFAULT_DEEPCACHE.tail,
+                                     DEFAULT_DEEPCACHE.branch)
         if config is not None:
             apply_deepcache(unet)
         if config is not None or _has_deepcache(unet):

@@ -13,7 +13,10 @@ def _identity(params: GenerateParams, resources) -> str:
     return resources.models.identity(params.model)
 
 
-@op("generate", params=GenerateParams, output=Candidate, queue="gpu", identity=_identity)
+# version 2: the engine's default step cache (DeepCache) changes pixels slightly (see
+# genloop.workers.engine.step_cache), so results stored by version 1 are not reused.
+@op("generate", params=GenerateParams, output=Candidate, queue="gpu", identity=_identity,
+    version="2")
 def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> list[Candidate]:
     """Candidates ``first .. first + n - 1`` of the node (seed ``seed + i`` each); or, on a
     mapped node, the one image its :class:`GenerationRequest` input asks for.
