@@ -23,7 +23,8 @@ from tenacity import (
     Retrying,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
 
 from .backend import TERMINAL_EVENTS, AsyncBackend, Backend
@@ -60,7 +61,8 @@ class _HttpBase:
 
     def __init__(self, config: HttpConfig) -> None:
         self.config = config
-        self._backoff = wait_exponential_jitter(initial=0.1, max=config.max_backoff)
+        jitter = wait_random(0, 0.1)
+        self._backoff = wait_exponential(multiplier=0.1, max=config.max_backoff) + jitter
 
     def _client_options(self) -> dict[str, Any]:
         headers = {"User-Agent": "genloop-sdk", **self.config.headers}

@@ -72,7 +72,8 @@ def to_problem(exc: BaseException, retry_after: int = 1) -> ApiProblem:
                           headers={"Retry-After": str(retry_after)})
     if isinstance(exc, GenloopError):
         return ApiProblem(400, "bad_request", str(exc))
-    log.error("unexpected error", exc_info=exc)
+    # Reached only from the catch-all handler; Starlette re-raises after answering, so the
+    # server logs the traceback.
     return ApiProblem(500, "internal", "internal error; it has been logged")
 
 
@@ -100,4 +101,8 @@ def install(app: FastAPI, retry_after: int = 1) -> None:
 
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(HTTPException, http_error)
+    # Known errors get their own registrations: a handler for ``Exception`` alone would see
+    # them too, but Starlette treats that one as the 500 handler and logs a traceback.
+    for known in (ApiProblem, GenloopError, LimitExceeded):
+        app.add_exception_handler(known, problem)
     app.add_exception_handler(Exception, problem)

@@ -1,0 +1,138 @@
+"""The gateway suite: a real uvicorn server on a loopback port over each back end.
+
+Every test gets fresh tenants (``stack.tenant()``), so tests share one server per back end yet
+cannot see each other's runs. The Redis variant runs when ``genloop.workers.redis_backend``
+exists: a ``genloop worker`` pool on a database of its own executes the runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import gateway_ops  # noqa: E402,F401  (registers the ops these tests use)
+from redis_util import redis_url  # noqa: E402
+from server import LiveServer  # noqa: E402
+
+from genloop.sdk import Backend, Client  # noqa: E402
+from genloop.sdk.aio import AsyncClient  # noqa: E402
+from genloop.workers.gateway import (  # noqa: E402
+    GatewaySettings,
+    GatewayStore,
+    SqliteGatewayStore,
+    TenantLimits,
+    create_app,
+)
+
+#: Redis databases of this suite: the back end and pool, and the store contract test.
+REDIS_DB = int(os.environ.get("GENLOOP_TEST_GATEWAY_REDIS_DB", "12"))
+STORE_DB = REDIS_DB + 1
+TESTS = Path(__file__).resolve().parents[1]
+MAX_BODY = 64_000
+
+
+@dataclass
+class Stack:
+    """A live gateway over one back end."""
+
+    kind: str
+    url: str
+    backend: Backend
+    store: GatewayStore
+    clients: list = field(default_factory=list)
+
+    def tenant(self, limits: TenantLimits | None = None) -> tuple[str, str]:
+        """A fresh tenant and its API key."""
+        name = f"t-{uuid.uuid4().hex[:10]}"
+        if limits is not None:
+            self.store.set_limits(name, limits)
+        return name, self.store.create_key(name)
+
+    def client(self, key: str, **options) -> Client:
+        options.setdefault("max_backoff", 0.2)
+        client = Client.http(self.url, api_key=key, **options)
+        self.clients.append(client)
+        return client
+
+    def aclient(self, key: str, **options) -> AsyncClient:
+        options.setdefault("max_backoff", 0.2)
+        return AsyncClient.http(self.url, api_key=key, **options)
+
+
+def _redis_pool(tmp: Path) -> Iterator[Backend]:
+    import redis
+
+    from genloop.workers.redis_backend import RedisBackend
+
+    url = redis_url(REDIS_DB)
+    redis.Redis.from_url(url).flushdb()
+    artifacts = f"file://{tmp / 'artifacts'}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(Path(__file__).parent)])}
+    log = (tmp / "pool.log").open("w")  # the workers' own log, for a failing test's reader
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", url,
+         "--artifacts", artifacts, "--queues", "gpu,cpu", "--processes", "1", "--threads", "4",
+         "--import", "genloop_test_ops", "--import", "gateway_ops"],
+        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=log,
+    )
+    try:
+        client = redis.Redis.from_url(url)
+        deadline = time.monotonic() + 90
+        while not client.hexists("genloop:ops", "gw-image"):
+            assert proc.poll() is None, "the worker pool exited"
+            assert time.monotonic() < deadline, "the worker pool did not start"
+            time.sleep(0.1)
+        backend = RedisBackend(url, artifacts=artifacts)
+        yield backend
+        backend.close()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="session", params=["embedded", "redis"])
+def stack(request, tmp_path_factory, resources) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp(f"gateway-{request.param}")
+    if request.param == "embedded":
+        from genloop.workers.embedded import EmbeddedBackend
+
+        backends: Iterator[Backend] = iter(
+            [EmbeddedBackend(tmp / "home", threads=4, resources=resources, lease_ttl=5.0)]
+        )
+        store: GatewayStore = SqliteGatewayStore(tmp / "gateway.db")
+    else:
+        if importlib.util.find_spec("genloop.workers.redis_backend") is None:
+            pytest.skip("no Redis back end in this tree (genloop.workers.redis_backend)")
+        from genloop.workers.gateway.redis_store import RedisGatewayStore
+
+        backends = _redis_pool(tmp)
+        store = RedisGatewayStore(redis_url(REDIS_DB), prefix="gwtest")
+    backend = next(backends)
+    settings = GatewaySettings(max_body_bytes=MAX_BODY,
+                               limits=TenantLimits(max_concurrent_runs=20),
+                               sse_max_poll=0.1)
+    with LiveServer(create_app(backend, store, settings)) as server:
+        s = Stack(request.param, server.url, backend, store)
+        yield s
+        for client in s.clients:
+            client.close()
+    next(backends, None)  # the generator's cleanup (Redis pool)
+    if request.param == "embedded":
+        backend.close()
+    store.close()

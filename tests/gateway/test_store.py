@@ -1,0 +1,78 @@
+"""The gateway store contract, against SQLite and a real Redis."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from conftest import STORE_DB
+from redis_util import redis_url
+
+from genloop.workers.gateway import SqliteGatewayStore, TenantLimits
+from genloop.workers.gateway.redis_store import RedisGatewayStore
+from genloop.workers.gateway.store import hash_key
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        s = SqliteGatewayStore(tmp_path / "gateway.db")
+    else:
+        redis.Redis.from_url(redis_url(STORE_DB)).flushdb()
+        s = RedisGatewayStore(redis_url(STORE_DB))
+    yield s
+    s.close()
+
+
+def test_keys_map_to_tenants_and_are_stored_hashed(store):
+    key = store.create_key("acme")
+    assert key.startswith("gl_") and len(key) > 40
+    assert store.tenant_of(key) == "acme"
+    assert store.tenant_of(key + "x") is None
+    (info,) = store.keys()
+    assert info.tenant == "acme" and info.id == hash_key(key)[:12] and info.revoked_at is None
+    assert key not in repr(store.keys())
+
+
+def test_revoke_by_key_or_id(store):
+    first, second = store.create_key("acme"), store.create_key("acme")
+    assert store.revoke(first).tenant == "acme"
+    assert store.tenant_of(first) is None and store.tenant_of(second) == "acme"
+    second_id = hash_key(second)[:12]
+    assert store.revoke(second_id).id == second_id
+    assert store.tenant_of(second) is None
+    assert store.revoke("gl_unknown") is None and store.revoke("nothing") is None
+
+
+def test_tenant_names_are_checked(store):
+    with pytest.raises(ValueError):
+        store.create_key("a b")
+
+
+def test_limits_per_tenant(store):
+    assert store.limits("acme") is None
+    store.set_limits("acme", TenantLimits(max_concurrent_runs=2, max_candidates_per_run=9))
+    assert store.limits("acme") == TenantLimits(max_concurrent_runs=2, max_candidates_per_run=9)
+
+
+def test_runs_have_one_owner_and_leave_the_open_and_unindexed_sets(store):
+    assert store.add_run("r1", "acme", "k1") is True
+    assert store.add_run("r1", "acme", "k1") is False
+    assert store.add_run("r2", "acme") is True
+    store.add_run("r3", "other")
+    assert store.owner("r1") == "acme" and store.owner("r3") == "other"
+    assert store.owner("r9") is None
+    assert store.run_for_key("k1") == "r1" and store.run_for_key("k2") is None
+    assert store.open_runs("acme") == ["r1", "r2"]
+    store.mark_ended("r1")
+    assert store.open_runs("acme") == ["r2"]
+    assert store.unindexed_runs("acme") == ["r1", "r2"]
+    store.mark_indexed("r2")
+    assert store.unindexed_runs("acme") == ["r1"]
+
+
+def test_artifacts_are_visible_per_tenant(store):
+    store.add_artifacts("acme", ["a.png", "b.png"])
+    store.add_artifacts("acme", [])
+    assert store.has_artifact("acme", "a.png")
+    assert not store.has_artifact("other", "a.png")
+    store.ping()

@@ -1,0 +1,82 @@
+"""Tenants see only their own runs, results, events and artifacts; others get 404."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from genloop.sdk import Graph, NotFound, RunStatus
+
+
+def images(label: str) -> Graph:
+    g = Graph()
+    g.add("gw-image", params={"label": label, "n": 2}, id="image")
+    return g
+
+
+def test_another_tenant_gets_404_for_runs_results_events_and_artifacts(stack):
+    # Given alice's finished run with two images
+    _, alice_key = stack.tenant()
+    _, bob_key = stack.tenant()
+    alice, bob = stack.client(alice_key), stack.client(bob_key)
+    run = alice.submit(images("secret"))
+    result = run.wait(timeout=30)
+    artifact = result.items("image")[0]["artifact"]
+    assert alice.read_artifact(artifact) == b"secret:0"
+    # When bob asks for any of it, by the SDK or raw HTTP
+    headers = {"Authorization": f"Bearer {bob_key}"}
+    for path in (f"/v1/runs/{run.id}", f"/v1/runs/{run.id}/result",
+                 f"/v1/runs/{run.id}/events?follow=false", f"/v1/artifacts/{artifact}"):
+        response = httpx.get(stack.url + path, headers=headers)
+        # Then the answer is the one for something that does not exist
+        assert response.status_code == 404, path
+        assert response.json()["code"] == "not_found"
+    response = httpx.post(f"{stack.url}/v1/runs/{run.id}/cancel", headers=headers)
+    assert response.status_code == 404
+    with pytest.raises(NotFound):
+        bob.get(run.id)
+    with pytest.raises(NotFound):
+        bob.read_artifact(artifact)
+    # And alice's run is untouched
+    assert alice.get(run.id).status().status == RunStatus.SUCCEEDED
+
+
+def test_artifact_visible_once_in_a_result_even_if_never_fetched(stack):
+    # Given a run whose result the tenant never fetched through the gateway
+    _, key = stack.tenant()
+    client = stack.client(key)
+    client.submit(images("lazy")).wait(timeout=30)
+    _, other_key = stack.tenant()
+    other_run = stack.client(other_key).submit(images("lazy-other"))
+    deadline = time.monotonic() + 30
+    while not stack.backend.get(other_run.id).status.terminal:  # not Run.wait: it reads results
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    key_of_other = stack.backend.result(other_run.id).items("image")[1]["artifact"]
+    # Then it is readable by its owner (indexed on demand), with content type and ETag
+    response = httpx.get(f"{stack.url}/v1/artifacts/{key_of_other}",
+                         headers={"Authorization": f"Bearer {other_key}"})
+    assert response.status_code == 200
+    assert response.content == b"lazy-other:1"
+    assert response.headers["content-type"] == "image/png"
+    etag = response.headers["etag"]
+    assert etag == f'"{key_of_other.split(".")[0]}"'
+    again = httpx.get(f"{stack.url}/v1/artifacts/{key_of_other}",
+                      headers={"Authorization": f"Bearer {other_key}", "If-None-Match": etag})
+    assert again.status_code == 304 and again.content == b""
+    # And still not by the first tenant
+    with pytest.raises(NotFound):
+        client.read_artifact(key_of_other)
+
+
+def test_revoked_key_is_refused(stack):
+    _, key = stack.tenant()
+    client = stack.client(key)
+    client.submit(images("revoke")).wait(timeout=30)
+    assert stack.store.revoke(key) is not None
+    auth = {"Authorization": f"Bearer {key}"}
+    response = httpx.get(f"{stack.url}/v1/runs/whatever", headers=auth)
+    assert response.status_code == 401
+    assert response.json()["code"] == "unauthorized"
