@@ -7,7 +7,8 @@ and every image they make can be checked against its prompt by :func:`check`.
 Registries load them through the ordinary code paths::
 
     StableDiffusionPipeline.from_pretrained(pipeline_path())
-    open_clip.create_model_and_transforms(register_clip_config(), pretrained=str(clip_checkpoint_path()))
+    open_clip.create_model_and_transforms(
+        register_clip_config(), pretrained=str(clip_checkpoint_path()))
 
 Importing this package imports neither torch nor open_clip.
 """

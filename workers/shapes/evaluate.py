@@ -97,7 +97,8 @@ def evaluate_vae(pipe, n: int = 200, start: int = 0) -> VaeReport:
     with torch.no_grad():
         y = pipe.vae.decode(pipe.vae.encode(x).latent_dist.mode()).sample
     out = ((y.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
-    matches = [compare(s.attributes, check(Image.fromarray(o))) for s, o in zip(samples, out)]
+    matches = [compare(s.attributes, check(Image.fromarray(o)))
+               for s, o in zip(samples, out, strict=True)]
     keys = ATTRIBUTES + ("background",)
     return VaeReport(n=n, found={k: sum(getattr(m, k) for m in matches) / n for k in keys},
                      all_correct=sum(m.all_correct for m in matches) / n)
@@ -121,7 +122,7 @@ def evaluate_generator(pipe, n: int = 200, steps: int = 20, guidance: float = 4.
         chunk = prompts[lo: lo + batch]
         images = generate(pipe, [p.caption() for p in chunk], list(range(lo, lo + len(chunk))),
                           steps, guidance)
-        for attrs, image in zip(chunk, images):
+        for attrs, image in zip(chunk, images, strict=True):
             match = compare(attrs, check(image))
             for key in counts:
                 counts[key] += int(getattr(match, key))

@@ -19,8 +19,10 @@ CLIP_MODEL_NAME = "shapes-clip"
 CONTEXT_LENGTH = 77
 VOCAB_SIZE = 49408
 TEXT_WIDTH = 32
-# The VAE downsamples three times (32 -> 8), so the UNet works on 4x8x8 latents.
+# The VAE downsamples three times (32 -> 8), so the UNet works on 8x8x8 latents. Eight channels
+# rather than Stable Diffusion's four: with four, round trips already lost a quarter of the colours.
 LATENT_SIZE = 8
+LATENT_CHANNELS = 8
 # Captions are ~12 tokens; a short CLIP context makes contrastive training 3x cheaper.
 CLIP_CONTEXT_LENGTH = 24
 
@@ -53,7 +55,7 @@ def build_vae() -> AutoencoderKL:
         up_block_types=("UpDecoderBlock2D",) * 3,
         block_out_channels=(16, 32, 64),
         layers_per_block=1,
-        latent_channels=4,
+        latent_channels=LATENT_CHANNELS,
         norm_num_groups=8,
         sample_size=32,
     )
@@ -78,12 +80,15 @@ def build_text_encoder() -> CLIPTextModel:
 def build_unet() -> UNet2DConditionModel:
     return UNet2DConditionModel(
         sample_size=LATENT_SIZE,
-        in_channels=4,
-        out_channels=4,
+        in_channels=LATENT_CHANNELS,
+        out_channels=LATENT_CHANNELS,
         layers_per_block=1,
-        block_out_channels=(32, 64),
-        down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
-        up_block_types=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
+        # Three levels (8 -> 4 -> 2): at 2x2 every cell touches a different corner of the zero
+        # padding, which is what lets a convolutional net place a shape where the prompt says.
+        # With two levels, position stayed at chance (21%) while colour and shape were learned.
+        block_out_channels=(32, 64, 64),
+        down_block_types=("CrossAttnDownBlock2D",) * 3,
+        up_block_types=("CrossAttnUpBlock2D",) * 3,
         cross_attention_dim=TEXT_WIDTH,
         attention_head_dim=4,
         norm_num_groups=16,

@@ -34,9 +34,9 @@ logger = logging.getLogger(__name__)
 
 class SDTrainConfig(BaseModel):
     seed: int = 0
-    vae_steps: int = 1000
+    vae_steps: int = 2000
     vae_batch: int = 32
-    vae_lr: float = 2e-3
+    vae_lr: float = 1e-3
     kl_weight: float = 1e-3
     unet_steps: int = 3000
     unet_batch: int = 64
@@ -175,7 +175,7 @@ def _with_ema(unet, text_encoder, params, ema):
     copies = list(unet_copy.parameters()) + list(text_copy.parameters())
     assert len(copies) == len(params)
     with torch.no_grad():
-        for c, e in zip(copies, ema):
+        for c, e in zip(copies, ema, strict=True):
             c.copy_(e)
     return unet_copy.eval(), text_copy.eval()
 
@@ -225,7 +225,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--smoke", action="store_true", help="a few tiny steps, for tests")
-    parser.add_argument("--only", choices=["sd", "clip"], default=None)
+    parser.add_argument("--only", choices=["sd", "clip", "vae"], default=None,
+                        help="vae: train only the VAE stage, into OUT/.vae-stage")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--resume-vae", action="store_true",
                         help="reuse the VAE a stopped run left in OUT/.vae-stage")
@@ -234,6 +235,9 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
+    if args.only == "vae":
+        cfg = SDTrainConfig.smoke() if args.smoke else SDTrainConfig()
+        train_vae(cfg).save_pretrained(str(args.out / ".vae-stage"))
     if args.only in (None, "sd"):
         cfg = SDTrainConfig.smoke() if args.smoke else SDTrainConfig()
         logger.info("wrote %s", train_sd(args.out, cfg, args.resume_vae))

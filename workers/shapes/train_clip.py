@@ -68,7 +68,8 @@ def _augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 def _lr(step: int, cfg: ClipTrainConfig) -> float:
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
-    return cfg.lr * 0.5 * (1 + math.cos(math.pi * (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)))
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def train_clip(out: Path, cfg: ClipTrainConfig) -> Path:
