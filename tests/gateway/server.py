@@ -14,7 +14,9 @@ class LiveServer:
     """``with LiveServer(app) as server: server.url`` serves ``app`` on 127.0.0.1:<free port>."""
 
     def __init__(self, app: FastAPI) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # proto must say TCP: asyncio sets TCP_NODELAY on accepted sockets only then, and
+        # without it every answer waits ~40 ms on Nagle and the client's delayed ACK.
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
