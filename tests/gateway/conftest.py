@@ -23,7 +23,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import gateway_ops  # noqa: E402,F401  (registers the ops these tests use)
-from redis_util import redis_url  # noqa: E402
 from server import LiveServer  # noqa: E402
 
 from genloop.sdk import Backend, Client  # noqa: E402
@@ -40,6 +39,10 @@ from genloop.workers.gateway import (  # noqa: E402
 REDIS_DB = int(os.environ.get("GENLOOP_TEST_GATEWAY_REDIS_DB", "12"))
 STORE_DB = REDIS_DB + 1
 TESTS = Path(__file__).resolve().parents[1]
+
+
+def redis_url(db: int) -> str:
+    return f"redis://127.0.0.1:6379/{db}"
 MAX_BODY = 64_000
 
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 import redis
-from conftest import STORE_DB
-from redis_util import redis_url
+from conftest import STORE_DB, redis_url
 
 from genloop.workers.gateway import SqliteGatewayStore, TenantLimits
 from genloop.workers.gateway.redis_store import RedisGatewayStore
