@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--evaluator", default="clip")
     p.add_argument("--refiner", default="seed-search")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    from .gateway.cli import register as register_gateway
+
+    register_gateway(sub)  # serve, keys
     return parser
 
 
