@@ -100,19 +100,21 @@ class GenerationEngine:
     def wait(self, job: Job, check: Callable[[], None] | None = None,
              poll: float = 0.1) -> list:
         """The job's images. ``check()`` runs every ``poll`` s while waiting and may raise
-        (cancellation): the job is then withdrawn and the error re-raised."""
-        while True:
-            try:
-                return job.future.result(timeout=poll)
-            except concurrent.futures.TimeoutError:
-                pass
-            if check is not None:
+        (cancellation): the job is then withdrawn and the error re-raised. So is anything raised
+        into this thread meanwhile (a worker's time limit)."""
+        try:
+            while True:
                 try:
+                    return job.future.result(timeout=poll)
+                except concurrent.futures.TimeoutError:
+                    pass
+                if check is not None:
                     check()
-                except Exception as exc:
-                    job.fail(exc)
-                    self.batcher.withdraw(job)
-                    raise
+        except BaseException as exc:
+            job.fail(exc)  # no-op when the job itself failed
+            if self._batcher is not None:
+                self._batcher.withdraw(job)
+            raise
 
     def generate(self, model: str, prompts: Sequence[str], seeds: Sequence[int],
                  settings: ImageSettings, on_step: Callable[[int, int], None] | None = None,
