@@ -77,3 +77,61 @@ def each(params: CountParams, inputs: list, ctx: OpContext) -> Value:
 def total(params: CountParams, inputs: list, ctx: OpContext) -> Value:
     record(params.log, f"{ctx.node_id}:sum")
     return Value(value=sum(i.value for i in inputs))
+
+
+class RenderParams(BaseModel):
+    """Shaped like ``generate``'s params, so the scheduler shards it the same way."""
+
+    redis_url: str
+    tag: str
+    n: int = 1
+    seed: int = 0
+    shard_size: int = 4
+    first: int = 0
+    seconds: float = 0.2
+
+
+@op("test-render", params=RenderParams, output=Value, queue="gpu", min_backoff=0.05,
+    max_backoff=0.2)
+def render(params: RenderParams, inputs: list, ctx: OpContext) -> list[Value]:
+    """Stands in for generation in the multi-process tests: slow, cancellable, and counting its
+    bodies and artifact writes in Redis, where every process's counts add up."""
+    import os
+
+    import redis
+
+    r = redis.Redis.from_url(params.redis_url)
+    r.incr(f"{params.tag}:bodies")
+    r.set(f"{params.tag}:busy", os.getpid())
+    # Like generate: all the denoising first, then the artifacts.
+    deadline = time.monotonic() + params.seconds * params.n
+    while time.monotonic() < deadline:
+        ctx.check_cancelled()
+        time.sleep(0.01)
+    out = []
+    for seed in range(params.seed, params.seed + params.n):
+        ctx.artifacts.put(f"candidate {params.tag} {seed}".encode(), "png")
+        r.incr(f"{params.tag}:writes:{seed}")
+        out.append(Value(value=seed))
+    return out
+
+
+class BarrierParams(BaseModel):
+    redis_url: str
+    tag: str
+    parties: int = 2
+
+
+@op("test-barrier", params=BarrierParams, output=Value)
+def barrier(params: BarrierParams, inputs: list, ctx: OpContext) -> Value:
+    """Returns only once ``parties`` bodies have arrived, so parents finish at the same instant."""
+    import redis
+
+    r = redis.Redis.from_url(params.redis_url)
+    r.incr(f"{params.tag}:bodies:{ctx.node_id}")
+    arrived = r.incr(f"{params.tag}:arrived")
+    deadline = time.monotonic() + 30
+    while arrived < params.parties and time.monotonic() < deadline:
+        time.sleep(0.001)
+        arrived = int(r.get(f"{params.tag}:arrived"))
+    return Value(value=sum(i.value for i in inputs if isinstance(i, Value)) + 1)

@@ -19,6 +19,7 @@ from genloop.sdk.errors import Cancelled, Permanent
 from .artifacts.base import ArtifactStore
 from .executor import Executor
 from .middleware.attempts import AttemptOutcomes
+from .middleware.sweeper import OutboxSweeper
 from .ops.registry import OpRegistry
 from .scheduler import Scheduler
 from .stores.base import StateStore
@@ -72,6 +73,7 @@ def wire(
     resources: object = None,
     lease_ttl: float = 30.0,
     time_limit_ms: int = DEFAULT_TIME_LIMIT_MS,
+    sweep_every: float = 5.0,
 ) -> Wiring:
     """Declare genloop's actors and middleware on ``broker`` and return the wiring."""
     enqueue = Enqueuer(broker)
@@ -87,6 +89,7 @@ def wire(
     # Dramatiq runs after_* hooks in reverse order: placed before Retries, AttemptOutcomes sees
     # each message after Retries has decided between a retry and a failure.
     broker.add_middleware(AttemptOutcomes(scheduler, ACTOR_PREFIX), before=Retries)
+    broker.add_middleware(OutboxSweeper(scheduler, every=sweep_every))
     for queue in queues:
         enqueue.actors[queue] = dramatiq.actor(
             executor, actor_name=actor_name(queue), queue_name=queue, broker=broker,

@@ -14,6 +14,8 @@ DEFAULT_HOME = ".genloop"
 
 
 def _client(args: argparse.Namespace, workers: bool = True) -> Client:
+    if args.redis:
+        return Client.connect(args.redis)
     # Without worker threads the embedded runtime only reads the store: `status` and `events`
     # must never start executing a run another process is driving.
     return Client.local(home=args.home, threads=args.threads if workers else 0)
@@ -53,6 +55,25 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return 0 if result.status == "succeeded" else 1
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Exec Dramatiq's own CLI on genloop's worker module, configured through the environment."""
+    import os
+
+    from . import pool as w
+
+    env = dict(os.environ)
+    env.update({
+        w.ENV_REDIS: args.redis, w.ENV_ARTIFACTS: args.artifacts, w.ENV_QUEUES: args.queues,
+        w.ENV_IMPORTS: ",".join(args.imports), w.ENV_PRELOAD: ",".join(args.preload),
+        w.ENV_LEASE_TTL: str(args.lease_ttl), w.ENV_HEARTBEAT_MS: str(args.heartbeat_timeout_ms),
+    })
+    argv = [sys.executable, "-m", "dramatiq", "genloop.workers.worker_main",
+            "--processes", str(args.processes), "--threads", str(args.threads),
+            "--queues", *args.queues.split(",")]
+    os.execve(sys.executable, argv, env)
+    return 0  # not reached
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -74,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.add_argument("--home", default=DEFAULT_HOME, help="embedded state directory")
         p.add_argument("--threads", type=int, default=4, help="embedded worker threads")
+        p.add_argument("--redis", help="use the worker pool on this Redis instead (redis://...)")
         p.set_defaults(fn=fn)
         return p
 
@@ -93,6 +115,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("resume", cmd_resume, "finish an interrupted run, reusing stored results")
     p.add_argument("run")
     p.add_argument("--timeout", type=float, default=None)
+
+    p = sub.add_parser("worker", help="start Dramatiq worker processes on a Redis pool")
+    p.set_defaults(fn=cmd_worker)
+    p.add_argument("--redis", required=True, help="redis://host:6379/0")
+    p.add_argument("--artifacts", required=True, help="file:///shared/dir or s3://bucket/prefix")
+    p.add_argument("--queues", default="gpu,cpu", help="comma-separated queues to consume")
+    p.add_argument("--processes", type=int, default=1)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--import", dest="imports", action="append", default=[],
+                   help="module defining custom ops (repeatable)")
+    p.add_argument("--preload", action="append", default=[], help="model to load at start")
+    p.add_argument("--lease-ttl", type=float, default=60.0, help="claim lease, seconds")
+    p.add_argument("--heartbeat-timeout-ms", type=int, default=60_000,
+                   help="requeue a dead worker's messages after this long")
 
     p = command("demo", cmd_demo, "run a generate-evaluate-refine loop and write a contact sheet")
     p.add_argument("--out", default="out/demo")

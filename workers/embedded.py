@@ -7,10 +7,7 @@ the seams differ. ``Client.local()`` uses :class:`EmbeddedBackend`.
 
 from __future__ import annotations
 
-import logging
 import os
-import threading
-import uuid
 from pathlib import Path
 
 import dramatiq
@@ -27,8 +24,6 @@ from .resources import Resources
 from .results import run_info, run_result
 from .stores.base import IdempotencyConflict
 from .stores.sqlite import SqliteStateStore
-
-log = logging.getLogger(__name__)
 
 
 class EmbeddedRuntime:
@@ -60,35 +55,18 @@ class EmbeddedRuntime:
         self.wiring = wire(
             self.broker, self.store, self.artifacts, self.registry,
             queues=DEFAULT_QUEUES, resources=self.resources, lease_ttl=lease_ttl,
+            sweep_every=sweep_every,
         )
         self.scheduler = self.wiring.scheduler
-        self._stop = threading.Event()
         self.worker: dramatiq.Worker | None = None
-        self._sweeper: threading.Thread | None = None
         if threads > 0:
             self.worker = dramatiq.Worker(self.broker, worker_threads=threads, worker_timeout=50)
             self.worker.start()
-            self._sweeper = threading.Thread(
-                target=self._sweep_loop, args=(sweep_every,), daemon=True, name="genloop-sweeper"
-            )
-            self._sweeper.start()
-
-    def _sweep_loop(self, every: float) -> None:
-        owner = f"sweeper-{uuid.uuid4().hex[:8]}"
-        while not self._stop.wait(every):
-            try:
-                if self.store.try_lock("sweeper", owner, ttl=every * 2):
-                    self.scheduler.sweep(older_than=every)
-            except Exception:  # the sweeper must outlive a store hiccup; it retries next tick
-                log.exception("outbox sweep failed")
 
     def close(self) -> None:
-        self._stop.set()
         if self.worker is not None:
             self.worker.stop()
         self.broker.close()
-        if self._sweeper is not None:
-            self._sweeper.join()
         self.store.close()
 
 

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from genloop.sdk.errors import Permanent
 
@@ -110,10 +110,19 @@ class Executor:
         if inst.status.terminal:
             return
         node = self.scheduler.topology(run_id).nodes[inst.node_id]
-        spec = self.registry[node.op]
-        params = spec.params.model_validate(inst.params)
+        spec = self.registry.get(node.op)
+        if spec is None:
+            raise Permanent(f"op {node.op!r} is not registered in this worker "
+                            "(start it with --import for the module that defines it)")
+        try:
+            params = spec.params.model_validate(inst.params)
+        except ValidationError as exc:
+            raise Permanent(f"invalid params for op {node.op!r}: {exc}") from exc
         identity = spec.identity(params, self.resources) if spec.identity else ""
-        key = result_key(spec.name, spec.version, inst.params, inst.inputs, identity)
+        # Keyed on the params as this worker's model reads them (defaults filled in), so a
+        # client that could not validate them (a remote op) still shares stored results.
+        key = result_key(spec.name, spec.version, params.model_dump(mode="json"), inst.inputs,
+                         identity)
 
         stored = self.store.get_result(key)
         if stored is not None:

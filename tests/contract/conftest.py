@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from genloop.workers.stores import SqliteStateStore
+from genloop.workers.stores.redis import RedisStateStore
+
+from redis_util import redis_url
 
 
 def _sqlite(tmp_path):
     return SqliteStateStore(tmp_path / "state.db")
 
 
-STORES = {"sqlite": _sqlite}
+def _redis(tmp_path):
+    # A fresh key prefix per test keeps tests apart on the shared test database.
+    return RedisStateStore(redis_url(), prefix=f"test-{uuid.uuid4().hex[:8]}")
+
+
+STORES = {"sqlite": _sqlite, "redis": _redis}
 
 
 @pytest.fixture(params=sorted(STORES))

@@ -86,6 +86,28 @@ def test_transaction_commits_together_and_rolls_back_on_error(store):
     assert ("r1", "zzz") not in store.outbox()
 
 
+def test_a_transaction_reads_its_own_writes(store):
+    _create(store)
+    with store.transaction("r1") as tx:
+        inst = tx.instance("a#1")
+        inst.status = NodeStatus.SUCCEEDED
+        tx.put_instance(inst)
+        new = InstanceRecord(run_id="r1", instance_id="a#2", node_id="a", seq=2)
+        tx.put_instance(new)
+        node = tx.node("a")
+        node.pending_instances = 7
+        tx.put_node(node)
+        run = tx.run()
+        run.pending_nodes = 5
+        tx.put_run(run)
+
+        assert tx.instance("a#1").status == NodeStatus.SUCCEEDED
+        assert [(i.instance_id, i.status) for i in tx.instances("a")] == [
+            ("a#0", NodeStatus.QUEUED), ("a#1", NodeStatus.SUCCEEDED), ("a#2", NodeStatus.QUEUED)]
+        assert tx.node("a").pending_instances == 7
+        assert tx.run().pending_nodes == 5
+
+
 def test_instances_come_back_in_seq_order(store):
     _create(store)
     with store.transaction("r1") as tx:

@@ -1,0 +1,75 @@
+"""Worker pools of real ``genloop worker`` processes on the test Redis."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from redis_util import POOL_DB, redis_url
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+class Pool:
+    """Starts worker process groups; kills what is left at teardown."""
+
+    def __init__(self, url: str, artifacts: str) -> None:
+        self.url, self.artifacts = url, artifacts
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, processes: int = 1, threads: int = 2, queues: str = "gpu,cpu",
+              heartbeat_ms: int = 1500, lease_ttl: float = 1.5,
+              env: dict | None = None) -> subprocess.Popen:
+        full_env = {**os.environ, "PYTHONPATH": str(TESTS), "GENLOOP_MAINTENANCE_CHANCE": "1000000",
+                    "GENLOOP_SWEEP_EVERY": "1", **(env or {})}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", self.url,
+             "--artifacts", self.artifacts, "--queues", queues, "--processes", str(processes),
+             "--threads", str(threads), "--import", "genloop_test_ops",
+             "--heartbeat-timeout-ms", str(heartbeat_ms), "--lease-ttl", str(lease_ttl)],
+            env=full_env, start_new_session=True, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def wait_ready(self, client: redis.Redis, timeout: float = 60) -> None:
+        """Until the workers have published their catalogue (they finished importing)."""
+        deadline = time.monotonic() + timeout
+        while not client.hexists("genloop:ops", "test-render"):
+            assert time.monotonic() < deadline, "workers did not start"
+            time.sleep(0.1)
+        time.sleep(1.0)  # let every process of the pool reach its consumer loop
+
+    @staticmethod
+    def kill(proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+    def close(self) -> None:
+        for proc in self.procs:
+            self.kill(proc)
+
+
+@pytest.fixture
+def redis_client():
+    client = redis.Redis.from_url(redis_url(POOL_DB))
+    client.flushdb()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def pool(redis_client, tmp_path):
+    p = Pool(redis_url(POOL_DB), f"file://{tmp_path / 'artifacts'}")
+    yield p
+    p.close()

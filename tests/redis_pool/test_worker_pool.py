@@ -1,0 +1,141 @@
+"""The Redis worker pool with real processes: crashes, duplicates, races, many runs."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+from redis_util import POOL_DB
+from redis_util import redis_url as _url
+
+from genloop.sdk import Client, Graph, RunStatus
+
+pytestmark = pytest.mark.slow
+
+
+def redis_url() -> str:
+    return _url(POOL_DB)
+
+
+def _render_graph(tag: str, n: int, seconds: float = 0.2) -> Graph:
+    g = Graph()
+    g.add("test-render", id="render", params={
+        "redis_url": redis_url(), "tag": tag, "n": n, "shard_size": 2, "seconds": seconds})
+    return g
+
+
+def test_sigkill_a_worker_mid_generation_loses_nothing(pool, redis_client):
+    victim, survivor = pool.start(threads=2), pool.start(threads=2)
+    pool.wait_ready(redis_client)
+    with Client.connect(redis_url()) as client:
+        run = client.submit(_render_graph("kill", n=32, seconds=0.15))
+        deadline = time.monotonic() + 60
+        victim_group = os.getpgid(victim.pid)
+        # Wait until a body is running in the victim's process group, then kill the group.
+        busy_in_victim = False
+        while not busy_in_victim and time.monotonic() < deadline:
+            busy = redis_client.get("kill:busy")
+            try:
+                busy_in_victim = busy is not None and os.getpgid(int(busy)) == victim_group
+            except ProcessLookupError:
+                pass
+            time.sleep(0.005)
+        pool.kill(victim)
+        assert busy_in_victim, "the victim never ran a body"
+        bodies_at_kill = int(redis_client.get("kill:bodies"))
+
+        result = run.wait(timeout=120)
+
+    assert result.status == RunStatus.SUCCEEDED and not result.failures, result.failures
+    assert sorted(i["value"] for i in result.outputs["render"].items) == list(range(32))
+    writes = [int(redis_client.get(f"kill:writes:{seed}") or 0) for seed in range(32)]
+    assert writes == [1] * 32, writes
+    assert int(redis_client.get("kill:bodies")) > bodies_at_kill  # the lost shard ran again
+    assert survivor.poll() is None
+
+
+def test_the_same_message_twice_to_two_workers_runs_once(pool, redis_client):
+    pool.start(threads=1), pool.start(threads=1)
+    pool.wait_ready(redis_client)
+    with Client.connect(redis_url()) as client:
+        run = client.submit(_render_graph("dup", n=1, seconds=1.0))
+        inst = client.backend.store.instance(run.id, "render#0")
+        client.backend.wiring.enqueue([inst])  # a second delivery, picked up by the other worker
+        result = run.wait(timeout=60)
+        time.sleep(1.5)  # let the duplicate finish backing off
+
+    assert result.status == RunStatus.SUCCEEDED
+    assert int(redis_client.get("dup:bodies")) == 1
+
+
+def test_parents_finishing_together_on_two_workers_release_the_child_once(pool, redis_client):
+    pool.start(threads=1), pool.start(threads=1)
+    pool.wait_ready(redis_client)
+    g = Graph()
+    params = {"redis_url": redis_url(), "tag": "race", "parties": 2}
+    a = g.add("test-barrier", id="a", params=params)
+    b = g.add("test-barrier", id="b", params={**params, "tag": "race"}, queue="cpu")
+    g.add("test-barrier", id="child", inputs=[a, b], params={**params, "tag": "race-child",
+                                                             "parties": 1})
+    with Client.connect(redis_url()) as client:
+        run = client.submit(g)
+        result = run.wait(timeout=60)
+        events = list(run.events(follow=False))
+
+    assert result.status == RunStatus.SUCCEEDED
+    assert [e.node_id for e in events if e.type == "node.queued"] == ["child"]
+    assert int(redis_client.get("race-child:bodies:child")) == 1
+
+
+def test_client_killed_mid_run_the_run_goes_on(pool, redis_client, tmp_path):
+    import subprocess
+    import sys
+
+    pool.start(threads=2)
+    pool.wait_ready(redis_client)
+    script = (
+        "import sys; from genloop.sdk import Client, Graph; "
+        f"c = Client.connect({redis_url()!r}); g = Graph(); "
+        "g.add('test-render', id='render', params={'redis_url': " + repr(redis_url()) +
+        ", 'tag': 'orphan', 'n': 6, 'shard_size': 2, 'seconds': 0.2}); "
+        "print(c.submit(g).id, flush=True); import time; time.sleep(600)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    run_id = proc.stdout.readline().strip()
+    proc.kill()
+    proc.wait()
+
+    with Client.connect(redis_url()) as client:
+        result = client.get(run_id).wait(timeout=60)
+
+    assert result.status == RunStatus.SUCCEEDED
+    assert len(result.outputs["render"].items) == 6
+
+
+def test_fifty_runs_from_ten_threads_all_finish(pool, redis_client):
+    pool.start(threads=4)
+    pool.wait_ready(redis_client)
+    results: dict[int, object] = {}
+    with Client.connect(redis_url()) as client:
+        def submit_five(t: int) -> None:
+            for k in range(5):
+                i = t * 5 + k
+                g = Graph()
+                a = g.add("test-barrier", id="a",
+                          params={"redis_url": redis_url(), "tag": f"many{i}", "parties": 1})
+                g.add("test-barrier", id="b", inputs=[a],
+                      params={"redis_url": redis_url(), "tag": f"many{i}b", "parties": 1})
+                results[i] = client.submit(g)
+
+        threads = [threading.Thread(target=submit_five, args=(t,)) for t in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        finished = {i: run.wait(timeout=120) for i, run in results.items()}
+
+    assert len(finished) == 50
+    assert all(r.status == RunStatus.SUCCEEDED for r in finished.values())
+    assert all(r.outputs["b"].items == [{"value": 2}] for r in finished.values())

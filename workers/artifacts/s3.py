@@ -1,0 +1,68 @@
+"""Artifacts in S3-compatible object storage (AWS S3, MinIO, Ceph, moto in tests), via boto3.
+
+An object is written once under its content key, so there is nothing to lock: two workers
+writing the same image write the same bytes. boto3's own retry policy handles throttling and
+dropped connections (standard mode, a few attempts).
+"""
+
+from __future__ import annotations
+
+from genloop.sdk.errors import NotFound, StoreError
+
+from .base import CONTENT_TYPES, ArtifactStore, check_key
+
+
+class S3ArtifactStore(ArtifactStore):
+    """``s3://bucket/prefix``; ``endpoint_url`` for non-AWS servers."""
+
+    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
+                 client=None) -> None:
+        import boto3
+        from botocore.config import Config
+
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self._client = client or boto3.client(
+            "s3", endpoint_url=endpoint_url,
+            config=Config(retries={"mode": "standard", "max_attempts": 5}),
+        )
+        self._errors = self._client.exceptions
+
+    def _key(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def get(self, key: str) -> bytes:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return self._client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+        except self._errors.NoSuchKey:
+            raise NotFound(f"no artifact {key!r}") from None
+        except (BotoCoreError, ClientError) as exc:
+            raise StoreError(f"s3 get {key!r}: {exc}") from exc
+
+    def exists(self, key: str) -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self._client.head_object(Bucket=self.bucket, Key=self._key(key))
+            return True
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise StoreError(f"s3 head {key!r}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"s3 head {key!r}: {exc}") from exc
+
+    def _write(self, key: str, data: bytes) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        ext = key.rsplit(".", 1)[-1]
+        try:
+            self._client.put_object(
+                Bucket=self.bucket, Key=self._key(key), Body=data,
+                ContentType=CONTENT_TYPES.get(ext, "application/octet-stream"),
+            )
+        except (BotoCoreError, ClientError) as exc:
+            raise StoreError(f"s3 put {key!r}: {exc}") from exc

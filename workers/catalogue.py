@@ -1,0 +1,81 @@
+"""The op catalogue a worker pool publishes, so a client that never imported a custom op's
+module (an agent with only the SDK and a Redis client) can still submit graphs that use it.
+
+Workers write each op's routing and retry settings to Redis at boot. A submitting client turns
+the entries it has no code for into stand-in specs: enough to plan instances and route them.
+A stand-in knows the params' names, which are required and their defaults, so it fills
+defaults and shards like the real op; the types are checked by the worker that runs it (a bad
+param is a ``Permanent`` error).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+from pydantic import BaseModel, ConfigDict, create_model
+from pydantic_core import to_jsonable_python
+
+from .ops.registry import OpRegistry, OpSpec
+
+
+def _fields(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, field in model.model_fields.items():
+        if field.is_required():
+            out[name] = {"required": True}
+        else:
+            default = field.get_default(call_default_factory=True)
+            out[name] = {"required": False, "default": to_jsonable_python(default)}
+    return out
+
+
+def _stand_in_params(op: str, fields: dict[str, dict[str, Any]]) -> type[BaseModel]:
+    """A params model with the worker's field names and defaults, any types, extras allowed:
+    enough to fill defaults and shard like the real op; the worker checks the types."""
+    return create_model(  # type: ignore[call-overload]
+        f"Remote_{op}_params",
+        __config__=ConfigDict(extra="allow"),
+        **{
+            name: (Any, ... if f["required"] else f.get("default"))
+            for name, f in fields.items()
+        },
+    )
+
+
+def _remote(params, inputs, ctx):  # pragma: no cover - never called in the client process
+    raise RuntimeError("a remote op runs on the workers only")
+
+
+def publish(client: redis.Redis, registry: OpRegistry, queues: list[str],
+            prefix: str = "genloop") -> None:
+    """Record this worker's ops and the queues it consumes."""
+    if queues:
+        client.sadd(f"{prefix}:queues", *queues)
+    client.hset(f"{prefix}:ops", mapping={
+        name: json.dumps({
+            "queue": spec.queue, "version": spec.version, "elementwise": spec.elementwise,
+            "max_retries": spec.max_retries, "min_backoff": spec.min_backoff,
+            "max_backoff": spec.max_backoff, "fields": _fields(spec.params),
+        })
+        for name, spec in registry.items()
+    })
+
+
+def published_queues(client: redis.Redis, prefix: str = "genloop") -> set[str]:
+    return {q.decode() for q in client.smembers(f"{prefix}:queues")}
+
+
+def with_published(client: redis.Redis, local: OpRegistry, prefix: str = "genloop") -> OpRegistry:
+    """``local`` plus stand-ins for the ops only the workers know."""
+    merged = OpRegistry()
+    for spec in local.values():
+        merged.register(spec)
+    for name, raw in client.hgetall(f"{prefix}:ops").items():
+        name = name.decode()
+        if name not in merged:
+            entry = json.loads(raw)
+            params = _stand_in_params(name, entry.pop("fields", {}))
+            merged.register(OpSpec(name=name, fn=_remote, params=params, **entry))
+    return merged

@@ -1,0 +1,83 @@
+"""A worker process of the Redis pool, configured from ``GENLOOP_*`` environment variables.
+
+``genloop worker`` puts its options in the environment and execs
+``python -m dramatiq genloop.workers.worker_main --processes N --threads M --queues ...``, so
+process management, signals and the consumer loop are Dramatiq's own; ``worker_main`` calls
+:func:`build`. That is the edge where the pool's objects are made; nothing else in genloop
+binds a global broker.
+
+Heartbeats: Dramatiq's RedisBroker requeues the unacked messages of a worker whose heartbeat is
+older than ``heartbeat_timeout``. The heartbeat is refreshed when a consumer thread fetches, and a
+long torch call that holds the GIL can delay it; a redelivered message then finds the result key
+leased by the still-running holder and backs off, so the worst case is a wasted delivery, never a
+second execution. The default timeout is 60 s (Dramatiq's own), and leases last 60 s renewed
+every 20 s, so a dead worker's work is picked up about a minute after it died.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+
+import dramatiq
+import redis
+from dramatiq.brokers.redis import RedisBroker
+
+from .artifacts import open_artifact_store
+from .broker import wire
+from .catalogue import publish
+from .ops.registry import default_registry
+from .redis_backend import artifacts_key
+from .resources import Resources
+from .stores.redis import RedisStateStore
+
+log = logging.getLogger("genloop.worker")
+
+ENV_REDIS = "GENLOOP_REDIS_URL"
+ENV_ARTIFACTS = "GENLOOP_ARTIFACTS"
+ENV_QUEUES = "GENLOOP_QUEUES"
+ENV_IMPORTS = "GENLOOP_IMPORTS"
+ENV_PRELOAD = "GENLOOP_PRELOAD"
+ENV_PREFIX = "GENLOOP_PREFIX"
+ENV_LEASE_TTL = "GENLOOP_LEASE_TTL"
+ENV_HEARTBEAT_MS = "GENLOOP_HEARTBEAT_TIMEOUT_MS"
+ENV_MAINTENANCE = "GENLOOP_MAINTENANCE_CHANCE"
+ENV_SWEEP_EVERY = "GENLOOP_SWEEP_EVERY"
+
+
+def _list(name: str) -> list[str]:
+    return [v for v in os.environ.get(name, "").split(",") if v]
+
+
+def build():
+    """Build this process's broker, store, artifacts and actors from the environment."""
+    from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
+
+    url = os.environ[ENV_REDIS]
+    prefix = os.environ.get(ENV_PREFIX, "genloop")
+    for module in _list(ENV_IMPORTS):
+        importlib.import_module(module)
+    client = redis.Redis.from_url(url)
+    broker = RedisBroker(
+        url=url,
+        heartbeat_timeout=int(os.environ.get(ENV_HEARTBEAT_MS, "60000")),
+        # Dramatiq counts this per million fetches; its default (1,000) suits production.
+        maintenance_chance=int(os.environ.get(ENV_MAINTENANCE, "1000")),
+    )
+    dramatiq.set_broker(broker)
+    artifacts_uri = os.environ[ENV_ARTIFACTS]
+    client.set(artifacts_key(prefix), artifacts_uri)
+    queues = _list(ENV_QUEUES) or ["gpu", "cpu"]
+    resources = Resources()
+    wiring = wire(
+        broker, RedisStateStore(client=client, prefix=prefix), open_artifact_store(artifacts_uri),
+        default_registry, queues=queues, resources=resources,
+        lease_ttl=float(os.environ.get(ENV_LEASE_TTL, "60")),
+        sweep_every=float(os.environ.get(ENV_SWEEP_EVERY, "5")),
+    )
+    publish(client, default_registry, queues, prefix)
+    for name in _list(ENV_PRELOAD):
+        log.info("preloading model %s", name)
+        resources.models.pipeline(name)
+    return wiring

@@ -1,0 +1,371 @@
+"""Redis state store for the worker pool: every worker process on every host shares it.
+
+A run transaction holds a per-run lock (``SET NX PX`` with a random token) while it reads, and
+buffers its writes into one ``MULTI``/``EXEC`` that runs only if the lock is still its own
+(``WATCH`` on the lock key). Writes therefore land all together or not at all, and two workers
+completing the last two parents of a child at the same instant take turns: the second one sees
+the first one's counters.
+
+Events are a Redis list per run: an event's id is its position, so ids increase without gaps and
+a follower resumes with ``LRANGE`` after the last id it saw. (A Stream's ids are timestamps,
+which the SQLite store and the HTTP ``Last-Event-ID`` would have to translate.)
+
+Redis errors are translated to :class:`~genloop.sdk.errors.StoreError` where they enter.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import redis
+
+from genloop.sdk.errors import NotFound, StoreError
+from genloop.sdk.models import Event
+
+from .base import IdempotencyConflict, RunTx, StateStore
+from .records import (
+    EventRecord,
+    InstanceRecord,
+    NodeRecord,
+    ResultRecord,
+    RunRecord,
+    RunSpecRecord,
+)
+
+T = TypeVar("T")
+
+# Compare-and-act on a lease: only its holder may extend or drop it.
+_RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then " \
+         "return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then " \
+           "return redis.call('del', KEYS[1]) else return 0 end"
+_TAKE = "local v = redis.call('get', KEYS[1]) " \
+        "if v == false or v == ARGV[1] then " \
+        "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end return 0"
+
+#: How long one run transaction may hold its lock; transactions take milliseconds.
+_TX_LOCK_MS = 30_000
+
+
+def _translated(fn: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except redis.RedisError as exc:
+            raise StoreError(f"redis: {exc}") from exc
+
+    return wrapper
+
+
+class _Keys:
+    def __init__(self, prefix: str) -> None:
+        self.p = prefix
+
+    def run(self, r: str) -> str:
+        return f"{self.p}:run:{r}"
+
+    def spec(self, r: str) -> str:
+        return f"{self.p}:run:{r}:spec"
+
+    def nodes(self, r: str) -> str:
+        return f"{self.p}:run:{r}:nodes"
+
+    def instances(self, r: str) -> str:
+        return f"{self.p}:run:{r}:instances"
+
+    def node_instances(self, r: str, node_id: str) -> str:
+        return f"{self.p}:run:{r}:node:{node_id}"
+
+    def events(self, r: str) -> str:
+        return f"{self.p}:run:{r}:events"
+
+    def lock(self, r: str) -> str:
+        return f"{self.p}:run:{r}:lock"
+
+    def idem(self, key: str) -> str:
+        return f"{self.p}:idem:{key}"
+
+    def result(self, key: str) -> str:
+        return f"{self.p}:result:{key}"
+
+    def claim(self, key: str) -> str:
+        return f"{self.p}:claim:{key}"
+
+    def named_lock(self, name: str) -> str:
+        return f"{self.p}:lock:{name}"
+
+    @property
+    def outbox(self) -> str:
+        return f"{self.p}:outbox"
+
+
+def _write_instance(pipe, k: _Keys, inst: InstanceRecord) -> None:
+    pipe.hset(k.instances(inst.run_id), inst.instance_id, inst.model_dump_json())
+    pipe.zadd(k.node_instances(inst.run_id, inst.node_id), {inst.instance_id: inst.seq})
+
+
+def _event_json(event: EventRecord) -> str:
+    return event.model_dump_json(exclude_none=True)
+
+
+class _RedisTx(RunTx):
+    """Reads go to Redis (under the run lock), writes to a pipeline. Records written earlier in
+    the transaction are kept aside, so the transaction reads its own writes as SQLite's does."""
+
+    def __init__(self, store: RedisStateStore, run_id: str) -> None:
+        self._r, self._k, self._run_id = store.client, store.keys, run_id
+        self._pipe = store.client.pipeline(transaction=True)
+        self._store = store
+        self._run: RunRecord | None = None
+        self._nodes: dict[str, NodeRecord] = {}
+        self._instances: dict[str, InstanceRecord] = {}
+
+    def run(self) -> RunRecord:
+        if self._run is not None:
+            return self._run.model_copy(deep=True)
+        return self._store.get_run(self._run_id)
+
+    def put_run(self, run: RunRecord) -> None:
+        self._run = run.model_copy(deep=True)
+        self._pipe.set(self._k.run(run.id), run.model_dump_json())
+
+    def node(self, node_id: str) -> NodeRecord:
+        if node_id in self._nodes:
+            return self._nodes[node_id].model_copy(deep=True)
+        raw = self._r.hget(self._k.nodes(self._run_id), node_id)
+        if raw is None:
+            raise NotFound(f"no node {node_id!r} in run {self._run_id!r}")
+        return NodeRecord.model_validate_json(raw)
+
+    def put_node(self, node: NodeRecord) -> None:
+        self._nodes[node.node_id] = node.model_copy(deep=True)
+        self._pipe.hset(self._k.nodes(node.run_id), node.node_id, node.model_dump_json())
+
+    def instance(self, instance_id: str) -> InstanceRecord:
+        if instance_id in self._instances:
+            return self._instances[instance_id].model_copy(deep=True)
+        return self._store.instance(self._run_id, instance_id)
+
+    def instances(self, node_id: str) -> list[InstanceRecord]:
+        ids = [i.decode() for i in
+               self._r.zrange(self._k.node_instances(self._run_id, node_id), 0, -1)]
+        ids += [i for i, inst in self._instances.items()
+                if inst.node_id == node_id and i not in ids]
+        stored = dict(zip(ids, self._r.hmget(self._k.instances(self._run_id), ids))) if ids \
+            else {}
+        out = []
+        for i in ids:
+            if i in self._instances:
+                out.append(self._instances[i].model_copy(deep=True))
+            elif stored.get(i) is not None:
+                out.append(InstanceRecord.model_validate_json(stored[i]))
+        return sorted(out, key=lambda inst: inst.seq)
+
+    def put_instance(self, instance: InstanceRecord) -> None:
+        self._instances[instance.instance_id] = instance.model_copy(deep=True)
+        _write_instance(self._pipe, self._k, instance)
+
+    def add_outbox(self, instance_ids: Sequence[str]) -> None:
+        if instance_ids:
+            now = time.time()
+            self._pipe.hset(self._k.outbox, mapping={f"{self._run_id}|{i}": now
+                                                     for i in instance_ids})
+
+    def event(self, event: EventRecord) -> None:
+        self._pipe.rpush(self._k.events(self._run_id), _event_json(event))
+
+    def put_result(self, result: ResultRecord) -> ResultRecord:
+        stored = self._store.get_result(result.key)
+        if stored is not None:
+            return stored
+        self._pipe.set(self._k.result(result.key), result.model_dump_json(), nx=True)
+        return result
+
+
+class RedisStateStore(StateStore):
+    """State store on Redis. ``prefix`` namespaces the keys (several pools on one Redis)."""
+
+    def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, prefix: str = "genloop",
+                 client: redis.Redis | None = None) -> None:
+        self.client = client or redis.Redis.from_url(url)
+        self.keys = _Keys(prefix)
+        self._renew = self.client.register_script(_RENEW)
+        self._release = self.client.register_script(_RELEASE)
+        self._take = self.client.register_script(_TAKE)
+
+    # -- runs -------------------------------------------------------------------------------
+    @_translated
+    def create_run(self, run, spec, nodes, instances):
+        k = self.keys
+        with self.client.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    if run.idempotency_key is not None:
+                        pipe.watch(k.idem(run.idempotency_key))
+                        existing = pipe.get(k.idem(run.idempotency_key))
+                        if existing is not None:
+                            found = self.get_run(existing.decode())
+                            if found.spec_hash != run.spec_hash:
+                                raise IdempotencyConflict(found.id)
+                            return found, False
+                    pipe.multi()
+                    if run.idempotency_key is not None:
+                        pipe.set(k.idem(run.idempotency_key), run.id)
+                    pipe.set(k.run(run.id), run.model_dump_json())
+                    pipe.set(k.spec(run.id), spec.model_dump_json())
+                    if nodes:
+                        pipe.hset(k.nodes(run.id), mapping={
+                            n.node_id: n.model_dump_json() for n in nodes})
+                    for inst in instances:
+                        _write_instance(pipe, k, inst)
+                    if instances:
+                        pipe.hset(k.outbox, mapping={
+                            f"{run.id}|{i.instance_id}": time.time() for i in instances})
+                    pipe.rpush(k.events(run.id), _event_json(
+                        EventRecord(type="run.submitted", time=run.created_at, status="pending")))
+                    pipe.execute()
+                    return run, True
+                except redis.WatchError:
+                    continue  # someone used the same key meanwhile: look again
+
+    @_translated
+    def get_run(self, run_id: str) -> RunRecord:
+        raw = self.client.get(self.keys.run(run_id))
+        if raw is None:
+            raise NotFound(f"no run {run_id!r}")
+        return RunRecord.model_validate_json(raw)
+
+    @_translated
+    def run_spec(self, run_id: str) -> RunSpecRecord:
+        raw = self.client.get(self.keys.spec(run_id))
+        if raw is None:
+            raise NotFound(f"no run {run_id!r}")
+        return RunSpecRecord.model_validate_json(raw)
+
+    @_translated
+    def nodes(self, run_id: str) -> list[NodeRecord]:
+        return [NodeRecord.model_validate_json(v)
+                for v in self.client.hgetall(self.keys.nodes(run_id)).values()]
+
+    @_translated
+    def instances(self, run_id: str) -> list[InstanceRecord]:
+        insts = [InstanceRecord.model_validate_json(v)
+                 for v in self.client.hgetall(self.keys.instances(run_id)).values()]
+        return sorted(insts, key=lambda i: (i.node_id, i.seq))
+
+    @_translated
+    def instance(self, run_id: str, instance_id: str) -> InstanceRecord:
+        raw = self.client.hget(self.keys.instances(run_id), instance_id)
+        if raw is None:
+            raise NotFound(f"no instance {instance_id!r} in run {run_id!r}")
+        return InstanceRecord.model_validate_json(raw)
+
+    @contextmanager
+    def transaction(self, run_id: str) -> Iterator[RunTx]:
+        lock, token = self.keys.lock(run_id), uuid.uuid4().hex
+        self._acquire(lock, token)
+        try:
+            tx = _RedisTx(self, run_id)
+            yield tx
+            self._commit(tx, lock, token)
+        finally:
+            try:
+                self._release(keys=[lock], args=[token])
+            except redis.RedisError:
+                pass  # the lock expires by itself
+
+    @_translated
+    def _acquire(self, lock: str, token: str) -> None:
+        delay = 0.0005
+        while not self.client.set(lock, token, nx=True, px=_TX_LOCK_MS):
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    @_translated
+    def _commit(self, tx: _RedisTx, lock: str, token: str) -> None:
+        with self.client.pipeline(transaction=True) as guard:
+            guard.watch(lock)
+            if guard.get(lock) != token.encode():
+                raise StoreError("run lock expired before the transaction committed")
+            # Queue the buffered writes behind the WATCH; EXEC fails if the lock changed.
+            guard.multi()
+            guard.command_stack.extend(tx._pipe.command_stack)
+            try:
+                guard.execute()
+            except redis.WatchError as exc:
+                raise StoreError("run lock lost while committing") from exc
+
+    # -- results ----------------------------------------------------------------------------
+    @_translated
+    def get_result(self, key: str) -> ResultRecord | None:
+        raw = self.client.get(self.keys.result(key))
+        return ResultRecord.model_validate_json(raw) if raw is not None else None
+
+    @_translated
+    def put_result(self, result: ResultRecord) -> ResultRecord:
+        if self.client.set(self.keys.result(result.key), result.model_dump_json(), nx=True):
+            return result
+        return self.get_result(result.key)  # type: ignore[return-value]
+
+    # -- claims -----------------------------------------------------------------------------
+    @_translated
+    def claim(self, key: str, owner: str, ttl: float) -> bool:
+        return bool(self.client.set(self.keys.claim(key), owner, nx=True, px=int(ttl * 1000)))
+
+    @_translated
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        return bool(self._renew(keys=[self.keys.claim(key)], args=[owner, int(ttl * 1000)]))
+
+    @_translated
+    def release(self, key: str, owner: str) -> None:
+        self._release(keys=[self.keys.claim(key)], args=[owner])
+
+    @_translated
+    def lease_remaining(self, key: str) -> float:
+        ms = self.client.pttl(self.keys.claim(key))
+        return max(ms, 0) / 1000.0
+
+    @_translated
+    def try_lock(self, name: str, owner: str, ttl: float) -> bool:
+        return bool(self._take(keys=[self.keys.named_lock(name)], args=[owner, int(ttl * 1000)]))
+
+    # -- outbox -----------------------------------------------------------------------------
+    @_translated
+    def outbox(self, older_than: float = 0.0, limit: int = 1000) -> list[tuple[str, str]]:
+        cutoff = time.time() - older_than
+        entries = []
+        for field, at in self.client.hscan_iter(self.keys.outbox, count=1000):
+            if float(at) <= cutoff:
+                run_id, instance_id = field.decode().split("|", 1)
+                entries.append((run_id, instance_id))
+                if len(entries) >= limit:
+                    break
+        return entries
+
+    @_translated
+    def clear_outbox(self, entries: Sequence[tuple[str, str]]) -> None:
+        if entries:
+            self.client.hdel(self.keys.outbox, *(f"{r}|{i}" for r, i in entries))
+
+    # -- events -----------------------------------------------------------------------------
+    @_translated
+    def append_event(self, run_id: str, event: EventRecord) -> int:
+        return int(self.client.rpush(self.keys.events(run_id), _event_json(event)))
+
+    @_translated
+    def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
+        raws = self.client.lrange(self.keys.events(run_id), after, after + limit - 1)
+        return [
+            Event(id=after + i + 1, run_id=run_id,
+                  **EventRecord.model_validate_json(raw).model_dump())
+            for i, raw in enumerate(raws)
+        ]
+
+    def close(self) -> None:
+        self.client.close()
