@@ -74,6 +74,7 @@ def wire(
     lease_ttl: float = 30.0,
     time_limit_ms: int = DEFAULT_TIME_LIMIT_MS,
     sweep_every: float = 5.0,
+    stale_after: float | None = 300.0,
 ) -> Wiring:
     """Declare genloop's actors and middleware on ``broker`` and return the wiring."""
     enqueue = Enqueuer(broker)
@@ -89,7 +90,7 @@ def wire(
     # Dramatiq runs after_* hooks in reverse order: placed before Retries, AttemptOutcomes sees
     # each message after Retries has decided between a retry and a failure.
     broker.add_middleware(AttemptOutcomes(scheduler, ACTOR_PREFIX), before=Retries)
-    broker.add_middleware(OutboxSweeper(scheduler, every=sweep_every))
+    broker.add_middleware(OutboxSweeper(scheduler, every=sweep_every, stale_after=stale_after))
     for queue in queues:
         enqueue.actors[queue] = dramatiq.actor(
             executor, actor_name=actor_name(queue), queue_name=queue, broker=broker,

@@ -351,14 +351,25 @@ class Scheduler:
         self.enqueue(instances, 0.0)
         self.store.clear_outbox(entries)
 
-    def sweep(self, older_than: float = 10.0) -> int:
-        """Enqueue outbox entries a crashed worker left behind. Returns how many."""
+    def sweep(self, older_than: float = 10.0, stale_after: float | None = None) -> int:
+        """Enqueue outbox entries a crashed worker left behind and, with ``stale_after``, the
+        unfinished instances nothing has touched for that long: their message may have been
+        lost with a broker's memory, or stuck with a worker that can no longer ack it. A message
+        sent for an instance that was in fact running is harmless: it waits for the lease and
+        then finds the instance finished. Returns how many messages were sent."""
         entries = self.store.outbox(older_than=older_than)
-        live = []
-        for run_id, instance_id in entries:
-            inst = self.store.instance(run_id, instance_id)
-            if not inst.status.terminal:
-                live.append(inst)
+        live = [i for i in (self.store.instance(r, iid) for r, iid in entries)
+                if not i.status.terminal]
         self.enqueue(live, 0.0)
         self.store.clear_outbox(entries)
-        return len(live)
+        stale: list[InstanceRecord] = []
+        if stale_after is not None:
+            found = self.store.stale_instances(older_than=stale_after)
+            stale = [i for i in (self.store.instance(r, iid) for r, iid in found)
+                     if not i.status.terminal]
+            if stale:
+                log.warning("re-sending %d instance(s) untouched for %.0fs", len(stale),
+                            stale_after)
+            self.enqueue(stale, 0.0)
+            self.store.touch(found)
+        return len(live) + len(stale)

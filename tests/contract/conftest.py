@@ -5,11 +5,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from redis_util import redis_url
 
 from genloop.workers.stores import SqliteStateStore
 from genloop.workers.stores.redis import RedisStateStore
-
-from redis_util import redis_url
 
 
 def _sqlite(tmp_path):

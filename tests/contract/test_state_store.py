@@ -186,6 +186,23 @@ def test_events_have_increasing_ids_and_resume_after_an_id(store):
     assert [e.step for e in store.events("r1", after=0, limit=2)][1] == 0
 
 
+def test_stale_instances_are_the_unfinished_ones_nobody_touched(store):
+    _create(store)
+    time.sleep(0.05)
+    assert sorted(store.stale_instances(older_than=0.01)) == [("r1", "a#0"), ("r1", "a#1")]
+    assert store.stale_instances(older_than=60) == []
+
+    with store.transaction("r1") as tx:
+        done = tx.instance("a#0")
+        done.status = NodeStatus.SUCCEEDED
+        tx.put_instance(done)
+    store.touch([("r1", "a#1"), ("r1", "a#0")])
+
+    assert store.stale_instances(older_than=0.01) == []
+    time.sleep(0.05)
+    assert store.stale_instances(older_than=0.01) == [("r1", "a#1")]
+
+
 def test_status_values_round_trip(store):
     _create(store)
     with store.transaction("r1") as tx:

@@ -147,6 +147,14 @@ class StateStore(ABC):
     def try_lock(self, name: str, owner: str, ttl: float) -> bool:
         """A named lock (e.g. the sweeper's) held until ``ttl`` runs out or it is released."""
 
+    @abstractmethod
+    def stale_instances(self, older_than: float, limit: int = 1000) -> list[tuple[str, str]]:
+        """Unfinished instances whose record has not changed for ``older_than`` seconds."""
+
+    @abstractmethod
+    def touch(self, entries: Sequence[tuple[str, str]]) -> None:
+        """Mark unfinished instances as just seen (after re-sending their message)."""
+
     # -- events -----------------------------------------------------------------------------
     @abstractmethod
     def append_event(self, run_id: str, event: EventRecord) -> int:

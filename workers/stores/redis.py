@@ -104,10 +104,20 @@ class _Keys:
     def outbox(self) -> str:
         return f"{self.p}:outbox"
 
+    @property
+    def live(self) -> str:
+        """Unfinished instances, scored by when they last changed."""
+        return f"{self.p}:live"
+
 
 def _write_instance(pipe, k: _Keys, inst: InstanceRecord) -> None:
     pipe.hset(k.instances(inst.run_id), inst.instance_id, inst.model_dump_json())
     pipe.zadd(k.node_instances(inst.run_id, inst.node_id), {inst.instance_id: inst.seq})
+    member = f"{inst.run_id}|{inst.instance_id}"
+    if inst.status.terminal:
+        pipe.zrem(k.live, member)
+    else:
+        pipe.zadd(k.live, {member: time.time()})
 
 
 def _event_json(event: EventRecord) -> str:
@@ -157,8 +167,8 @@ class _RedisTx(RunTx):
                self._r.zrange(self._k.node_instances(self._run_id, node_id), 0, -1)]
         ids += [i for i, inst in self._instances.items()
                 if inst.node_id == node_id and i not in ids]
-        stored = dict(zip(ids, self._r.hmget(self._k.instances(self._run_id), ids))) if ids \
-            else {}
+        raws = self._r.hmget(self._k.instances(self._run_id), ids) if ids else []
+        stored = dict(zip(ids, raws, strict=True))
         out = []
         for i in ids:
             if i in self._instances:
@@ -352,6 +362,19 @@ class RedisStateStore(StateStore):
     def clear_outbox(self, entries: Sequence[tuple[str, str]]) -> None:
         if entries:
             self.client.hdel(self.keys.outbox, *(f"{r}|{i}" for r, i in entries))
+
+    @_translated
+    def stale_instances(self, older_than: float, limit: int = 1000) -> list[tuple[str, str]]:
+        members = self.client.zrangebyscore(self.keys.live, 0, time.time() - older_than,
+                                            start=0, num=limit)
+        return [tuple(m.decode().split("|", 1)) for m in members]  # type: ignore[misc]
+
+    @_translated
+    def touch(self, entries: Sequence[tuple[str, str]]) -> None:
+        if entries:
+            # XX: only entries still live; a finished instance must not come back.
+            self.client.zadd(self.keys.live, {f"{r}|{i}": time.time() for r, i in entries},
+                             xx=True)
 
     # -- events -----------------------------------------------------------------------------
     @_translated

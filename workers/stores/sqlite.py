@@ -35,8 +35,9 @@ CREATE TABLE IF NOT EXISTS nodes (
     run_id TEXT, node_id TEXT, doc TEXT NOT NULL, PRIMARY KEY (run_id, node_id));
 CREATE TABLE IF NOT EXISTS instances (
     run_id TEXT, instance_id TEXT, node_id TEXT, seq INTEGER, doc TEXT NOT NULL,
-    PRIMARY KEY (run_id, instance_id));
+    live INTEGER NOT NULL, touched REAL NOT NULL, PRIMARY KEY (run_id, instance_id));
 CREATE INDEX IF NOT EXISTS instances_by_node ON instances (run_id, node_id, seq);
+CREATE INDEX IF NOT EXISTS live_instances ON instances (live, touched);
 CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT, expires REAL);
 CREATE TABLE IF NOT EXISTS locks (key TEXT PRIMARY KEY, owner TEXT, expires REAL);
@@ -119,8 +120,9 @@ def _put_result(conn: sqlite3.Connection, result: ResultRecord) -> ResultRecord:
 
 def _put_instance(conn: sqlite3.Connection, inst: InstanceRecord) -> None:
     conn.execute(
-        "INSERT OR REPLACE INTO instances VALUES (?, ?, ?, ?, ?)",
-        (inst.run_id, inst.instance_id, inst.node_id, inst.seq, inst.model_dump_json()),
+        "INSERT OR REPLACE INTO instances VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (inst.run_id, inst.instance_id, inst.node_id, inst.seq, inst.model_dump_json(),
+         0 if inst.status.terminal else 1, time.time()),
     )
 
 
@@ -304,6 +306,22 @@ class SqliteStateStore(StateStore):
             return
         with self._write() as c:
             c.executemany("DELETE FROM outbox WHERE run_id = ? AND instance_id = ?", entries)
+
+    def stale_instances(self, older_than: float, limit: int = 1000) -> list[tuple[str, str]]:
+        rows = self._read(
+            "SELECT run_id, instance_id FROM instances WHERE live = 1 AND touched <= ? "
+            "ORDER BY touched LIMIT ?", (time.time() - older_than, limit),
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def touch(self, entries: Sequence[tuple[str, str]]) -> None:
+        if entries:
+            now = time.time()
+            with self._write() as c:
+                c.executemany(
+                    "UPDATE instances SET touched = ? WHERE run_id = ? AND instance_id = ?",
+                    [(now, r, i) for r, i in entries],
+                )
 
     # -- events -----------------------------------------------------------------------------
     def append_event(self, run_id: str, event: EventRecord) -> int:

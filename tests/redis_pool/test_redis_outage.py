@@ -1,0 +1,98 @@
+"""Redis restarted mid-run, and a run whose artifacts live in S3."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+import redis
+from s3_util import S3_ENV, moto_server
+
+from genloop.sdk import Client, Graph, RunStatus
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_redis(port: int, data_dir) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [shutil.which("redis-server"), "--port", str(port), "--bind", "127.0.0.1",
+         "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--dir", str(data_dir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            client.ping()
+            return proc
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    raise RuntimeError("redis-server did not start")
+
+
+def _graph(url: str, tag: str, log: str) -> Graph:
+    g = Graph()
+    render = g.add("test-render", id="render", params={
+        "redis_url": url, "tag": tag, "n": 8, "shard_size": 2, "seconds": 0.3})
+    g.add("test-sum", id="sum", inputs=[render], params={"log": log})
+    return g
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+def test_redis_restarted_mid_run_loses_nothing(tmp_path, pool):
+    port = _free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    server = _start_redis(port, tmp_path)
+    pool.url = url
+    try:
+        pool.start(threads=2)
+        pool.wait_ready(redis.Redis(port=port))
+        with Client.connect(url) as client:
+            run = client.submit(_graph(url, "outage", str(tmp_path / "log")))
+            while not redis.Redis(port=port).get("outage:bodies"):
+                time.sleep(0.01)
+            server.kill()  # SIGKILL: whatever was fsynced to the AOF is all that survives
+            server.wait()
+            time.sleep(2.0)
+            server = _start_redis(port, tmp_path)
+
+            result = run.wait(timeout=180)
+
+        assert result.status == RunStatus.SUCCEEDED, result.failures
+        assert result.outputs["sum"].items == [{"value": sum(range(8))}]
+    finally:
+        pool.close()
+        server.kill()
+        server.wait()
+
+
+def test_a_run_with_artifacts_in_s3(tmp_path, pool, redis_client):
+    import boto3
+
+    with moto_server() as endpoint:
+        env = {**S3_ENV, "AWS_ENDPOINT_URL": endpoint}
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                     aws_access_key_id="testing",
+                     aws_secret_access_key="testing").create_bucket(Bucket="art")
+        pool.artifacts = "s3://art/genloop"
+        pool.start(threads=2, env=env)
+        pool.wait_ready(redis_client)
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in env.items():
+                mp.setenv(k, v)
+            with Client.connect(pool.url) as client:  # artifacts: as the workers published
+                result = client.submit(_graph(pool.url, "s3", str(tmp_path / "log"))).wait(
+                    timeout=120)
+                assert result.status == RunStatus.SUCCEEDED
+                key = client.backend.artifacts.put(b"candidate s3 3", "png")
+                assert client.read_artifact(key) == b"candidate s3 3"
+                assert client.backend.artifacts.exists(
+                    client.backend.artifacts.put(b"candidate s3 0", "png"))
