@@ -64,7 +64,7 @@ def prompts_for(model: str, n: int) -> list[str]:
     if model == "shapes":
         from genloop.workers import shapes
 
-        pool = list(shapes.heldout_prompts())
+        pool = [a.caption() for a in shapes.heldout_prompts(n)]
     else:
         pool = SUBJECTS
     return [pool[i % len(pool)] for i in range(n)]
@@ -171,7 +171,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from genloop.evaluators import get_evaluator
 
-    judge = get_evaluator("clip", device=args.device)
+    if args.model == "shapes":  # the CLIP trained on the shapes world, not a random one
+        from genloop.workers import shapes
+
+        judge = get_evaluator("clip", device=args.device, model=shapes.register_clip_config(),
+                              pretrained=str(shapes.clip_checkpoint_path()))
+    else:
+        judge = get_evaluator("clip", device=args.device)
     rate = {k: args.images / statistics.median(v) for k, v in times.items()}
     clip = {k: clip_mean(judge, images[k], prompts) for k in times}
     report = {
