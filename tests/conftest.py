@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+# The Triton kernels run on CPU tensors through Triton's interpreter, which must be chosen before
+# any test module imports them (tests/kernels/conftest.py explains; a GPU machine sets it to 0).
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -74,7 +74,8 @@ class LeaseKeeper:
                 held = list(self._held.items())
             for owner, key in held:
                 try:
-                    if not self.store.renew(key, owner, self.ttl):
+                    if not self.store.renew(key, owner, self.ttl) and owner in self._held:
+                        # Expired before renewal (a stalled process): a twin may run now.
                         log.warning("lost the lease on %s", key)
                 except Exception:  # a store hiccup must not kill renewal of the others
                     log.exception("renewing the lease on %s failed", key)

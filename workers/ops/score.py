@@ -25,7 +25,7 @@ def score(params: ScoreParams, inputs: list, ctx: OpContext) -> list[ScoredCandi
     if not candidates:
         return []
     evaluator = ctx.resources.evaluator(params.evaluator)
-    images = [load_image(ctx.artifacts.get(c.artifact)) for c in candidates]
+    images = [load_image(ctx.artifacts.get(c.artifact), name=c.artifact) for c in candidates]
     scores = evaluator.score(images, params.text)
     embeddings = scores.embeddings or [None] * len(candidates)
     return [
