@@ -1,11 +1,15 @@
-"""No-op node throughput: genloop (embedded) vs raw Dramatiq, same broker, threads and count.
+"""No-op node throughput: genloop vs raw Dramatiq, same broker, threads and message count.
 
     python benchmarks/orchestration.py [--nodes 1000] [--threads 4] [--repeats 3] [--json]
+    python benchmarks/orchestration.py --redis redis://127.0.0.1:6379/8 [--fanout 10000]
 
-Both sides run on one StubBroker and one Dramatiq Worker. Raw Dramatiq sends N messages to a
-no-op actor and joins the queue. genloop submits a graph of N independent no-op nodes and waits
-for the run; every node goes through validation, the SQLite store, a claim, a result and the
-scheduler. Also: latency from submit to the first node's start (p50/p99 over single-node runs).
+Both sides run on one broker and one Dramatiq Worker in this process: the StubBroker with the
+SQLite store (embedded), or with ``--redis`` a RedisBroker with the Redis store (keys under a
+fresh prefix, deleted afterwards). Raw Dramatiq sends N messages to a no-op actor and joins the
+queue. genloop submits a graph of N independent no-op nodes and waits for the run; every node
+goes through validation, the store, a claim, a result and the scheduler. Also: latency from
+submit to the first node's start (p50/p99 over single-node runs), and with ``--fanout`` one run
+that maps a node over that many items (wall time, and Redis memory per node instance).
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ import statistics
 import tempfile
 import threading
 import time
+import uuid
 
 import dramatiq
+import redis
+from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 from pydantic import BaseModel
 
@@ -26,6 +33,7 @@ from genloop.workers import OpRegistry, op
 from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.broker import wire
 from genloop.workers.stores import SqliteStateStore
+from genloop.workers.stores.redis import RedisStateStore
 
 
 class Nothing(BaseModel):
@@ -38,15 +46,31 @@ class Index(BaseModel):
     i: int
 
 
-def build(home: str, threads: int):
+class Count(BaseModel):
+    count: int
+
+
+def build(home: str, threads: int, redis_url: str | None, prefix: str):
     registry = OpRegistry()
     op("noop", params=Index, output=Nothing, registry=registry)(
         lambda params, inputs, ctx: Nothing()
     )
-    broker = StubBroker()
+    op("spread", params=Count, output=Index, registry=registry)(
+        lambda params, inputs, ctx: [Index(i=i) for i in range(params.count)]
+    )
+    op("each", output=Nothing, registry=registry)(lambda params, inputs, ctx: Nothing())
+    op("gather", output=Count, registry=registry)(
+        lambda params, inputs, ctx: Count(count=len(inputs))
+    )
+    if redis_url:
+        broker = RedisBroker(url=redis_url, namespace=prefix)
+        store = RedisStateStore(redis_url, prefix=prefix)
+    else:
+        broker = StubBroker()
+        store = SqliteStateStore(f"{home}/state.db")
     broker.emit_after("process_boot")
-    wiring = wire(broker, SqliteStateStore(f"{home}/state.db"),
-                  LocalArtifactStore(f"{home}/artifacts"), registry, queues=("cpu",))
+    wiring = wire(broker, store, LocalArtifactStore(f"{home}/artifacts"), registry,
+                  queues=("cpu",))
     started: dict[int, float] = {}
     done = threading.Semaphore(0)
 
@@ -59,6 +83,25 @@ def build(home: str, threads: int):
     worker = dramatiq.Worker(broker, worker_threads=threads, worker_timeout=20)
     worker.start()
     return broker, wiring, worker, raw_noop, started, done
+
+
+def fanout(wiring, n: int, redis_client) -> dict:
+    g = Graph()
+    src = g.add("spread", id="spread", params={"count": n})
+    each = g.add("each", id="each", inputs=[src], map=True)
+    g.add("gather", id="gather", inputs=[each])
+    before = redis_client.info("memory")["used_memory"] if redis_client else None
+    t0 = time.perf_counter()
+    run = wiring.scheduler.submit(g)
+    store = wiring.scheduler.store
+    while not store.get_run(run.id).status.terminal:
+        time.sleep(0.05)
+    wall = time.perf_counter() - t0
+    out = {"fanout_nodes": n, "fanout_status": store.get_run(run.id).status.value,
+           "fanout_wall_s": wall}
+    if redis_client:
+        out["redis_bytes_per_node"] = (redis_client.info("memory")["used_memory"] - before) / n
+    return out
 
 
 def raw_throughput(broker, raw_noop, n: int) -> float:
@@ -123,11 +166,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--latency-runs", type=int, default=100)
+    parser.add_argument("--redis", help="run on this Redis instead of the embedded seams")
+    parser.add_argument("--fanout", type=int, default=0, help="also time a map over N items")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    redis_client = redis.Redis.from_url(args.redis) if args.redis else None
     with tempfile.TemporaryDirectory() as home:
-        broker, wiring, worker, raw_noop, started, done = build(home, args.threads)
+        broker, wiring, worker, raw_noop, started, done = build(
+            home, args.threads, args.redis, prefix)
         try:
             raw, gl = [], []
             for r in range(args.repeats):  # interleaved, so drift hits both sides alike
@@ -135,27 +183,40 @@ def main() -> None:
                 gl.append(genloop_throughput(wiring, args.nodes, offset=r * args.nodes))
             lat_g = genloop_latency(wiring, args.latency_runs, offset=-1 - args.latency_runs)
             lat_r = raw_latency(raw_noop, started, done, args.latency_runs)
+            fan = fanout(wiring, args.fanout, redis_client) if args.fanout else {}
         finally:
             worker.stop()
+            if redis_client:
+                for key in redis_client.scan_iter(f"{prefix}*"):
+                    redis_client.delete(key)
 
     report = {
+        "backend": "redis" if args.redis else "embedded",
         "nodes": args.nodes, "threads": args.threads, "repeats": args.repeats,
         "raw_dramatiq_msgs_per_s": statistics.median(raw),
         "genloop_nodes_per_s": statistics.median(gl),
         "ratio": statistics.median(gl) / statistics.median(raw),
         "genloop_submit_to_start_ms": {"p50": 1e3 * pct(lat_g, 0.5), "p99": 1e3 * pct(lat_g, .99)},
         "raw_send_to_start_ms": {"p50": 1e3 * pct(lat_r, 0.5), "p99": 1e3 * pct(lat_r, 0.99)},
+        **fan,
     }
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"{args.nodes} no-op nodes, {args.threads} worker threads, median of {args.repeats}")
+    print(f"{report['backend']}: {args.nodes} no-op nodes, {args.threads} worker threads, "
+          f"median of {args.repeats}")
     print(f"  raw Dramatiq : {report['raw_dramatiq_msgs_per_s']:9.0f} messages/s")
     print(f"  genloop      : {report['genloop_nodes_per_s']:9.0f} nodes/s")
     print(f"  ratio        : {report['ratio']:.2f}x")
     g, r = report["genloop_submit_to_start_ms"], report["raw_send_to_start_ms"]
     print(f"  submit->start: genloop p50 {g['p50']:.2f} ms p99 {g['p99']:.2f} ms | "
           f"raw p50 {r['p50']:.2f} ms p99 {r['p99']:.2f} ms")
+    if fan:
+        line = f"  fan-out      : {fan['fanout_nodes']} mapped nodes {fan['fanout_status']} in " \
+               f"{fan['fanout_wall_s']:.1f} s"
+        if "redis_bytes_per_node" in fan:
+            line += f", {fan['redis_bytes_per_node']:.0f} Redis bytes per node"
+        print(line)
 
 
 if __name__ == "__main__":
