@@ -3,7 +3,7 @@ it would be alone."""
 
 from __future__ import annotations
 
-from conftest import concurrently, psnr, reference
+from engine_helpers import concurrently, psnr, reference
 
 from genloop.sdk import Graph, RunStatus
 from genloop.workers.engine.generate import ImageSettings

@@ -4,7 +4,7 @@ remembers the largest batch that fit for that model and size."""
 from __future__ import annotations
 
 import pytest
-from conftest import psnr, reference
+from engine_helpers import psnr, reference
 
 from genloop.workers.engine.generate import ImageSettings
 from genloop.workers.engine.oom import OomGuard, SimulatedOutOfMemory

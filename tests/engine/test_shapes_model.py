@@ -40,7 +40,7 @@ def test_without_shipped_weights_there_is_no_shapes_model(tmp_path, monkeypatch)
 def test_default_step_cache_keeps_every_shapes_image_within_the_bound():
     import numpy as np
     import torch
-    from conftest import psnr
+    from engine_helpers import psnr
 
     from genloop.workers.engine.generate import call_pipeline
     from genloop.workers.engine.step_cache import prepare_step_cache

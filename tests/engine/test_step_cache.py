@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import psnr
+from engine_helpers import psnr
 
 from genloop.workers.engine.deepcache import deepcache_stats, remove_deepcache
 from genloop.workers.engine.generate import ImageSettings, call_pipeline

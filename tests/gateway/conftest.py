@@ -23,6 +23,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import gateway_ops  # noqa: E402,F401  (registers the ops these tests use)
+from gateway_settings import MAX_BODY, REDIS_DB, STORE_DB, redis_url  # noqa: E402,F401
 from server import LiveServer  # noqa: E402
 
 from genloop.sdk import Backend, Client  # noqa: E402
@@ -35,15 +36,7 @@ from genloop.workers.gateway import (  # noqa: E402
     create_app,
 )
 
-#: Redis databases of this suite: the back end and pool, and the store contract test.
-REDIS_DB = int(os.environ.get("GENLOOP_TEST_GATEWAY_REDIS_DB", "12"))
-STORE_DB = REDIS_DB + 1
 TESTS = Path(__file__).resolve().parents[1]
-
-
-def redis_url(db: int) -> str:
-    return f"redis://127.0.0.1:6379/{db}"
-MAX_BODY = 64_000
 
 
 @dataclass

@@ -67,7 +67,7 @@ def test_409_for_a_reused_idempotency_key_with_another_body(stack):
 
 def test_413_for_a_body_over_the_cap(stack):
     _, key = stack.tenant()
-    from conftest import MAX_BODY
+    from gateway_settings import MAX_BODY
 
     big = Graph()
     big.add("gw-wait", params={"label": "x" * (MAX_BODY + 10)}, id="wait")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import schemathesis
-from conftest import MAX_BODY
+from gateway_settings import MAX_BODY
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from server import LiveServer

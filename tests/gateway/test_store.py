@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import redis
-from conftest import STORE_DB, redis_url
+from gateway_settings import STORE_DB, redis_url
 
 from genloop.workers.gateway import SqliteGatewayStore, TenantLimits
 from genloop.workers.gateway.redis_store import RedisGatewayStore

@@ -1,9 +1,7 @@
 """Artifact stores: where generated images live."""
 
-from __future__ import annotations
-
 import os
-from urllib.parse import urlparse
+from urllib import parse as _parse
 
 from .base import ArtifactStore, artifact_key
 from .local import LocalArtifactStore
@@ -14,7 +12,7 @@ def open_artifact_store(uri: str) -> ArtifactStore:
 
     For S3-compatible servers other than AWS, set ``AWS_ENDPOINT_URL`` (boto3 reads it).
     """
-    parsed = urlparse(uri)
+    parsed = _parse.urlparse(uri)
     if parsed.scheme in ("", "file"):
         return LocalArtifactStore(parsed.path if parsed.scheme else uri)
     if parsed.scheme == "s3":

@@ -1,0 +1,15 @@
+"""Settings the gateway tests share (a module of its own: test modules cannot import from a
+conftest reliably when several folders have one)."""
+
+from __future__ import annotations
+
+import os
+
+#: Redis databases of this suite: the back end and pool, and the store contract test.
+REDIS_DB = int(os.environ.get("GENLOOP_TEST_GATEWAY_REDIS_DB", "12"))
+STORE_DB = REDIS_DB + 1
+MAX_BODY = 64_000
+
+
+def redis_url(db: int) -> str:
+    return f"redis://127.0.0.1:6379/{db}"
