@@ -35,6 +35,12 @@ class GenerateParams(_Params):
     width: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     height: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     round: int = Field(1, ge=1, description="loop round the candidates belong to")
+    cache: str = Field(
+        "default",
+        pattern=r"^(default|off|deepcache(:\d+)?|fbcache(:\d+(\.\d+)?)?|taylorseer)$",
+        description="step caching: 'default' (DeepCache every 2 steps on UNets, First-Block "
+        "Cache on transformers), 'off' (exact), 'deepcache:N', 'fbcache:T', 'taylorseer'",
+    )
     shard_size: int = Field(
         4, ge=1, le=MAX_CANDIDATES_PER_NODE,
         description="candidates per message; each shard is retried and cached on its own",

@@ -81,5 +81,5 @@ def build():
     publish(client, default_registry, queues, prefix)
     for name in _list(ENV_PRELOAD):
         log.info("preloading model %s", name)
-        resources.models.pipeline(name)
+        resources.models.preload(name)
     return wiring

@@ -46,6 +46,7 @@ def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> list[Candi
         width=params.width or defaults.width,
         height=params.height or defaults.height,
         negative_prompt=params.negative_prompt,
+        cache=params.cache,
     )
 
     def on_step(done: int, total: int) -> None:
