@@ -57,7 +57,9 @@ class Loop(BaseModel):
             }.items()
             if v is not None
         }
-        retry: dict[str, Any] = {"max_retries": self.max_retries} if self.max_retries is not None else {}
+        retry: dict[str, Any] = (
+            {"max_retries": self.max_retries} if self.max_retries is not None else {}
+        )
         scores: list[str] = []
         refine: str | None = None
         for r in range(1, self.rounds + 1):
