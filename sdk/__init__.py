@@ -27,6 +27,7 @@ from .http import HttpBackend
 from .loop import Loop
 from .models import (
     Event,
+    EventData,
     Failure,
     NodeOutput,
     NodeState,
@@ -59,6 +60,7 @@ __all__ = [
     "Client",
     "ClientError",
     "Event",
+    "EventData",
     "Failure",
     "GenerateParams",
     "GenerationRequest",

@@ -49,11 +49,9 @@ class NodeStatus(StrEnum):
 _TERMINAL_NODE = {NodeStatus.SUCCEEDED, NodeStatus.FAILED, NodeStatus.SKIPPED, NodeStatus.CANCELLED}
 
 
-class Event(BaseModel):
-    """One thing that happened in a run. ``id`` increases within a run; resume after it."""
+class EventData(BaseModel):
+    """What an event says; a store gives it its run and id when it is appended."""
 
-    id: int
-    run_id: str
     type: str = Field(description="run.*, node.*, instance.* or progress")
     time: float
     node_id: str | None = None
@@ -64,6 +62,13 @@ class Event(BaseModel):
     step: int | None = None
     total: int | None = None
     message: str | None = None
+
+
+class Event(EventData):
+    """One thing that happened in a run. ``id`` increases within a run; resume after it."""
+
+    id: int
+    run_id: str
 
 
 class NodeState(BaseModel):

@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Iterable
 
 import redis
 
-from genloop.sdk.errors import StoreError
-
+from ..stores.redis import translate_redis_errors
 from .limits import TenantLimits
 from .store import GatewayStore, KeyInfo, hash_key
-
-T = TypeVar("T")
-
-
-def _translated(fn: Callable[..., T]) -> Callable[..., T]:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> T:
-        try:
-            return fn(*args, **kwargs)
-        except redis.RedisError as exc:
-            raise StoreError(f"gateway store: {type(exc).__name__}: {exc}") from exc
-
-    return wrapper
 
 
 class RedisGatewayStore(GatewayStore):
@@ -36,7 +20,7 @@ class RedisGatewayStore(GatewayStore):
         self.r = redis.Redis.from_url(url, decode_responses=True)
         self.p = prefix
 
-    @_translated
+    @translate_redis_errors
     def _put_key(self, key_hash: str, info: KeyInfo) -> None:
         pipe = self.r.pipeline()
         pipe.set(f"{self.p}:key:{key_hash}", info.model_dump_json())
@@ -44,7 +28,7 @@ class RedisGatewayStore(GatewayStore):
         pipe.sadd(f"{self.p}:keys", key_hash)
         pipe.execute()
 
-    @_translated
+    @translate_redis_errors
     def _revoke(self, key_hash: str | None, key_id: str | None) -> KeyInfo | None:
         key_hash = key_hash or self.r.get(f"{self.p}:keyid:{key_id}")
         raw = self.r.get(f"{self.p}:key:{key_hash}") if key_hash else None
@@ -56,14 +40,14 @@ class RedisGatewayStore(GatewayStore):
             self.r.set(f"{self.p}:key:{key_hash}", info.model_dump_json())
         return info
 
-    @_translated
+    @translate_redis_errors
     def keys(self) -> list[KeyInfo]:
         hashes = sorted(self.r.smembers(f"{self.p}:keys"))
         raws = self.r.mget([f"{self.p}:key:{h}" for h in hashes]) if hashes else []
         infos = [KeyInfo.model_validate_json(raw) for raw in raws if raw]
         return sorted(infos, key=lambda k: k.created_at)
 
-    @_translated
+    @translate_redis_errors
     def tenant_of(self, key: str) -> str | None:
         raw = self.r.get(f"{self.p}:key:{hash_key(key)}")
         if raw is None:
@@ -71,16 +55,16 @@ class RedisGatewayStore(GatewayStore):
         info = KeyInfo.model_validate_json(raw)
         return None if info.revoked_at is not None else info.tenant
 
-    @_translated
+    @translate_redis_errors
     def set_limits(self, tenant: str, limits: TenantLimits) -> None:
         self.r.set(f"{self.p}:tenant:{tenant}", limits.model_dump_json())
 
-    @_translated
+    @translate_redis_errors
     def limits(self, tenant: str) -> TenantLimits | None:
         raw = self.r.get(f"{self.p}:tenant:{tenant}")
         return None if raw is None else TenantLimits.model_validate_json(raw)
 
-    @_translated
+    @translate_redis_errors
     def add_run(self, run_id: str, tenant: str, idempotency_key: str | None = None) -> bool:
         if not self.r.set(f"{self.p}:run:{run_id}", tenant, nx=True):
             return False
@@ -92,21 +76,21 @@ class RedisGatewayStore(GatewayStore):
         pipe.execute()
         return True
 
-    @_translated
+    @translate_redis_errors
     def run_for_key(self, idempotency_key: str) -> str | None:
         value = self.r.get(f"{self.p}:idem:{idempotency_key}")
         return None if value is None else str(value)
 
-    @_translated
+    @translate_redis_errors
     def owner(self, run_id: str) -> str | None:
         value = self.r.get(f"{self.p}:run:{run_id}")
         return None if value is None else str(value)
 
-    @_translated
+    @translate_redis_errors
     def open_runs(self, tenant: str) -> list[str]:
         return sorted(self.r.smembers(f"{self.p}:open:{tenant}"))
 
-    @_translated
+    @translate_redis_errors
     def unindexed_runs(self, tenant: str) -> list[str]:
         return sorted(self.r.smembers(f"{self.p}:unindexed:{tenant}"))
 
@@ -115,25 +99,25 @@ class RedisGatewayStore(GatewayStore):
         if tenant is not None:
             self.r.srem(f"{self.p}:{kind}:{tenant}", run_id)
 
-    @_translated
+    @translate_redis_errors
     def mark_ended(self, run_id: str) -> None:
         self._drop("open", run_id)
 
-    @_translated
+    @translate_redis_errors
     def mark_indexed(self, run_id: str) -> None:
         self._drop("unindexed", run_id)
 
-    @_translated
+    @translate_redis_errors
     def add_artifacts(self, tenant: str, keys: Iterable[str]) -> None:
         keys = list(keys)
         if keys:
             self.r.sadd(f"{self.p}:art:{tenant}", *keys)
 
-    @_translated
+    @translate_redis_errors
     def has_artifact(self, tenant: str, key: str) -> bool:
         return bool(self.r.sismember(f"{self.p}:art:{tenant}", key))
 
-    @_translated
+    @translate_redis_errors
     def ping(self) -> None:
         self.r.ping()
 

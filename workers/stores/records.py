@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, JsonValue
 
-from genloop.sdk.models import NodeStatus, RunStatus
+from genloop.sdk.models import EventData, NodeStatus, RunStatus
 
 
 class ItemRef(BaseModel):
@@ -95,16 +95,5 @@ class ResultRecord(BaseModel):
     created_at: float
 
 
-class EventRecord(BaseModel):
-    """An event before the store gives it an id."""
-
-    type: str
-    time: float
-    node_id: str | None = None
-    instance_id: str | None = None
-    status: str | None = None
-    attempt: int | None = None
-    error: str | None = None
-    step: int | None = None
-    total: int | None = None
-    message: str | None = None
+#: An event before the store gives it an id: the SDK's event body, shared rather than copied.
+EventRecord = EventData

@@ -52,13 +52,15 @@ _TAKE = "local v = redis.call('get', KEYS[1]) " \
 _TX_LOCK_MS = 30_000
 
 
-def _translated(fn: Callable[..., T]) -> Callable[..., T]:
+def translate_redis_errors(fn: Callable[..., T]) -> Callable[..., T]:
+    """Re-raise redis-py's errors as :class:`StoreError`, where they enter genloop."""
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> T:
         try:
             return fn(*args, **kwargs)
         except redis.RedisError as exc:
-            raise StoreError(f"redis: {exc}") from exc
+            raise StoreError(f"redis: {type(exc).__name__}: {exc}") from exc
 
     return wrapper
 
@@ -210,7 +212,7 @@ class RedisStateStore(StateStore):
         self._take = self.client.register_script(_TAKE)
 
     # -- runs -------------------------------------------------------------------------------
-    @_translated
+    @translate_redis_errors
     def create_run(self, run, spec, nodes, instances):
         k = self.keys
         with self.client.pipeline(transaction=True) as pipe:
@@ -244,32 +246,32 @@ class RedisStateStore(StateStore):
                 except redis.WatchError:
                     continue  # someone used the same key meanwhile: look again
 
-    @_translated
+    @translate_redis_errors
     def get_run(self, run_id: str) -> RunRecord:
         raw = self.client.get(self.keys.run(run_id))
         if raw is None:
             raise NotFound(f"no run {run_id!r}")
         return RunRecord.model_validate_json(raw)
 
-    @_translated
+    @translate_redis_errors
     def run_spec(self, run_id: str) -> RunSpecRecord:
         raw = self.client.get(self.keys.spec(run_id))
         if raw is None:
             raise NotFound(f"no run {run_id!r}")
         return RunSpecRecord.model_validate_json(raw)
 
-    @_translated
+    @translate_redis_errors
     def nodes(self, run_id: str) -> list[NodeRecord]:
         return [NodeRecord.model_validate_json(v)
                 for v in self.client.hgetall(self.keys.nodes(run_id)).values()]
 
-    @_translated
+    @translate_redis_errors
     def instances(self, run_id: str) -> list[InstanceRecord]:
         insts = [InstanceRecord.model_validate_json(v)
                  for v in self.client.hgetall(self.keys.instances(run_id)).values()]
         return sorted(insts, key=lambda i: (i.node_id, i.seq))
 
-    @_translated
+    @translate_redis_errors
     def instance(self, run_id: str, instance_id: str) -> InstanceRecord:
         raw = self.client.hget(self.keys.instances(run_id), instance_id)
         if raw is None:
@@ -290,14 +292,14 @@ class RedisStateStore(StateStore):
             except redis.RedisError:
                 pass  # the lock expires by itself
 
-    @_translated
+    @translate_redis_errors
     def _acquire(self, lock: str, token: str) -> None:
         delay = 0.0005
         while not self.client.set(lock, token, nx=True, px=_TX_LOCK_MS):
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
 
-    @_translated
+    @translate_redis_errors
     def _commit(self, tx: _RedisTx, lock: str, token: str) -> None:
         with self.client.pipeline(transaction=True) as guard:
             guard.watch(lock)
@@ -312,41 +314,41 @@ class RedisStateStore(StateStore):
                 raise StoreError("run lock lost while committing") from exc
 
     # -- results ----------------------------------------------------------------------------
-    @_translated
+    @translate_redis_errors
     def get_result(self, key: str) -> ResultRecord | None:
         raw = self.client.get(self.keys.result(key))
         return ResultRecord.model_validate_json(raw) if raw is not None else None
 
-    @_translated
+    @translate_redis_errors
     def put_result(self, result: ResultRecord) -> ResultRecord:
         if self.client.set(self.keys.result(result.key), result.model_dump_json(), nx=True):
             return result
         return self.get_result(result.key)  # type: ignore[return-value]
 
     # -- claims -----------------------------------------------------------------------------
-    @_translated
+    @translate_redis_errors
     def claim(self, key: str, owner: str, ttl: float) -> bool:
         return bool(self.client.set(self.keys.claim(key), owner, nx=True, px=int(ttl * 1000)))
 
-    @_translated
+    @translate_redis_errors
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         return bool(self._renew(keys=[self.keys.claim(key)], args=[owner, int(ttl * 1000)]))
 
-    @_translated
+    @translate_redis_errors
     def release(self, key: str, owner: str) -> None:
         self._release(keys=[self.keys.claim(key)], args=[owner])
 
-    @_translated
+    @translate_redis_errors
     def lease_remaining(self, key: str) -> float:
         ms = self.client.pttl(self.keys.claim(key))
         return max(ms, 0) / 1000.0
 
-    @_translated
+    @translate_redis_errors
     def try_lock(self, name: str, owner: str, ttl: float) -> bool:
         return bool(self._take(keys=[self.keys.named_lock(name)], args=[owner, int(ttl * 1000)]))
 
     # -- outbox -----------------------------------------------------------------------------
-    @_translated
+    @translate_redis_errors
     def outbox(self, older_than: float = 0.0, limit: int = 1000) -> list[tuple[str, str]]:
         cutoff = time.time() - older_than
         entries = []
@@ -358,18 +360,18 @@ class RedisStateStore(StateStore):
                     break
         return entries
 
-    @_translated
+    @translate_redis_errors
     def clear_outbox(self, entries: Sequence[tuple[str, str]]) -> None:
         if entries:
             self.client.hdel(self.keys.outbox, *(f"{r}|{i}" for r, i in entries))
 
-    @_translated
+    @translate_redis_errors
     def stale_instances(self, older_than: float, limit: int = 1000) -> list[tuple[str, str]]:
         members = self.client.zrangebyscore(self.keys.live, 0, time.time() - older_than,
                                             start=0, num=limit)
         return [tuple(m.decode().split("|", 1)) for m in members]  # type: ignore[misc]
 
-    @_translated
+    @translate_redis_errors
     def touch(self, entries: Sequence[tuple[str, str]]) -> None:
         if entries:
             # XX: only entries still live; a finished instance must not come back.
@@ -377,11 +379,11 @@ class RedisStateStore(StateStore):
                              xx=True)
 
     # -- events -----------------------------------------------------------------------------
-    @_translated
+    @translate_redis_errors
     def append_event(self, run_id: str, event: EventRecord) -> int:
         return int(self.client.rpush(self.keys.events(run_id), _event_json(event)))
 
-    @_translated
+    @translate_redis_errors
     def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
         raws = self.client.lrange(self.keys.events(run_id), after, after + limit - 1)
         return [
