@@ -8,8 +8,9 @@ per ``(name, device, options)``).
 The module-level default registry holds only factories until something asks for a model, so
 importing genloop.evaluators loads no weights and does not even import torch.
 
-Built-in names: ``clip`` (open_clip; the default), ``hf-clip`` (transformers CLIP from a local
-path), ``aesthetic`` (a LAION-style head on CLIP image embeddings), ``composite`` (a weighted sum).
+Built-in names: ``clip`` (open_clip; the default), ``shapes-clip`` (open_clip trained on the
+shapes world, shipped in the package), ``hf-clip`` (transformers CLIP from a local path),
+``aesthetic`` (a LAION-style head on CLIP image embeddings), ``composite`` (a weighted sum).
 """
 
 from __future__ import annotations
@@ -188,6 +189,18 @@ def _clip(device: str, **options: Any) -> Evaluator:
     return OpenClipEvaluator(device=device, **options)
 
 
+def _shapes_clip(device: str, **options: Any) -> Evaluator:
+    """The open_clip model trained on the shapes world, shipped with genloop.workers.shapes."""
+    from genloop.workers import shapes
+
+    from .openclip import OpenClipEvaluator
+
+    return OpenClipEvaluator(
+        model=shapes.register_clip_config(), pretrained=str(shapes.clip_checkpoint_path()),
+        device=device, **options,
+    )
+
+
 def _hf_clip(device: str, **options: Any) -> Evaluator:
     from .hf_clip import HFClipEvaluator
 
@@ -207,8 +220,10 @@ def _composite(registry: EvaluatorRegistry, device: str, **options: Any) -> Eval
 
 
 def register_builtins(registry: EvaluatorRegistry) -> EvaluatorRegistry:
-    """Register ``clip``, ``hf-clip``, ``aesthetic`` and ``composite`` (factories only)."""
+    """Register ``clip``, ``shapes-clip``, ``hf-clip``, ``aesthetic`` and ``composite``
+    (factories only)."""
     registry.register("clip", _clip)
+    registry.register("shapes-clip", _shapes_clip)
     registry.register("hf-clip", _hf_clip)
     registry.register("aesthetic", functools.partial(_aesthetic, registry))
     registry.register("composite", functools.partial(_composite, registry))

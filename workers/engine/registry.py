@@ -197,7 +197,7 @@ def _from_pretrained(name: str, dtype) -> Any:
     from diffusers import DiffusionPipeline
 
     try:
-        return DiffusionPipeline.from_pretrained(name, torch_dtype=dtype, local_files_only=True)
+        return DiffusionPipeline.from_pretrained(name, dtype=dtype, local_files_only=True)
     except (OSError, ValueError) as exc:
         raise Permanent(
             f"model {name!r} is neither a built-in model nor a diffusers pipeline in a local "
