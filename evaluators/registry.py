@@ -21,8 +21,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from genloop.sdk.errors import Permanent
 from PIL import Image
+
+from genloop.sdk.errors import Permanent
 
 from .base import Evaluator, Scores, check_finite
 
