@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from genloop.workers.shapes import check, compare, dataset
 from PIL import Image
+
+from genloop.workers.shapes import check, compare, dataset
 
 
 def test_checker_reads_clean_renders() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from genloop.workers.shapes import dataset
 
 
@@ -12,7 +13,7 @@ def test_same_seed_gives_same_sample() -> None:
     first = [dataset.sample(s) for s in range(20)]
     second = [dataset.sample(s) for s in range(20)]
     # Then pixels and captions are identical
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         assert a.caption == b.caption
         assert np.array_equal(dataset.to_array(a.image), dataset.to_array(b.image))
 

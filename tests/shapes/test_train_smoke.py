@@ -12,6 +12,7 @@ def test_training_smoke_writes_loadable_models(tmp_path: Path) -> None:
     import open_clip
     import torch
     from diffusers import StableDiffusionPipeline
+
     from genloop.workers.shapes import train
     from genloop.workers.shapes.models import register_clip_config
 

@@ -1,0 +1,74 @@
+"""The shipped shapes models load from package data with no network, and they draw the prompt."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from genloop.workers import shapes
+
+# Runs in a fresh interpreter so HF_HUB_OFFLINE=1 is in force before huggingface_hub is imported.
+_LOAD_AND_DRAW = """
+import json, torch, open_clip
+from diffusers import StableDiffusionPipeline
+import genloop.workers.shapes as shapes
+torch.set_num_threads(1)
+pipe = StableDiffusionPipeline.from_pretrained(str(shapes.pipeline_path()))
+pipe.set_progress_bar_config(disable=True)
+prompt = "a large red circle in the centre, black background"
+image = pipe(prompt, num_inference_steps=shapes.DEFAULT_STEPS,
+             guidance_scale=shapes.DEFAULT_GUIDANCE,
+             generator=torch.Generator().manual_seed(0)).images[0]
+found = shapes.check(image)
+model, _, preprocess = open_clip.create_model_and_transforms(
+    shapes.register_clip_config(), pretrained=str(shapes.clip_checkpoint_path()))
+tokenizer = open_clip.get_tokenizer(shapes.CLIP_MODEL_NAME)
+with torch.no_grad():
+    img = model.encode_image(preprocess(image).unsqueeze(0))
+    txt = model.encode_text(tokenizer([prompt, prompt.replace("red", "blue")]))
+    scores = (torch.nn.functional.normalize(img, dim=-1)
+              @ torch.nn.functional.normalize(txt, dim=-1).T)[0].tolist()
+print(json.dumps({"size": list(image.size), "found": found and found.model_dump(),
+                  "scores": scores, "clip": type(model).__name__}))
+"""
+
+
+def test_shipped_models_load_offline_and_draw_a_red_circle() -> None:
+    # Given no network access to the Hub
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    # When the shipped pipeline and shapes-clip are loaded from package data and used
+    proc = subprocess.run([sys.executable, "-c", _LOAD_AND_DRAW], env=env, capture_output=True,
+                          check=False, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    # Then the image is 32x32, the checker sees a red shape, and CLIP prefers "red" to "blue"
+    assert result["size"] == [32, 32]
+    assert result["found"] is not None and result["found"]["colour"] == "red", result
+    assert result["scores"][0] > result["scores"][1], result
+    assert result["clip"] == "CLIP"
+
+
+def test_weights_fit_the_package_budget() -> None:
+    files = [p for p in shapes.weights_dir().rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in files) <= 25 * 1024 * 1024
+    assert (shapes.pipeline_path() / "model_index.json").is_file()
+    assert shapes.clip_checkpoint_path().is_file()
+    assert set(shapes.clip_config()) >= {"embed_dim", "vision_cfg", "text_cfg"}
+
+
+def test_pipeline_tokenizer_matches_open_clip_ids() -> None:
+    from open_clip.tokenizer import SimpleTokenizer
+    from transformers import CLIPTokenizer
+
+    caption = "a small purple star at the top, gray background"
+    hf = CLIPTokenizer.from_pretrained(str(shapes.pipeline_path() / "tokenizer"))
+    ids = hf(caption).input_ids
+    assert ids == SimpleTokenizer()(caption)[0].tolist()[: len(ids)]
+    assert hf.model_max_length == 77
+
+
+def test_all_is_true() -> None:
+    for name in shapes.__all__:
+        assert hasattr(shapes, name), name
