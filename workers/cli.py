@@ -132,12 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("demo", cmd_demo, "run a generate-evaluate-refine loop and write a contact sheet")
     p.add_argument("--out", default="out/demo")
-    p.add_argument("--prompt", default="a red sneaker on a mountain trail")
+    # The shapes models are trained here and ship in the package: their images can be judged
+    # by eye and by genloop.workers.shapes.check, unlike the random-weight `tiny` ones.
+    p.add_argument("--prompt", default="a large red circle in the centre, black background")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--candidates", type=int, default=8)
     p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--model", default="tiny")
-    p.add_argument("--evaluator", default="clip")
+    p.add_argument("--model", default="shapes")
+    p.add_argument("--evaluator", default="shapes-clip")
     p.add_argument("--refiner", default="seed-search")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     from .gateway.cli import register as register_gateway
