@@ -13,16 +13,11 @@ from pathlib import Path
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
-from genloop.sdk.backend import Backend
-from genloop.sdk.errors import ClientError
-from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
-
 from .artifacts.local import LocalArtifactStore
 from .broker import DEFAULT_QUEUES, wire
 from .ops.registry import OpRegistry, default_registry
 from .resources import Resources
-from .results import run_info, run_result
-from .stores.base import IdempotencyConflict
+from .store_backend import StoreBackend
 from .stores.sqlite import SqliteStateStore
 
 
@@ -70,39 +65,12 @@ class EmbeddedRuntime:
         self.store.close()
 
 
-class EmbeddedBackend(Backend):
+class EmbeddedBackend(StoreBackend):
     """``Client.local()``'s back end: calls the embedded runtime directly."""
 
     def __init__(self, home: str | os.PathLike[str], **options) -> None:
         self.runtime = EmbeddedRuntime(home, **options)
-
-    def submit(self, spec: RunSpec, idempotency_key: str | None) -> RunInfo:
-        try:
-            run = self.runtime.scheduler.submit(spec, idempotency_key)
-        except IdempotencyConflict as exc:
-            raise ClientError(str(exc), status_code=409, code="idempotency_conflict") from exc
-        return run_info(self.runtime.store, run.id)
-
-    def get(self, run_id: str) -> RunInfo:
-        return run_info(self.runtime.store, run_id)
-
-    def result(self, run_id: str) -> RunResult:
-        return run_result(self.runtime.store, run_id)
-
-    def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
-        self.runtime.store.get_run(run_id)  # NotFound for an unknown run
-        return self.runtime.store.events(run_id, after, limit)
-
-    def cancel(self, run_id: str) -> RunInfo:
-        self.runtime.scheduler.cancel(run_id)
-        return run_info(self.runtime.store, run_id)
-
-    def resume(self, run_id: str) -> RunInfo:
-        self.runtime.scheduler.resume(run_id)
-        return run_info(self.runtime.store, run_id)
-
-    def read_artifact(self, key: str) -> bytes:
-        return self.runtime.artifacts.get(key)
+        super().__init__(self.runtime.scheduler, self.runtime.artifacts)
 
     def close(self) -> None:
         self.runtime.close()

@@ -93,7 +93,6 @@ class Executor:
         resources: object = None,
         lease_ttl: float = 30.0,
         attempt_of: Callable[[], int] = lambda: 1,
-        requeue: Callable[[InstanceRecord, float], None] | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.store = scheduler.store
@@ -104,7 +103,6 @@ class Executor:
         self.leases = LeaseKeeper(self.store, lease_ttl)
         self.owner = f"worker-{uuid.uuid4().hex[:12]}"
         self._attempt_of = attempt_of
-        self._requeue = requeue or (lambda inst, delay: scheduler.enqueue([inst], delay))
 
     def __call__(self, run_id: str, instance_id: str) -> None:
         inst = self.store.instance(run_id, instance_id)
@@ -135,7 +133,7 @@ class Executor:
             delay = max(self.store.lease_remaining(key), 0.05)
             log.debug("%s/%s: key %s is leased elsewhere; looking again in %.2fs",
                       run_id, instance_id, key[:12], delay)
-            self._requeue(inst, delay)
+            self.scheduler.enqueue([inst], delay)
             return
         with self.leases.hold(key, owner):
             # Checked again under the lease: the holder before us may have just stored it.
