@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from redis_util import HOST, PORT
+
 #: Redis databases of this suite: the back end and pool, and the store contract test.
 REDIS_DB = int(os.environ.get("GENLOOP_TEST_GATEWAY_REDIS_DB", "12"))
 STORE_DB = REDIS_DB + 1
@@ -12,4 +14,4 @@ MAX_BODY = 64_000
 
 
 def redis_url(db: int) -> str:
-    return f"redis://127.0.0.1:6379/{db}"
+    return f"redis://{HOST}:{PORT}/{db}"
