@@ -39,6 +39,7 @@ from .checker import (
     compare,
     grade,
     read,
+    scene_of,
 )
 from .dataset import (
     HELDOUT_COMBOS,
