@@ -16,6 +16,7 @@ Images get mild blur and noise so scores stay meaningful on generated, imperfect
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -79,20 +80,40 @@ def _augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return x + sigma * torch.randn(x.shape, generator=gen).to(x.device)
 
 
-def hard_negatives(caption: str, rng: random.Random) -> list[str]:
-    """Captions that differ from ``caption`` in one clause, none with a held-out combination."""
+# Captions repeat across steps, so parsing, variants and tokens are cached per caption: on a GPU
+# the per-text Python work would otherwise cost more than the model.
+@functools.cache
+def _variants(caption: str) -> dict[str, tuple[str, ...]]:
     scene = parse_caption(caption)
     clauses = _ONE_CLAUSES if isinstance(scene, Attributes) else _PAIR_CLAUSES
-    out = []
-    for clause in rng.sample(clauses, min(NEGATIVES_PER_IMAGE, len(clauses))):
-        variants = [v for v in one_attribute_variants(scene, clause) if not is_novel(v)]
-        if variants:
-            out.append(rng.choice(variants).caption())
-    return out
+    return {c: tuple(v.caption() for v in one_attribute_variants(scene, c) if not is_novel(v))
+            for c in clauses}
 
 
+def hard_negatives(caption: str, rng: random.Random) -> list[str]:
+    """Captions that differ from ``caption`` in one clause, none with a held-out combination."""
+    variants = _variants(caption)
+    clauses = rng.sample(sorted(variants), min(NEGATIVES_PER_IMAGE, len(variants)))
+    return [rng.choice(variants[c]) for c in clauses if variants[c]]
+
+
+@functools.cache
 def _key(caption: str) -> str:
     return parse_caption(caption).canonical().caption()
+
+
+class _Tokens:
+    """open_clip's tokenizer with a per-caption cache."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.cache: dict[str, torch.Tensor] = {}
+
+    def __call__(self, texts: list[str]) -> torch.Tensor:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.cache]
+        if missing:
+            self.cache.update(zip(missing, self.tokenizer(missing), strict=True))
+        return torch.stack([self.cache[t] for t in texts])
 
 
 def _multi_positive(logits: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
@@ -102,13 +123,15 @@ def _multi_positive(logits: torch.Tensor, positive: torch.Tensor) -> torch.Tenso
     return -torch.logsumexp(log_p.masked_fill(~positive[rows], -torch.inf), dim=1).mean()
 
 
-def contrastive_loss(img: torch.Tensor, texts: list[str], positives: list[set[str]],
+def contrastive_loss(img: torch.Tensor, texts: list[str], positives: list[str | None],
                      scale: torch.Tensor, device: str, model, tokenizer) -> torch.Tensor:
-    """Image->text and text->image loss; image i's right texts are those keyed in
-    ``positives[i]`` (an empty set: the image only serves as a negative)."""
+    """Image->text and text->image loss; image i's right texts are those describing the same
+    picture as ``positives[i]`` (``None``: the image only serves as a negative)."""
     txt = F.normalize(model.encode_text(tokenizer(texts).to(device)), dim=-1)
-    keys = [_key(t) for t in texts]
-    positive = torch.tensor([[k in pos for k in keys] for pos in positives], device=device)
+    ids: dict[str, int] = {}
+    text_ids = torch.tensor([ids.setdefault(_key(t), len(ids)) for t in texts])
+    image_ids = torch.tensor([ids.get(_key(p), -2) if p else -1 for p in positives])
+    positive = (image_ids[:, None] == text_ids[None, :]).to(device)
     logits = scale * img @ txt.T
     return (_multi_positive(logits, positive) + _multi_positive(logits.T, positive.T)) / 2
 
@@ -119,7 +142,7 @@ def _clean_batch(pool, captions, step, cfg, rng, gen, device):
     caps = [captions[i] for i in pick]
     texts = caps + [n for c in caps for n in hard_negatives(c, rng)]
     images = _augment(clip_pixels(pool[pick], device), gen)
-    return images, texts, [{_key(c)} for c in caps]
+    return images, texts, caps
 
 
 def _lr(step: int, total: int, peak: float, warmup: int) -> float:
@@ -137,7 +160,7 @@ def _build(out: Path, device: str):
     config_path.write_text(json.dumps(CLIP_CONFIG, indent=2) + "\n")
     register_clip_config(config_path)
     model = open_clip.create_model(CLIP_MODEL_NAME).to(device)
-    return model, open_clip.get_tokenizer(CLIP_MODEL_NAME), target
+    return model, _Tokens(open_clip.get_tokenizer(CLIP_MODEL_NAME)), target
 
 
 def _train(model, tokenizer, cfg: ClipTrainConfig, device: str, steps: int, lr: float,
@@ -203,9 +226,7 @@ def finetune(out: Path, cfg: ClipTrainConfig, mined, images: np.ndarray, device:
         # Image->text: passed images name their prompt, failed ones what the checker read.
         texts = sorted({mined.prompts[i] for i in rows}
                        | {mined.readings[i] for i in rows if mined.readings[i]})
-        positives = [{_key(mined.prompts[i])} if mined.correct[i]
-                     else ({_key(mined.readings[i])} if mined.readings[i] else set())
-                     for i in rows]
+        positives = [mined.prompts[i] if mined.correct[i] else mined.readings[i] for i in rows]
         loss = contrastive_loss(img, texts, positives, scale, device, model, tokenizer)
         # Selection: each prompt must rank its passed images above its failed ones.
         prompts = [mined.prompts[g[0]] for g in chosen]
