@@ -28,10 +28,19 @@ def test_quickstart(tmp_path):
 
 @pytest.mark.slow
 def test_campaign(tmp_path):
-    out = run_example("campaign.py", "--home", str(tmp_path), "--candidates", "2",
-                      "--rounds", "2", "--steps", "1")
-    best = json.loads(out[out.index("{"):])
-    assert len(best) == 8 and all(score >= 0 for score in best.values())
+    # The shipped spec's shape, scaled down: two variants, one round of two candidates.
+    spec = (EXAMPLES / "campaign.yaml").read_text()
+    spec = spec.replace("[large red circle, large blue square]", "[large red circle]")
+    spec = spec.replace("[in the centre, on the left, at the top]", "[in the centre]")
+    spec = spec.replace("large blue square: The square deal.\n", "")
+    spec = spec.replace("rounds: 2", "rounds: 1\n  steps: 6").replace("candidates: 4",
+                                                                        "candidates: 2")
+    (tmp_path / "spec.yaml").write_text(spec)
+    out = run_example("campaign.py", "--spec", str(tmp_path / "spec.yaml"), "--home",
+                      str(tmp_path / "home"), "--out", str(tmp_path / "out"))
+    assert out.startswith("{'succeeded': 2}")
+    manifest = json.loads((tmp_path / "out/shapes-launch/manifest.json").read_text())
+    assert {len(v["formats"]) for v in manifest["variants"]} == {4}
 
 
 @pytest.mark.slow
