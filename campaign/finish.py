@@ -97,14 +97,26 @@ def render_formats(spec: CampaignSpec, record: VariantRecord, folder: Path, read
 TILE, LABEL = 160, 34
 
 
-def contact_sheets(manifest: Manifest, spec: CampaignSpec, folder: Path, read: Read) -> list[str]:
-    """One PNG per value of the product axis: each variant's pick, finalists framed."""
-    files = []
+def contact_sheets(manifest: Manifest, spec: CampaignSpec, folder: Path, read: Read,
+                   previous: dict[str, str]) -> dict[str, str]:
+    """One PNG per value of the product axis: each variant's pick, finalists framed.
+
+    Returns ``{file: key}``; a sheet whose key (what it shows) is in ``previous`` and whose file
+    exists is not drawn again, so collecting a finished campaign again costs next to nothing.
+    """
+    sheets = {}
     font = ImageFont.load_default(size=11)
     for product in spec.axes[spec.product_axis]:
         members = [v for v in manifest.variants
                    if v.values[spec.product_axis] == product and v.artifact]
         if not members:
+            continue
+        slug = "".join(ch if ch.isalnum() else "-" for ch in product).strip("-")[:40] or "product"
+        file = f"sheets/{slug}.png"
+        what = "|".join(f"{v.key}:{v.artifact}:{v.finalist}:{v.score}" for v in members)
+        key = hashlib.sha256(what.encode()).hexdigest()[:16]
+        sheets[file] = key
+        if previous.get(file) == key and (folder / file).exists():
             continue
         cols = min(6, len(members))
         rows = -(-len(members) // cols)
@@ -120,9 +132,6 @@ def contact_sheets(manifest: Manifest, spec: CampaignSpec, folder: Path, read: R
                                if axis != spec.product_axis)
             draw.text((x, y + TILE + 3), others[:28], fill="black", font=font)
             draw.text((x, y + TILE + 17), f"{v.score:.1f}", fill="black", font=font)
-        slug = "".join(ch if ch.isalnum() else "-" for ch in product).strip("-")[:40] or "product"
-        file = f"sheets/{slug}.png"
         (folder / file).parent.mkdir(parents=True, exist_ok=True)
-        sheet.save(folder / file)
-        files.append(file)
-    return files
+        sheet.save(folder / file, compress_level=1)
+    return sheets

@@ -55,6 +55,8 @@ class Manifest(BaseModel):
     spent_images: int = 0
     spent_steps: int = 0
     variants: list[VariantRecord]
+    sheets: dict[str, str] = Field(
+        default_factory=dict, description="contact sheet file -> hash of what it shows")
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}

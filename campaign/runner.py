@@ -221,7 +221,9 @@ def _collect(spec: CampaignSpec, client: Client, records: list[VariantRecord],
             record.status, record.error = "failed", f"could not make its formats: {exc}"
     finish.mark_finalists(spec, records, picks)
     manifest = new_manifest(spec, records)
-    finish.contact_sheets(manifest, spec, folder, client.read_artifact)
+    manifest.sheets = finish.contact_sheets(
+        manifest, spec, folder, client.read_artifact,
+        previous_manifest.sheets if previous_manifest else {})
     write_manifest(manifest, folder)
     write_report(manifest, folder)
     return manifest
