@@ -64,7 +64,7 @@ def _run_stage(stage: str, args: argparse.Namespace) -> None:
     elif stage == "clip":
         from .train_clip import pretrain
 
-        pretrain(args.out, clip, args.device)
+        pretrain(args.out, clip, args.device, args.workers)
 
 
 def _first_phase(args: argparse.Namespace) -> None:
@@ -114,7 +114,7 @@ def train_all(args: argparse.Namespace) -> TrainReport:
     seconds["mining"] = time.monotonic() - t
     t = time.monotonic()
     torch.manual_seed(args.seed)
-    finetune(args.out, clip, mined, images, args.device)
+    finetune(args.out, clip, mined, images, args.device, args.workers)
     seconds["clip_hard_negatives"] = time.monotonic() - t
     shutil.rmtree(args.out / STAGES)
     seconds["total"] = time.monotonic() - began

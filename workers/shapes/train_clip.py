@@ -50,7 +50,7 @@ class ClipTrainConfig(BaseModel):
     batch: int = 128
     lr: float = 1e-3
     warmup: int = 100
-    finetune_steps: int = 600
+    finetune_steps: int = 500
     finetune_lr: float = 3e-4
     #: Mined prompt groups per fine-tuning step (each brings all its generated images).
     finetune_groups: int = 8
@@ -164,8 +164,9 @@ def _build(out: Path, device: str):
 
 
 def _train(model, tokenizer, cfg: ClipTrainConfig, device: str, steps: int, lr: float,
-           extra=None, phase: str = "clean") -> None:
-    pool, captions = render_pool(range(cfg.seed_offset, cfg.seed_offset + cfg.pool_size))
+           extra=None, phase: str = "clean", workers: int = 1) -> None:
+    pool, captions = render_pool(range(cfg.seed_offset, cfg.seed_offset + cfg.pool_size),
+                                 workers)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     rng = random.Random(cfg.seed)
@@ -199,15 +200,16 @@ def _save(model, target: Path) -> Path:
     return target
 
 
-def pretrain(out: Path, cfg: ClipTrainConfig, device: str) -> Path:
+def pretrain(out: Path, cfg: ClipTrainConfig, device: str, workers: int = 1) -> Path:
     """Phase 1 on clean renders; writes ``out/shapes-clip`` (usable on its own)."""
     torch.manual_seed(cfg.seed)
     model, tokenizer, target = _build(out, device)
-    _train(model, tokenizer, cfg, device, cfg.steps, cfg.lr)
+    _train(model, tokenizer, cfg, device, cfg.steps, cfg.lr, workers=workers)
     return _save(model, target)
 
 
-def finetune(out: Path, cfg: ClipTrainConfig, mined, images: np.ndarray, device: str) -> Path:
+def finetune(out: Path, cfg: ClipTrainConfig, mined, images: np.ndarray, device: str,
+             workers: int = 1) -> Path:
     """Phase 2: continue from ``out/shapes-clip`` with the mined generated images."""
     from safetensors.torch import load_file
 
@@ -244,5 +246,5 @@ def finetune(out: Path, cfg: ClipTrainConfig, mined, images: np.ndarray, device:
         return loss
 
     _train(model, tokenizer, cfg, device, cfg.finetune_steps, cfg.finetune_lr, extra,
-           phase="hard-negative")
+           phase="hard-negative", workers=workers)
     return _save(model, target)
