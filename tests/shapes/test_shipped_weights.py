@@ -78,3 +78,19 @@ def test_pipeline_tokenizer_matches_open_clip_ids() -> None:
 def test_all_is_true() -> None:
     for name in shapes.__all__:
         assert hasattr(shapes, name), name
+
+
+def test_registering_the_shipped_clip_config_replaces_one_training_registered(tmp_path) -> None:
+    import open_clip
+
+    from genloop.workers.shapes.models import CLIP_CONFIG, register_clip_config
+
+    # Given a training run registered its own (other-sized) shapes-clip config in this process
+    other = dict(CLIP_CONFIG, embed_dim=CLIP_CONFIG["embed_dim"] * 2)
+    path = tmp_path / "shapes-clip.json"
+    path.write_text(json.dumps(other))
+    register_clip_config(path)
+    assert open_clip.get_model_config("shapes-clip") == other
+    # When the shipped config is registered, Then the table holds the shipped one again
+    shapes.register_clip_config()
+    assert open_clip.get_model_config("shapes-clip") == shapes.clip_config()

@@ -152,9 +152,14 @@ def build_tokenizer(directory: Path) -> CLIPTokenizer:
 
 
 def register_clip_config(config_path: Path) -> str:
-    """Make ``config_path`` known to open_clip and return its model name."""
+    """Make ``config_path`` open_clip's ``shapes-clip`` config and return the model name.
+
+    open_clip keeps configs in one process-wide table; training writes a config of its own, so
+    this re-registers whenever the table holds a different one (v1 and v2 differ in size).
+    """
     import open_clip
 
-    if CLIP_MODEL_NAME not in open_clip.list_models():
+    wanted = json.loads(Path(config_path).read_text())
+    if open_clip.get_model_config(CLIP_MODEL_NAME) != wanted:
         open_clip.add_model_config(config_path)
     return CLIP_MODEL_NAME
