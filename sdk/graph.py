@@ -60,6 +60,11 @@ class Graph(BaseModel):
 
     kind: Literal["graph"] = "graph"
     nodes: list[Node] = Field(default_factory=list)
+    namespace: str | None = Field(
+        None, max_length=200,
+        description="stored results are reused only between runs of the same namespace; a "
+        "gateway sets it to the tenant (whatever the client sent)",
+    )
 
     def add(
         self,

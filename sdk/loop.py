@@ -45,10 +45,13 @@ class Loop(BaseModel):
     width: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     height: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     max_retries: int | None = Field(None, ge=0, le=100)
+    namespace: str | None = Field(
+        None, max_length=200, description="result namespace of the compiled graph (see Graph)"
+    )
 
     def compile(self) -> Graph:
         """The graph this loop runs as (see the module docstring)."""
-        g = Graph()
+        g = Graph(namespace=self.namespace)
         image_opts: dict[str, Any] = {
             k: v
             for k, v in {
