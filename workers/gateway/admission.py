@@ -9,7 +9,7 @@ and the names that would have been accepted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from genloop.sdk.errors import GraphError, GraphProblem
@@ -40,6 +40,8 @@ class Admission:
     evaluators: Callable[[], Sequence[str]]
     strategies: Callable[[], Sequence[str]]
     max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
+    #: Queues some worker consumes; ``None`` when the back end cannot tell.
+    queues: Collection[str] | None = None
 
     def check(self, spec: Graph | Loop, limits: TenantLimits) -> RunCost:
         """The run's cost; ``GraphError`` listing every problem if the spec may not run."""
@@ -48,6 +50,7 @@ class Admission:
         for node in graph.nodes:
             problems.extend(value_problems(node, self.max_prompt_chars))
             problems.extend(self._name_problems(node, limits))
+            problems.extend(self._queue_problems(node))
         if problems:
             raise GraphError(_unique(problems))
         return run_cost(graph, self.ops, self.size_of)
@@ -72,6 +75,14 @@ class Admission:
             for field, value, allowed in found if not isinstance(value, str) or value not in allowed
         ]
 
+    def _queue_problems(self, node: Node) -> list[GraphProblem]:
+        spec = self.ops.get(node.op)
+        queue = node.queue or (spec.queue if spec is not None else None)
+        if self.queues is None or queue is None or queue in self.queues:
+            return []
+        return [GraphProblem(node_id=node.id, message=f"no workers consume queue {queue!r}; "
+                             f"known: {', '.join(sorted(self.queues))}")]
+
     def size_of(self, model: str) -> ImageSize:
         entry = self.models.models.get(model)
         base = _BUILTIN_SIZES.get(model, _ENGINE_DEFAULT)
@@ -93,7 +104,8 @@ def _unique(problems: list[GraphProblem]) -> list[GraphProblem]:
 
 
 def default_admission(ops: OpRegistry, models: ModelsConfig | None = None,
-                      max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS) -> Admission:
+                      max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
+                      queues: Collection[str] | None = None) -> Admission:
     """``ops`` (the back end's), the registered evaluators and refine strategies (whatever
     was imported registers more), and ``models`` (the built-ins only by default)."""
     from genloop.evaluators import default_registry as evaluators
@@ -101,4 +113,4 @@ def default_admission(ops: OpRegistry, models: ModelsConfig | None = None,
     from ..ops.refine import strategy_names
 
     return Admission(ops, models or ModelsConfig(), lambda: evaluators().names(),
-                     strategy_names, max_prompt_chars)
+                     strategy_names, max_prompt_chars, queues)

@@ -28,7 +28,7 @@ from .auth import tenant
 from .body_limit import BodyLimit
 from .errors import ApiProblem
 from .limits import TenantLimits
-from .service import Gateway, _ops_of
+from .service import Gateway, backend_ops
 from .sse import event_stream
 from .store import GatewayStore
 
@@ -109,7 +109,8 @@ def create_app(backend: Backend, store: GatewayStore,
                     "events, fetch their images. Errors share one shape: code, message, details.",
         responses=_ERRORS,
     )
-    admission = default_admission(_ops_of(backend), settings.models, settings.max_prompt_chars)
+    ops, queues = backend_ops(backend)
+    admission = default_admission(ops, settings.models, settings.max_prompt_chars, queues)
     app.state.gateway = Gateway(backend, store, settings.limits, admission,
                                 share_results=settings.share_results)
     app.state.settings = settings

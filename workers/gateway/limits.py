@@ -58,7 +58,7 @@ def check_run(cost: RunCost, limits: TenantLimits) -> None:
             f"this run would cost up to {cost.cost:.1f} megapixel-steps (images x pixels x "
             f"steps x attempts); your limit is {limits.max_cost_per_run:g} per run: fewer or "
             "smaller images, fewer steps or retries",
-            limits.max_cost_per_run, round(cost.cost, 3),
+            limits.max_cost_per_run, cost.cost,
         )
 
 
@@ -78,5 +78,5 @@ def check_concurrency(open_runs: int, open_cost: float, cost: RunCost,
             f"your unfinished runs cost {open_cost:.1f} megapixel-steps and this one "
             f"{cost.cost:.1f}; your limit is {limits.max_concurrent_cost:g} at once: retry "
             "after one ends",
-            limits.max_concurrent_cost, round(open_cost + cost.cost, 3),
+            limits.max_concurrent_cost, open_cost + cost.cost,
         )

@@ -18,7 +18,7 @@ import logging
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from genloop.sdk.backend import Backend
@@ -71,7 +71,10 @@ class Gateway:
         self.backend = backend
         self.store = store
         self.defaults = defaults or TenantLimits()
-        self.admission = admission or default_admission(_ops_of(backend))
+        if admission is None:
+            ops, queues = backend_ops(backend)
+            admission = default_admission(ops, queues=queues)
+        self.admission = admission
         self.share_results = share_results
         # Count-then-submit must not interleave for one tenant, or two requests could both
         # pass the concurrency check. One lock per tenant, in this process; several gateway
@@ -173,12 +176,12 @@ class Gateway:
         self.backend.ping()
 
 
-def _ops_of(backend: Backend) -> OpRegistry:
-    """The back end's op registry (a Redis back end's includes the pool's published ops)."""
+def backend_ops(backend: Backend) -> tuple[OpRegistry, Collection[str] | None]:
+    """The back end's op registry (a Redis back end's includes the pool's published ops) and
+    the queues its workers consume (``None`` if it cannot tell)."""
     scheduler = getattr(backend, "scheduler", None)
     if scheduler is not None:
-        registry: OpRegistry = scheduler.registry
-        return registry
+        return scheduler.registry, scheduler.queues
     from .. import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 
-    return default_registry
+    return default_registry, None
