@@ -39,9 +39,12 @@ class EmbeddedRuntime:
         lease_ttl: float = 30.0,
         sweep_every: float = 5.0,
         models: str | os.PathLike[str] | ModelsConfig | None = None,
+        fair_window: int | None = None,
     ) -> None:
         """``models``: the operator's models config (a file or a config); with one, only the
-        built-in and configured model names load. Ignored when ``resources`` is given."""
+        built-in and configured model names load. Ignored when ``resources`` is given.
+        ``fair_window``: tenants take turns, at most this many messages per queue in the
+        broker (see :mod:`~genloop.workers.fair_queue`; ``genloop serve --local`` uses it)."""
         from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 
         self.home = Path(home)
@@ -55,7 +58,7 @@ class EmbeddedRuntime:
         self.wiring = wire(
             self.broker, self.store, self.artifacts, self.registry,
             queues=DEFAULT_QUEUES, resources=self.resources, lease_ttl=lease_ttl,
-            sweep_every=sweep_every,
+            sweep_every=sweep_every, fair_window=fair_window,
         )
         self.scheduler = self.wiring.scheduler
         self.worker: dramatiq.Worker | None = None

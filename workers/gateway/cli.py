@@ -48,7 +48,9 @@ def open_backend(args: argparse.Namespace, models: ModelsConfig | None = None) -
     from genloop.workers.embedded import EmbeddedBackend
 
     # In-process workers serve tenants: only the built-in and configured models load.
-    return EmbeddedBackend(args.local, threads=args.threads, models=models or ModelsConfig())
+    # Tenants take turns: at most one message per worker thread waits in each queue.
+    return EmbeddedBackend(args.local, threads=args.threads, models=models or ModelsConfig(),
+                           fair_window=args.threads)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
