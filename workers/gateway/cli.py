@@ -86,14 +86,18 @@ def cmd_keys(args: argparse.Namespace) -> int:
     try:
         if args.action == "create":
             key = store.create_key(args.tenant)
-            if args.max_concurrent_runs or args.max_candidates:
+            update = {k: v for k, v in {
+                "max_concurrent_runs": args.max_concurrent_runs,
+                "max_candidates_per_run": args.max_candidates,
+                "max_cost_per_run": args.max_cost,
+                "max_concurrent_cost": args.max_concurrent_cost,
+                "models": args.models.split(",") if args.models else None,
+                "evaluators": args.evaluators.split(",") if args.evaluators else None,
+            }.items() if v}
+            if update:
                 limits = store.limits(args.tenant) or TenantLimits()
-                store.set_limits(args.tenant, limits.model_copy(update={
-                    k: v for k, v in {
-                        "max_concurrent_runs": args.max_concurrent_runs,
-                        "max_candidates_per_run": args.max_candidates,
-                    }.items() if v
-                }))
+                store.set_limits(args.tenant, TenantLimits.model_validate(
+                    {**limits.model_dump(), **update}))
             print(key)
         elif args.action == "revoke":
             info = store.revoke(args.key)
@@ -145,6 +149,11 @@ def register(sub: Any) -> None:
     create.add_argument("--tenant", required=True)
     create.add_argument("--max-concurrent-runs", type=int, help="this tenant's limit")
     create.add_argument("--max-candidates", type=int, help="this tenant's per-run limit")
+    create.add_argument("--max-cost", type=float, help="megapixel-steps per run")
+    create.add_argument("--max-concurrent-cost", type=float,
+                        help="megapixel-steps of unfinished runs together")
+    create.add_argument("--models", help="comma-separated models this tenant may use")
+    create.add_argument("--evaluators", help="comma-separated evaluators this tenant may use")
     revoke = actions.add_parser("revoke", help="revoke a key (the key itself or its id)")
     _target(revoke)
     revoke.add_argument("key")
