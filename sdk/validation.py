@@ -107,8 +107,15 @@ _LOOP_FIELDS = (("model", "models"), ("evaluator", "evaluators"), ("refiner", "r
 
 
 def _name_problem(node_id: str | None, path: str, field: str, name: Any,
-                  names: list[Named]) -> GraphProblem | None:
+                  names: list[Named], default: str | None) -> GraphProblem | None:
+    """``default`` is the back end's for ``field`` (None: unset is fine only for fields the
+    op defaults itself, like refine's strategy)."""
     known = [n.name for n in names]
+    if name is None:
+        if field not in ("model", "evaluator") or default is not None:
+            return None
+        return GraphProblem(node_id=node_id, message=f"no {field} named, and this back end "
+                            f"has no default {field}", path=path, allowed=known)
     if not isinstance(name, str) or name in known:
         return None
     # A path or a hub id ("org/name") is for trusted callers to name (Client.local, workers);
@@ -120,19 +127,21 @@ def _name_problem(node_id: str | None, path: str, field: str, name: Any,
 
 
 def name_problems(spec: Graph | Loop, served: Served) -> list[GraphProblem]:
-    """Models, evaluators and refiners a spec names that the back end does not serve (unset
-    names are fine: the back end fills in its defaults)."""
+    """Models, evaluators and refiners a spec names that the back end does not serve, and
+    models or evaluators left unset where the back end has no default to fill in."""
+    defaults = {"model": served.default_model, "evaluator": served.default_evaluator}
     found: list[GraphProblem | None] = []
     if isinstance(spec, Loop):
         for field, kind in _LOOP_FIELDS:
             found.append(_name_problem(None, field, field, getattr(spec, field),
-                                       getattr(served, kind)))
+                                       getattr(served, kind), defaults.get(field)))
     else:
         for i, node in enumerate(spec.nodes):
             for op, field, kind in _NAMED_FIELDS:
-                if node.op == op and node.params.get(field) is not None:
-                    found.append(_name_problem(node.id, f"nodes[{i}].params.{field}", field,
-                                               node.params[field], getattr(served, kind)))
+                if node.op == op:
+                    found.append(_name_problem(
+                        node.id, f"nodes[{i}].params.{field}", field, node.params.get(field),
+                        getattr(served, kind), defaults.get(field)))
     return [p for p in found if p is not None]
 
 

@@ -124,12 +124,16 @@ def test_a_loops_names_are_checked_at_their_own_paths(client):
         ("model", "sd15"), ("refiner", "guess")}
 
 
-def test_names_are_only_checked_against_what_a_back_end_serves():
-    served = Served(models=[], evaluators=[], refiners=[], ops=[])
+def test_unset_names_need_a_default_and_paths_are_left_to_trusted_callers():
     g = Graph()
     g.generate("p", model="some/local-or-hub-model")  # trusted callers may name these
     g.score(g.generate("p", id="two"), text="p")  # unset: the back end's default
+    served = Served(models=[], evaluators=[], refiners=[], ops=[], default_model="m",
+                    default_evaluator="e")
     assert graph_problems(g, builtin_ops(), served) == []
+    no_defaults = served.model_copy(update={"default_model": None, "default_evaluator": None})
+    assert {p.path for p in graph_problems(g, builtin_ops(), no_defaults)} == {
+        "nodes[1].params.model", "nodes[2].params.evaluator"}
 
 
 def _readme_examples() -> list[dict]:
