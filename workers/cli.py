@@ -23,6 +23,7 @@ EXTRA_OF = {
          "PIL", "safetensors", "tqdm", "boto3", "botocore", "fastapi", "starlette", "uvicorn",
          "numpy"], "workers"),
     "triton": "kernels",
+    "yaml": "campaign",
 }
 
 
@@ -35,6 +36,8 @@ class Command:
     name: str
     help: str
     setup: str
+    #: The extra to name when a module it needs is missing; default: by module (EXTRA_OF).
+    extra: str | None = None
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -59,6 +62,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("serve", "run the HTTP gateway", "genloop.workers.gateway.cli:setup_serve"),
     Command("keys", "create, revoke and list the gateway's API keys",
             "genloop.workers.gateway.cli:setup_keys"),
+    Command("campaign", "ad campaigns: a spec file to finished creatives",
+            "genloop.campaign.cli:setup", extra="campaign"),
 )
 
 
@@ -73,11 +78,12 @@ class MissingExtra(Exception):
 def missing_extra(exc: BaseException, command: str) -> MissingExtra | None:
     """The extra behind an ImportError (looked up along its causes), or None for a real bug."""
     seen: BaseException | None = exc
+    own = next((c.extra for c in COMMANDS if c.name == command), None)
     while seen is not None:
         if isinstance(seen, ModuleNotFoundError) and seen.name:
             top = seen.name.split(".")[0]
             if top in EXTRA_OF:
-                return MissingExtra(command, EXTRA_OF[top], top)
+                return MissingExtra(command, own or EXTRA_OF[top], top)
         seen = seen.__cause__
     return None
 
