@@ -76,9 +76,12 @@ class EmbeddedRuntime:
 class EmbeddedBackend(StoreBackend):
     """``Client.local()``'s back end: calls the embedded runtime directly."""
 
-    def __init__(self, home: str | os.PathLike[str], **options) -> None:
+    def __init__(self, home: str | os.PathLike[str], *, default_model: str | None = None,
+                 default_evaluator: str | None = None, **options) -> None:
         self.runtime = EmbeddedRuntime(home, **options)
-        super().__init__(self.runtime.scheduler, self.runtime.artifacts)
+        super().__init__(self.runtime.scheduler, self.runtime.artifacts,
+                         models=lambda: self.runtime.resources.models.builtin(),
+                         default_model=default_model, default_evaluator=default_evaluator)
 
     def close(self) -> None:
         self.runtime.close()

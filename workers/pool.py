@@ -82,7 +82,7 @@ def build():
         sweep_every=float(os.environ.get(ENV_SWEEP_EVERY, "5")),
         stale_after=float(os.environ.get(ENV_STALE_AFTER, "300")),
     )
-    publish(client, default_registry, queues, prefix)
+    publish(client, default_registry, queues, prefix, models=resources.models.builtin())
     for name in _list(ENV_PRELOAD):
         log.info("preloading model %s", name)
         resources.models.preload(name)

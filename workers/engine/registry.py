@@ -47,6 +47,7 @@ class BuiltinModel:
     build: Callable[[], Any]
     identity: str
     defaults: ModelDefaults
+    description: str = ""
 
 
 class ModelRegistry:
@@ -73,13 +74,19 @@ class ModelRegistry:
         self._engine: Any = None
         self.models = models
         self.register("tiny", build_tiny_pipeline, TINY_VERSION,
-                      ModelDefaults(steps=4, guidance=5.0, width=32, height=32))
+                      ModelDefaults(steps=4, guidance=5.0, width=32, height=32),
+                      "random weights, 32 px: for tests, draws noise")
         _register_shapes(self)
 
     def register(self, name: str, build: Callable[[], Any], identity: str,
-                 defaults: ModelDefaults) -> None:
-        """Make ``name`` a built-in model built by ``build()``."""
-        self._builtin[name] = BuiltinModel(build, identity, defaults)
+                 defaults: ModelDefaults, description: str = "") -> None:
+        """Make ``name`` a built-in model built by ``build()``; ``description`` tells a spec's
+        author what it draws (published in the spec schema)."""
+        self._builtin[name] = BuiltinModel(build, identity, defaults, description)
+
+    def builtin(self) -> dict[str, str]:
+        """Built-in model names and their descriptions."""
+        return {name: m.description for name, m in self._builtin.items()}
 
     def _source(self, name: str) -> str:
         """Where a non-built-in ``name`` loads from; ``Permanent`` if the config lacks it."""
@@ -215,6 +222,8 @@ def _register_shapes(registry: ModelRegistry) -> None:
         f"shapes:{_tree_fingerprint(path)}",
         ModelDefaults(steps=shapes.DEFAULT_STEPS, guidance=shapes.DEFAULT_GUIDANCE,
                       width=size, height=size),
+        f"trained here on the shapes world ({size} px): one coloured circle, square or "
+        "triangle, of a size and position, on a plain background",
     )
 
 

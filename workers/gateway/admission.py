@@ -110,7 +110,7 @@ def default_admission(ops: OpRegistry, models: ModelsConfig | None = None,
     was imported registers more), and ``models`` (the built-ins only by default)."""
     from genloop.evaluators import default_registry as evaluators
 
-    from ..ops.refine import strategy_names
+    from ..ops.refine import refiners
 
     return Admission(ops, models or ModelsConfig(), lambda: evaluators().names(),
-                     strategy_names, max_prompt_chars, queues)
+                     lambda: sorted(refiners()), max_prompt_chars, queues)

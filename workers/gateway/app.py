@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from genloop.sdk.backend import Backend
 from genloop.sdk.models import RunInfo, RunResult, RunSpec
+from genloop.sdk.schema import SpecSchema
 from genloop.sdk.wire import ApiError
 
 from ..models_config import ModelsConfig
@@ -190,6 +191,12 @@ def create_app(backend: Backend, store: GatewayStore,
         )
         return StreamingResponse(stream, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.get("/v1/schema", response_model=SpecSchema, tags=["specs"])
+    def schema(gateway: Gw, who: Tenant) -> SpecSchema:
+        """Graph and Loop JSON Schema, ``model``/``evaluator``/``refiner``/``op`` narrowed to
+        the names this gateway serves: constrain an agent's specs to it."""
+        return gateway.backend.schema()
 
     @app.get("/v1/artifacts/{key}", tags=["artifacts"], response_class=Response,
              responses={200: {"content": {"image/png": {}}, "description": "the bytes"},

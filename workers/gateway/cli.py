@@ -1,4 +1,4 @@
-"""``genloop serve`` and ``genloop keys``: the gateway's commands, registered into the main CLI.
+"""``genloop serve`` and ``genloop keys``: the gateway's commands (rows of ``genloop.workers.cli``).
 
 Both point at a back end the same way (``--local HOME`` or ``--redis URL``), so the keys that
 ``keys create`` makes are the ones ``serve`` checks: ``HOME/gateway.db``, or Redis.
@@ -11,7 +11,6 @@ import importlib
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from genloop.sdk.backend import Backend
 
@@ -43,14 +42,17 @@ def open_backend(args: argparse.Namespace, models: ModelsConfig | None = None) -
             module = importlib.import_module("genloop.workers.redis_backend")
         except ImportError as exc:
             raise SystemExit(f"genloop serve --redis: no Redis back end here ({exc})") from exc
-        backend: Backend = module.RedisBackend(args.redis, artifacts=args.artifacts)
+        backend: Backend = module.RedisBackend(
+            args.redis, artifacts=args.artifacts, default_model=args.default_model,
+            default_evaluator=args.default_evaluator)
         return backend
     from genloop.workers.embedded import EmbeddedBackend
 
     # In-process workers serve tenants: only the built-in and configured models load.
     # Tenants take turns: at most one message per worker thread waits in each queue.
     return EmbeddedBackend(args.local, threads=args.threads, models=models or ModelsConfig(),
-                           fair_window=args.threads)
+                           fair_window=args.threads, default_model=args.default_model,
+                           default_evaluator=args.default_evaluator)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -115,9 +117,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any) -> None:
-    """Add ``serve`` and ``keys`` to the ``genloop`` command's subparsers."""
-    p = sub.add_parser("serve", help="run the HTTP gateway", description="run the HTTP gateway")
+def setup_serve(p: argparse.ArgumentParser) -> None:
     _target(p)
     p.add_argument("--artifacts", help="artifact store of the Redis back end")
     p.add_argument("--host", default="127.0.0.1")
@@ -139,10 +139,14 @@ def register(sub: Any) -> None:
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="import a module first (custom ops); repeatable")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--default-model", metavar="NAME",
+                   help="model for specs that name none (default: shapes, the shipped one)")
+    p.add_argument("--default-evaluator", metavar="NAME",
+                   help="evaluator for specs that name none (default: shapes-clip)")
     p.set_defaults(fn=cmd_serve)
 
-    p = sub.add_parser("keys", help="create, revoke and list API keys",
-                       description="create, revoke and list the gateway's API keys")
+
+def setup_keys(p: argparse.ArgumentParser) -> None:
     actions = p.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="print a new key for a tenant")
     _target(create)
