@@ -12,10 +12,12 @@ runs them; there the SDK's error tree is not importable and the error is a plain
 from __future__ import annotations
 
 try:
-    from genloop.sdk.errors import GenloopError as _Base
+    from genloop.sdk.errors import GenloopError
+
+    _BASES: tuple[type[Exception], ...] = (GenloopError, ValueError)
 except ImportError:  # the SDK (pydantic) is not installed: kernels alone
-    _Base = Exception  # type: ignore[misc,assignment]
+    _BASES = (ValueError,)
 
 
-class KernelInputError(_Base, ValueError):
+class KernelInputError(*_BASES):  # type: ignore[misc]
     """The tensors given to a kernel launcher are not ones it takes; the message says what is."""
