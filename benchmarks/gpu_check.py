@@ -162,18 +162,19 @@ def run_section(name: str, args: argparse.Namespace, out: Path, env: dict[str, s
         stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         rc = "timeout"
-    seconds = round(time.monotonic() - t, 1)
+    wall = round(time.monotonic() - t, 1)
     log.write_text(f"$ {' '.join(cmd)}\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
-    result: dict = {"rc": rc, "seconds": seconds}
+    result: dict = {"rc": rc, "wall_s": wall}
     try:
         if name == "kernel_tests":
-            result.update(junit_summary(out / "kernel_tests.xml"))
+            result["result"] = junit_summary(out / "kernel_tests.xml")
         elif name in ("attention", "groupnorm", "generation"):
-            result.update(json.loads(stdout[stdout.index("{"):]))
+            result["result"] = json.loads(stdout[stdout.index("{"):])
         else:
-            result.update(json.loads((out / f"{name}.json").read_text()))
+            result["result"] = json.loads((out / f"{name}.json").read_text())
     except Exception as exc:  # noqa: BLE001  (a section's failure is a figure, not a stop)
         result["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    if "error" in result or rc != 0:
         result["stderr_tail"] = stderr[-2000:]
     return result
 
@@ -182,8 +183,8 @@ def summary(report: dict) -> list[str]:
     lines = []
     for name, r in report["sections"].items():
         status = "ok" if r.get("rc") == 0 and "error" not in r else f"FAILED (rc={r.get('rc')})"
-        lines.append(f"{name:13} {status:18} {r.get('seconds', 0):6.1f}s  "
-                     f"{r.get('error', '')[:100]}")
+        lines.append(f"{name:13} {status:18} {r.get('wall_s', '-')!s:>6}s  "
+                     f"{str(r.get('error', ''))[:100]}")
     return lines
 
 
@@ -215,7 +216,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         timeout = left if args.tiny else min(cap, left)
         print(f"[gpu-check] {name} (up to {timeout:.0f}s)", flush=True)
-        report["sections"][name] = run_section(name, args, out, env, timeout)
+        try:
+            report["sections"][name] = run_section(name, args, out, env, timeout)
+        except Exception as exc:  # noqa: BLE001  (this script's own bug must not end the run)
+            report["sections"][name] = {"rc": "crashed", "error": f"{type(exc).__name__}: {exc}"}
         report["elapsed_s"] = round(time.monotonic() - start, 1)
         target.write_text(json.dumps(report, indent=1, default=str))
         print(f"[gpu-check] {summary({'sections': {name: report['sections'][name]}})[0]}",

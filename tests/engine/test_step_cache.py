@@ -94,3 +94,22 @@ def test_the_layer_branch_also_replays_the_outer_level(registry, branch, outer_r
             set_deepcache(pipe.unet, None)
 
     assert len(calls) == outer_runs  # 12 steps: 5 full ones
+
+
+def test_steps_are_told_apart_on_a_gpu_without_reading_the_timestep():
+    from genloop.workers.engine.deepcache import DeepCacheConfig, _State, _StepHook
+
+    # Given timesteps on a device whose values cannot be read without a sync (meta: reading
+    # raises), each UNet call given the same element twice (cond and uncond passes)
+    state = _State()
+    state.config, state.num_steps = DeepCacheConfig(interval=2, warmup=1, tail=1), 6
+    hook = _StepHook(state)
+    timesteps = torch.arange(6.0, device="meta").flip(0)
+    sample = torch.empty(2, 4, 8, 8, device="meta")
+    for t in timesteps:
+        for _ in range(2):
+            state.kept = {0: "kept"}  # as if the deep blocks had run
+            hook.pre_forward(None, sample, t)
+    # Then six steps were counted, two calls each, and the schedule (full, cached) applied
+    assert state.step == 5
+    assert (state.full_steps, state.cached_steps) == (8, 4)
