@@ -113,3 +113,18 @@ def test_steps_are_told_apart_on_a_gpu_without_reading_the_timestep():
     # Then six steps were counted, two calls each, and the schedule (full, cached) applied
     assert state.step == 5
     assert (state.full_steps, state.cached_steps) == (8, 4)
+
+
+def test_non_finite_latents_fail_the_call_instead_of_storing_blank_images():
+    from genloop.sdk.errors import Permanent
+    from genloop.workers.engine.tiny import build_tiny_pipeline
+
+    # Given a pipeline whose UNet outputs NaN (what fp16 overflow looks like)
+    pipe = build_tiny_pipeline()
+    pipe.set_progress_bar_config(disable=True)
+    with torch.no_grad():
+        pipe.unet.conv_out.bias.fill_(float("nan"))
+    settings = ImageSettings(steps=1, guidance=5.0, width=32, height=32, cache="off")
+    # Then the call fails, saying why
+    with pytest.raises(Permanent, match="NaN"):
+        call_pipeline(pipe, ["a kite"], [0], settings)
