@@ -43,7 +43,7 @@ gpu-check:
 	PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 $(GPU_PYTHON) benchmarks/gpu_check.py \
 		--out $${OUT:-out/gpu-check}
 
-gpu-wheels: install
+gpu-wheels:
 	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 		--implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 		--platform manylinux2014_x86_64 -d .whl $$($(BIN)/python benchmarks/gpu_check.py --wheels)
