@@ -91,3 +91,31 @@ def test_size_is_counted_in_the_dtype_the_model_will_run_in():
     # Then float16 halves the floating-point tensors and leaves the integer ones (token ids)
     assert 0 < floats <= fp32
     assert pipeline_bytes(pipe, torch.float16) == fp32 - floats // 2
+
+
+def test_threads_asking_for_the_models_at_once_share_one_registry(monkeypatch):
+    import threading
+    import time
+
+    from genloop.workers.engine import registry as registry_module
+    from genloop.workers.resources import Resources
+
+    # Given a registry that takes a while to build (loading, as on a real worker)
+    built = []
+
+    class SlowRegistry:
+        def __init__(self, device=None):
+            time.sleep(0.2)
+            built.append(self)
+
+    monkeypatch.setattr(registry_module, "ModelRegistry", SlowRegistry)
+    resources = Resources("cpu")
+    seen = []
+    # When four worker threads ask for the models at the same moment
+    threads = [threading.Thread(target=lambda: seen.append(resources.models)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Then one registry was built and all four got it
+    assert len(built) == 1 and all(m is built[0] for m in seen)
