@@ -74,6 +74,6 @@ def test_benchmark_shapes_are_what_diffusers_runs():
     assert any(s.kv_tokens == 77 for s in shapes)  # text cross-attention
     assert any(s.q_tokens % 128 for s in shapes)  # a ragged tail (joint image + text tokens)
     assert any(s.q_tokens >= 16384 for s in shapes)
-    for n, c, _, _, groups in kernels.GROUPNORM_SHAPES:
+    for _, c, _, _, groups in kernels.GROUPNORM_SHAPES:
         assert c % groups == 0
     assert kernels.VAE_GROUPNORM_SHAPES
