@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from .models_config import ModelsConfig
+
 
 class Resources:
     """Handed to every op through ``ctx.resources``. Nothing is loaded until first asked for.
@@ -14,8 +16,12 @@ class Resources:
     3.12, so two threads would each build one, and each load the models onto the GPU).
     """
 
-    def __init__(self, device: str | None = None, models: Any = None) -> None:
+    def __init__(self, device: str | None = None, models: Any = None,
+                 allowed: ModelsConfig | None = None) -> None:
+        """``models`` replaces the registry outright; ``allowed`` is the operator's models
+        config for the registry built here (``None``: trusted code, any local path loads)."""
         self.device = device
+        self.allowed = allowed
         self._models = models
         self._lock = threading.Lock()
 
@@ -26,7 +32,7 @@ class Resources:
             if self._models is None:
                 from .engine.registry import ModelRegistry
 
-                self._models = ModelRegistry(device=self.device)
+                self._models = ModelRegistry(device=self.device, models=self.allowed)
             return self._models
 
     def evaluator(self, name: str):

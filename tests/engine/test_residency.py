@@ -104,7 +104,7 @@ def test_threads_asking_for_the_models_at_once_share_one_registry(monkeypatch):
     built = []
 
     class SlowRegistry:
-        def __init__(self, device=None):
+        def __init__(self, device=None, **options):
             time.sleep(0.2)
             built.append(self)
 
