@@ -56,13 +56,13 @@ WHEELS = [
 #: name -> the seconds it may take on an H200 (its timeout, shrunk further by ``--budget``).
 #: They add up to about the default budget, so the whole check ends within 7 minutes.
 SECTIONS: dict[str, int] = {
-    "env": 30,
-    "kernel_tests": 120,
+    "env": 45,
+    "kernel_tests": 110,
     "attention": 55,
     "groupnorm": 40,
     "unet": 60,
     "engine": 60,
-    "generation": 55,
+    "generation": 50,
 }
 
 
