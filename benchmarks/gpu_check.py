@@ -18,6 +18,9 @@ Sections, in order (:data:`SECTIONS`), each in its own process with its own time
 ``generation``     ``benchmarks/generation.py --device cuda --model shapes --json``
 =================  ==========================================================================
 
+``--out`` receives two files: ``gpu_check.json`` (every figure, per section: ``rc``, ``wall_s``,
+``result`` or ``error``) and ``gpu_check.log`` (each section's command, stdout and stderr).
+
 Robust by construction, because the GPU is lent for minutes: a section that fails, crashes or
 times out records its error and the next one runs; a global ``--budget`` (seconds) shrinks the
 later sections' timeouts and skips what no longer fits; the JSON is rewritten after every
@@ -37,6 +40,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -155,9 +159,9 @@ def junit_summary(path: Path) -> dict:
 
 
 def run_section(name: str, args: argparse.Namespace, out: Path, env: dict[str, str],
-                timeout: float) -> dict:
+                timeout: float, log: Path) -> dict:
+    """Run section ``name`` with its files in ``out`` (scratch); append its output to ``log``."""
     cmd = section_command(name, args, out)
-    log = out / f"{name}.log"
     t = time.monotonic()
     try:
         done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True,
@@ -168,7 +172,8 @@ def run_section(name: str, args: argparse.Namespace, out: Path, env: dict[str, s
         stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         rc = "timeout"
     wall = round(time.monotonic() - t, 1)
-    log.write_text(f"$ {' '.join(cmd)}\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
+    with log.open("a") as f:
+        f.write(f"=== {name}\n$ {' '.join(cmd)}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n")
     result: dict = {"rc": rc, "wall_s": wall}
     try:
         if name == "kernel_tests":
@@ -210,7 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     env = section_env(args, path_entry)
     report: dict = {"device": args.device, "tiny": args.tiny, "budget_s": args.budget,
                     "sections": {}}
-    target = out / "gpu_check.json"
+    # Two files in --out (the GPU tool brings back at most 8): the JSON and one log; the
+    # sections' own files stay in a scratch folder.
+    target, log = out / "gpu_check.json", out / "gpu_check.log"
+    log.write_text("")
+    work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     wanted = args.only.split(",")
     for name, cap in SECTIONS.items():
         if name not in wanted:
@@ -222,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout = left if args.tiny else min(cap, left)
         print(f"[gpu-check] {name} (up to {timeout:.0f}s)", flush=True)
         try:
-            report["sections"][name] = run_section(name, args, out, env, timeout)
+            report["sections"][name] = run_section(name, args, work, env, timeout, log)
         except Exception as exc:  # noqa: BLE001  (this script's own bug must not end the run)
             report["sections"][name] = {"rc": "crashed", "error": f"{type(exc).__name__}: {exc}"}
         report["elapsed_s"] = round(time.monotonic() - start, 1)
