@@ -7,10 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-# The Triton kernels run on CPU tensors through Triton's interpreter, which must be chosen before
-# any test module imports them (tests/kernels/conftest.py explains; a GPU machine sets it to 0).
-os.environ.setdefault("TRITON_INTERPRET", "1")
+# Without a GPU the Triton kernels run on CPU tensors through Triton's interpreter, which must be
+# chosen before any test module imports them; with one they are compiled (the interpreter is
+# opt-in: tests/kernels/conftest.py explains).
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
 
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -176,7 +176,7 @@ class ModelRegistry:
             if entry is not None:
                 return entry
             pipe = self._load(name)  # built on CPU, so eviction can make room before .to()
-            nbytes = pipeline_bytes(pipe)
+            nbytes = pipeline_bytes(pipe, self.dtype)  # as it will be after the cast
             if nbytes > self.residency.budget:
                 raise Permanent(
                     f"model {name!r} needs {nbytes / 2**30:.1f} GiB, more than the memory budget "
