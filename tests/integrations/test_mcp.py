@@ -1,20 +1,17 @@
-"""The MCP server, through the official SDK's own client: in process, and once over stdio with
-``genloop mcp`` as a subprocess."""
+"""The MCP server, in process, through the official SDK's own client."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
-import sys
-from pathlib import Path
 
 import pytest
-from conftest import CATALOG, GENERATE, LOOP, run_count
+from conftest import GENERATE, LOOP, run_count
 
 pytest.importorskip("mcp")
 
-from mcp import Client, StdioServerParameters  # noqa: E402
+from mcp import Client  # noqa: E402
 
 from genloop.integrations.mcp import build_server  # noqa: E402
 
@@ -97,21 +94,5 @@ def test_bad_arguments_are_an_error_result_naming_the_field(tools, client):
     assert run_count(client) == 0
 
 
-@pytest.mark.slow
-def test_stdio_round_trip_with_genloop_mcp_as_a_subprocess(tmp_path):
-    server = StdioServerParameters(
-        command=str(Path(sys.executable).with_name("genloop")),
-        args=["mcp", "--local", str(tmp_path / "home"), "--threads", "2",
-              "--models", ",".join(CATALOG.models), "--evaluators", ",".join(CATALOG.evaluators)],
-    )
-
-    async def main():
-        async with Client(server) as session:
-            names = [t.name for t in (await session.list_tools()).tools]
-            result = await session.call_tool("generate_images", GENERATE)
-            return names, result
-
-    names, result = asyncio.run(main())
-
-    assert names == ["generate_images", "run_loop", "get_run", "get_result", "cancel_run"]
-    assert not result.is_error and _pngs(result)[0].startswith(PNG)
+# The stdio round trip, with `genloop mcp` as a subprocess, is the MCP example's test
+# (tests/integrations/test_examples.py).
