@@ -30,7 +30,7 @@ bench: install
 	$(BIN)/python benchmarks/orchestration.py
 
 lint: install
-	$(BIN)/ruff check sdk workers kernels evaluators tests benchmarks examples
+	$(BIN)/ruff check sdk workers kernels evaluators integrations tests benchmarks examples
 	$(BIN)/mypy sdk
 
 clean:

@@ -36,7 +36,7 @@ class GenloopTool(BaseTool):
     operation: ClassVar[str]
     tools: GenloopTools = Field(exclude=True, description="the tool surface this tool calls")
     response_format: str = "content_and_artifact"  # type: ignore[assignment]
-    handle_tool_error: bool = True  # type: ignore[assignment]
+    handle_tool_error: bool = True
 
     def __init__(self, tools: GenloopTools, **kwargs: Any) -> None:
         spec = tools.specs[self.operation]
