@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import sqlite3
+import sys
 from collections.abc import Iterator
-from contextlib import closing
+from pathlib import Path
 
 import pytest
 
-from genloop.integrations import Catalog, GenloopTools
-from genloop.sdk import Client
+sys.path.insert(0, str(Path(__file__).parent))
 
-#: The test catalog: tiny models only, so every call takes seconds on a CPU.
-CATALOG = Catalog(models=("tiny",), evaluators=("clip",))
-#: Small, fast arguments for each tool that starts a run.
-GENERATE = {"prompt": "a red circle", "n": 2, "top_k": 1, "steps": 2, "wait_seconds": 120}
-LOOP = {"prompt": "a red circle", "rounds": 2, "candidates": 2, "steps": 2, "wait_seconds": 120}
+from agent_tools import CATALOG, LOOP  # noqa: E402
+
+from genloop.integrations import GenloopTools  # noqa: E402
+from genloop.sdk import Client  # noqa: E402
 
 
 @pytest.fixture
@@ -42,10 +40,3 @@ def finished_run(shared_tools) -> str:
     out = shared_tools.call("run_loop", LOOP)
     assert out.done
     return out.run_id
-
-
-def run_count(client) -> int:
-    """How many runs the embedded store holds (to show a refused call created nothing)."""
-    path = client.backend.runtime.home / "state.db"
-    with closing(sqlite3.connect(path)) as db:
-        return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]

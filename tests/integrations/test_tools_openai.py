@@ -9,7 +9,7 @@ import copy
 import json
 
 import pytest
-from conftest import CATALOG, GENERATE, LOOP, run_count
+from agent_tools import CATALOG, GENERATE, LOOP, run_count
 from jsonschema import Draft202012Validator
 
 from genloop.integrations import dispatch, openai_tools

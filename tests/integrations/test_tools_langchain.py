@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import CATALOG, GENERATE, LOOP, run_count
+from agent_tools import CATALOG, GENERATE, LOOP, run_count
 
 pytest.importorskip("langchain_core")
 

@@ -7,7 +7,7 @@ import base64
 import json
 
 import pytest
-from conftest import GENERATE, LOOP, run_count
+from agent_tools import GENERATE, LOOP, run_count
 
 pytest.importorskip("mcp")
 
@@ -95,4 +95,4 @@ def test_bad_arguments_are_an_error_result_naming_the_field(tools, client):
 
 
 # The stdio round trip, with `genloop mcp` as a subprocess, is the MCP example's test
-# (tests/integrations/test_examples.py).
+# (tests/integrations/test_tools_examples.py).

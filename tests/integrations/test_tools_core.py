@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import GENERATE, LOOP, run_count
+from agent_tools import GENERATE, LOOP, run_count
 
 from genloop.integrations import Progress, ToolCallError
 from genloop.sdk import RunStatus

@@ -7,7 +7,7 @@ import asyncio
 import socket
 
 import pytest
-from conftest import CATALOG, LOOP
+from agent_tools import CATALOG, LOOP
 
 from genloop.integrations import GenloopTools, Progress, ToolCallError
 from genloop.sdk import AsyncClient, Client, RunStatus
