@@ -96,3 +96,37 @@ def test_bad_arguments_are_an_error_result_naming_the_field(tools, client):
 
 # The stdio round trip, with `genloop mcp` as a subprocess, is the MCP example's test
 # (tests/integrations/test_tools_examples.py).
+
+
+def test_streamable_http_transport_lists_tools_and_answers_calls(tools):
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    app = build_server(tools).streamable_http_app()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive(), "the MCP HTTP server did not start"
+        time.sleep(0.01)
+
+    async def main():
+        async with Client(f"http://127.0.0.1:{port}/mcp") as session:
+            names = [t.name for t in (await session.list_tools()).tools]
+            return names, await session.call_tool("get_result", {"run_id": "missing"})
+
+    try:
+        names, missing = asyncio.run(main())
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+    assert names == list(tools.specs)
+    assert missing.is_error and "Check the run_id" in missing.content[0].text
