@@ -48,8 +48,10 @@ class Node(BaseModel):
     map: bool = False
     min_success: int | None = Field(None, ge=0)
     max_retries: int | None = Field(None, ge=0, le=100, description="default: the op's own")
-    min_backoff: float | None = Field(None, ge=0, description="seconds before the first retry")
-    max_backoff: float | None = Field(None, ge=0, description="cap on the retry delay, seconds")
+    min_backoff: float | None = Field(None, ge=0, allow_inf_nan=False,
+                                      description="seconds before the first retry")
+    max_backoff: float | None = Field(None, ge=0, allow_inf_nan=False,
+                                      description="cap on the retry delay, seconds")
     queue: str | None = Field(None, description="worker queue; default: the op's own")
 
 
@@ -60,6 +62,11 @@ class Graph(BaseModel):
 
     kind: Literal["graph"] = "graph"
     nodes: list[Node] = Field(default_factory=list)
+    namespace: str | None = Field(
+        None, max_length=200,
+        description="stored results are reused only between runs of the same namespace; a "
+        "gateway sets it to the tenant (whatever the client sent)",
+    )
 
     def add(
         self,

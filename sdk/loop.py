@@ -34,21 +34,25 @@ class Loop(BaseModel):
     prompt: str = Field(min_length=1)
     candidates: int = Field(8, ge=1, le=MAX_CANDIDATES_PER_NODE)
     rounds: int = Field(3, ge=1, le=50)
-    target: float | None = Field(None, description="stop early once a score reaches this")
+    target: float | None = Field(None, allow_inf_nan=False,
+                                 description="stop early once a score reaches this")
     evaluator: str = "clip"
     refiner: str = "seed-search"
     model: str = "tiny"
     seed: int = Field(0, ge=0)
     keep: int = Field(2, ge=1, description="best candidates that seed the next round")
     steps: int | None = Field(None, ge=1, le=200)
-    guidance: float | None = Field(None, ge=0.0, le=50.0)
+    guidance: float | None = Field(None, ge=0.0, le=50.0, allow_inf_nan=False)
     width: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     height: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     max_retries: int | None = Field(None, ge=0, le=100)
+    namespace: str | None = Field(
+        None, max_length=200, description="result namespace of the compiled graph (see Graph)"
+    )
 
     def compile(self) -> Graph:
         """The graph this loop runs as (see the module docstring)."""
-        g = Graph()
+        g = Graph(namespace=self.namespace)
         image_opts: dict[str, Any] = {
             k: v
             for k, v in {

@@ -6,12 +6,14 @@ know (name -> params model); the SDK knows the built-ins, a worker pool knows it
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from .errors import GraphError, GraphProblem
-from .graph import Graph
+from .graph import Graph, Node
 from .ops import BUILTIN_PARAMS
 
 #: Largest graph genloop accepts in one submission.
@@ -60,6 +62,7 @@ def graph_problems(
             problem(node.id, "min_backoff is larger than max_backoff")
         if ops is not None:
             problems.extend(_op_problems(node.id, node.op, node.params, ops))
+        problems.extend(value_problems(node))
 
     for cycle in _cycles(graph):
         problem(cycle[0], "cycle: " + " -> ".join(cycle + [cycle[0]]))
@@ -71,6 +74,40 @@ def validate_graph(graph: Graph, ops: Mapping[str, type[BaseModel]] | None = Non
     problems = graph_problems(graph, ops)
     if problems:
         raise GraphError(problems)
+
+
+def value_problems(node: Node, max_string: int | None = None) -> list[GraphProblem]:
+    """Values no spec may hold, wherever they sit in a node: non-finite floats (JSON cannot
+    carry them, so they would be stored as null or not parse back), strings that are not valid
+    Unicode (lone surrogates cannot be encoded to store or send), and, with ``max_string``,
+    strings longer than that (a long prompt is copied into every candidate of a node)."""
+    problems: list[GraphProblem] = []
+
+    def walk(value: Any, where: str) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append(GraphProblem(
+                node_id=node.id, message=f"{where}: {value} is not a finite number"))
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                problems.append(GraphProblem(
+                    node_id=node.id, message=f"{where}: not valid Unicode (a lone surrogate)"))
+            if max_string is not None and len(value) > max_string:
+                problems.append(GraphProblem(
+                    node_id=node.id,
+                    message=f"{where}: {len(value)} characters; at most {max_string} allowed"))
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(key, where)
+                walk(item, f"{where}.{key}" if isinstance(key, str) else where)
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                walk(item, f"{where}[{i}]")
+
+    for name in Node.model_fields:
+        walk(getattr(node, name), name)
+    return problems
 
 
 def _op_problems(

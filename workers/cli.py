@@ -60,12 +60,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import os
 
     from . import pool as w
+    from .models_config import models_config
 
+    if args.models:
+        models_config(args.models)  # a bad file fails here, not in every worker process
     env = dict(os.environ)
     env.update({
         w.ENV_REDIS: args.redis, w.ENV_ARTIFACTS: args.artifacts, w.ENV_QUEUES: args.queues,
         w.ENV_IMPORTS: ",".join(args.imports), w.ENV_PRELOAD: ",".join(args.preload),
         w.ENV_LEASE_TTL: str(args.lease_ttl), w.ENV_HEARTBEAT_MS: str(args.heartbeat_timeout_ms),
+        w.ENV_MODELS: str(Path(args.models).resolve()) if args.models else "",
     })
     argv = [sys.executable, "-m", "dramatiq", "genloop.workers.worker_main",
             "--processes", str(args.processes), "--threads", str(args.threads),
@@ -126,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--import", dest="imports", action="append", default=[],
                    help="module defining custom ops (repeatable)")
     p.add_argument("--preload", action="append", default=[], help="model to load at start")
+    p.add_argument("--models", metavar="FILE",
+                   help="models config (TOML/JSON): the names beyond the built-ins that load")
     p.add_argument("--lease-ttl", type=float, default=60.0, help="claim lease, seconds")
     p.add_argument("--heartbeat-timeout-ms", type=int, default=60_000,
                    help="requeue a dead worker's messages after this long")

@@ -5,12 +5,18 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
+from .models_config import ModelsConfig
+
 
 class Resources:
     """Handed to every op through ``ctx.resources``. Nothing is loaded until first asked for."""
 
-    def __init__(self, device: str | None = None, models: Any = None) -> None:
+    def __init__(self, device: str | None = None, models: Any = None,
+                 allowed: ModelsConfig | None = None) -> None:
+        """``models`` replaces the registry outright; ``allowed`` is the operator's models
+        config for the registry built here (``None``: trusted code, any local path loads)."""
         self.device = device
+        self.allowed = allowed
         if models is not None:
             self.models = models
 
@@ -19,7 +25,7 @@ class Resources:
         """The :class:`~genloop.workers.engine.registry.ModelRegistry` of this process."""
         from .engine.registry import ModelRegistry
 
-        return ModelRegistry(device=self.device)
+        return ModelRegistry(device=self.device, models=self.allowed)
 
     def evaluator(self, name: str):
         """The evaluator registered as ``name`` (loaded once per process)."""

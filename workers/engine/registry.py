@@ -3,9 +3,12 @@
 Pipelines stay resident in an LRU within a memory budget (:mod:`.residency`); ``preload`` loads
 and warms one up before the first request (``genloop worker --preload NAME``).
 
-``tiny`` (and other built-in names, registered by code) are built in-process; any other name
-is a diffusers model id or a local directory loaded with ``from_pretrained`` from local files
-only. The identity of a model goes into every result key, so replacing the weights behind a
+``tiny`` (and other built-in names, registered by code) are built in-process. With a
+:class:`~genloop.workers.models_config.ModelsConfig` (what ``genloop worker`` and the gateway
+pass), only the configured names resolve, each to its ``source``; any other name is ``Permanent``
+before the file system is touched. Without one (trusted code only), any other name is a
+diffusers model id or a local directory loaded with ``from_pretrained`` from local files only.
+The identity of a model goes into every result key, so replacing the weights behind a
 name invalidates stored results instead of silently reusing them.
 """
 
@@ -24,6 +27,7 @@ import torch
 
 from genloop.sdk.errors import Permanent
 
+from ..models_config import ModelsConfig
 from .residency import Residency, Resident, default_budget, pipeline_bytes
 from .tiny import TINY_VERSION, build_tiny_pipeline
 
@@ -54,7 +58,8 @@ class ModelRegistry:
     """
 
     def __init__(self, device: str | None = None, *, dtype: torch.dtype | None = None,
-                 memory_budget: int | None = None, engine_options: Any = None) -> None:
+                 memory_budget: int | None = None, engine_options: Any = None,
+                 models: ModelsConfig | None = None) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         on_cuda = self.device.startswith("cuda")
         self.dtype = dtype or (torch.float16 if on_cuda else torch.float32)
@@ -66,6 +71,7 @@ class ModelRegistry:
         self._engine_lock = threading.Lock()
         self._engine_options = engine_options
         self._engine: Any = None
+        self.models = models
         self.register("tiny", build_tiny_pipeline, TINY_VERSION,
                       ModelDefaults(steps=4, guidance=5.0, width=32, height=32))
         _register_shapes(self)
@@ -75,17 +81,36 @@ class ModelRegistry:
         """Make ``name`` a built-in model built by ``build()``."""
         self._builtin[name] = BuiltinModel(build, identity, defaults)
 
+    def _source(self, name: str) -> str:
+        """Where a non-built-in ``name`` loads from; ``Permanent`` if the config lacks it."""
+        if self.models is None:
+            return name
+        entry = self.models.models.get(name)
+        if entry is None or entry.source is None:
+            raise Permanent(f"unknown model {name!r}; allowed: {', '.join(self.models.names())}")
+        return entry.source
+
     def identity(self, name: str) -> str:
         """A string that changes whenever the weights behind ``name`` change."""
         if name in self._builtin:
             return self._builtin[name].identity
+        name = self._source(name)
         path = Path(name)
         if path.is_dir():
             return f"path:{path.resolve()}@{_tree_fingerprint(path)}"
         return f"hub:{name}@{_hub_revision(name)}"
 
     def defaults(self, name: str) -> ModelDefaults:
-        return self._builtin[name].defaults if name in self._builtin else ModelDefaults()
+        if name in self._builtin:
+            return self._builtin[name].defaults
+        entry = self.models.models.get(name) if self.models is not None else None
+        if entry is None:
+            return ModelDefaults()
+        base = ModelDefaults()
+        return ModelDefaults(
+            steps=entry.steps or base.steps,
+            guidance=base.guidance if entry.guidance is None else entry.guidance,
+            width=entry.width or base.width, height=entry.height or base.height)
 
     @property
     def engine(self) -> Any:
@@ -159,7 +184,7 @@ class ModelRegistry:
         if name in self._builtin:
             pipe = self._builtin[name].build()
         else:
-            pipe = _from_pretrained(name, self.dtype)
+            pipe = _from_pretrained(self._source(name), self.dtype)
         pipe.set_progress_bar_config(disable=True)
         return pipe
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from genloop.sdk.backend import Backend
 
+from ..models_config import ModelsConfig, models_config
 from .limits import TenantLimits
 from .store import GatewayStore
 
@@ -36,7 +37,7 @@ def open_store(args: argparse.Namespace) -> GatewayStore:
     return SqliteGatewayStore(Path(args.local) / "gateway.db")
 
 
-def open_backend(args: argparse.Namespace) -> Backend:
+def open_backend(args: argparse.Namespace, models: ModelsConfig | None = None) -> Backend:
     if args.redis:
         try:
             module = importlib.import_module("genloop.workers.redis_backend")
@@ -46,7 +47,10 @@ def open_backend(args: argparse.Namespace) -> Backend:
         return backend
     from genloop.workers.embedded import EmbeddedBackend
 
-    return EmbeddedBackend(args.local, threads=args.threads)
+    # In-process workers serve tenants: only the built-in and configured models load.
+    # Tenants take turns: at most one message per worker thread waits in each queue.
+    return EmbeddedBackend(args.local, threads=args.threads, models=models or ModelsConfig(),
+                           fair_window=args.threads)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -56,12 +60,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     for module in args.imports:  # custom ops and evaluators register on import
         importlib.import_module(module)
+    models = models_config(args.models)
     settings = GatewaySettings(
         max_body_bytes=args.max_body_bytes,
         limits=TenantLimits(max_concurrent_runs=args.max_concurrent_runs,
-                            max_candidates_per_run=args.max_candidates),
+                            max_candidates_per_run=args.max_candidates,
+                            max_cost_per_run=args.max_cost,
+                            max_concurrent_cost=args.max_concurrent_cost),
+        models=models, max_prompt_chars=args.max_prompt_chars,
+        share_results=args.share_results,
     )
-    store, backend = open_store(args), open_backend(args)
+    store, backend = open_store(args), open_backend(args, models)
     try:
         print(f"genloop gateway on http://{args.host}:{args.port}", file=sys.stderr)
         uvicorn.run(create_app(backend, store, settings), host=args.host, port=args.port,
@@ -77,14 +86,18 @@ def cmd_keys(args: argparse.Namespace) -> int:
     try:
         if args.action == "create":
             key = store.create_key(args.tenant)
-            if args.max_concurrent_runs or args.max_candidates:
+            update = {k: v for k, v in {
+                "max_concurrent_runs": args.max_concurrent_runs,
+                "max_candidates_per_run": args.max_candidates,
+                "max_cost_per_run": args.max_cost,
+                "max_concurrent_cost": args.max_concurrent_cost,
+                "models": args.models.split(",") if args.models else None,
+                "evaluators": args.evaluators.split(",") if args.evaluators else None,
+            }.items() if v}
+            if update:
                 limits = store.limits(args.tenant) or TenantLimits()
-                store.set_limits(args.tenant, limits.model_copy(update={
-                    k: v for k, v in {
-                        "max_concurrent_runs": args.max_concurrent_runs,
-                        "max_candidates_per_run": args.max_candidates,
-                    }.items() if v
-                }))
+                store.set_limits(args.tenant, TenantLimits.model_validate(
+                    {**limits.model_dump(), **update}))
             print(key)
         elif args.action == "revoke":
             info = store.revoke(args.key)
@@ -113,6 +126,16 @@ def register(sub: Any) -> None:
     p.add_argument("--max-body-bytes", type=int, default=1_000_000)
     p.add_argument("--max-concurrent-runs", type=int, default=8, help="default per tenant")
     p.add_argument("--max-candidates", type=int, default=1024, help="default per run")
+    p.add_argument("--max-cost", type=float, default=100_000.0,
+                   help="default megapixel-steps per run (retries counted)")
+    p.add_argument("--max-concurrent-cost", type=float, default=400_000.0,
+                   help="default megapixel-steps of a tenant's unfinished runs")
+    p.add_argument("--models", metavar="FILE",
+                   help="models config (TOML/JSON): the model names beyond the built-ins")
+    p.add_argument("--max-prompt-chars", type=int, default=4000,
+                   help="longest prompt (or other string) a spec may hold")
+    p.add_argument("--share-results", action="store_true",
+                   help="reuse stored results across tenants (they learn what others asked)")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="import a module first (custom ops); repeatable")
     p.add_argument("--log-level", default="info")
@@ -126,6 +149,11 @@ def register(sub: Any) -> None:
     create.add_argument("--tenant", required=True)
     create.add_argument("--max-concurrent-runs", type=int, help="this tenant's limit")
     create.add_argument("--max-candidates", type=int, help="this tenant's per-run limit")
+    create.add_argument("--max-cost", type=float, help="megapixel-steps per run")
+    create.add_argument("--max-concurrent-cost", type=float,
+                        help="megapixel-steps of unfinished runs together")
+    create.add_argument("--models", help="comma-separated models this tenant may use")
+    create.add_argument("--evaluators", help="comma-separated evaluators this tenant may use")
     revoke = actions.add_parser("revoke", help="revoke a key (the key itself or its id)")
     _target(revoke)
     revoke.add_argument("key")

@@ -39,6 +39,11 @@ def refiner(name: str) -> Callable[[Refiner], Refiner]:
     return register
 
 
+def strategy_names() -> list[str]:
+    """The registered refine strategies (a gateway refuses any other name at submit)."""
+    return sorted(_REFINERS)
+
+
 def _best(scored: list[ScoredCandidate], keep: int) -> list[ScoredCandidate]:
     return sorted(scored, key=lambda c: (-c.score, c.round, c.index))[:keep]
 
