@@ -64,6 +64,8 @@ COMMANDS: tuple[Command, ...] = (
             "genloop.workers.gateway.cli:setup_keys"),
     Command("campaign", "ad campaigns: a spec file to finished creatives",
             "genloop.campaign.cli:setup", extra="campaign"),
+    Command("mcp", "serve genloop's agent tools over MCP (stdio or streamable HTTP)",
+            "genloop.integrations.cli:setup", extra="mcp"),
 )
 
 
