@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from genloop.sdk.errors import Permanent
 from PIL import Image
 
-from .base import Evaluator, Scores, check_finite, fingerprint
+from genloop.sdk.errors import Permanent
+from genloop.workers.fingerprint import fingerprint
+
+from .base import Evaluator, Scores, check_finite
 from .embedding import EmbeddingEvaluator
 
 if TYPE_CHECKING:

@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 
 import torch
-from genloop.sdk.errors import Permanent
 from PIL import Image
 
-from .base import fingerprint
+from genloop.sdk.errors import Permanent
+from genloop.workers.fingerprint import fingerprint
+
 from .embedding import EmbeddingEvaluator, resolve_device, resolve_dtype
 
 logger = logging.getLogger(__name__)

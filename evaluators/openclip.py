@@ -23,10 +23,11 @@ from pathlib import Path
 
 import open_clip
 import torch
-from genloop.sdk.errors import Permanent
 from PIL import Image
 
-from .base import fingerprint
+from genloop.sdk.errors import Permanent
+from genloop.workers.fingerprint import fingerprint
+
 from .embedding import EmbeddingEvaluator, resolve_device, resolve_dtype
 
 #: Small architectures (ViT image tower, transformer text tower, open_clip's 49408-token BPE)
