@@ -126,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--import", dest="imports", action="append", default=[],
                    help="module defining custom ops (repeatable)")
     p.add_argument("--preload", action="append", default=[], help="model to load at start")
-    p.add_argument("--lease-ttl", type=float, default=60.0, help="claim lease, seconds")
+    p.add_argument("--lease-ttl", type=float, default=15.0,
+                   help="claim lease, seconds (renewed every third); a dead worker's work "
+                   "is re-sent about a lease plus a sweep tick after it died")
     p.add_argument("--heartbeat-timeout-ms", type=int, default=60_000,
                    help="requeue a dead worker's messages after this long")
 

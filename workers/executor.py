@@ -5,8 +5,8 @@ A message names (run id, instance id); the instance's params and inputs are in t
 2. If a result is stored under the instance's result key, it completes at once (no op body).
 3. Otherwise the worker takes a lease on the key. If another worker holds it (the same message
    delivered twice, or the same work in another run), the message is re-enqueued to look again
-   after the lease's remaining time: it never runs the body while the holder is alive, and it
-   takes over if the holder dies and its lease runs out.
+   shortly (at most :data:`LEASE_POLL_CAP`): it never runs the body while the holder is alive,
+   finds the holder's result soon after it is stored, and takes over if the holder dies.
 4. The op body runs while the process's lease keeper renews the lease; the scheduler stores its
    result and completes the instance in one transaction.
 Failures propagate to Dramatiq: its Retries middleware decides on a retry, and
@@ -35,6 +35,9 @@ from .stores.base import StateStore
 from .stores.records import InstanceRecord, ItemRef, ResultRecord
 
 log = logging.getLogger(__name__)
+
+#: Longest wait before a delivery that found its key leased looks again (seconds).
+LEASE_POLL_CAP = 0.5
 
 
 class LeaseKeeper:
@@ -130,7 +133,9 @@ class Executor:
         # One lease token per execution: two threads of this process are two claimants.
         owner = f"{self.owner}/{uuid.uuid4().hex[:8]}"
         if not self.store.claim(key, owner, self.lease_ttl):
-            delay = max(self.store.lease_remaining(key), 0.05)
+            # Look again soon rather than after the whole lease: the holder usually finishes
+            # long before its lease would run out, and then the stored result completes us.
+            delay = min(max(self.store.lease_remaining(key), 0.05), LEASE_POLL_CAP)
             log.debug("%s/%s: key %s is leased elsewhere; looking again in %.2fs",
                       run_id, instance_id, key[:12], delay)
             self.scheduler.enqueue([inst], delay)
@@ -141,7 +146,7 @@ class Executor:
             if stored is not None:
                 self.scheduler.succeeded(run_id, instance_id, stored, cached=True)
                 return
-            if self.scheduler.started(run_id, instance_id, self._attempt_of()) is None:
+            if self.scheduler.started(run_id, instance_id, self._attempt_of(), key) is None:
                 return
             result = self._run_body(spec, params, inst, key)
             # Completed while still holding the lease, so a twin waiting on it finds the

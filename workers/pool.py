@@ -44,7 +44,6 @@ ENV_LEASE_TTL = "GENLOOP_LEASE_TTL"
 ENV_HEARTBEAT_MS = "GENLOOP_HEARTBEAT_TIMEOUT_MS"
 ENV_MAINTENANCE = "GENLOOP_MAINTENANCE_CHANCE"
 ENV_SWEEP_EVERY = "GENLOOP_SWEEP_EVERY"
-ENV_STALE_AFTER = "GENLOOP_STALE_AFTER"
 
 
 def _list(name: str) -> list[str]:
@@ -74,9 +73,8 @@ def build():
     wiring = wire(
         broker, RedisStateStore(client=client, prefix=prefix), open_artifact_store(artifacts_uri),
         default_registry, queues=queues, resources=resources,
-        lease_ttl=float(os.environ.get(ENV_LEASE_TTL, "60")),
+        lease_ttl=float(os.environ.get(ENV_LEASE_TTL, "15")),
         sweep_every=float(os.environ.get(ENV_SWEEP_EVERY, "5")),
-        stale_after=float(os.environ.get(ENV_STALE_AFTER, "300")),
     )
     publish(client, default_registry, queues, prefix)
     for name in _list(ENV_PRELOAD):

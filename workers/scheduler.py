@@ -15,9 +15,9 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
-from genloop.sdk.errors import GraphError, GraphProblem
+from genloop.sdk.errors import GraphError, GraphProblem, NotFound, StoreError
 from genloop.sdk.graph import Graph
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import NodeStatus, RunSpec, RunStatus
@@ -41,6 +41,8 @@ from .stores.records import (
 log = logging.getLogger(__name__)
 
 Enqueue = Callable[[Sequence[InstanceRecord], float], None]
+#: Messages waiting, not yet fetched by any worker, on a queue.
+Backlog = Callable[[str], int]
 _SPEC = TypeAdapter(RunSpec)
 
 
@@ -53,12 +55,15 @@ class Scheduler:
 
     def __init__(
         self, store: StateStore, registry: OpRegistry, enqueue: Enqueue,
-        queues: Sequence[str] | None = None,
+        queues: Sequence[str] | None = None, backlog: Backlog | None = None,
+        complete_patience: float = 30.0,
     ) -> None:
         self.store = store
         self.registry = registry
         self.enqueue = enqueue
         self.queues = set(queues) if queues is not None else None
+        self.backlog = backlog
+        self.complete_patience = complete_patience
         self._topologies: OrderedDict[str, Topology] = OrderedDict()
 
     # -- submit -----------------------------------------------------------------------------
@@ -111,8 +116,11 @@ class Scheduler:
         return topo
 
     # -- one instance's life ------------------------------------------------------------------
-    def started(self, run_id: str, instance_id: str, attempt: int) -> InstanceRecord | None:
-        """Mark the instance running; ``None`` if it must not run (ended, or run cancelled)."""
+    def started(self, run_id: str, instance_id: str, attempt: int,
+                key: str | None = None) -> InstanceRecord | None:
+        """Mark the instance running; ``None`` if it must not run (ended, or run cancelled).
+        ``key`` is the result key whose lease the caller holds: the sweeper reads it to tell a
+        live holder from a dead one."""
         with self.store.transaction(run_id) as tx:
             inst, run = tx.instance(instance_id), tx.run()
             if inst.status.terminal:
@@ -122,6 +130,8 @@ class Scheduler:
                 tx.put_run(run)
                 return None
             inst.status, inst.attempts = NodeStatus.RUNNING, attempt
+            if key is not None:
+                inst.result_key = key
             tx.put_instance(inst)
             tx.event(_ev("instance.started", node_id=inst.node_id, instance_id=instance_id,
                          attempt=attempt, status="running"))
@@ -158,9 +168,26 @@ class Scheduler:
     def cancelled(self, run_id: str, instance_id: str) -> None:
         self._complete(run_id, instance_id, NodeStatus.CANCELLED)
 
-    def _complete(self, run_id: str, instance_id: str, status: NodeStatus, *,
-                  result: ResultRecord | None = None, cached: bool = False,
-                  error: BaseException | None = None, attempts: int = 1) -> None:
+    def _complete(self, run_id: str, instance_id: str, status: NodeStatus, **how) -> None:
+        """Complete, retried with a capped backoff through a store outage (a Redis restart):
+        the work is done and its lease still held, so it is worth landing. Retrying is safe:
+        a completion that did commit finds the instance ended and stops. If the store stays
+        away, the error propagates and the sweeper re-sends the instance once its lease ends."""
+        deadline, delay = time.monotonic() + self.complete_patience, 0.1
+        while True:
+            try:
+                return self._complete_once(run_id, instance_id, status, **how)
+            except StoreError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("%s/%s: completing failed (%s); retrying in %.1fs",
+                            run_id, instance_id, exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _complete_once(self, run_id: str, instance_id: str, status: NodeStatus, *,
+                       result: ResultRecord | None = None, cached: bool = False,
+                       error: BaseException | None = None, attempts: int = 1) -> None:
         with self.store.transaction(run_id) as tx:
             inst, run = tx.instance(instance_id), tx.run()
             if inst.status.terminal:
@@ -351,25 +378,70 @@ class Scheduler:
         self.enqueue(instances, 0.0)
         self.store.clear_outbox(entries)
 
-    def sweep(self, older_than: float = 10.0, stale_after: float | None = None) -> int:
-        """Enqueue outbox entries a crashed worker left behind and, with ``stale_after``, the
-        unfinished instances nothing has touched for that long: their message may have been
-        lost with a broker's memory, or stuck with a worker that can no longer ack it. A message
-        sent for an instance that was in fact running is harmless: it waits for the lease and
-        then finds the instance finished. Returns how many messages were sent."""
+    def sweep(self, older_than: float = 10.0, grace: float | None = None) -> int:
+        """Re-send what a fault left behind; returns how many messages were sent.
+
+        - Outbox entries older than ``older_than``: a worker committed a completion and died
+          before enqueuing the children it released.
+        - With ``grace``, unfinished instances nothing has written for that long (see
+          :meth:`recover`).
+
+        A record that cannot be read is quarantined and the sweep goes on with the rest: one
+        bad record must not stop recovery for every run.
+        """
         entries = self.store.outbox(older_than=older_than)
-        live = [i for i in (self.store.instance(r, iid) for r, iid in entries)
-                if not i.status.terminal]
+        live = [i for i in self._readable(entries) if not i.status.terminal]
         self.enqueue(live, 0.0)
         self.store.clear_outbox(entries)
-        stale: list[InstanceRecord] = []
-        if stale_after is not None:
-            found = self.store.stale_instances(older_than=stale_after)
-            stale = [i for i in (self.store.instance(r, iid) for r, iid in found)
-                     if not i.status.terminal]
-            if stale:
-                log.warning("re-sending %d instance(s) untouched for %.0fs", len(stale),
-                            stale_after)
-            self.enqueue(stale, 0.0)
-            self.store.touch(found)
-        return len(live) + len(stale)
+        sent = len(live)
+        if grace is not None:
+            sent += self.recover(grace)
+        return sent
+
+    def recover(self, grace: float, limit: int = 1000) -> int:
+        """Re-send the unfinished instances that nobody is working on.
+
+        An instance untouched for ``grace`` seconds is re-sent when
+        - it is running and the lease on its result key has ended (its worker died or lost
+          Redis): a live holder is never duplicated;
+        - it is queued and its queue has no message waiting to be fetched: its message was lost
+          (deleted, or stuck in the ack set of a worker that cannot ack it after a Redis
+          restart). While a backlog waits, queued instances are only marked seen, so a long
+          queue is not flooded with duplicates.
+        Re-sent and seen instances are touched, so each is looked at again ``grace`` later.
+        Duplicates are harmless: the executor's claim runs the body at most once at a time.
+        """
+        found = self.store.stale_instances(older_than=grace, limit=limit)
+        resend: list[InstanceRecord] = []
+        waiting: dict[str, int] = {}
+        seen: list[tuple[str, str]] = []
+        for inst in self._readable(found):
+            if inst.status == NodeStatus.RUNNING:
+                if inst.result_key is not None and self.store.lease_remaining(inst.result_key):
+                    continue  # a live holder: look again at the next sweep
+            elif self.backlog is not None:
+                if inst.queue not in waiting:
+                    waiting[inst.queue] = self.backlog(inst.queue)
+                if waiting[inst.queue] > 0:
+                    seen.append((inst.run_id, inst.instance_id))
+                    continue
+            resend.append(inst)
+        if resend:
+            log.warning("re-sending %d instance(s) with no live lease for %.0fs", len(resend),
+                        grace)
+            self.enqueue(resend, 0.0)
+        self.store.touch(seen + [(i.run_id, i.instance_id) for i in resend])
+        return len(resend)
+
+    def _readable(self, entries: Sequence[tuple[str, str]]) -> list[InstanceRecord]:
+        """The entries' records; unreadable ones are quarantined (with an event) and left out."""
+        out = []
+        for run_id, instance_id in entries:
+            try:
+                out.append(self.store.instance(run_id, instance_id))
+            except (NotFound, ValidationError, ValueError) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                log.error("quarantining %s/%s, its record cannot be read: %s", run_id,
+                          instance_id, reason)
+                self.store.quarantine(run_id, instance_id, reason[:2000])
+        return out

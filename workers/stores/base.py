@@ -155,6 +155,12 @@ class StateStore(ABC):
     def touch(self, entries: Sequence[tuple[str, str]]) -> None:
         """Mark unfinished instances as just seen (after re-sending their message)."""
 
+    @abstractmethod
+    def quarantine(self, run_id: str, instance_id: str, reason: str) -> None:
+        """Take an instance whose record cannot be read out of the outbox and the unfinished
+        set, so that the sweeper stops tripping over it, and say so in the run's events. The
+        record itself is kept for an operator to inspect."""
+
     # -- events -----------------------------------------------------------------------------
     @abstractmethod
     def append_event(self, run_id: str, event: EventRecord) -> int:

@@ -107,6 +107,11 @@ class _Keys:
         return f"{self.p}:outbox"
 
     @property
+    def quarantine(self) -> str:
+        """Unreadable instances taken out of recovery: member -> why."""
+        return f"{self.p}:quarantine"
+
+    @property
     def live(self) -> str:
         """Unfinished instances, scored by when they last changed."""
         return f"{self.p}:live"
@@ -377,6 +382,18 @@ class RedisStateStore(StateStore):
             # XX: only entries still live; a finished instance must not come back.
             self.client.zadd(self.keys.live, {f"{r}|{i}": time.time() for r, i in entries},
                              xx=True)
+
+    @translate_redis_errors
+    def quarantine(self, run_id: str, instance_id: str, reason: str) -> None:
+        member = f"{run_id}|{instance_id}"
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.zrem(self.keys.live, member)
+            pipe.hdel(self.keys.outbox, member)
+            pipe.hset(self.keys.quarantine, member, reason)
+            pipe.rpush(self.keys.events(run_id), _event_json(EventRecord(
+                type="instance.quarantined", time=time.time(), instance_id=instance_id,
+                error=reason)))
+            pipe.execute()
 
     # -- events -----------------------------------------------------------------------------
     @translate_redis_errors

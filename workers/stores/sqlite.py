@@ -323,6 +323,16 @@ class SqliteStateStore(StateStore):
                     [(now, r, i) for r, i in entries],
                 )
 
+    def quarantine(self, run_id: str, instance_id: str, reason: str) -> None:
+        with self._write() as c:
+            c.execute("UPDATE instances SET live = 0 WHERE run_id = ? AND instance_id = ?",
+                      (run_id, instance_id))
+            c.execute("DELETE FROM outbox WHERE run_id = ? AND instance_id = ?",
+                      (run_id, instance_id))
+            _append_event(c, run_id, EventRecord(
+                type="instance.quarantined", time=time.time(), instance_id=instance_id,
+                error=reason))
+
     # -- events -----------------------------------------------------------------------------
     def append_event(self, run_id: str, event: EventRecord) -> int:
         with self._write() as c:
