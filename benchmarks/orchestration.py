@@ -10,6 +10,10 @@ queue. genloop submits a graph of N independent no-op nodes and waits for the ru
 goes through validation, the store, a claim, a result and the scheduler. Also: latency from
 submit to the first node's start (p50/p99 over single-node runs), and with ``--fanout`` one run
 that maps a node over that many items (wall time, and Redis memory per node instance).
+
+On Redis it also counts Redis commands per node (``INFO commandstats``, a script call counting
+as one, Dramatiq's own commands included) over one more run of N nodes, polled slowly and with
+the polls subtracted, and the same for raw Dramatiq messages.
 """
 
 from __future__ import annotations
@@ -104,6 +108,33 @@ def fanout(wiring, n: int, redis_client) -> dict:
     return out
 
 
+def total_calls(redis_client) -> int:
+    return sum(v["calls"] for v in redis_client.info("commandstats").values())
+
+
+def commands_per_node(wiring, broker, raw_noop, n: int, offset: int, redis_client) -> dict:
+    """Redis commands per no-op node and per raw message. Both sides' idle consumers poll
+    Redis too; that share is included, as it would be in a real pool."""
+    store = wiring.scheduler.store
+    g = Graph()
+    for i in range(n):
+        g.add("noop", id=f"n{i}", params={"i": offset + i})
+    before = total_calls(redis_client)
+    run = wiring.scheduler.submit(g)
+    polls = 0
+    while not store.get_run(run.id).status.terminal:
+        polls += 1
+        time.sleep(0.05)
+    polls += 1
+    genloop = (total_calls(redis_client) - before - polls - 1) / n  # -1: the INFO itself
+    before = total_calls(redis_client)
+    for i in range(n):
+        raw_noop.send(i)
+    broker.join("cpu")
+    raw = (total_calls(redis_client) - before - 1) / n
+    return {"redis_commands_per_node": genloop, "redis_commands_per_raw_message": raw}
+
+
 def raw_throughput(broker, raw_noop, n: int) -> float:
     t0 = time.perf_counter()
     for i in range(n):
@@ -184,6 +215,9 @@ def main() -> None:
             lat_g = genloop_latency(wiring, args.latency_runs, offset=-1 - args.latency_runs)
             lat_r = raw_latency(raw_noop, started, done, args.latency_runs)
             fan = fanout(wiring, args.fanout, redis_client) if args.fanout else {}
+            if redis_client:
+                fan.update(commands_per_node(wiring, broker, raw_noop, min(args.nodes, 400),
+                                             10 * args.nodes, redis_client))
         finally:
             worker.stop()
             if redis_client:
@@ -211,7 +245,10 @@ def main() -> None:
     g, r = report["genloop_submit_to_start_ms"], report["raw_send_to_start_ms"]
     print(f"  submit->start: genloop p50 {g['p50']:.2f} ms p99 {g['p99']:.2f} ms | "
           f"raw p50 {r['p50']:.2f} ms p99 {r['p99']:.2f} ms")
-    if fan:
+    if "redis_commands_per_node" in report:
+        print(f"  Redis calls  : genloop {report['redis_commands_per_node']:.1f} per node | "
+              f"raw {report['redis_commands_per_raw_message']:.1f} per message")
+    if "fanout_nodes" in fan:
         line = f"  fan-out      : {fan['fanout_nodes']} mapped nodes {fan['fanout_status']} in " \
                f"{fan['fanout_wall_s']:.1f} s"
         if "redis_bytes_per_node" in fan:

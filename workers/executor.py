@@ -126,28 +126,27 @@ class Executor:
         key = result_key(spec.name, spec.version, params.model_dump(mode="json"), inst.inputs,
                          identity)
 
-        stored = self.store.get_result(key)
-        if stored is not None:
-            self.scheduler.succeeded(run_id, instance_id, stored, cached=True)
-            return
         # One lease token per execution: two threads of this process are two claimants.
         owner = f"{self.owner}/{uuid.uuid4().hex[:8]}"
-        if not self.store.claim(key, owner, self.lease_ttl):
+        outcome, lease = self.scheduler.claim_and_start(inst, self._attempt_of(), key, owner,
+                                                        self.lease_ttl)
+        if outcome == "stored":
+            stored = self.store.get_result(key)
+            if stored is not None:  # results are never deleted; None only if the store lost it
+                self.scheduler.succeeded(run_id, instance_id, stored, cached=True)
+                return
+            outcome, lease = "leased", 0.0
+        if outcome == "leased":
             # Look again soon rather than after the whole lease: the holder usually finishes
             # long before its lease would run out, and then the stored result completes us.
-            delay = min(max(self.store.lease_remaining(key), 0.05), LEASE_POLL_CAP)
+            delay = min(max(lease, 0.05), LEASE_POLL_CAP)
             log.debug("%s/%s: key %s is leased elsewhere; looking again in %.2fs",
                       run_id, instance_id, key[:12], delay)
             self.scheduler.enqueue([inst], delay)
             return
+        if outcome != "started":
+            return
         with self.leases.hold(key, owner):
-            # Checked again under the lease: the holder before us may have just stored it.
-            stored = self.store.get_result(key)
-            if stored is not None:
-                self.scheduler.succeeded(run_id, instance_id, stored, cached=True)
-                return
-            if self.scheduler.started(run_id, instance_id, self._attempt_of(), key) is None:
-                return
             result = self._run_body(spec, params, inst, key)
             # Completed while still holding the lease, so a twin waiting on it finds the
             # result stored as soon as the lease is released.

@@ -15,7 +15,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from genloop.sdk.errors import GraphError, GraphProblem, NotFound, StoreError
 from genloop.sdk.graph import Graph
@@ -46,8 +46,24 @@ Backlog = Callable[[str], int]
 _SPEC = TypeAdapter(RunSpec)
 
 
+#: Outbox entries ``(run id, NODE_MARK + node id)`` stand for a node whose instances all ended
+#: and whose completion may still be due. Node ids cannot contain it.
+NODE_MARK = "@"
+
+
 def _ev(type_: str, **fields) -> EventRecord:
     return EventRecord(type=type_, time=time.time(), **fields)
+
+
+def _instance_event(inst: InstanceRecord, cached: bool = False) -> EventRecord:
+    status = inst.status
+    return _ev(
+        f"instance.{status.value}", node_id=inst.node_id, instance_id=inst.instance_id,
+        status=status.value, attempt=inst.attempts or None,
+        error=f"{inst.failure.error_type}: {inst.failure.message}" if inst.failure else None,
+        message=(f"{inst.outputs} item(s)" + (", cached" if cached else ""))
+        if status == NodeStatus.SUCCEEDED else None,
+    )
 
 
 class Scheduler:
@@ -145,6 +161,39 @@ class Scheduler:
                 tx.event(_ev("run.running", status="running"))
             return inst
 
+    def claim_and_start(self, inst: InstanceRecord, attempt: int, key: str, owner: str,
+                        ttl: float) -> tuple[str, float]:
+        """Take the lease on ``key`` and mark ``inst`` running. Returns ``(outcome, lease)``:
+        ``started`` (``owner`` holds the lease), ``stored`` (a result is there: complete with
+        it), ``leased`` (someone else holds it, ``lease`` seconds left) or ``ended`` (the
+        instance must not run). On a store with scripted transitions this is one round trip."""
+        fast = getattr(self.store, "start_instance", None)
+        if fast is not None:
+            running = inst.model_copy(update={
+                "status": NodeStatus.RUNNING, "attempts": attempt, "result_key": key})
+            outcome, lease = fast(
+                running, key, owner, ttl,
+                _ev("instance.started", node_id=inst.node_id, instance_id=inst.instance_id,
+                    attempt=attempt, status="running"),
+                _ev("run.running", status="running"))
+            if outcome == "missing":
+                raise NotFound(f"no instance {inst.instance_id!r} in run {inst.run_id!r}")
+            if outcome != "cancelling":
+                return outcome, lease
+        # One step at a time; "cancelling" comes here, where started() cancels the instance.
+        if self.store.get_result(key) is not None:
+            return "stored", 0.0
+        if not self.store.claim(key, owner, ttl):
+            return "leased", self.store.lease_remaining(key)
+        # Checked again under the lease: the holder before us may have just stored it.
+        if self.store.get_result(key) is not None:
+            self.store.release(key, owner)
+            return "stored", 0.0
+        if self.started(inst.run_id, inst.instance_id, attempt, key) is None:
+            self.store.release(key, owner)
+            return "ended", 0.0
+        return "started", 0.0
+
     def retrying(self, run_id: str, instance_id: str, attempt: int, error: BaseException) -> None:
         """An attempt failed and Dramatiq will retry the message."""
         with self.store.transaction(run_id) as tx:
@@ -188,6 +237,9 @@ class Scheduler:
     def _complete_once(self, run_id: str, instance_id: str, status: NodeStatus, *,
                        result: ResultRecord | None = None, cached: bool = False,
                        error: BaseException | None = None, attempts: int = 1) -> None:
+        fast = getattr(self.store, "finish_instance", None)
+        if fast is not None and result is not None:
+            return self._finish_scripted(fast, run_id, instance_id, result, cached)
         with self.store.transaction(run_id) as tx:
             inst, run = tx.instance(instance_id), tx.run()
             if inst.status.terminal:
@@ -207,18 +259,43 @@ class Scheduler:
             tx.put_run(run)
         self.flush([(run_id, i.instance_id) for i in released], released)
 
+    def _finish_scripted(self, finish: Callable[..., int], run_id: str, instance_id: str,
+                         result: ResultRecord, cached: bool) -> None:
+        """A success in one script; the node's completion follows in a run transaction only
+        when this was its last pending instance (see ``stores/redis_scripts.py``)."""
+        inst = self.store.instance(run_id, instance_id)
+        if inst.status.terminal:
+            return
+        inst.status = NodeStatus.SUCCEEDED
+        inst.result_key, inst.outputs, inst.halted = result.key, len(result.items), result.halt
+        left = finish(inst, _instance_event(inst, cached), None if cached else result)
+        if left == -4:  # another execution stored first: complete with its result
+            stored = self.store.get_result(result.key)
+            return self._finish_scripted(finish, run_id, instance_id, stored, cached=True)
+        if left == -3:
+            raise NotFound(f"no instance {instance_id!r} in run {run_id!r}")
+        if left == 0:
+            self.finish_node(run_id, inst.node_id)
+
+    def finish_node(self, run_id: str, node_id: str) -> None:
+        """Complete a node whose instances have all ended (after a scripted completion, or from
+        the sweeper when the worker that counted it down died), then clear its marker."""
+        released: list[InstanceRecord] = []
+        with self.store.transaction(run_id) as tx:
+            node = tx.node(node_id)
+            if not node.status.terminal and node.pending_instances <= 0:
+                run = tx.run()
+                released = self._node_done(tx, run, node)
+                tx.put_run(run)
+        self.flush([(run_id, NODE_MARK + node_id)] + [(run_id, i.instance_id) for i in released],
+                   released)
+
     # -- node and run transitions (inside a transaction) -------------------------------------
     def _instance_done(self, tx: RunTx, run: RunRecord, inst: InstanceRecord,
                        status: NodeStatus, cached: bool = False) -> list[InstanceRecord]:
         inst.status = status
         tx.put_instance(inst)
-        tx.event(_ev(
-            f"instance.{status.value}", node_id=inst.node_id, instance_id=inst.instance_id,
-            status=status.value, attempt=inst.attempts or None,
-            error=f"{inst.failure.error_type}: {inst.failure.message}" if inst.failure else None,
-            message=(f"{inst.outputs} item(s)" + (", cached" if cached else ""))
-            if status == NodeStatus.SUCCEEDED else None,
-        ))
+        tx.event(_instance_event(inst, cached))
         node = tx.node(inst.node_id)
         node.pending_instances -= 1
         if node.pending_instances > 0:
@@ -379,69 +456,7 @@ class Scheduler:
         self.store.clear_outbox(entries)
 
     def sweep(self, older_than: float = 10.0, grace: float | None = None) -> int:
-        """Re-send what a fault left behind; returns how many messages were sent.
+        """Re-send what a fault left behind (see :func:`.recovery.sweep`)."""
+        from .recovery import sweep
 
-        - Outbox entries older than ``older_than``: a worker committed a completion and died
-          before enqueuing the children it released.
-        - With ``grace``, unfinished instances nothing has written for that long (see
-          :meth:`recover`).
-
-        A record that cannot be read is quarantined and the sweep goes on with the rest: one
-        bad record must not stop recovery for every run.
-        """
-        entries = self.store.outbox(older_than=older_than)
-        live = [i for i in self._readable(entries) if not i.status.terminal]
-        self.enqueue(live, 0.0)
-        self.store.clear_outbox(entries)
-        sent = len(live)
-        if grace is not None:
-            sent += self.recover(grace)
-        return sent
-
-    def recover(self, grace: float, limit: int = 1000) -> int:
-        """Re-send the unfinished instances that nobody is working on.
-
-        An instance untouched for ``grace`` seconds is re-sent when
-        - it is running and the lease on its result key has ended (its worker died or lost
-          Redis): a live holder is never duplicated;
-        - it is queued and its queue has no message waiting to be fetched: its message was lost
-          (deleted, or stuck in the ack set of a worker that cannot ack it after a Redis
-          restart). While a backlog waits, queued instances are only marked seen, so a long
-          queue is not flooded with duplicates.
-        Re-sent and seen instances are touched, so each is looked at again ``grace`` later.
-        Duplicates are harmless: the executor's claim runs the body at most once at a time.
-        """
-        found = self.store.stale_instances(older_than=grace, limit=limit)
-        resend: list[InstanceRecord] = []
-        waiting: dict[str, int] = {}
-        seen: list[tuple[str, str]] = []
-        for inst in self._readable(found):
-            if inst.status == NodeStatus.RUNNING:
-                if inst.result_key is not None and self.store.lease_remaining(inst.result_key):
-                    continue  # a live holder: look again at the next sweep
-            elif self.backlog is not None:
-                if inst.queue not in waiting:
-                    waiting[inst.queue] = self.backlog(inst.queue)
-                if waiting[inst.queue] > 0:
-                    seen.append((inst.run_id, inst.instance_id))
-                    continue
-            resend.append(inst)
-        if resend:
-            log.warning("re-sending %d instance(s) with no live lease for %.0fs", len(resend),
-                        grace)
-            self.enqueue(resend, 0.0)
-        self.store.touch(seen + [(i.run_id, i.instance_id) for i in resend])
-        return len(resend)
-
-    def _readable(self, entries: Sequence[tuple[str, str]]) -> list[InstanceRecord]:
-        """The entries' records; unreadable ones are quarantined (with an event) and left out."""
-        out = []
-        for run_id, instance_id in entries:
-            try:
-                out.append(self.store.instance(run_id, instance_id))
-            except (NotFound, ValidationError, ValueError) as exc:
-                reason = f"{type(exc).__name__}: {exc}"
-                log.error("quarantining %s/%s, its record cannot be read: %s", run_id,
-                          instance_id, reason)
-                self.store.quarantine(run_id, instance_id, reason[:2000])
-        return out
+        return sweep(self, older_than, grace)

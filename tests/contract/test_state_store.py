@@ -198,7 +198,7 @@ def test_stale_instances_are_the_unfinished_ones_nobody_touched(store):
         tx.put_instance(done)
     store.touch([("r1", "a#1"), ("r1", "a#0")])
 
-    assert store.stale_instances(older_than=0.01) == []
+    assert store.stale_instances(older_than=2) == []  # seconds apart even on a loaded machine
     time.sleep(0.05)
     assert store.stale_instances(older_than=0.01) == [("r1", "a#1")]
 

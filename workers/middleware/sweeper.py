@@ -3,7 +3,7 @@
 Every worker process runs this sweeper thread, but only the one holding the store's ``sweeper``
 lock acts on a tick, so work is not re-sent by every process at once. (Re-sending twice would be
 harmless anyway: claims make the second delivery a no-op.) Each tick
-(:meth:`~genloop.workers.scheduler.Scheduler.sweep`):
+(:func:`genloop.workers.recovery.sweep`):
 
 - enqueues outbox entries a worker left when it died between committing a completion and
   enqueuing the children it released;

@@ -27,6 +27,7 @@ import redis
 from genloop.sdk.errors import NotFound, StoreError
 from genloop.sdk.models import Event
 
+from . import redis_scripts
 from .base import IdempotencyConflict, RunTx, StateStore
 from .records import (
     EventRecord,
@@ -127,6 +128,17 @@ def _write_instance(pipe, k: _Keys, inst: InstanceRecord) -> None:
         pipe.zadd(k.live, {member: time.time()})
 
 
+def _until_not_busy(call: Callable[[], Any]) -> Any:
+    """Run a transition script until no run transaction holds the run's lock (milliseconds)."""
+    delay = 0.0005
+    while True:
+        out = call()
+        if out not in (-2, [b"busy", 0]):
+            return out
+        time.sleep(delay)
+        delay = min(delay * 2, 0.01)
+
+
 def _event_json(event: EventRecord) -> str:
     return event.model_dump_json(exclude_none=True)
 
@@ -215,6 +227,8 @@ class RedisStateStore(StateStore):
         self._renew = self.client.register_script(_RENEW)
         self._release = self.client.register_script(_RELEASE)
         self._take = self.client.register_script(_TAKE)
+        self._start = self.client.register_script(redis_scripts.START)
+        self._finish = self.client.register_script(redis_scripts.FINISH)
 
     # -- runs -------------------------------------------------------------------------------
     @translate_redis_errors
@@ -317,6 +331,37 @@ class RedisStateStore(StateStore):
                 guard.execute()
             except redis.WatchError as exc:
                 raise StoreError("run lock lost while committing") from exc
+
+    # -- hot transitions as scripts (see redis_scripts) --------------------------------------
+    @translate_redis_errors
+    def start_instance(self, running: InstanceRecord, key: str, owner: str, ttl: float,
+                       started: EventRecord, run_running: EventRecord) -> tuple[str, float]:
+        """Claim ``key`` for ``owner`` and store ``running`` in one step. Returns the outcome
+        (``started``, ``stored``, ``leased``, ``ended``, ``cancelling``, ``missing``) and, when
+        leased, the seconds left on the holder's lease."""
+        k, r = self.keys, running.run_id
+        outcome, ms = _until_not_busy(lambda: self._start(
+            keys=[k.claim(key), k.result(key), k.instances(r), k.nodes(r), k.run(r),
+                  k.events(r), k.live, k.lock(r)],
+            args=[owner, int(ttl * 1000), running.instance_id, running.model_dump_json(),
+                  running.node_id, _event_json(started), _event_json(run_running),
+                  f"{r}|{running.instance_id}", time.time()]))
+        return outcome.decode(), max(int(ms), 0) / 1000.0
+
+    @translate_redis_errors
+    def finish_instance(self, done: InstanceRecord, event: EventRecord,
+                        result: ResultRecord | None) -> int:
+        """Store ``result`` (unless ``None``) and ``done`` and count its node down, in one
+        step. Returns the node's pending instances left (0: the caller completes the node),
+        -1 if the instance had ended already, -3 if it is missing, -4 if another result is
+        stored under the key."""
+        k, r = self.keys, done.run_id
+        return int(_until_not_busy(lambda: self._finish(
+            keys=[k.instances(r), k.nodes(r), k.events(r), k.live, k.lock(r),
+                  k.result(result.key if result else ""), k.outbox],
+            args=[done.instance_id, done.model_dump_json(), done.node_id, _event_json(event),
+                  result.model_dump_json() if result else "", f"{r}|{done.instance_id}",
+                  time.time(), f"{r}|@{done.node_id}"])))
 
     # -- results ----------------------------------------------------------------------------
     @translate_redis_errors
