@@ -23,7 +23,7 @@ def test_a_crash_between_commit_and_enqueue_is_recovered_by_the_sweeper(tmp_path
         def crash_once(instances, delay=0.0):
             if not lost and any(i.node_id == "b" for i in instances):
                 lost.append(instances)
-                raise SystemExit("worker died after commit, before enqueue")
+                raise RuntimeError("worker died after commit, before enqueue")
             real(instances, delay)
 
         scheduler.enqueue = crash_once

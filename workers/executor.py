@@ -54,8 +54,10 @@ class LeaseKeeper:
         self._thread: threading.Thread | None = None
 
     @contextmanager
-    def hold(self, key: str, owner: str) -> Iterator[None]:
-        """Keep ``owner``'s claim on ``key`` alive while the block runs, then release it."""
+    def hold(self, key: str, owner: str, *,
+             released_on_success: bool = False) -> Iterator[None]:
+        """Keep ``owner``'s claim on ``key`` alive while the block runs, then release it (only
+        when the block fails, with ``released_on_success``: its completion released it)."""
         with self._lock:
             self._held[owner] = key
             if self._thread is None:
@@ -63,12 +65,15 @@ class LeaseKeeper:
                     target=self._renew_forever, daemon=True, name="genloop-leases"
                 )
                 self._thread.start()
+        ok = False
         try:
             yield
+            ok = True
         finally:
             with self._lock:
                 self._held.pop(owner, None)
-            self.store.release(key, owner)
+            if not (ok and released_on_success):
+                self.store.release(key, owner)
 
     def _renew_forever(self) -> None:
         while True:
@@ -146,11 +151,11 @@ class Executor:
             return
         if outcome != "started":
             return
-        with self.leases.hold(key, owner):
+        with self.leases.hold(key, owner, released_on_success=True):
             result = self._run_body(spec, params, inst, key)
-            # Completed while still holding the lease, so a twin waiting on it finds the
-            # result stored as soon as the lease is released.
-            self.scheduler.succeeded(run_id, instance_id, result)
+            # The completion stores the result and drops the lease in one step, so a twin
+            # waiting on the lease finds the result the moment the lease is gone.
+            self.scheduler.succeeded(run_id, instance_id, result, lease=(key, owner))
 
     def _run_body(self, spec: OpSpec, params: BaseModel, inst: InstanceRecord,
                   key: str) -> ResultRecord:

@@ -132,34 +132,32 @@ class Scheduler:
         return topo
 
     # -- one instance's life ------------------------------------------------------------------
-    def started(self, run_id: str, instance_id: str, attempt: int,
-                key: str | None = None) -> InstanceRecord | None:
+    def _start(self, tx: RunTx, instance_id: str, attempt: int,
+               key: str) -> InstanceRecord | None:
         """Mark the instance running; ``None`` if it must not run (ended, or run cancelled).
         ``key`` is the result key whose lease the caller holds: the sweeper reads it to tell a
         live holder from a dead one."""
-        with self.store.transaction(run_id) as tx:
-            inst, run = tx.instance(instance_id), tx.run()
-            if inst.status.terminal:
-                return None
-            if run.cancel_requested:
-                self._instance_done(tx, run, inst, NodeStatus.CANCELLED)
-                tx.put_run(run)
-                return None
-            inst.status, inst.attempts = NodeStatus.RUNNING, attempt
-            if key is not None:
-                inst.result_key = key
-            tx.put_instance(inst)
-            tx.event(_ev("instance.started", node_id=inst.node_id, instance_id=instance_id,
-                         attempt=attempt, status="running"))
-            node = tx.node(inst.node_id)
-            if node.status != NodeStatus.RUNNING:
-                node.status = NodeStatus.RUNNING
-                tx.put_node(node)
-            if run.status == RunStatus.PENDING:
-                run.status = RunStatus.RUNNING
-                tx.put_run(run)
-                tx.event(_ev("run.running", status="running"))
-            return inst
+        inst, run = tx.instance(instance_id), tx.run()
+        if inst.status.terminal:
+            return None
+        if run.cancel_requested:
+            self._instance_done(tx, run, inst, NodeStatus.CANCELLED)
+            tx.put_run(run)
+            return None
+        inst.status, inst.attempts = NodeStatus.RUNNING, attempt
+        inst.result_key = key
+        tx.put_instance(inst)
+        tx.event(_ev("instance.started", node_id=inst.node_id, instance_id=instance_id,
+                     attempt=attempt, status="running"))
+        node = tx.node(inst.node_id)
+        if node.status != NodeStatus.RUNNING:
+            node.status = NodeStatus.RUNNING
+            tx.put_node(node)
+        if run.status == RunStatus.PENDING:
+            run.status = RunStatus.RUNNING
+            tx.put_run(run)
+            tx.event(_ev("run.running", status="running"))
+        return inst
 
     def claim_and_start(self, inst: InstanceRecord, attempt: int, key: str, owner: str,
                         ttl: float) -> tuple[str, float]:
@@ -180,19 +178,17 @@ class Scheduler:
                 raise NotFound(f"no instance {inst.instance_id!r} in run {inst.run_id!r}")
             if outcome != "cancelling":
                 return outcome, lease
-        # One step at a time; "cancelling" comes here, where started() cancels the instance.
-        if self.store.get_result(key) is not None:
-            return "stored", 0.0
-        if not self.store.claim(key, owner, ttl):
-            return "leased", self.store.lease_remaining(key)
-        # Checked again under the lease: the holder before us may have just stored it.
-        if self.store.get_result(key) is not None:
-            self.store.release(key, owner)
-            return "stored", 0.0
-        if self.started(inst.run_id, inst.instance_id, attempt, key) is None:
-            self.store.release(key, owner)
-            return "ended", 0.0
-        return "started", 0.0
+        # One transaction; "cancelling" comes here too, where _start cancels the instance.
+        with self.store.transaction(inst.run_id) as tx:
+            if tx.get_result(key) is not None:
+                return "stored", 0.0
+            lease = tx.claim(key, owner, ttl)
+            if lease:
+                return "leased", lease
+            if self._start(tx, inst.instance_id, attempt, key) is None:
+                tx.release(key, owner)
+                return "ended", 0.0
+            return "started", 0.0
 
     def retrying(self, run_id: str, instance_id: str, attempt: int, error: BaseException) -> None:
         """An attempt failed and Dramatiq will retry the message."""
@@ -206,10 +202,12 @@ class Scheduler:
                          attempt=attempt, error=f"{type(error).__name__}: {error}"))
 
     def succeeded(self, run_id: str, instance_id: str, result: ResultRecord,
-                  cached: bool = False) -> None:
+                  cached: bool = False, lease: tuple[str, str] | None = None) -> None:
         """The instance produced ``result`` (or found it stored, ``cached``). A new result is
-        stored in the same transaction that completes the instance and releases its children."""
-        self._complete(run_id, instance_id, NodeStatus.SUCCEEDED, result=result, cached=cached)
+        stored in the same transaction that completes the instance and releases its children,
+        and the ``(key, owner)`` lease that guarded the work is dropped with it."""
+        self._complete(run_id, instance_id, NodeStatus.SUCCEEDED, result=result, cached=cached,
+                       lease=lease)
 
     def failed(self, run_id: str, instance_id: str, error: BaseException, attempts: int) -> None:
         self._complete(run_id, instance_id, NodeStatus.FAILED, error=error, attempts=attempts)
@@ -236,11 +234,14 @@ class Scheduler:
 
     def _complete_once(self, run_id: str, instance_id: str, status: NodeStatus, *,
                        result: ResultRecord | None = None, cached: bool = False,
-                       error: BaseException | None = None, attempts: int = 1) -> None:
+                       error: BaseException | None = None, attempts: int = 1,
+                       lease: tuple[str, str] | None = None) -> None:
         fast = getattr(self.store, "finish_instance", None)
         if fast is not None and result is not None:
-            return self._finish_scripted(fast, run_id, instance_id, result, cached)
+            return self._finish_scripted(fast, run_id, instance_id, result, cached, lease)
         with self.store.transaction(run_id) as tx:
+            if lease is not None:
+                tx.release(*lease)
             inst, run = tx.instance(instance_id), tx.run()
             if inst.status.terminal:
                 return
@@ -260,18 +261,17 @@ class Scheduler:
         self.flush([(run_id, i.instance_id) for i in released], released)
 
     def _finish_scripted(self, finish: Callable[..., int], run_id: str, instance_id: str,
-                         result: ResultRecord, cached: bool) -> None:
+                         result: ResultRecord, cached: bool,
+                         lease: tuple[str, str] | None) -> None:
         """A success in one script; the node's completion follows in a run transaction only
         when this was its last pending instance (see ``stores/redis_scripts.py``)."""
         inst = self.store.instance(run_id, instance_id)
-        if inst.status.terminal:
-            return
         inst.status = NodeStatus.SUCCEEDED
         inst.result_key, inst.outputs, inst.halted = result.key, len(result.items), result.halt
-        left = finish(inst, _instance_event(inst, cached), None if cached else result)
+        left = finish(inst, _instance_event(inst, cached), None if cached else result, lease)
         if left == -4:  # another execution stored first: complete with its result
             stored = self.store.get_result(result.key)
-            return self._finish_scripted(finish, run_id, instance_id, stored, cached=True)
+            return self._finish_scripted(finish, run_id, instance_id, stored, True, None)
         if left == -3:
             raise NotFound(f"no instance {instance_id!r} in run {run_id!r}")
         if left == 0:

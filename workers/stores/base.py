@@ -70,6 +70,19 @@ class RunTx(ABC):
     def put_result(self, result: ResultRecord) -> ResultRecord:
         """As :meth:`StateStore.put_result`, inside this transaction."""
 
+    @abstractmethod
+    def get_result(self, key: str) -> ResultRecord | None: ...
+
+    @abstractmethod
+    def claim(self, key: str, owner: str, ttl: float) -> float:
+        """Take the lease on ``key`` in this transaction, so a claim and the start it guards
+        commit together. Returns 0 when taken, else the seconds left on the holder's lease.
+        (On Redis the claim takes effect at once; its hot path is a script instead.)"""
+
+    @abstractmethod
+    def release(self, key: str, owner: str) -> None:
+        """Drop ``owner``'s lease on ``key`` when this transaction commits."""
+
 
 class StateStore(ABC):
     """Where runs live. Thread-safe; every method may be called from any worker thread."""

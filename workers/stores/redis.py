@@ -216,6 +216,17 @@ class _RedisTx(RunTx):
         self._pipe.set(self._k.result(result.key), result.model_dump_json(), nx=True)
         return result
 
+    def get_result(self, key: str) -> ResultRecord | None:
+        return self._store.get_result(key)
+
+    def claim(self, key: str, owner: str, ttl: float) -> float:
+        if self._store.claim(key, owner, ttl):
+            return 0.0
+        return max(self._store.lease_remaining(key), 0.001)
+
+    def release(self, key: str, owner: str) -> None:
+        self._pipe.eval(_RELEASE, 1, self._k.claim(key), owner)
+
 
 class RedisStateStore(StateStore):
     """State store on Redis. ``prefix`` namespaces the keys (several pools on one Redis)."""
@@ -350,18 +361,19 @@ class RedisStateStore(StateStore):
 
     @translate_redis_errors
     def finish_instance(self, done: InstanceRecord, event: EventRecord,
-                        result: ResultRecord | None) -> int:
-        """Store ``result`` (unless ``None``) and ``done`` and count its node down, in one
-        step. Returns the node's pending instances left (0: the caller completes the node),
-        -1 if the instance had ended already, -3 if it is missing, -4 if another result is
-        stored under the key."""
+                        result: ResultRecord | None, lease: tuple[str, str] | None) -> int:
+        """Store ``result`` (unless ``None``) and ``done``, count its node down and drop the
+        ``(key, owner)`` lease, in one step. Returns the node's pending instances left (0: the
+        caller completes the node), -1 if the instance had ended already, -3 if it is missing,
+        -4 if another result is stored under the key."""
         k, r = self.keys, done.run_id
         return int(_until_not_busy(lambda: self._finish(
             keys=[k.instances(r), k.nodes(r), k.events(r), k.live, k.lock(r),
-                  k.result(result.key if result else ""), k.outbox],
+                  k.result(result.key if result else ""), k.outbox,
+                  k.claim(lease[0] if lease else "")],
             args=[done.instance_id, done.model_dump_json(), done.node_id, _event_json(event),
                   result.model_dump_json() if result else "", f"{r}|{done.instance_id}",
-                  time.time(), f"{r}|@{done.node_id}"])))
+                  time.time(), f"{r}|@{done.node_id}", lease[1] if lease else ""])))
 
     # -- results ----------------------------------------------------------------------------
     @translate_redis_errors

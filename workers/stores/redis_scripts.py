@@ -3,11 +3,11 @@ run-wide lock, no ``WATCH`` retry loop.
 
 - :data:`START`: claim the result key's lease and mark the instance running (and its node and run,
   the first time), with their events. The claim and the start land together or not at all.
-- :data:`FINISH`: store the result (first wins), mark the instance ended, count the node's pending
-  instances down, and when that reaches zero, write a node-done marker into the outbox. The
-  node's own completion (collecting outputs, releasing children) then runs in a run transaction
-  once per node, not once per instance; the marker lets the sweeper finish it if the worker dies
-  in between.
+- :data:`FINISH`: store the result (first wins), mark the instance ended, drop the lease, count
+  the node's pending instances down, and when that reaches zero, write a node-done marker into
+  the outbox. The node's own completion (collecting outputs, releasing children) then runs in a
+  run transaction once per node, not once per instance; the marker lets the sweeper finish it
+  if the worker dies in between.
 
 Both scripts refuse to act while a run transaction holds the run's lock (they return ``busy``
 and the caller tries again a moment later), so a transaction that reads and writes records
@@ -61,13 +61,15 @@ end
 return {'started', 0}
 """
 
-#: KEYS: instances, nodes, events, live, run lock, result, outbox
+#: KEYS: instances, nodes, events, live, run lock, result, outbox, claim
 #: ARGV: instance id, ended instance JSON, node id, event JSON, result JSON or '', live member,
-#:       now, node-done marker
+#:       now, node-done marker, lease owner or ''
+#: The caller's lease is dropped whatever the outcome (unless busy): its work is over.
 #: Returns the node's pending instances left, or -1 ended already, -2 busy, -3 missing,
 #: -4 another result is stored under the key (the caller completes with that one).
 FINISH = _LIB + """
 if redis.call('exists', KEYS[5]) == 1 then return -2 end
+if ARGV[9] ~= '' and redis.call('get', KEYS[8]) == ARGV[9] then redis.call('del', KEYS[8]) end
 local cur = redis.call('hget', KEYS[1], ARGV[1])
 if not cur then return -3 end
 if terminal[status_of(cur)] then return -1 end
