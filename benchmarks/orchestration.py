@@ -11,9 +11,9 @@ goes through validation, the store, a claim, a result and the scheduler. Also: l
 submit to the first node's start (p50/p99 over single-node runs), and with ``--fanout`` one run
 that maps a node over that many items (wall time, and Redis memory per node instance).
 
-On Redis it also counts Redis commands per node (``INFO commandstats``, a script call counting
-as one, Dramatiq's own commands included) over one more run of N nodes, polled slowly and with
-the polls subtracted, and the same for raw Dramatiq messages.
+On Redis it also counts Redis commands per node (``MONITOR``: what clients send, so a script
+call counts as one; Dramatiq's own commands included) over one more run of up to 400 nodes,
+polled slowly and with the polls subtracted, and the same for raw Dramatiq messages.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 
 import dramatiq
 import redis
@@ -108,31 +109,61 @@ def fanout(wiring, n: int, redis_client) -> dict:
     return out
 
 
-def total_calls(redis_client) -> int:
-    return sum(v["calls"] for v in redis_client.info("commandstats").values())
+class CommandCounter:
+    """Counts the commands clients send to Redis (``MONITOR``), by name. Commands a script runs
+    inside Redis are not counted: a script call is one command, as a round trip is one."""
+
+    def __init__(self, redis_client) -> None:
+        self.client = redis_client
+        self.counts: Counter[str] = Counter()
+        self._stop = f"bench-stop-{uuid.uuid4().hex}"
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._listen, daemon=True)
+
+    def _listen(self) -> None:
+        with self.client.monitor() as monitor:
+            self._ready.set()
+            for cmd in monitor.listen():
+                if self._stop in cmd["command"]:
+                    return
+                if cmd["client_type"] != "lua":
+                    self.counts[cmd["command"].split(" ", 1)[0].upper()] += 1
+
+    def __enter__(self) -> CommandCounter:
+        self._thread.start()
+        self._ready.wait()
+        time.sleep(0.2)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.client.echo(self._stop)
+        self._thread.join()
+        self.counts["ECHO"] -= 1
 
 
 def commands_per_node(wiring, broker, raw_noop, n: int, offset: int, redis_client) -> dict:
     """Redis commands per no-op node and per raw message. Both sides' idle consumers poll
-    Redis too; that share is included, as it would be in a real pool."""
+    Redis too; that share is included, as it would be in a real pool. This benchmark's own
+    polling for the run's end is subtracted."""
     store = wiring.scheduler.store
     g = Graph()
     for i in range(n):
         g.add("noop", id=f"n{i}", params={"i": offset + i})
-    before = total_calls(redis_client)
-    run = wiring.scheduler.submit(g)
-    polls = 0
-    while not store.get_run(run.id).status.terminal:
-        polls += 1
-        time.sleep(0.05)
-    polls += 1
-    genloop = (total_calls(redis_client) - before - polls - 1) / n  # -1: the INFO itself
-    before = total_calls(redis_client)
-    for i in range(n):
-        raw_noop.send(i)
-    broker.join("cpu")
-    raw = (total_calls(redis_client) - before - 1) / n
-    return {"redis_commands_per_node": genloop, "redis_commands_per_raw_message": raw}
+    with CommandCounter(redis_client) as genloop:
+        run = wiring.scheduler.submit(g)
+        polls = 1
+        while not store.get_run(run.id).status.terminal:
+            polls += 1
+            time.sleep(0.05)
+    genloop.counts["GET"] -= polls
+    with CommandCounter(redis_client) as raw:
+        for i in range(n):
+            raw_noop.send(i)
+        broker.join("cpu")
+    return {"redis_commands_per_node": sum(genloop.counts.values()) / n,
+            "redis_commands_per_raw_message": sum(raw.counts.values()) / n,
+            "redis_commands_by_name": {k: round(v / n, 2)
+                                       for k, v in genloop.counts.most_common(12)}}
 
 
 def raw_throughput(broker, raw_noop, n: int) -> float:
@@ -248,6 +279,7 @@ def main() -> None:
     if "redis_commands_per_node" in report:
         print(f"  Redis calls  : genloop {report['redis_commands_per_node']:.1f} per node | "
               f"raw {report['redis_commands_per_raw_message']:.1f} per message")
+        print(f"                 {report['redis_commands_by_name']}")
     if "fanout_nodes" in fan:
         line = f"  fan-out      : {fan['fanout_nodes']} mapped nodes {fan['fanout_status']} in " \
                f"{fan['fanout_wall_s']:.1f} s"

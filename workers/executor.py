@@ -57,7 +57,8 @@ class LeaseKeeper:
     def hold(self, key: str, owner: str, *,
              released_on_success: bool = False) -> Iterator[None]:
         """Keep ``owner``'s claim on ``key`` alive while the block runs, then release it (only
-        when the block fails, with ``released_on_success``: its completion released it)."""
+        when the block fails, with ``released_on_success``: the completion that follows
+        releases it)."""
         with self._lock:
             self._held[owner] = key
             if self._thread is None:
@@ -153,9 +154,10 @@ class Executor:
             return
         with self.leases.hold(key, owner, released_on_success=True):
             result = self._run_body(spec, params, inst, key)
-            # The completion stores the result and drops the lease in one step, so a twin
-            # waiting on the lease finds the result the moment the lease is gone.
-            self.scheduler.succeeded(run_id, instance_id, result, lease=(key, owner))
+        # The completion stores the result and drops the lease in one step, so a twin waiting
+        # on the lease finds the result the moment the lease is gone. (Should it fail, the
+        # lease runs out unrenewed and the sweeper re-sends the instance.)
+        self.scheduler.succeeded(run_id, instance_id, result, lease=(key, owner))
 
     def _run_body(self, spec: OpSpec, params: BaseModel, inst: InstanceRecord,
                   key: str) -> ResultRecord:

@@ -281,10 +281,12 @@ class Scheduler:
         """Complete a node whose instances have all ended (after a scripted completion, or from
         the sweeper when the worker that counted it down died), then clear its marker."""
         released: list[InstanceRecord] = []
-        with self.store.transaction(run_id) as tx:
+        with self.store.transaction(run_id, shared=True) as tx:
             node = tx.node(node_id)
             if not node.status.terminal and node.pending_instances <= 0:
                 run = tx.run()
+                if run.status == RunStatus.PENDING:  # every completion so far was cached
+                    run.status = RunStatus.RUNNING
                 released = self._node_done(tx, run, node)
                 tx.put_run(run)
         self.flush([(run_id, NODE_MARK + node_id)] + [(run_id, i.instance_id) for i in released],

@@ -119,9 +119,13 @@ class StateStore(ABC):
         """``NotFound`` if there is no such instance."""
 
     @abstractmethod
-    def transaction(self, run_id: str) -> AbstractContextManager[RunTx]:
+    def transaction(self, run_id: str, *, shared: bool = False) -> AbstractContextManager[RunTx]:
         """A serializable read-modify-write of one run; all writes commit together or not at
-        all (an exception inside rolls back)."""
+        all (an exception inside rolls back). Transactions of a run exclude each other.
+
+        ``shared``: a store's scripted per-instance transitions (Redis) may run alongside. The
+        caller promises to write only records those cannot touch at the same time: completing
+        a node all of whose instances have ended, and releasing its children."""
 
     # -- results ----------------------------------------------------------------------------
     @abstractmethod

@@ -1,10 +1,14 @@
 """Redis state store for the worker pool: every worker process on every host shares it.
 
-A run transaction holds a per-run lock (``SET NX PX`` with a random token) while it reads, and
-buffers its writes into one ``MULTI``/``EXEC`` that runs only if the lock is still its own
-(``WATCH`` on the lock key). Writes therefore land all together or not at all, and two workers
-completing the last two parents of a child at the same instant take turns: the second one sees
-the first one's counters.
+The hot path, starting and completing an instance, is one server-side script each
+(``redis_scripts.py``): no lock, one round trip. Everything else (a node's completion and the
+release of its children, failures, retries, cancel) is a run transaction: it holds a per-run lock
+(``SET NX PX`` with a random token) while it reads, and buffers its writes into one
+``MULTI``/``EXEC`` that runs only if the lock is still its own (``WATCH`` on the lock key).
+Writes therefore land all together or not at all, and two workers completing the last two
+parents of a child at the same instant take turns: the second one sees the first one's counters.
+The scripts wait while an exclusive transaction holds the lock; a ``shared`` one (a node's
+completion) lets them run, since they cannot touch the records it writes.
 
 Events are a Redis list per run: an event's id is its position, so ids increase without gaps and
 a follower resumes with ``LRANGE`` after the last id it saw. (A Stream's ids are timestamps,
@@ -309,8 +313,9 @@ class RedisStateStore(StateStore):
         return InstanceRecord.model_validate_json(raw)
 
     @contextmanager
-    def transaction(self, run_id: str) -> Iterator[RunTx]:
-        lock, token = self.keys.lock(run_id), uuid.uuid4().hex
+    def transaction(self, run_id: str, *, shared: bool = False) -> Iterator[RunTx]:
+        # The token's first letter tells the transition scripts whether they must wait.
+        lock, token = self.keys.lock(run_id), ("s:" if shared else "x:") + uuid.uuid4().hex
         self._acquire(lock, token)
         try:
             tx = _RedisTx(self, run_id)

@@ -9,9 +9,12 @@ run-wide lock, no ``WATCH`` retry loop.
   run transaction once per node, not once per instance; the marker lets the sweeper finish it
   if the worker dies in between.
 
-Both scripts refuse to act while a run transaction holds the run's lock (they return ``busy``
-and the caller tries again a moment later), so a transaction that reads and writes records
-never interleaves with a script: the lock orders them, and Redis runs scripts one at a time.
+Both scripts refuse to act while an exclusive run transaction holds the run's lock (they return
+``busy`` and the caller tries again a moment later), so such a transaction never interleaves
+with a script: the lock orders them, and Redis runs scripts one at a time. A shared transaction
+(a node's completion, see ``StateStore.transaction``) lets them run: by then nothing a script
+writes is a record it reads or writes (the run left ``pending`` at its first start, before any
+completion; the children it releases have no instances running yet).
 
 Records are pydantic JSON. The scripts read a record's top-level ``status`` and counter with a
 pattern on its first occurrence (nested models carry neither field, and JSON strings escape
@@ -26,6 +29,10 @@ local function status_of(doc)
   return string.match(doc, '"status":"(%a+)"')
 end
 local terminal = {succeeded = true, failed = true, skipped = true, cancelled = true}
+local function exclusive(lock)
+  local holder = redis.call('get', lock)
+  return holder and string.sub(holder, 1, 2) == 'x:'
+end
 local function with_status(doc, new)
   local s, e = string.find(doc, '"status":"%a+"')
   return string.sub(doc, 1, s - 1) .. '"status":"' .. new .. '"' .. string.sub(doc, e + 1)
@@ -37,7 +44,7 @@ end
 #:       run.running event JSON, live member, now
 #: Returns {outcome, lease ms}: started | stored | leased | ended | cancelling | missing | busy
 START = _LIB + """
-if redis.call('exists', KEYS[8]) == 1 then return {'busy', 0} end
+if exclusive(KEYS[8]) then return {'busy', 0} end
 if redis.call('exists', KEYS[2]) == 1 then return {'stored', 0} end
 local cur = redis.call('hget', KEYS[3], ARGV[3])
 if not cur then return {'missing', 0} end
@@ -68,7 +75,7 @@ return {'started', 0}
 #: Returns the node's pending instances left, or -1 ended already, -2 busy, -3 missing,
 #: -4 another result is stored under the key (the caller completes with that one).
 FINISH = _LIB + """
-if redis.call('exists', KEYS[5]) == 1 then return -2 end
+if exclusive(KEYS[5]) then return -2 end
 if ARGV[9] ~= '' and redis.call('get', KEYS[8]) == ARGV[9] then redis.call('del', KEYS[8]) end
 local cur = redis.call('hget', KEYS[1], ARGV[1])
 if not cur then return -3 end

@@ -268,7 +268,7 @@ class SqliteStateStore(StateStore):
         return InstanceRecord.model_validate_json(rows[0][0])
 
     @contextmanager
-    def transaction(self, run_id: str) -> Iterator[RunTx]:
+    def transaction(self, run_id: str, *, shared: bool = False) -> Iterator[RunTx]:
         with self._write() as c:
             yield _SqliteTx(c, run_id)
 
