@@ -31,7 +31,7 @@ def _render_graph(tag: str, n: int, seconds: float = 0.2) -> Graph:
 NO_DRAMATIQ_REQUEUE = {"heartbeat_ms": 600_000}
 
 
-def test_sigkill_a_worker_mid_generation_loses_nothing(pool, redis_client):
+def test_sigkill_a_worker_mid_generation_loses_nothing(pool, redis_client, record_property):
     """Chaos: two real worker processes, one SIGKILLed mid-body. Every lost shard runs again
     within 30 s of the kill (its lease ends, the sweeper re-sends it), and every op body is
     completed once."""
@@ -52,10 +52,12 @@ def test_sigkill_a_worker_mid_generation_loses_nothing(pool, redis_client):
                 pass
             time.sleep(0.005)
         pool.kill(victim)
+        killed_at = time.monotonic()
         assert busy_in_victim, "the victim never ran a body"
         bodies_at_kill = int(redis_client.get("kill:bodies"))
 
         result = run.wait(timeout=30)
+        record_property("finished_after_kill_s", round(time.monotonic() - killed_at, 1))
 
     assert result.status == RunStatus.SUCCEEDED and not result.failures, result.failures
     assert sorted(i["value"] for i in result.outputs["render"].items) == list(range(32))
@@ -154,7 +156,7 @@ def test_fifty_runs_from_ten_threads_all_finish(pool, redis_client):
     assert all(r.outputs["b"].items == [{"value": 2}] for r in finished.values())
 
 
-def test_a_message_deleted_from_the_broker_runs_again(pool, redis_client):
+def test_a_message_deleted_from_the_broker_runs_again(pool, redis_client, record_property):
     """The message is gone (a broker hiccup, an operator's mistake): genloop's own record of
     the queued instance brings it back, within 90 s."""
     with Client.connect(redis_url(), artifacts=pool.artifacts) as client:
@@ -163,8 +165,10 @@ def test_a_message_deleted_from_the_broker_runs_again(pool, redis_client):
         redis_client.delete("dramatiq:gpu", "dramatiq:gpu.msgs")  # before any worker saw it
         pool.start(threads=1, **NO_DRAMATIQ_REQUEUE)
         pool.wait_ready(redis_client)
+        ready_at = time.monotonic()
 
         result = run.wait(timeout=90)
+        record_property("finished_after_workers_ready_s", round(time.monotonic() - ready_at, 1))
 
     assert result.status == RunStatus.SUCCEEDED
     assert int(redis_client.get("lost:bodies")) == 1
