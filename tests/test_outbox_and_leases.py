@@ -10,7 +10,7 @@ from genloop_test_ops import executions
 
 from genloop.sdk import Client, Graph, RunStatus
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 def test_a_crash_between_commit_and_enqueue_is_recovered_by_the_sweeper(tmp_path, resources):
@@ -51,7 +51,7 @@ def test_an_identical_concurrent_run_finishes_right_after_the_first(tmp_path, re
         results = [first.wait(timeout=90), second.wait(timeout=90)]
         store = client.backend.runtime.store
         gap = abs(store.get_run(second.id).finished_at - store.get_run(first.id).finished_at)
-        log.info("second_run_finished_after_first_s=%.2f", gap)
+        logger.info("second_run_finished_after_first_s=%.2f", gap)
 
     assert [r.status for r in results] == [RunStatus.SUCCEEDED] * 2
     assert executions(log) == 1

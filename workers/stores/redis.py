@@ -4,7 +4,7 @@ The hot path, starting and completing an instance, is one server-side script eac
 (``redis_scripts.py``): no lock, one round trip. Everything else (a node's completion and the
 release of its children, failures, retries, cancel) is a run transaction: it holds a per-run lock
 (``SET NX PX`` with a random token) while it reads, and buffers its writes into one
-``MULTI``/``EXEC`` that runs only if the lock is still its own (``WATCH`` on the lock key).
+commit script that applies them only if the lock is still its own, and drops the lock.
 Writes therefore land all together or not at all, and two workers completing the last two
 parents of a child at the same instant take turns: the second one sees the first one's counters.
 The scripts wait while an exclusive transaction holds the lock; a ``shared`` one (a node's
@@ -20,6 +20,7 @@ Redis errors are translated to :class:`~genloop.sdk.errors.StoreError` where the
 from __future__ import annotations
 
 import functools
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -147,13 +148,47 @@ def _event_json(event: EventRecord) -> str:
     return event.model_dump_json(exclude_none=True)
 
 
+class _Writes:
+    """A transaction's writes, buffered as plain commands for the commit script (the subset of
+    redis-py's pipeline interface that the transaction uses)."""
+
+    _CHUNK = 500  # fields per HSET: Lua's unpack() takes a few thousand arguments at most
+
+    def __init__(self) -> None:
+        self.commands: list[list[str]] = []
+
+    def hset(self, name: str, key: str | None = None, value: Any = None,
+             mapping: dict[str, Any] | None = None) -> None:
+        pairs = list((mapping or {}).items()) + ([(key, value)] if key is not None else [])
+        for i in range(0, len(pairs), self._CHUNK):
+            self.commands.append(["HSET", name, *(str(x) for kv in pairs[i:i + self._CHUNK]
+                                                  for x in kv)])
+
+    def zadd(self, name: str, mapping: dict[str, float]) -> None:
+        self.commands.append(["ZADD", name, *(str(x) for m, sc in mapping.items()
+                                              for x in (sc, m))])
+
+    def zrem(self, name: str, *members: str) -> None:
+        self.commands.append(["ZREM", name, *members])
+
+    def set(self, name: str, value: str, nx: bool = False) -> None:
+        self.commands.append(["SET", name, value, *(["NX"] if nx else [])])
+
+    def rpush(self, name: str, *values: str) -> None:
+        self.commands.append(["RPUSH", name, *values])
+
+    def release(self, key: str, owner: str) -> None:
+        self.commands.append(["_release", key, owner])
+
+
 class _RedisTx(RunTx):
-    """Reads go to Redis (under the run lock), writes to a pipeline. Records written earlier in
-    the transaction are kept aside, so the transaction reads its own writes as SQLite's does."""
+    """Reads go to Redis (under the run lock), writes to a buffer that one script commits.
+    Records written earlier in the transaction are kept aside, so the transaction reads its own
+    writes as SQLite's does."""
 
     def __init__(self, store: RedisStateStore, run_id: str) -> None:
         self._r, self._k, self._run_id = store.client, store.keys, run_id
-        self._pipe = store.client.pipeline(transaction=True)
+        self._pipe = _Writes()
         self._store = store
         self._run: RunRecord | None = None
         self._nodes: dict[str, NodeRecord] = {}
@@ -229,7 +264,7 @@ class _RedisTx(RunTx):
         return max(self._store.lease_remaining(key), 0.001)
 
     def release(self, key: str, owner: str) -> None:
-        self._pipe.eval(_RELEASE, 1, self._k.claim(key), owner)
+        self._pipe.release(self._k.claim(key), owner)
 
 
 class RedisStateStore(StateStore):
@@ -244,6 +279,7 @@ class RedisStateStore(StateStore):
         self._take = self.client.register_script(_TAKE)
         self._start = self.client.register_script(redis_scripts.START)
         self._finish = self.client.register_script(redis_scripts.FINISH)
+        self._commit_script = self.client.register_script(redis_scripts.COMMIT)
 
     # -- runs -------------------------------------------------------------------------------
     @translate_redis_errors
@@ -317,15 +353,18 @@ class RedisStateStore(StateStore):
         # The token's first letter tells the transition scripts whether they must wait.
         lock, token = self.keys.lock(run_id), ("s:" if shared else "x:") + uuid.uuid4().hex
         self._acquire(lock, token)
+        committed = False
         try:
             tx = _RedisTx(self, run_id)
             yield tx
             self._commit(tx, lock, token)
+            committed = True
         finally:
-            try:
-                self._release(keys=[lock], args=[token])
-            except redis.RedisError:
-                pass  # the lock expires by itself
+            if not committed:
+                try:
+                    self._release(keys=[lock], args=[token])
+                except redis.RedisError:
+                    pass  # the lock expires by itself
 
     @translate_redis_errors
     def _acquire(self, lock: str, token: str) -> None:
@@ -336,17 +375,10 @@ class RedisStateStore(StateStore):
 
     @translate_redis_errors
     def _commit(self, tx: _RedisTx, lock: str, token: str) -> None:
-        with self.client.pipeline(transaction=True) as guard:
-            guard.watch(lock)
-            if guard.get(lock) != token.encode():
-                raise StoreError("run lock expired before the transaction committed")
-            # Queue the buffered writes behind the WATCH; EXEC fails if the lock changed.
-            guard.multi()
-            guard.command_stack.extend(tx._pipe.command_stack)
-            try:
-                guard.execute()
-            except redis.WatchError as exc:
-                raise StoreError("run lock lost while committing") from exc
+        """Apply the buffered writes and drop the lock in one script, only if the lock is still
+        this transaction's: one round trip instead of WATCH, GET, MULTI/EXEC and a release."""
+        if not self._commit_script(keys=[lock], args=[token, json.dumps(tx._pipe.commands)]):
+            raise StoreError("run lock expired before the transaction committed")
 
     # -- hot transitions as scripts (see redis_scripts) --------------------------------------
     @translate_redis_errors

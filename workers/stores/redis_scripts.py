@@ -91,3 +91,20 @@ redis.call('hset', KEYS[2], ARGV[3], node)
 if pending <= 0 then redis.call('hset', KEYS[7], ARGV[8], ARGV[7]) end
 return pending
 """
+
+#: KEYS: run lock. ARGV: lock token, JSON list of commands (``_release key owner`` drops a
+#: lease if ``owner`` holds it). Applies a run transaction's writes and drops its lock, only if
+#: the lock is still the caller's; returns 1, or 0 when the lock was lost (nothing written).
+#: Keys are named in ARGV, so this store does not run on Redis Cluster.
+COMMIT = """
+if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+for _, c in ipairs(cjson.decode(ARGV[2])) do
+  if c[1] == '_release' then
+    if redis.call('get', c[2]) == c[3] then redis.call('del', c[2]) end
+  else
+    redis.call(unpack(c))
+  end
+end
+redis.call('del', KEYS[1])
+return 1
+"""
