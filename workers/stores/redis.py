@@ -42,6 +42,7 @@ from .records import (
     RunRecord,
     RunSpecRecord,
 )
+from .redis_tx import Keys, RedisTx, event_json, write_instance
 
 T = TypeVar("T")
 
@@ -71,68 +72,6 @@ def translate_redis_errors(fn: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
-class _Keys:
-    def __init__(self, prefix: str) -> None:
-        self.p = prefix
-
-    def run(self, r: str) -> str:
-        return f"{self.p}:run:{r}"
-
-    def spec(self, r: str) -> str:
-        return f"{self.p}:run:{r}:spec"
-
-    def nodes(self, r: str) -> str:
-        return f"{self.p}:run:{r}:nodes"
-
-    def instances(self, r: str) -> str:
-        return f"{self.p}:run:{r}:instances"
-
-    def node_instances(self, r: str, node_id: str) -> str:
-        return f"{self.p}:run:{r}:node:{node_id}"
-
-    def events(self, r: str) -> str:
-        return f"{self.p}:run:{r}:events"
-
-    def lock(self, r: str) -> str:
-        return f"{self.p}:run:{r}:lock"
-
-    def idem(self, key: str) -> str:
-        return f"{self.p}:idem:{key}"
-
-    def result(self, key: str) -> str:
-        return f"{self.p}:result:{key}"
-
-    def claim(self, key: str) -> str:
-        return f"{self.p}:claim:{key}"
-
-    def named_lock(self, name: str) -> str:
-        return f"{self.p}:lock:{name}"
-
-    @property
-    def outbox(self) -> str:
-        return f"{self.p}:outbox"
-
-    @property
-    def quarantine(self) -> str:
-        """Unreadable instances taken out of recovery: member -> why."""
-        return f"{self.p}:quarantine"
-
-    @property
-    def live(self) -> str:
-        """Unfinished instances, scored by when they last changed."""
-        return f"{self.p}:live"
-
-
-def _write_instance(pipe, k: _Keys, inst: InstanceRecord) -> None:
-    pipe.hset(k.instances(inst.run_id), inst.instance_id, inst.model_dump_json())
-    pipe.zadd(k.node_instances(inst.run_id, inst.node_id), {inst.instance_id: inst.seq})
-    member = f"{inst.run_id}|{inst.instance_id}"
-    if inst.status.terminal:
-        pipe.zrem(k.live, member)
-    else:
-        pipe.zadd(k.live, {member: time.time()})
-
-
 def _until_not_busy(call: Callable[[], Any]) -> Any:
     """Run a transition script until no run transaction holds the run's lock (milliseconds)."""
     delay = 0.0005
@@ -144,136 +83,13 @@ def _until_not_busy(call: Callable[[], Any]) -> Any:
         delay = min(delay * 2, 0.01)
 
 
-def _event_json(event: EventRecord) -> str:
-    return event.model_dump_json(exclude_none=True)
-
-
-class _Writes:
-    """A transaction's writes, buffered as plain commands for the commit script (the subset of
-    redis-py's pipeline interface that the transaction uses)."""
-
-    _CHUNK = 500  # fields per HSET: Lua's unpack() takes a few thousand arguments at most
-
-    def __init__(self) -> None:
-        self.commands: list[list[str]] = []
-
-    def hset(self, name: str, key: str | None = None, value: Any = None,
-             mapping: dict[str, Any] | None = None) -> None:
-        pairs = list((mapping or {}).items()) + ([(key, value)] if key is not None else [])
-        for i in range(0, len(pairs), self._CHUNK):
-            self.commands.append(["HSET", name, *(str(x) for kv in pairs[i:i + self._CHUNK]
-                                                  for x in kv)])
-
-    def zadd(self, name: str, mapping: dict[str, float]) -> None:
-        self.commands.append(["ZADD", name, *(str(x) for m, sc in mapping.items()
-                                              for x in (sc, m))])
-
-    def zrem(self, name: str, *members: str) -> None:
-        self.commands.append(["ZREM", name, *members])
-
-    def set(self, name: str, value: str, nx: bool = False) -> None:
-        self.commands.append(["SET", name, value, *(["NX"] if nx else [])])
-
-    def rpush(self, name: str, *values: str) -> None:
-        self.commands.append(["RPUSH", name, *values])
-
-    def release(self, key: str, owner: str) -> None:
-        self.commands.append(["_release", key, owner])
-
-
-class _RedisTx(RunTx):
-    """Reads go to Redis (under the run lock), writes to a buffer that one script commits.
-    Records written earlier in the transaction are kept aside, so the transaction reads its own
-    writes as SQLite's does."""
-
-    def __init__(self, store: RedisStateStore, run_id: str) -> None:
-        self._r, self._k, self._run_id = store.client, store.keys, run_id
-        self._pipe = _Writes()
-        self._store = store
-        self._run: RunRecord | None = None
-        self._nodes: dict[str, NodeRecord] = {}
-        self._instances: dict[str, InstanceRecord] = {}
-
-    def run(self) -> RunRecord:
-        if self._run is not None:
-            return self._run.model_copy(deep=True)
-        return self._store.get_run(self._run_id)
-
-    def put_run(self, run: RunRecord) -> None:
-        self._run = run.model_copy(deep=True)
-        self._pipe.set(self._k.run(run.id), run.model_dump_json())
-
-    def node(self, node_id: str) -> NodeRecord:
-        if node_id in self._nodes:
-            return self._nodes[node_id].model_copy(deep=True)
-        raw = self._r.hget(self._k.nodes(self._run_id), node_id)
-        if raw is None:
-            raise NotFound(f"no node {node_id!r} in run {self._run_id!r}")
-        return NodeRecord.model_validate_json(raw)
-
-    def put_node(self, node: NodeRecord) -> None:
-        self._nodes[node.node_id] = node.model_copy(deep=True)
-        self._pipe.hset(self._k.nodes(node.run_id), node.node_id, node.model_dump_json())
-
-    def instance(self, instance_id: str) -> InstanceRecord:
-        if instance_id in self._instances:
-            return self._instances[instance_id].model_copy(deep=True)
-        return self._store.instance(self._run_id, instance_id)
-
-    def instances(self, node_id: str) -> list[InstanceRecord]:
-        ids = [i.decode() for i in
-               self._r.zrange(self._k.node_instances(self._run_id, node_id), 0, -1)]
-        ids += [i for i, inst in self._instances.items()
-                if inst.node_id == node_id and i not in ids]
-        raws = self._r.hmget(self._k.instances(self._run_id), ids) if ids else []
-        stored = dict(zip(ids, raws, strict=True))
-        out = []
-        for i in ids:
-            if i in self._instances:
-                out.append(self._instances[i].model_copy(deep=True))
-            elif stored.get(i) is not None:
-                out.append(InstanceRecord.model_validate_json(stored[i]))
-        return sorted(out, key=lambda inst: inst.seq)
-
-    def put_instance(self, instance: InstanceRecord) -> None:
-        self._instances[instance.instance_id] = instance.model_copy(deep=True)
-        _write_instance(self._pipe, self._k, instance)
-
-    def add_outbox(self, instance_ids: Sequence[str]) -> None:
-        if instance_ids:
-            now = time.time()
-            self._pipe.hset(self._k.outbox, mapping={f"{self._run_id}|{i}": now
-                                                     for i in instance_ids})
-
-    def event(self, event: EventRecord) -> None:
-        self._pipe.rpush(self._k.events(self._run_id), _event_json(event))
-
-    def put_result(self, result: ResultRecord) -> ResultRecord:
-        stored = self._store.get_result(result.key)
-        if stored is not None:
-            return stored
-        self._pipe.set(self._k.result(result.key), result.model_dump_json(), nx=True)
-        return result
-
-    def get_result(self, key: str) -> ResultRecord | None:
-        return self._store.get_result(key)
-
-    def claim(self, key: str, owner: str, ttl: float) -> float:
-        if self._store.claim(key, owner, ttl):
-            return 0.0
-        return max(self._store.lease_remaining(key), 0.001)
-
-    def release(self, key: str, owner: str) -> None:
-        self._pipe.release(self._k.claim(key), owner)
-
-
 class RedisStateStore(StateStore):
     """State store on Redis. ``prefix`` namespaces the keys (several pools on one Redis)."""
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, prefix: str = "genloop",
                  client: redis.Redis | None = None) -> None:
         self.client = client or redis.Redis.from_url(url)
-        self.keys = _Keys(prefix)
+        self.keys = Keys(prefix)
         self._renew = self.client.register_script(_RENEW)
         self._release = self.client.register_script(_RELEASE)
         self._take = self.client.register_script(_TAKE)
@@ -305,11 +121,11 @@ class RedisStateStore(StateStore):
                         pipe.hset(k.nodes(run.id), mapping={
                             n.node_id: n.model_dump_json() for n in nodes})
                     for inst in instances:
-                        _write_instance(pipe, k, inst)
+                        write_instance(pipe, k, inst)
                     if instances:
                         pipe.hset(k.outbox, mapping={
                             f"{run.id}|{i.instance_id}": time.time() for i in instances})
-                    pipe.rpush(k.events(run.id), _event_json(
+                    pipe.rpush(k.events(run.id), event_json(
                         EventRecord(type="run.submitted", time=run.created_at, status="pending")))
                     pipe.execute()
                     return run, True
@@ -355,7 +171,7 @@ class RedisStateStore(StateStore):
         self._acquire(lock, token)
         committed = False
         try:
-            tx = _RedisTx(self, run_id)
+            tx = RedisTx(self, run_id)
             yield tx
             self._commit(tx, lock, token)
             committed = True
@@ -374,7 +190,7 @@ class RedisStateStore(StateStore):
             delay = min(delay * 2, 0.02)
 
     @translate_redis_errors
-    def _commit(self, tx: _RedisTx, lock: str, token: str) -> None:
+    def _commit(self, tx: RedisTx, lock: str, token: str) -> None:
         """Apply the buffered writes and drop the lock in one script, only if the lock is still
         this transaction's: one round trip instead of WATCH, GET, MULTI/EXEC and a release."""
         if not self._commit_script(keys=[lock], args=[token, json.dumps(tx._pipe.commands)]):
@@ -392,7 +208,7 @@ class RedisStateStore(StateStore):
             keys=[k.claim(key), k.result(key), k.instances(r), k.nodes(r), k.run(r),
                   k.events(r), k.live, k.lock(r)],
             args=[owner, int(ttl * 1000), running.instance_id, running.model_dump_json(),
-                  running.node_id, _event_json(started), _event_json(run_running),
+                  running.node_id, event_json(started), event_json(run_running),
                   f"{r}|{running.instance_id}", time.time()]))
         return outcome.decode(), max(int(ms), 0) / 1000.0
 
@@ -408,7 +224,7 @@ class RedisStateStore(StateStore):
             keys=[k.instances(r), k.nodes(r), k.events(r), k.live, k.lock(r),
                   k.result(result.key if result else ""), k.outbox,
                   k.claim(lease[0] if lease else "")],
-            args=[done.instance_id, done.model_dump_json(), done.node_id, _event_json(event),
+            args=[done.instance_id, done.model_dump_json(), done.node_id, event_json(event),
                   result.model_dump_json() if result else "", f"{r}|{done.instance_id}",
                   time.time(), f"{r}|@{done.node_id}", lease[1] if lease else ""])))
 
@@ -484,7 +300,7 @@ class RedisStateStore(StateStore):
             pipe.zrem(self.keys.live, member)
             pipe.hdel(self.keys.outbox, member)
             pipe.hset(self.keys.quarantine, member, reason)
-            pipe.rpush(self.keys.events(run_id), _event_json(EventRecord(
+            pipe.rpush(self.keys.events(run_id), event_json(EventRecord(
                 type="instance.quarantined", time=time.time(), instance_id=instance_id,
                 error=reason)))
             pipe.execute()
@@ -492,7 +308,7 @@ class RedisStateStore(StateStore):
     # -- events -----------------------------------------------------------------------------
     @translate_redis_errors
     def append_event(self, run_id: str, event: EventRecord) -> int:
-        return int(self.client.rpush(self.keys.events(run_id), _event_json(event)))
+        return int(self.client.rpush(self.keys.events(run_id), event_json(event)))
 
     @translate_redis_errors
     def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
