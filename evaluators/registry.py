@@ -220,14 +220,21 @@ def _composite(registry: EvaluatorRegistry, device: str, **options: Any) -> Eval
     return CompositeEvaluator.from_registry(registry, device, **options)
 
 
+def _brand_palette(device: str, **options: Any) -> Evaluator:
+    from .palette import BrandPaletteEvaluator
+
+    return BrandPaletteEvaluator(device=device, **options)
+
+
 def register_builtins(registry: EvaluatorRegistry) -> EvaluatorRegistry:
-    """Register ``clip``, ``shapes-clip``, ``hf-clip``, ``aesthetic`` and ``composite``
-    (factories only)."""
+    """Register ``clip``, ``shapes-clip``, ``hf-clip``, ``aesthetic``, ``composite`` and
+    ``brand-palette`` (factories only)."""
     registry.register("clip", _clip)
     registry.register("shapes-clip", _shapes_clip)
     registry.register("hf-clip", _hf_clip)
     registry.register("aesthetic", functools.partial(_aesthetic, registry))
     registry.register("composite", functools.partial(_composite, registry))
+    registry.register("brand-palette", _brand_palette)
     return registry
 
 
