@@ -22,8 +22,9 @@ import torch
 from PIL import Image
 
 from genloop.sdk.errors import Permanent
+from genloop.workers.fingerprint import fingerprint
 
-from .base import Evaluator, Scores, check_finite, fingerprint
+from .base import Evaluator, Scores, check_finite
 from .embedding import EmbeddingEvaluator
 
 if TYPE_CHECKING:

@@ -11,11 +11,9 @@ bad inputs with the same :class:`~genloop.sdk.errors.Permanent` messages.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from pathlib import Path
 
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -118,25 +116,3 @@ def check_finite(values: Sequence[float], what: str = "score") -> None:
     for i, value in enumerate(values):
         if not math.isfinite(value):
             raise Permanent(f"{what} {i} is {value}; only finite numbers can be compared")
-
-
-def fingerprint(path: str | Path, *, patterns: Sequence[str] = ("*",)) -> str:
-    """A short content hash of a weights file, or of the matching files of a directory.
-
-    Identities of evaluators loaded from a path use it, so that replacing the weights behind the
-    same path changes the result keys instead of silently reusing old scores.
-    """
-    root = Path(path)
-    if root.is_file():
-        files = [root]
-    elif root.is_dir():
-        files = sorted({f for p in patterns for f in root.glob(p) if f.is_file()})
-    else:
-        raise Permanent(f"weights not found at {str(root)!r}")
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.name.encode() + b"\0")
-        with file.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()[:16]

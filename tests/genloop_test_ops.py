@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from genloop.workers import OpContext, Permanent, Transient, op
 
@@ -120,6 +120,7 @@ class BarrierParams(BaseModel):
     redis_url: str
     tag: str
     parties: int = 2
+    name: str = Field("", description="sets parties apart, so each has its own result key")
 
 
 @op("test-barrier", params=BarrierParams, output=Value)
@@ -134,4 +135,6 @@ def barrier(params: BarrierParams, inputs: list, ctx: OpContext) -> Value:
     while arrived < params.parties and time.monotonic() < deadline:
         time.sleep(0.001)
         arrived = int(r.get(f"{params.tag}:arrived"))
+    if arrived < params.parties:
+        raise Permanent(f"only {arrived} of {params.parties} parties ran at once")
     return Value(value=sum(i.value for i in inputs if isinstance(i, Value)) + 1)

@@ -12,6 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dramatiq
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.common import dq_name
 from dramatiq.middleware import CurrentMessage, Retries
 
 from genloop.sdk.errors import Cancelled, Permanent
@@ -58,6 +61,17 @@ class Enqueuer:
         self.broker.enqueue(message, delay=int(delay * 1000) or None)
         return message.message_id
 
+    def backlog(self, queue: str) -> int:
+        """Messages on ``queue`` (and its delay queue) that no worker has fetched yet. The
+        sweeper leaves queued instances alone while there is a backlog: they are waiting their
+        turn, not lost."""
+        names = (queue, dq_name(queue))
+        if isinstance(self.broker, RedisBroker):
+            return sum(self.broker.client.llen(f"{self.broker.namespace}:{q}") for q in names)
+        if isinstance(self.broker, StubBroker):
+            return sum(self.broker.queues[q].qsize() for q in names if q in self.broker.queues)
+        return 0
+
 
 @dataclass
 class Wiring:
@@ -81,14 +95,15 @@ def wire(
     lease_ttl: float = 30.0,
     time_limit_ms: int = DEFAULT_TIME_LIMIT_MS,
     sweep_every: float = 5.0,
-    stale_after: float | None = 300.0,
+    grace: float | None = None,
     fair_window: int | None = None,
 ) -> Wiring:
     """Declare genloop's actors and middleware on ``broker`` and return the wiring.
 
-    ``fair_window``: put a :class:`~.fair_queue.FairEnqueuer` in front of the broker, with at
-    most this many messages per queue in the broker; only for a process whose workers run
-    everything it sends (the embedded runtime).
+    ``grace`` (default: ``lease_ttl``) is how long the sweeper leaves an instance that nobody
+    works on before re-sending it. ``fair_window``: put a :class:`~.fair_queue.FairEnqueuer` in
+    front of the broker, with at most this many messages per queue in the broker; only for a
+    process whose workers run everything it sends (the embedded runtime).
     """
     enqueue = Enqueuer(broker)
     fair = None
@@ -98,7 +113,8 @@ def wire(
 
         fair = FairEnqueuer(enqueue.send, fair_window, tenant_of)
         broker.add_middleware(FairRelease(fair))
-    scheduler = Scheduler(store, registry, fair or enqueue, queues=queues)
+    scheduler = Scheduler(store, registry, fair or enqueue, queues=queues,
+                          backlog=enqueue.backlog)
     executor = Executor(
         scheduler, artifacts, registry, resources=resources, lease_ttl=lease_ttl,
         attempt_of=lambda: int(
@@ -110,7 +126,8 @@ def wire(
     # Dramatiq runs after_* hooks in reverse order: placed before Retries, AttemptOutcomes sees
     # each message after Retries has decided between a retry and a failure.
     broker.add_middleware(AttemptOutcomes(scheduler, ACTOR_PREFIX), before=Retries)
-    broker.add_middleware(OutboxSweeper(scheduler, every=sweep_every, stale_after=stale_after))
+    broker.add_middleware(OutboxSweeper(
+        scheduler, every=sweep_every, grace=lease_ttl if grace is None else grace))
     for queue in queues:
         enqueue.actors[queue] = dramatiq.actor(
             executor, actor_name=actor_name(queue), queue_name=queue, broker=broker,

@@ -49,7 +49,9 @@ def setup_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preload", action="append", default=[], help="model to load at start")
     p.add_argument("--models", metavar="FILE",
                    help="models config (TOML/JSON): the names beyond the built-ins that load")
-    p.add_argument("--lease-ttl", type=float, default=60.0, help="claim lease, seconds")
+    p.add_argument("--lease-ttl", type=float, default=15.0,
+                   help="claim lease, seconds (renewed every third); a dead worker's work "
+                   "is re-sent about a lease plus a sweep tick after it died")
     p.add_argument("--heartbeat-timeout-ms", type=int, default=60_000,
                    help="requeue a dead worker's messages after this long")
 

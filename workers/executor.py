@@ -5,8 +5,8 @@ A message names (run id, instance id); the instance's params and inputs are in t
 2. If a result is stored under the instance's result key, it completes at once (no op body).
 3. Otherwise the worker takes a lease on the key. If another worker holds it (the same message
    delivered twice, or the same work in another run), the message is re-enqueued to look again
-   after the lease's remaining time: it never runs the body while the holder is alive, and it
-   takes over if the holder dies and its lease runs out.
+   shortly (at most :data:`LEASE_POLL_CAP`): it never runs the body while the holder is alive,
+   finds the holder's result soon after it is stored, and takes over if the holder dies.
 4. The op body runs while the process's lease keeper renews the lease; the scheduler stores its
    result and completes the instance in one transaction.
 Failures propagate to Dramatiq: its Retries middleware decides on a retry, and
@@ -36,6 +36,9 @@ from .stores.records import InstanceRecord, ItemRef, ResultRecord
 
 log = logging.getLogger(__name__)
 
+#: Longest wait before a delivery that found its key leased looks again (seconds).
+LEASE_POLL_CAP = 0.5
+
 
 class LeaseKeeper:
     """Renews the leases this process holds, every third of their ttl, from one thread.
@@ -51,8 +54,11 @@ class LeaseKeeper:
         self._thread: threading.Thread | None = None
 
     @contextmanager
-    def hold(self, key: str, owner: str) -> Iterator[None]:
-        """Keep ``owner``'s claim on ``key`` alive while the block runs, then release it."""
+    def hold(self, key: str, owner: str, *,
+             released_on_success: bool = False) -> Iterator[None]:
+        """Keep ``owner``'s claim on ``key`` alive while the block runs, then release it (only
+        when the block fails, with ``released_on_success``: the completion that follows
+        releases it)."""
         with self._lock:
             self._held[owner] = key
             if self._thread is None:
@@ -60,12 +66,15 @@ class LeaseKeeper:
                     target=self._renew_forever, daemon=True, name="genloop-leases"
                 )
                 self._thread.start()
+        ok = False
         try:
             yield
+            ok = True
         finally:
             with self._lock:
                 self._held.pop(owner, None)
-            self.store.release(key, owner)
+            if not (ok and released_on_success):
+                self.store.release(key, owner)
 
     def _renew_forever(self) -> None:
         while True:
@@ -123,30 +132,32 @@ class Executor:
         key = result_key(spec.name, spec.version, params.model_dump(mode="json"), inst.inputs,
                          identity, self.scheduler.topology(run_id).graph.namespace)
 
-        stored = self.store.get_result(key)
-        if stored is not None:
-            self.scheduler.succeeded(run_id, instance_id, stored, cached=True)
-            return
         # One lease token per execution: two threads of this process are two claimants.
         owner = f"{self.owner}/{uuid.uuid4().hex[:8]}"
-        if not self.store.claim(key, owner, self.lease_ttl):
-            delay = max(self.store.lease_remaining(key), 0.05)
+        outcome, lease = self.scheduler.claim_and_start(inst, self._attempt_of(), key, owner,
+                                                        self.lease_ttl)
+        if outcome == "stored":
+            stored = self.store.get_result(key)
+            if stored is not None:  # results are never deleted; None only if the store lost it
+                self.scheduler.succeeded(run_id, instance_id, stored, cached=True)
+                return
+            outcome, lease = "leased", 0.0
+        if outcome == "leased":
+            # Look again soon rather than after the whole lease: the holder usually finishes
+            # long before its lease would run out, and then the stored result completes us.
+            delay = min(max(lease, 0.05), LEASE_POLL_CAP)
             log.debug("%s/%s: key %s is leased elsewhere; looking again in %.2fs",
                       run_id, instance_id, key[:12], delay)
             self.scheduler.enqueue([inst], delay)
             return
-        with self.leases.hold(key, owner):
-            # Checked again under the lease: the holder before us may have just stored it.
-            stored = self.store.get_result(key)
-            if stored is not None:
-                self.scheduler.succeeded(run_id, instance_id, stored, cached=True)
-                return
-            if self.scheduler.started(run_id, instance_id, self._attempt_of()) is None:
-                return
+        if outcome != "started":
+            return
+        with self.leases.hold(key, owner, released_on_success=True):
             result = self._run_body(spec, params, inst, key)
-            # Completed while still holding the lease, so a twin waiting on it finds the
-            # result stored as soon as the lease is released.
-            self.scheduler.succeeded(run_id, instance_id, result)
+        # The completion stores the result and drops the lease in one step, so a twin waiting
+        # on the lease finds the result the moment the lease is gone. (Should it fail, the
+        # lease runs out unrenewed and the sweeper re-sends the instance.)
+        self.scheduler.succeeded(run_id, instance_id, result, lease=(key, owner))
 
     def _run_body(self, spec: OpSpec, params: BaseModel, inst: InstanceRecord,
                   key: str) -> ResultRecord:

@@ -14,8 +14,6 @@ name invalidates stored results instead of silently reusing them.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +25,7 @@ import torch
 
 from genloop.sdk.errors import Permanent
 
+from ..fingerprint import fingerprint
 from ..models_config import ModelsConfig
 from .residency import Residency, Resident, default_budget, pipeline_bytes
 from .tiny import TINY_VERSION, build_tiny_pipeline
@@ -104,7 +103,7 @@ class ModelRegistry:
         name = self._source(name)
         path = Path(name)
         if path.is_dir():
-            return f"path:{path.resolve()}@{_tree_fingerprint(path)}"
+            return f"path:{fingerprint(path)}"
         return f"hub:{name}@{_hub_revision(name)}"
 
     def defaults(self, name: str) -> ModelDefaults:
@@ -219,7 +218,7 @@ def _register_shapes(registry: ModelRegistry) -> None:
     registry.register(
         shapes.PIPELINE_NAME,
         lambda: _from_pretrained(str(path), torch.float32),
-        f"shapes:{_tree_fingerprint(path)}",
+        f"shapes:{fingerprint(path)}",
         ModelDefaults(steps=shapes.DEFAULT_STEPS, guidance=shapes.DEFAULT_GUIDANCE,
                       width=size, height=size),
         f"trained here on the shapes world ({size} px): one coloured circle, square or "
@@ -237,16 +236,6 @@ def _from_pretrained(name: str, dtype) -> Any:
             f"model {name!r} is neither a built-in model nor a diffusers pipeline in a local "
             f"directory or the Hugging Face cache (downloads are off): {exc}"
         ) from exc
-
-
-def _tree_fingerprint(path: Path) -> str:
-    """Hash of relative paths, sizes and mtimes: cheap, and changes when any file does."""
-    h = hashlib.sha256()
-    for root, _, files in sorted(os.walk(path)):
-        for f in sorted(files):
-            st = (Path(root) / f).stat()
-            h.update(f"{Path(root, f).relative_to(path)}:{st.st_size}:{st.st_mtime_ns};".encode())
-    return h.hexdigest()[:16]
 
 
 def _hub_revision(name: str) -> str:
