@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dramatiq
+from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import CurrentMessage, Retries
 
 from genloop.sdk.errors import Cancelled, Permanent
@@ -44,13 +45,21 @@ class Enqueuer:
 
     def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
         for inst in instances:
-            message = self.actors[inst.queue].message_with_options(
-                args=(inst.run_id, inst.instance_id),
-                max_retries=inst.max_retries,
-                min_backoff=int(inst.min_backoff * 1000),
-                max_backoff=int(inst.max_backoff * 1000),
-            )
-            self.broker.enqueue(message, delay=int(delay * 1000) or None)
+            self._send(inst, delay)
+
+    def retry(self, inst: InstanceRecord, retries: int, delay: float) -> None:
+        """Send ``inst`` again after ``retries`` failed attempts, as Dramatiq's Retries would."""
+        self._send(inst, delay, retries=retries)
+
+    def _send(self, inst: InstanceRecord, delay: float, **options: object) -> None:
+        message = self.actors[inst.queue].message_with_options(
+            args=(inst.run_id, inst.instance_id),
+            max_retries=inst.max_retries,
+            min_backoff=int(inst.min_backoff * 1000),
+            max_backoff=int(inst.max_backoff * 1000),
+            **options,
+        )
+        self.broker.enqueue(message, delay=int(delay * 1000) or None)
 
 
 @dataclass
@@ -84,6 +93,9 @@ def wire(
         attempt_of=lambda: int(
             CurrentMessage.get_current_message().options.get("genloop_attempt", 1)
         ),
+        requeue=enqueue.retry,
+        # A stub broker's messages die with the process anyway; resume/sweeps recover those.
+        watch_deferred=not isinstance(broker, StubBroker),
     )
     if not any(isinstance(m, CurrentMessage) for m in broker.middleware):
         broker.add_middleware(CurrentMessage())

@@ -9,10 +9,19 @@ from typing import Any
 class Resources:
     """Handed to every op through ``ctx.resources``. Nothing is loaded until first asked for."""
 
-    def __init__(self, device: str | None = None, models: Any = None) -> None:
+    def __init__(self, device: str | None = None, models: Any = None,
+                 image_cache_size: int = 512) -> None:
+        from genloop.evaluators import ScoreBatcher
+
+        from .image_cache import ImageCache
+
         self.device = device
         if models is not None:
             self.models = models
+        #: Merges this process's score requests per evaluator (see genloop.evaluators.batcher).
+        self.scoring = ScoreBatcher()
+        #: Images generated in this process, by artifact key (see :mod:`.image_cache`).
+        self.images = ImageCache(image_cache_size)
 
     @cached_property
     def models(self):
