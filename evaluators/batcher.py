@@ -55,8 +55,9 @@ class ScoreBatcher:
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
-        #: The batch log: per call, (evaluator identity, images, requests).
+        #: The batch log: per call, (evaluator identity, images, requests), and its seconds.
         self.batches: list[tuple[str, int, int]] = []
+        self.seconds: list[float] = []
 
     def submit(self, evaluator: Evaluator, images: Sequence[Image.Image], text: str,
                check: Callable[[], None] | None = None) -> Future:
@@ -127,6 +128,7 @@ class ScoreBatcher:
     def _run(self, batch: list[ScoreRequest]) -> None:
         judge = batch[0].evaluator
         self.batches.append((judge.identity, sum(len(r.images) for r in batch), len(batch)))
+        began = time.perf_counter()
         try:
             scores = judge.score_many([(r.images, r.text) for r in batch])
         except Transient as exc:
@@ -148,6 +150,7 @@ class ScoreBatcher:
             for request in batch:
                 self._run([request])
             return
+        self.seconds.append(time.perf_counter() - began)
         for request, result in zip(batch, scores, strict=True):
             if not request.future.done():
                 request.future.set_result(result)

@@ -137,10 +137,11 @@ class Batcher:
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
-        #: The batch log, for tests and benchmarks: the size of each batch run, and how many of
-        #: its candidates came from each job group.
+        #: The batch log, for tests and benchmarks: the size of each batch run, how many of
+        #: its candidates came from each job group, and how long it ran (seconds).
         self.batches: list[int] = []
         self.groups: list[dict[Hashable, int]] = []
+        self.seconds: list[float] = []
 
     def submit(self, job: Job) -> Job:
         now = time.monotonic()
@@ -240,12 +241,14 @@ class Batcher:
                 groups[s.job.group] = groups.get(s.job.group, 0) + 1
             self.groups.append(groups)
             log.debug("batch of %d at %s", len(batch), key)
+            began = time.perf_counter()
             try:
                 self.run_batch(key, batch)
             except Exception as exc:  # the thread must outlive a failed batch
                 log.exception("batch of %d at %s failed", len(batch), key)
                 for slot in batch:
                     slot.job.fail(exc)
+            self.seconds.append(time.perf_counter() - began)
 
 
 def _close_at_exit(ref: weakref.ref) -> None:
