@@ -23,8 +23,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from genloop.sdk.errors import Transient
 from PIL import Image
+
+from genloop.sdk.errors import Transient
 
 from .base import Evaluator
 
