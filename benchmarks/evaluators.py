@@ -29,8 +29,9 @@ import time
 
 import numpy as np
 import torch
-from genloop.evaluators import OpenClipEvaluator
 from PIL import Image
+
+from genloop.evaluators import OpenClipEvaluator
 
 
 def make_images(count: int, size: int) -> list[Image.Image]:
@@ -150,7 +151,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             row = report[label]
             ratio = f"  {row['ratio_vs_naive']:.1f}x" if "ratio_vs_naive" in row else ""
             print(
-                f"  {label:<12} {row['seconds']:8.3f} s  {row['images_per_s']:10.1f} images/s{ratio}"
+                f"  {label:<12} {row['seconds']:8.3f} s  "
+                f"{row['images_per_s']:10.1f} images/s{ratio}"
             )
     return report
 

@@ -17,9 +17,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 
-from genloop.sdk.errors import Permanent
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, model_validator
+
+from genloop.sdk.errors import Permanent
 
 
 class Scores(BaseModel):

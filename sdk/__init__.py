@@ -48,6 +48,7 @@ from .ops import (
     SelectParams,
 )
 from .run import Run
+from .schema import Named, Served, SpecSchema
 from .validation import graph_problems, validate_graph
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "GraphProblem",
     "HttpBackend",
     "Loop",
+    "Named",
     "Node",
     "NodeOutput",
     "NodeRef",
@@ -91,6 +93,8 @@ __all__ = [
     "ScoreParams",
     "ScoredCandidate",
     "SelectParams",
+    "Served",
+    "SpecSchema",
     "StoreError",
     "Transient",
     "TransportError",

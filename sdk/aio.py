@@ -25,6 +25,7 @@ from .client import _ClientBase
 from .errors import RunTimeout
 from .http import AsyncHttpBackend, HttpConfig
 from .models import Event, RunInfo, RunResult, RunSpec
+from .schema import SpecSchema
 
 
 class ThreadedBackend(AsyncBackend):
@@ -53,6 +54,9 @@ class ThreadedBackend(AsyncBackend):
 
     async def read_artifact(self, key: str) -> bytes:
         return await asyncio.to_thread(self.sync.read_artifact, key)
+
+    async def schema(self) -> SpecSchema:
+        return await asyncio.to_thread(self.sync.schema)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.sync.close)
@@ -140,6 +144,10 @@ class AsyncClient(_ClientBase):
 
     async def read_artifact(self, key: str) -> bytes:
         return await self._backend.read_artifact(key)
+
+    async def schema(self) -> SpecSchema:
+        """The async twin of :meth:`Client.schema`."""
+        return await self._backend.schema()
 
     async def aclose(self) -> None:
         await self._backend.aclose()

@@ -19,6 +19,7 @@ from genloop.sdk.errors import Cancelled, Permanent
 
 from .artifacts.base import ArtifactStore
 from .executor import Executor
+from .fair_queue import FairEnqueuer, FairRelease
 from .middleware.attempts import AttemptOutcomes
 from .middleware.sweeper import OutboxSweeper
 from .ops.registry import OpRegistry
@@ -45,13 +46,14 @@ class Enqueuer:
 
     def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
         for inst in instances:
-            self._send(inst, delay)
+            self.send(inst, delay)
 
     def retry(self, inst: InstanceRecord, retries: int, delay: float) -> None:
         """Send ``inst`` again after ``retries`` failed attempts, as Dramatiq's Retries would."""
-        self._send(inst, delay, retries=retries)
+        self.send(inst, delay, retries=retries)
 
-    def _send(self, inst: InstanceRecord, delay: float, **options: object) -> None:
+    def send(self, inst: InstanceRecord, delay: float = 0.0, **options: object) -> str:
+        """Send one instance's message (with extra message ``options``); its message id."""
         message = self.actors[inst.queue].message_with_options(
             args=(inst.run_id, inst.instance_id),
             max_retries=inst.max_retries,
@@ -60,6 +62,7 @@ class Enqueuer:
             **options,
         )
         self.broker.enqueue(message, delay=int(delay * 1000) or None)
+        return message.message_id
 
 
 @dataclass
@@ -70,6 +73,7 @@ class Wiring:
     scheduler: Scheduler
     executor: Executor
     enqueue: Enqueuer
+    fair: FairEnqueuer | None = None
 
 
 def wire(
@@ -84,10 +88,23 @@ def wire(
     time_limit_ms: int = DEFAULT_TIME_LIMIT_MS,
     sweep_every: float = 5.0,
     stale_after: float | None = 300.0,
+    fair_window: int | None = None,
 ) -> Wiring:
-    """Declare genloop's actors and middleware on ``broker`` and return the wiring."""
+    """Declare genloop's actors and middleware on ``broker`` and return the wiring.
+
+    ``fair_window``: put a :class:`~.fair_queue.FairEnqueuer` in front of the broker, with at
+    most this many messages per queue in the broker; only for a process whose workers run
+    everything it sends (the embedded runtime).
+    """
     enqueue = Enqueuer(broker)
-    scheduler = Scheduler(store, registry, enqueue, queues=queues)
+    fair = None
+    if fair_window is not None:
+        def tenant_of(run_id: str) -> str:
+            return scheduler.topology(run_id).graph.namespace or run_id
+
+        fair = FairEnqueuer(enqueue.send, fair_window, tenant_of)
+        broker.add_middleware(FairRelease(fair))
+    scheduler = Scheduler(store, registry, fair or enqueue, queues=queues)
     executor = Executor(
         scheduler, artifacts, registry, resources=resources, lease_ttl=lease_ttl,
         attempt_of=lambda: int(
@@ -108,4 +125,5 @@ def wire(
             executor, actor_name=actor_name(queue), queue_name=queue, broker=broker,
             throws=(Permanent, Cancelled), time_limit=time_limit_ms,
         )
-    return Wiring(broker=broker, scheduler=scheduler, executor=executor, enqueue=enqueue)
+    return Wiring(broker=broker, scheduler=scheduler, executor=executor, enqueue=enqueue,
+                  fair=fair)

@@ -151,7 +151,7 @@ class Executor:
         # Keyed on the params as this worker's model reads them (defaults filled in), so a
         # client that could not validate them (a remote op) still shares stored results.
         key = result_key(spec.name, spec.version, params.model_dump(mode="json"), inst.inputs,
-                         identity)
+                         identity, self.scheduler.topology(run_id).graph.namespace)
 
         stored = self.store.get_result(key)
         if stored is not None:

@@ -27,6 +27,7 @@ from dramatiq.brokers.redis import RedisBroker
 from .artifacts import open_artifact_store
 from .broker import wire
 from .catalogue import publish
+from .models_config import models_config
 from .ops.registry import default_registry
 from .redis_backend import artifacts_key
 from .resources import Resources
@@ -45,6 +46,7 @@ ENV_HEARTBEAT_MS = "GENLOOP_HEARTBEAT_TIMEOUT_MS"
 ENV_MAINTENANCE = "GENLOOP_MAINTENANCE_CHANCE"
 ENV_SWEEP_EVERY = "GENLOOP_SWEEP_EVERY"
 ENV_STALE_AFTER = "GENLOOP_STALE_AFTER"
+ENV_MODELS = "GENLOOP_MODELS"
 
 
 def _list(name: str) -> list[str]:
@@ -70,7 +72,9 @@ def build():
     artifacts_uri = os.environ[ENV_ARTIFACTS]
     client.set(artifacts_key(prefix), artifacts_uri)
     queues = _list(ENV_QUEUES) or ["gpu", "cpu"]
-    resources = Resources()
+    # A pool serves whatever submits to it (a gateway's tenants included), so its models are
+    # always an allow-list: the built-ins, plus the config file's names if there is one.
+    resources = Resources(allowed=models_config(os.environ.get(ENV_MODELS) or None))
     wiring = wire(
         broker, RedisStateStore(client=client, prefix=prefix), open_artifact_store(artifacts_uri),
         default_registry, queues=queues, resources=resources,
@@ -78,7 +82,7 @@ def build():
         sweep_every=float(os.environ.get(ENV_SWEEP_EVERY, "5")),
         stale_after=float(os.environ.get(ENV_STALE_AFTER, "300")),
     )
-    publish(client, default_registry, queues, prefix)
+    publish(client, default_registry, queues, prefix, models=resources.models.builtin())
     for name in _list(ENV_PRELOAD):
         log.info("preloading model %s", name)
         resources.models.preload(name)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from genloop.sdk.errors import Permanent
-from genloop.sdk.ops import Candidate, GenerateParams, GenerationRequest
+from genloop.sdk.ops import MAX_CANDIDATES_PER_NODE, Candidate, GenerateParams, GenerationRequest
 
 from ..context import OpContext
 from ..deferred import Deferred
@@ -32,6 +32,10 @@ def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> Deferred:
     """
     from ..engine.generate import ImageSettings, png_bytes
 
+    if len(inputs) > MAX_CANDIDATES_PER_NODE:
+        # A fan-out the submit-time budget could not see (a custom op's output upstream).
+        raise Permanent(f"generate got {len(inputs)} requests; at most "
+                        f"{MAX_CANDIDATES_PER_NODE} per instance (split it with map=True)")
     if inputs:
         requests = [GenerationRequest.model_validate(i, from_attributes=True) for i in inputs]
     elif params.prompt:
