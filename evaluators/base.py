@@ -72,8 +72,33 @@ class Evaluator(ABC):
     def _score(self, images: list[Image.Image], text: str) -> Scores:
         """Score validated inputs."""
 
+    def score_many(self, requests: Sequence[tuple[Sequence[Image.Image], str]]) -> list[Scores]:
+        """Score several ``(images, text)`` requests as few model calls as possible: here, one
+        :meth:`score` per distinct text over all its requests' images. CLIP-family back ends
+        override it to encode every image once whatever the texts."""
+        by_text: dict[str, list[int]] = {}
+        for i, (_, text) in enumerate(requests):
+            by_text.setdefault(text, []).append(i)
+        out: list[Scores | None] = [None] * len(requests)
+        for text, members in by_text.items():
+            merged = self.score([im for i in members for im in requests[i][0]], text)
+            start = 0
+            for i in members:
+                n = len(requests[i][0])
+                out[i] = _slice(merged, start, start + n)
+                start += n
+        return out  # type: ignore[return-value]
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(identity={self.identity!r}, device={self.device!r})"
+
+
+def _slice(scores: Scores, start: int, stop: int) -> Scores:
+    return Scores(
+        values=scores.values[start:stop],
+        embeddings=scores.embeddings[start:stop] if scores.embeddings is not None else None,
+        evaluator=scores.evaluator,
+    )
 
 
 def check_text(text: object) -> str:

@@ -50,13 +50,18 @@ class Enqueuer:
         for inst in instances:
             self.send(inst, delay)
 
-    def send(self, inst: InstanceRecord, delay: float = 0.0) -> str:
-        """Send one instance's message; its message id."""
+    def retry(self, inst: InstanceRecord, retries: int, delay: float) -> None:
+        """Send ``inst`` again after ``retries`` failed attempts, as Dramatiq's Retries would."""
+        self.send(inst, delay, retries=retries)
+
+    def send(self, inst: InstanceRecord, delay: float = 0.0, **options: object) -> str:
+        """Send one instance's message (with extra message ``options``); its message id."""
         message = self.actors[inst.queue].message_with_options(
             args=(inst.run_id, inst.instance_id),
             max_retries=inst.max_retries,
             min_backoff=int(inst.min_backoff * 1000),
             max_backoff=int(inst.max_backoff * 1000),
+            **options,
         )
         self.broker.enqueue(message, delay=int(delay * 1000) or None)
         return message.message_id
@@ -120,6 +125,9 @@ def wire(
         attempt_of=lambda: int(
             CurrentMessage.get_current_message().options.get("genloop_attempt", 1)
         ),
+        requeue=enqueue.retry,
+        # A stub broker's messages die with the process anyway; resume/sweeps recover those.
+        watch_deferred=not isinstance(broker, StubBroker),
     )
     if not any(isinstance(m, CurrentMessage) for m in broker.middleware):
         broker.add_middleware(CurrentMessage())

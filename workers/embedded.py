@@ -69,6 +69,7 @@ class EmbeddedRuntime:
     def close(self) -> None:
         if self.worker is not None:
             self.worker.stop()
+        self.wiring.executor.close()
         self.broker.close()
         self.store.close()
 

@@ -17,13 +17,21 @@ class Resources:
     """
 
     def __init__(self, device: str | None = None, models: Any = None,
-                 allowed: ModelsConfig | None = None) -> None:
+                 allowed: ModelsConfig | None = None, image_cache_size: int = 512) -> None:
         """``models`` replaces the registry outright; ``allowed`` is the operator's models
         config for the registry built here (``None``: trusted code, any local path loads)."""
         self.device = device
         self.allowed = allowed
         self._models = models
         self._lock = threading.Lock()
+        from genloop.evaluators import ScoreBatcher
+
+        from .image_cache import ImageCache
+
+        #: Merges this process's score requests per evaluator (see genloop.evaluators.batcher).
+        self.scoring = ScoreBatcher()
+        #: Images generated in this process, by artifact key (see :mod:`.image_cache`).
+        self.images = ImageCache(image_cache_size)
 
     @property
     def models(self):
