@@ -6,10 +6,15 @@ functions then call the kernel or the PyTorch op with the same meaning, so a cal
 processor, a hook, the engine) never needs its own branch, and a machine without a GPU or without
 Triton keeps working.
 
-The INT8 kernel is also skipped where it cannot win: with fewer than
-:data:`INT8_ATTENTION_MIN_KV_TOKENS` keys (cross-attention's 77 text tokens, small latents) the
-K mean, the two quantization launches and the Python checks cost more than the INT8 Q·Kᵀ saves
-over SDPA's one fused launch. The GPU check (``make gpu-check``) measures where that line sits.
+The INT8 kernel is also skipped where it cannot win, as measured by ``make gpu-check`` on an
+H200 (2026-11-30, fp16 and bf16, diffusers layouts, cosine >= 0.9999 everywhere):
+
+- on Hopper and newer, PyTorch's default SDPA is cuDNN attention, and the kernel lost to it at
+  every shape (0.63-0.95x, SDXL to Flux at 2k); it is not dispatched there;
+- against FlashAttention-2 (SDPA's default before Hopper) it won from 4k keys (1.26-1.48x fp16,
+  1.02-1.48x bf16) and lost at 1k keys (0.3-0.4x) and on 77-key cross-attention, where its K
+  mean, two quantization launches and Python checks cost more than its INT8 Q·Kᵀ saves. The
+  Ampere/Ada figures are inferred from FlashAttention-2 on the H200, not measured on those GPUs.
 
 ``force=True`` runs a kernel wherever it runs *correctly*, even where it will not win, and lets
 CPU tensors use it when the kernels were built for Triton's interpreter (``TRITON_INTERPRET=1``
@@ -31,7 +36,9 @@ logger = logging.getLogger(__name__)
 
 INT8_ATTENTION_HEAD_DIMS = (64, 128)
 #: Below this many keys the INT8 kernel's fixed costs outweigh its faster Q·Kᵀ (see above).
-INT8_ATTENTION_MIN_KV_TOKENS = 1024
+INT8_ATTENTION_MIN_KV_TOKENS = 4096
+#: From this compute capability on, SDPA's default (cuDNN attention) beats the kernel.
+INT8_ATTENTION_SDPA_WINS_FROM = (9, 0)
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -88,7 +95,16 @@ def int8_attention_blocker(
     blocker = _device_blocker(q, force, (8, 0), "int8_attention")
     if blocker is None and not force and k.shape[2] < INT8_ATTENTION_MIN_KV_TOKENS:
         return f"{k.shape[2]} keys: SDPA is faster below {INT8_ATTENTION_MIN_KV_TOKENS}"
+    if blocker is None and not force and sdpa_beats_int8(q.device):
+        return "SDPA's cuDNN attention is faster on this GPU (measured on an H200)"
     return blocker
+
+
+def sdpa_beats_int8(device: torch.device) -> bool:
+    """Whether SDPA's default on ``device`` is cuDNN attention, which the INT8 kernel does not
+    beat (Hopper and newer)."""
+    return (device.type == "cuda"
+            and torch.cuda.get_device_capability(device) >= INT8_ATTENTION_SDPA_WINS_FROM)
 
 
 def can_use_int8_attention(

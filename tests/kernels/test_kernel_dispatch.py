@@ -148,3 +148,17 @@ def test_launches_are_made_on_the_tensors_device():
     # A CPU tensor (the interpreter) changes nothing
     with on_device(torch.device("cpu")):
         pass
+
+
+def test_hopper_keeps_sdpa_cudnn_attention(monkeypatch):
+    from genloop.kernels import dispatch
+
+    # Given GPUs of two generations (the capability is what the rule reads)
+    capability = {"value": (9, 0)}
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability["value"])
+    # Then Hopper keeps SDPA (cuDNN attention beat the kernel at every measured shape)
+    assert dispatch.sdpa_beats_int8(torch.device("cuda"))
+    # And an Ampere GPU, or any CPU tensor, is left to the shape rules
+    capability["value"] = (8, 0)
+    assert not dispatch.sdpa_beats_int8(torch.device("cuda"))
+    assert not dispatch.sdpa_beats_int8(torch.device("cpu"))

@@ -80,21 +80,19 @@ class _State:
         self.cached_steps = 0
 
 
-def step_key(timestep: Any) -> Any:
-    """What tells one denoising step from the next, without waiting for the GPU.
+def step_key(timestep: Any) -> float:
+    """What tells one denoising step from the next: the timestep's value.
 
-    A number or a CPU tensor: its value. A tensor on a GPU: *which element* it is (its address),
-    not its value: reading the value is a device-to-host copy that waits for every queued kernel,
-    once per UNet call. diffusers' loops pass ``t``, an element of ``scheduler.timesteps``, so
-    each step has its own address and both calls of one step share it. A pipeline that built a
-    fresh timestep tensor per call could make two steps look alike; that only costs speed (the
-    step is computed fully), never correctness.
+    Reading a GPU tensor's value waits for the queued kernels, once per UNet call. Telling steps
+    apart by the tensor's address instead avoids that wait, but the GPU check on an H200 showed
+    why it is wrong: the caching allocator hands a freed address to the next step's tensor, two
+    steps then look alike, and DeepCache reused features across steps (PSNR down to 9 dB against
+    the uncached run). Correct first; a host-side step counter from the pipeline's step callback
+    is the way to drop the wait.
     """
     if not isinstance(timestep, torch.Tensor):
         return float(timestep)
-    if timestep.device.type == "cpu":
-        return float(timestep.flatten()[0])
-    return ("address", timestep.data_ptr())
+    return float(timestep.flatten()[0])
 
 
 class _StepHook(ModelHook):
