@@ -26,6 +26,7 @@ from .graph import Graph, Node, NodeRef
 from .http import HttpBackend
 from .loop import Loop
 from .models import (
+    Compute,
     Event,
     EventData,
     Failure,
@@ -59,6 +60,7 @@ __all__ = [
     "Candidate",
     "Client",
     "ClientError",
+    "Compute",
     "Event",
     "EventData",
     "Failure",

@@ -75,6 +75,16 @@ class RefineParams(_Params):
     round: int = Field(1, ge=1, description="the round just scored; requests are for round + 1")
     target: float | None = Field(None, description="halt the loop once a score reaches this")
     keep: int = Field(2, ge=1, description="how many of the best candidates seed the next round")
+    steps: int | None = Field(
+        None, ge=1, le=200,
+        description="denoising steps of a full-quality image in the next round; needed to plan "
+        "within budget",
+    )
+    budget: int | None = Field(
+        None, ge=1,
+        description="total denoising steps the loop may spend; the next round is cut to what "
+        "is left, and the loop halts when nothing is",
+    )
 
 
 class Candidate(BaseModel):
@@ -89,6 +99,16 @@ class Candidate(BaseModel):
     width: int
     height: int
     steps: int
+    denoised_steps: int | None = Field(
+        None, ge=0,
+        description="denoising steps this image actually ran (an edit runs steps x strength); "
+        "None means all of steps",
+    )
+
+    @property
+    def cost(self) -> int:
+        """Denoising steps this image cost: what compute accounting adds up."""
+        return self.steps if self.denoised_steps is None else self.denoised_steps
 
 
 class ScoredCandidate(Candidate):
@@ -107,6 +127,14 @@ class GenerationRequest(BaseModel):
     prompt: str
     seed: int = Field(ge=0)
     round: int = Field(ge=1)
+    steps: int | None = Field(
+        None, ge=1, le=200,
+        description="denoising steps for this image; None: the generate node's own (a draft "
+        "refiner finishes drafts at full steps this way)",
+    )
+    reason: str | None = Field(
+        None, description="why the refiner asked for this image (which clause, which parent)"
+    )
 
 
 #: The parameter model of each built-in op, by op name.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from genloop.sdk.errors import Permanent
 from genloop.sdk.ops import Candidate, GenerateParams, GenerationRequest
 
@@ -40,7 +42,7 @@ def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> list[Candi
 
     models = ctx.resources.models
     defaults = models.defaults(params.model)
-    settings = ImageSettings(
+    base = ImageSettings(
         steps=params.steps or defaults.steps,
         guidance=defaults.guidance if params.guidance is None else params.guidance,
         width=params.width or defaults.width,
@@ -48,20 +50,31 @@ def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> list[Candi
         negative_prompt=params.negative_prompt,
         cache=params.cache,
     )
+    settings = [replace(base, steps=r.steps) if r.steps else base for r in requests]
 
     def on_step(done: int, total: int) -> None:
         ctx.check_cancelled()
         ctx.progress(done, total)
 
-    images = models.engine.generate(
-        params.model, [r.prompt for r in requests], [r.seed for r in requests], settings,
-        on_step=on_step, check=ctx.check_cancelled,
-    )
+    # Requests that share settings go to the engine as one request (one batch); a refiner
+    # that mixes drafts and finished images makes more than one group.
+    groups: dict[ImageSettings, list[int]] = {}
+    for i, s in enumerate(settings):
+        groups.setdefault(s, []).append(i)
+    images: list = [None] * len(requests)
+    for group_settings, members in groups.items():
+        made = models.engine.generate(
+            params.model, [requests[i].prompt for i in members],
+            [requests[i].seed for i in members], group_settings,
+            on_step=on_step, check=ctx.check_cancelled,
+        )
+        for i, img in zip(members, made, strict=True):
+            images[i] = img
     return [
         Candidate(
             index=params.first + i, prompt=r.prompt, seed=r.seed, round=r.round,
             model=params.model, artifact=ctx.artifacts.put(png_bytes(img), "png"),
-            width=settings.width, height=settings.height, steps=settings.steps,
+            width=s.width, height=s.height, steps=s.steps,
         )
-        for i, (r, img) in enumerate(zip(requests, images, strict=True))
+        for i, (r, s, img) in enumerate(zip(requests, settings, images, strict=True))
     ]

@@ -6,7 +6,12 @@ Strategies are pluggable: ``@refiner("name")`` registers ``fn(scored, params) ->
   rerun asks for the same images (and finds them stored).
 - ``prompt-variants``: the best seeds again, each with the prompt plus a modifier, so a round
   measures what the wording changes with the noise held fixed.
-When a score reaches ``target``, refine halts the loop: nodes downstream are skipped.
+- ``draft``: round 1 made cheap drafts (few steps); each later round finishes, at full steps
+  and with the same seeds, the best drafts not yet finished. It buys more candidates for the
+  same compute, and works as far as a draft's score ranks like its finished image's.
+When a score reaches ``target``, or ``budget`` (denoising steps) leaves room for no request,
+refine halts the loop: nodes downstream are skipped. Otherwise the requests are cut, in the
+order the strategy gave them, to what the budget has left.
 """
 
 from __future__ import annotations
@@ -73,6 +78,46 @@ def prompt_variants(scored: list[ScoredCandidate],
     ]
 
 
+@refiner("draft")
+def draft(scored: list[ScoredCandidate], params: RefineParams) -> list[GenerationRequest]:
+    full = params.steps or max(c.steps for c in scored)
+    finished = {c.seed for c in scored if c.steps >= full}
+    drafts = sorted((c for c in scored if c.steps < full and c.seed not in finished),
+                    key=lambda c: (-c.score, c.index))
+    requests = [
+        GenerationRequest(
+            prompt=c.prompt, seed=c.seed, round=params.round + 1, steps=full,
+            reason=f"finish draft seed {c.seed}: draft rank {rank + 1} of {len(drafts)}, "
+            f"score {c.score:.2f} at {c.steps} steps",
+        )
+        for rank, c in enumerate(drafts[:params.candidates])
+    ]
+    if len(requests) < params.candidates:  # every draft finished: search fresh seeds
+        requests += seed_search(scored, params)[:params.candidates - len(requests)]
+    return requests
+
+
+def request_cost(request: GenerationRequest, steps: int | None) -> int:
+    """Denoising steps ``request`` will cost when the generate node runs ``steps``."""
+    return request.steps or steps or 0
+
+
+def within_budget(requests: list[GenerationRequest], scored: list[ScoredCandidate],
+                  params: RefineParams) -> list[GenerationRequest]:
+    """The first requests that fit in what ``params.budget`` has left after ``scored``."""
+    if params.budget is None:
+        return requests
+    left = params.budget - sum(c.cost for c in scored)
+    kept = []
+    for r in requests:
+        cost = request_cost(r, params.steps)
+        if cost > left:
+            break
+        left -= cost
+        kept.append(r)
+    return kept
+
+
 @op("refine", params=RefineParams, output=GenerationRequest)
 def refine(params: RefineParams, inputs: list, ctx: OpContext) -> list[GenerationRequest]:
     strategy = _REFINERS.get(params.strategy)
@@ -85,4 +130,8 @@ def refine(params: RefineParams, inputs: list, ctx: OpContext) -> list[Generatio
     if params.target is not None and max(c.score for c in scored) >= params.target:
         ctx.halt()
         return []
-    return strategy(scored, params)
+    requests = within_budget(strategy(scored, params), scored, params)
+    if not requests:
+        ctx.log.info("budget of %s steps spent: the loop stops", params.budget)
+        ctx.halt()
+    return requests
