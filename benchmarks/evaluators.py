@@ -29,8 +29,9 @@ import time
 
 import numpy as np
 import torch
-from genloop.evaluators import OpenClipEvaluator
 from PIL import Image
+
+from genloop.evaluators import OpenClipEvaluator
 
 
 def make_images(count: int, size: int) -> list[Image.Image]:

@@ -116,8 +116,9 @@ def _bench(fn) -> Timing:
 
 
 def bench_attention(tokens: int, head_dim: int, dtype_name: str) -> AttentionResult:
-    from genloop.kernels import int8_attention as ia
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from genloop.kernels import int8_attention as ia
 
     dtype = DTYPES[dtype_name]
     heads = ATTENTION_CHANNELS // head_dim

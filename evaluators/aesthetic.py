@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from genloop.sdk.errors import Permanent
 from PIL import Image
+
+from genloop.sdk.errors import Permanent
 
 from .base import Evaluator, Scores, check_finite, fingerprint
 from .embedding import EmbeddingEvaluator

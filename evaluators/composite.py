@@ -12,8 +12,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from genloop.sdk.errors import Permanent
 from PIL import Image
+
+from genloop.sdk.errors import Permanent
 
 from .base import Evaluator, Scores, check_finite
 

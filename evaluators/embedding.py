@@ -18,8 +18,9 @@ from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 
 import torch
-from genloop.sdk.errors import Permanent, Transient
 from PIL import Image
+
+from genloop.sdk.errors import Permanent, Transient
 
 from .base import Evaluator, Scores, check_images, check_text
 from .text_cache import TextCache

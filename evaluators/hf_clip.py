@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import torch
-from genloop.sdk.errors import Permanent
 from PIL import Image
+
+from genloop.sdk.errors import Permanent
 
 from .base import fingerprint
 from .embedding import EmbeddingEvaluator, resolve_device, resolve_dtype

@@ -11,8 +11,9 @@ from __future__ import annotations
 import io
 import warnings
 
-from genloop.sdk.errors import Permanent
 from PIL import Image, UnidentifiedImageError
+
+from genloop.sdk.errors import Permanent
 
 
 def load_image(

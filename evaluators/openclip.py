@@ -23,8 +23,9 @@ from pathlib import Path
 
 import open_clip
 import torch
-from genloop.sdk.errors import Permanent
 from PIL import Image
+
+from genloop.sdk.errors import Permanent
 
 from .base import fingerprint
 from .embedding import EmbeddingEvaluator, resolve_device, resolve_dtype

@@ -41,6 +41,8 @@ from .models import (
 )
 from .ops import (
     Candidate,
+    ClauseScore,
+    Critique,
     GenerateParams,
     GenerationRequest,
     RefineParams,
@@ -58,9 +60,11 @@ __all__ = [
     "Backend",
     "Cancelled",
     "Candidate",
+    "ClauseScore",
     "Client",
     "ClientError",
     "Compute",
+    "Critique",
     "Event",
     "EventData",
     "Failure",

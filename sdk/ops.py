@@ -111,6 +111,23 @@ class Candidate(BaseModel):
         return self.steps if self.denoised_steps is None else self.denoised_steps
 
 
+class ClauseScore(BaseModel):
+    """How well an image shows one clause of its prompt, as a critic judged it."""
+
+    clause: str = Field(description="what the clause is about: 'colour', 'shape', or the "
+                        "clause's own text for free prompts")
+    text: str = Field(description="the clause's words in the prompt, e.g. 'red'")
+    score: float = Field(description="0-100; for shapes prompts, the probability (x100) that "
+                         "the image shows this clause rather than one of its alternatives")
+
+
+class Critique(BaseModel):
+    """A critic's per-clause view of one image; ``weakest`` names the clause to fix first."""
+
+    clauses: list[ClauseScore] = Field(description="one entry per clause, in prompt order")
+    weakest: str | None = Field(None, description="the clause with the lowest score")
+
+
 class ScoredCandidate(Candidate):
     """A candidate with its evaluator score (``100 * max(cos, 0)`` for CLIP evaluators)."""
 
@@ -118,6 +135,9 @@ class ScoredCandidate(Candidate):
     evaluator: str
     embedding: list[float] | None = Field(
         None, repr=False, description="image embedding the score came from; reused for diversity"
+    )
+    details: Critique | None = Field(
+        None, description="per-clause scores, from critic evaluators (clause-critic)"
     )
 
 

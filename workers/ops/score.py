@@ -28,10 +28,12 @@ def score(params: ScoreParams, inputs: list, ctx: OpContext) -> list[ScoredCandi
     images = [load_image(ctx.artifacts.get(c.artifact), name=c.artifact) for c in candidates]
     scores = evaluator.score(images, params.text)
     embeddings = scores.embeddings or [None] * len(candidates)
+    details = scores.details or [None] * len(candidates)
     return [
         ScoredCandidate(
             **c.model_dump(include=set(Candidate.model_fields)), score=value,
-            evaluator=params.evaluator, embedding=emb,
+            evaluator=params.evaluator, embedding=emb, details=critique,
         )
-        for c, value, emb in zip(candidates, scores.values, embeddings, strict=True)
+        for c, value, emb, critique in zip(candidates, scores.values, embeddings, details,
+                                           strict=True)
     ]
