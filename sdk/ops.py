@@ -23,6 +23,9 @@ class GenerateParams(_Params):
 
     A generate node that takes an input (``map=True`` over a refine node) reads its prompt and
     seed from each :class:`GenerationRequest` instead; ``prompt``, ``n`` and ``seed`` are ignored.
+    With ``init_image`` the node edits that image (every candidate, each with its own seed),
+    and with ``mask`` too it repaints the mask's white part; both keys are part of the result
+    key, so an edit of another image is another result.
     """
 
     prompt: str | None = None
@@ -35,6 +38,19 @@ class GenerateParams(_Params):
     width: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     height: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     round: int = Field(1, ge=1, description="loop round the candidates belong to")
+    init_image: str | None = Field(
+        None, description="artifact key of an image to edit (img2img, SDEdit) instead of "
+        "drawing from noise",
+    )
+    strength: float = Field(
+        0.6, gt=0.0, le=1.0,
+        description="how far an edit departs from init_image: it is noised this far (1 = "
+        "pure noise) and runs int(steps x strength) steps",
+    )
+    mask: str | None = Field(
+        None, description="artifact key of a mask for init_image (white: repaint, black: "
+        "keep); inpainting",
+    )
     cache: str = Field(
         "default",
         pattern=r"^(default|off|deepcache(:\d+)?|fbcache(:\d+(\.\d+)?)?|taylorseer)$",
@@ -104,6 +120,9 @@ class Candidate(BaseModel):
         description="denoising steps this image actually ran (an edit runs steps x strength); "
         "None means all of steps",
     )
+    init_image: str | None = Field(None, description="artifact key of the image this one edits")
+    mask: str | None = Field(None, description="artifact key of the inpainting mask")
+    strength: float | None = Field(None, description="edit strength (None: not an edit)")
 
     @property
     def cost(self) -> int:
@@ -154,6 +173,19 @@ class GenerationRequest(BaseModel):
     )
     reason: str | None = Field(
         None, description="why the refiner asked for this image (which clause, which parent)"
+    )
+    init_image: str | None = Field(
+        None, description="artifact key of an image to edit (img2img, SDEdit) instead of "
+        "drawing from noise",
+    )
+    strength: float | None = Field(
+        None, gt=0.0, le=1.0,
+        description="how far an edit departs from init_image: it is noised this far (1 = "
+        "pure noise); None: the generate node's",
+    )
+    mask: str | None = Field(
+        None, description="artifact key of a mask for init_image (white: repaint, black: "
+        "keep); inpainting",
     )
 
 
