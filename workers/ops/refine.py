@@ -9,6 +9,11 @@ Strategies are pluggable: ``@refiner("name")`` registers ``fn(scored, params) ->
 - ``draft``: round 1 made cheap drafts (few steps); each later round finishes, at full steps
   and with the same seeds, the best drafts not yet finished. It buys more candidates for the
   same compute, and works as far as a draft's score ranks like its finished image's.
+- ``critic-edit``: needs a critic evaluator (``shapes-critic``, ``clause-critic``). Half the
+  round edits the best images (img2img at :data:`EDIT_STRENGTH`), each request saying which
+  clause the critic found weakest and why; on free text the weak clause is repeated at the end
+  of the prompt for emphasis (a grammar-bound prompt, like a shapes caption, is kept as it is).
+  The other half are fresh seeds, as ``seed-search`` draws them.
 When a score reaches ``target``, or ``budget`` (denoising steps) leaves room for no request,
 refine halts the loop: nodes downstream are skipped. Otherwise the requests are cut, in the
 order the strategy gave them, to what the budget has left.
@@ -97,9 +102,53 @@ def draft(scored: list[ScoredCandidate], params: RefineParams) -> list[Generatio
     return requests
 
 
+#: How far an edit departs from the image it fixes: enough noise to redraw a shape or move it,
+#: little enough that what the critic liked mostly stays.
+EDIT_STRENGTH = 0.6
+
+
+@refiner("critic-edit")
+def critic_edit(scored: list[ScoredCandidate], params: RefineParams) -> list[GenerationRequest]:
+    from genloop.evaluators.clauses import DEFAULT_SPLITTERS
+
+    best = _best(scored, params.keep)
+    structured = any(split(params.prompt) for split in DEFAULT_SPLITTERS)
+    tried = {c.seed for c in scored}
+    n_edits = (params.candidates + 1) // 2
+    requests = []
+    for j in range(n_edits):
+        parent = best[j % len(best)]
+        seed = _fresh_seed(f"edit:{parent.seed}:{params.round}:{j}", tried)
+        prompt, why = parent.prompt, "no critique (the evaluator is not a critic)"
+        if parent.details is not None and parent.details.weakest is not None:
+            weak = next(c for c in parent.details.clauses if c.clause == parent.details.weakest)
+            why = f"its weakest clause is {weak.clause} {weak.text!r} ({weak.score:.1f}/100)"
+            if not structured and weak.text not in prompt.split(", ")[1:]:
+                prompt = f"{prompt}, {weak.text}"
+        requests.append(GenerationRequest(
+            prompt=prompt, seed=seed, round=params.round + 1, init_image=parent.artifact,
+            strength=EDIT_STRENGTH,
+            reason=f"edit of seed {parent.seed} (score {parent.score:.2f}): {why}",
+        ))
+    fresh = seed_search(scored, params)[:params.candidates - n_edits]
+    return requests + [r.model_copy(update={"reason": "fresh seed"}) for r in fresh]
+
+
+def _fresh_seed(key: str, tried: set[int]) -> int:
+    rng = random.Random(key)
+    seed = rng.randrange(2**31)
+    while seed in tried:
+        seed = rng.randrange(2**31)
+    tried.add(seed)
+    return seed
+
+
 def request_cost(request: GenerationRequest, steps: int | None) -> int:
     """Denoising steps ``request`` will cost when the generate node runs ``steps``."""
-    return request.steps or steps or 0
+    full = request.steps or steps or 0
+    if request.init_image is None:
+        return full
+    return min(int(full * (request.strength or EDIT_STRENGTH)), full)
 
 
 def within_budget(requests: list[GenerationRequest], scored: list[ScoredCandidate],
