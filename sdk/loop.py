@@ -11,6 +11,10 @@ A :class:`Loop` compiles to a plain :class:`~genloop.sdk.graph.Graph` with its r
     ...
     round-R/score     (the last round has no refine)
 
+With ``refiner="agent"`` each refine pauses: the run emits ``refine.requested`` (a
+:class:`~genloop.sdk.ops.RefineRequest` as its message) and waits up to ``refine_timeout`` s for
+``run.refine(...)``, then lets ``fallback`` decide.
+
 The stop guard is the refine op: when a score reaches ``target``, or the denoising-step
 ``budget`` has nothing left for another image, it halts, and every node downstream of it is
 skipped, so the run ends early and succeeds. Each refine tolerates failed
@@ -63,6 +67,15 @@ class Loop(BaseModel):
         None, ge=1, le=200,
         description="denoising steps of a draft. Default with refiner 'draft': steps // 4 "
         "(at least 1), or 5 when steps is the model's default",
+    )
+
+    refine_timeout: float = Field(
+        300.0, gt=0, le=3000,
+        description="refiner 'agent': seconds each refine waits for the agent's answer "
+        "(run.refine) before the fallback strategy decides",
+    )
+    fallback: str = Field(
+        "seed-search", description="refiner 'agent': the strategy used when no answer comes"
     )
 
     @model_validator(mode="after")
@@ -135,6 +148,7 @@ class Loop(BaseModel):
                     scores, prompt=self.prompt, candidates=self.candidates,
                     strategy=self.refiner, id=f"round-{r}/refine", round=r, target=self.target,
                     keep=min(self.keep, self.candidates), min_success=1, steps=self.steps,
-                    budget=self.budget, **retry,
+                    budget=self.budget, timeout=self.refine_timeout, fallback=self.fallback,
+                    **retry,
                 )
         return g

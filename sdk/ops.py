@@ -101,6 +101,14 @@ class RefineParams(_Params):
         description="total denoising steps the loop may spend; the next round is cut to what "
         "is left, and the loop halts when nothing is",
     )
+    timeout: float = Field(
+        300.0, gt=0, le=3000,
+        description="strategy 'agent': seconds to wait for the agent's answer before falling "
+        "back",
+    )
+    fallback: str = Field(
+        "seed-search", description="strategy 'agent': the strategy used when no answer comes"
+    )
 
 
 class Candidate(BaseModel):
@@ -186,6 +194,38 @@ class GenerationRequest(BaseModel):
     mask: str | None = Field(
         None, description="artifact key of a mask for init_image (white: repaint, black: "
         "keep); inpainting",
+    )
+
+
+class RefineRequest(BaseModel):
+    """What a loop paused for an agent shows it (the ``refine.requested`` event's message):
+    the scored candidates so far, with their critiques and artifact keys, never a checker's
+    verdict. Answer with ``run.refine(...)`` or ``POST /v1/runs/{id}/refine``."""
+
+    node_id: str = Field(description="the refine node waiting; name it in the answer")
+    round: int = Field(description="the round just scored; answers are for round + 1")
+    prompt: str
+    candidates: int = Field(description="how many images the next round may have")
+    timeout: float = Field(description="seconds the loop waits before it falls back")
+    fallback: str = Field(description="the strategy it falls back to")
+    scored: list[ScoredCandidate] = Field(description="every candidate so far (no embeddings)")
+
+
+class RefineAnswer(BaseModel):
+    """An agent's answer to ``refine.requested``: the next round's images.
+
+    Only one answer counts: a second one (or one after the timeout) is refused with
+    :class:`~genloop.sdk.errors.RefineConflict` (HTTP 409)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node_id: str | None = Field(
+        None, description="the refine node answered; None: the one waiting now"
+    )
+    requests: list[GenerationRequest] = Field(
+        min_length=1, max_length=MAX_CANDIDATES_PER_NODE,
+        description="the images to make next (prompts, seeds, edits of artifact keys); "
+        "their round is set by the loop",
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from genloop.sdk.backend import Backend
 from genloop.sdk.errors import ClientError
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
+from genloop.sdk.ops import RefineAnswer
 
 from .artifacts.base import ArtifactStore
 from .results import run_info, run_result
@@ -48,3 +49,8 @@ class StoreBackend(Backend):
 
     def read_artifact(self, key: str) -> bytes:
         return self.artifacts.get(key)
+
+    def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
+        from .agent_refine import answer as give
+
+        return give(self.store, run_id, answer)

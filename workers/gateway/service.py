@@ -18,6 +18,7 @@ from typing import Any
 from genloop.sdk.backend import Backend
 from genloop.sdk.errors import NotFound
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
+from genloop.sdk.ops import RefineAnswer
 
 from .limits import TenantLimits, check_candidates, check_concurrency
 from .store import GatewayStore
@@ -118,6 +119,15 @@ class Gateway:
     def resume(self, tenant: str, run_id: str) -> RunInfo:
         self._own(tenant, run_id)
         return self.backend.resume(run_id)
+
+    def refine(self, tenant: str, run_id: str, answer: RefineAnswer) -> RefineAnswer:
+        """Answer the tenant's waiting refine; images it edits must be the tenant's own."""
+        self._own(tenant, run_id)
+        for r in answer.requests:
+            for key in (r.init_image, r.mask):
+                if key is not None:
+                    self.artifact(tenant, key)  # NotFound for another tenant's image
+        return self.backend.refine(run_id, answer)
 
     def artifact(self, tenant: str, key: str) -> bytes:
         """The bytes of ``key`` if it appears in a result of one of the tenant's runs."""

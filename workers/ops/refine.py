@@ -14,6 +14,8 @@ Strategies are pluggable: ``@refiner("name")`` registers ``fn(scored, params) ->
   clause the critic found weakest and why; on free text the weak clause is repeated at the end
   of the prompt for emphasis (a grammar-bound prompt, like a shapes caption, is kept as it is).
   The other half are fresh seeds, as ``seed-search`` draws them.
+- ``agent``: the loop pauses and an agent answers (see :mod:`genloop.workers.agent_refine`);
+  with no answer within ``timeout`` s, ``fallback`` decides.
 When a score reaches ``target``, or ``budget`` (denoising steps) leaves room for no request,
 refine halts the loop: nodes downstream are skipped. Otherwise the requests are cut, in the
 order the strategy gave them, to what the budget has left.
@@ -170,16 +172,27 @@ def within_budget(requests: list[GenerationRequest], scored: list[ScoredCandidat
 @op("refine", params=RefineParams, output=GenerationRequest)
 def refine(params: RefineParams, inputs: list, ctx: OpContext) -> list[GenerationRequest]:
     strategy = _REFINERS.get(params.strategy)
-    if strategy is None:
+    if strategy is None and params.strategy != "agent":
         raise Permanent(f"unknown refine strategy {params.strategy!r} "
-                        f"(known: {', '.join(sorted(_REFINERS))})")
+                        f"(known: agent, {', '.join(sorted(_REFINERS))})")
     scored = [ScoredCandidate.model_validate(i, from_attributes=True) for i in inputs]
     if not scored:
         raise Permanent("refine got no scored candidates")
     if params.target is not None and max(c.score for c in scored) >= params.target:
         ctx.halt()
         return []
-    requests = within_budget(strategy(scored, params), scored, params)
+    requests = None
+    if params.strategy == "agent":
+        from ..agent_refine import ask
+
+        requests = ask(ctx, scored, params)
+        if requests is None:
+            strategy = _REFINERS.get(params.fallback)
+            if strategy is None:
+                raise Permanent(f"unknown fallback strategy {params.fallback!r}")
+    if requests is None:
+        requests = strategy(scored, params)
+    requests = within_budget(requests, scored, params)
     if not requests:
         ctx.log.info("budget of %s steps spent: the loop stops", params.budget)
         ctx.halt()
