@@ -109,6 +109,9 @@ class RefineParams(_Params):
     fallback: str = Field(
         "seed-search", description="strategy 'agent': the strategy used when no answer comes"
     )
+    rewriter: str = Field(
+        "rules", description="strategy 'prompt-history': the registered PromptRewriter"
+    )
 
 
 class Candidate(BaseModel):

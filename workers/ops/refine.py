@@ -6,6 +6,9 @@ Strategies are pluggable: ``@refiner("name")`` registers ``fn(scored, params) ->
   rerun asks for the same images (and finds them stored).
 - ``prompt-variants``: the best seeds again, each with the prompt plus a modifier, so a round
   measures what the wording changes with the noise held fixed.
+- ``prompt-history``: a :class:`~.rewriters.PromptRewriter` (``params.rewriter``; default
+  rule-based) reads every (prompt, score) so far and writes the next prompts; the best seeds
+  are kept so the wording is what changes.
 - ``draft``: round 1 made cheap drafts (few steps); each later round finishes, at full steps
   and with the same seeds, the best drafts not yet finished. It buys more candidates for the
   same compute, and works as far as a draft's score ranks like its finished image's.
@@ -82,6 +85,24 @@ def prompt_variants(scored: list[ScoredCandidate],
             seed=best[j % len(best)].seed, round=params.round + 1,
         )
         for j in range(params.candidates)
+    ]
+
+
+@refiner("prompt-history")
+def prompt_history(scored: list[ScoredCandidate],
+                   params: RefineParams) -> list[GenerationRequest]:
+    from .rewriters import get_rewriter
+
+    try:
+        rewriter = get_rewriter(params.rewriter)
+    except KeyError as exc:
+        raise Permanent(str(exc)) from exc
+    best = _best(scored, params.keep)
+    prompts = rewriter.rewrite([(c.prompt, c.score) for c in scored], params.candidates)
+    return [
+        GenerationRequest(prompt=p, seed=best[j % len(best)].seed, round=params.round + 1,
+                          reason=f"rewritten by {params.rewriter!r} from the history")
+        for j, p in enumerate(prompts[:params.candidates])
     ]
 
 
