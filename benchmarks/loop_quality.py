@@ -1,7 +1,7 @@
 """Does a genloop Loop find better images than best-of-N, at the same denoising-step budget?
 
     python benchmarks/loop_quality.py [--prompts 100] [--rounds 3] [--candidates 8]
-        [--modes best-of-n,best-of-n-critic,seed-search,draft,critic-edit] [--json]
+        [--modes best-of-n,draft,critic-edit,seed-search,best-of-n-critic] [--json]
 
 On held-out shapes prompts, three in four of them hard (a small shape off the centre), with the
 shipped ``shapes`` generator at ``--steps``, every mode gets the same budget of
@@ -35,7 +35,7 @@ from genloop.sdk import Client, Loop
 from genloop.workers import shapes
 
 BASELINE = "best-of-n"
-MODES = ("best-of-n", "best-of-n-critic", "seed-search", "draft", "critic-edit")
+MODES = ("best-of-n", "draft", "critic-edit", "seed-search", "best-of-n-critic")
 
 
 class ModeReport(BaseModel):
@@ -126,32 +126,33 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}; known: {', '.join(MODES)}")
     prompts = hard_weighted_prompts(args.prompts)
-    reports = []
+    reports: list[ModeReport] = []
     with tempfile.TemporaryDirectory() as home:
         for mode in modes:
             with Client.local(home=Path(home) / mode, threads=args.workers) as client:
-                reports.append(run_mode(client, mode, prompts, args.rounds, args.candidates,
-                                        args.steps))
-    base = next((r for r in reports if r.mode == BASELINE), None)
-    for r in reports:
-        if base is not None and r is not base:
-            r.diff_vs_best_of_n = r.all_correct - base.all_correct
-            r.diff_ci95 = bootstrap(r.correct, base.correct)
+                report = run_mode(client, mode, prompts, args.rounds, args.candidates,
+                                  args.steps)
+            base = next((r for r in reports if r.mode == BASELINE), None)
+            if base is not None:
+                report.diff_vs_best_of_n = report.all_correct - base.all_correct
+                report.diff_ci95 = bootstrap(report.correct, base.correct)
+            reports.append(report)
+            if not args.json:  # one line per mode as it ends: a long run shows its progress
+                print(_line(report, base), flush=True)
     if args.json:
         print(json.dumps({"prompts": args.prompts, "rounds": args.rounds,
                           "candidates": args.candidates, "steps": args.steps,
                           "modes": [r.model_dump() for r in reports]}))
-        return
-    wall0 = base.wall_s if base is not None else None
-    for r in reports:
-        diff = ("" if r.diff_ci95 is None else
-                f" vs best-of-n {r.diff_vs_best_of_n:+.3f} "
-                f"[{r.diff_ci95[0]:+.3f}, {r.diff_ci95[1]:+.3f}]")
-        ratio = f" ({r.wall_s / wall0:.2f}x)" if wall0 else ""
-        print(f"{r.mode:17s} {r.evaluator:13s} all-correct={r.all_correct:.3f} "
-              f"[{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]{diff} steps/prompt={r.steps_per_prompt:.0f} "
-              f"images/prompt={r.images_per_prompt:.1f} wall={r.wall_s:.1f}s{ratio}")
 
+
+def _line(r: ModeReport, base: ModeReport | None) -> str:
+    diff = ("" if r.diff_ci95 is None else
+            f" vs best-of-n {r.diff_vs_best_of_n:+.3f} "
+            f"[{r.diff_ci95[0]:+.3f}, {r.diff_ci95[1]:+.3f}]")
+    ratio = f" ({r.wall_s / base.wall_s:.2f}x)" if base is not None else ""
+    return (f"{r.mode:17s} {r.evaluator:13s} all-correct={r.all_correct:.3f} "
+            f"[{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]{diff} steps/prompt={r.steps_per_prompt:.0f} "
+            f"images/prompt={r.images_per_prompt:.1f} wall={r.wall_s:.1f}s{ratio}")
 
 if __name__ == "__main__":
     main()
