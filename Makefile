@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # instead of resolving a newer one through the extras.
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo test test-fast bench lint clean
+.PHONY: install demo campaign-demo test test-fast bench lint clean
 
 install: $(VENV)/.installed
 
@@ -19,6 +19,9 @@ $(VENV)/.installed: pyproject.toml
 
 demo: install
 	$(BIN)/genloop demo --out out/demo
+
+campaign-demo: install
+	$(BIN)/genloop campaign run examples/campaign.yaml --out out/campaigns
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -228,15 +228,22 @@ def _clause_critic(registry: EvaluatorRegistry, default_base: str, name: str, de
     return ClauseCritic(registry.get(base or default_base, device, **options), name=name)
 
 
+def _brand_palette(device: str, **options: Any) -> Evaluator:
+    from .palette import BrandPaletteEvaluator
+
+    return BrandPaletteEvaluator(device=device, **options)
+
+
 def register_builtins(registry: EvaluatorRegistry) -> EvaluatorRegistry:
     """Register ``clip``, ``shapes-clip``, ``hf-clip``, ``aesthetic``, ``composite``,
-    ``clause-critic`` (over ``clip``, or ``base=...``) and ``shapes-critic`` (the clause critic
-    over ``shapes-clip``) (factories only)."""
+    ``brand-palette``, ``clause-critic`` (over ``clip``, or ``base=...``) and ``shapes-critic``
+    (the clause critic over ``shapes-clip``) (factories only)."""
     registry.register("clip", _clip)
     registry.register("shapes-clip", _shapes_clip)
     registry.register("hf-clip", _hf_clip)
     registry.register("aesthetic", functools.partial(_aesthetic, registry))
     registry.register("composite", functools.partial(_composite, registry))
+    registry.register("brand-palette", _brand_palette)
     registry.register("clause-critic",
                       functools.partial(_clause_critic, registry, "clip", "clause-critic"))
     registry.register("shapes-critic",

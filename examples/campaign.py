@@ -1,50 +1,30 @@
-"""A batch campaign: one loop per product x place x audience, all in flight at once; collect
-the best image of each variant. One failed variant never stops the others.
+"""A batch campaign from a spec: every product x place x backdrop variant as one loop, each in
+four placement formats with its headline, and a report a person can open.
 
-    python examples/campaign.py [--home .genloop] [--candidates 4] [--rounds 2]
+    python examples/campaign.py [--spec examples/campaign.yaml] [--home .genloop]
+        [--out out/campaigns]
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
-import json
+from pathlib import Path
 
-from genloop.sdk import Client, Loop
-
-PRODUCTS = ["a red sneaker", "a steel water bottle"]
-PLACES = ["on a mountain trail", "in a city street"]
-AUDIENCES = ["for runners", "for commuters"]
+from genloop.campaign import Manifest, load_spec, run
+from genloop.sdk import Client
 
 
-def main(home: str, candidates: int, rounds: int, steps: int | None) -> dict[str, float]:
-    variants = [" ".join(v) for v in itertools.product(PRODUCTS, PLACES, AUDIENCES)]
-    with Client.local(home=home, threads=4) as client:
-        runs = {
-            prompt: client.submit(
-                Loop(prompt=prompt, candidates=candidates, rounds=rounds, steps=steps),
-                idempotency_key=f"campaign:{prompt}:{candidates}:{rounds}:{steps}",
-            )
-            for prompt in variants
-        }
-        best = {}
-        for prompt, run in runs.items():
-            result = run.wait(timeout=1800)
-            if result.best is None:
-                print(f"{prompt}: {result.status} ({result.error})")
-                continue
-            best[prompt] = result.best.score
-            print(f"{prompt}: best {result.best.score:.2f} (round {result.best.round}, "
-                  f"seed {result.best.seed}), {len(result.failures)} failed item(s)")
-    print(json.dumps(best, indent=2))
-    return best
+def main(spec_file: str, home: str, out: str) -> Manifest:
+    with Client.local(home=home) as client:
+        manifest = run(load_spec(spec_file), client, out=out)
+    print(f"{manifest.counts()}; report: {Path(out) / manifest.name / 'report.html'}")
+    return manifest
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", default=str(Path(__file__).with_name("campaign.yaml")))
     parser.add_argument("--home", default=".genloop")
-    parser.add_argument("--candidates", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--out", default="out/campaigns")
     args = parser.parse_args()
-    main(args.home, args.candidates, args.rounds, args.steps)
+    main(args.spec, args.home, args.out)

@@ -28,10 +28,19 @@ def test_quickstart(tmp_path):
 
 @pytest.mark.slow
 def test_campaign(tmp_path):
-    out = run_example("campaign.py", "--home", str(tmp_path), "--candidates", "2",
-                      "--rounds", "2", "--steps", "1")
-    best = json.loads(out[out.index("{"):])
-    assert len(best) == 8 and all(score >= 0 for score in best.values())
+    # The shipped spec, scaled down: two variants, one round of two candidates.
+    import yaml
+
+    spec = yaml.safe_load((EXAMPLES / "campaign.yaml").read_text())
+    spec["axes"].update(product=["large red circle"], place=["in the centre"])
+    del spec["copy"]["headlines"]["large blue square"]
+    spec["loop"].update(rounds=1, candidates=2, steps=6)
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    out = run_example("campaign.py", "--spec", str(tmp_path / "spec.yaml"), "--home",
+                      str(tmp_path / "home"), "--out", str(tmp_path / "out"))
+    assert out.startswith("{'succeeded': 2}")
+    manifest = json.loads((tmp_path / "out/shapes-launch/manifest.json").read_text())
+    assert {len(v["formats"]) for v in manifest["variants"]} == {4}
 
 
 @pytest.mark.slow

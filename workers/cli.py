@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .gateway.cli import register as register_gateway
 
     register_gateway(sub)  # serve, keys
+    from genloop.campaign.cli import register as register_campaign
+
+    register_campaign(sub)
     return parser
 
 

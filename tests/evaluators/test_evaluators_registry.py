@@ -48,7 +48,8 @@ def test_default_device_is_cpu_without_cuda(registry, monkeypatch):
 
 def test_unknown_name_lists_known_ones(registry):
     with pytest.raises(
-        Permanent, match=r"unknown evaluator 'clipp'.*aesthetic, clip, composite, hf-clip"
+        Permanent,
+        match=r"unknown evaluator 'clipp'.*aesthetic, brand-palette, clause-critic, clip, composite, hf-clip",
     ):
         registry.get("clipp")
 

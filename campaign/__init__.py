@@ -1,0 +1,25 @@
+"""Ad campaigns: a spec file to finished creatives in every format, resumable and on budget.
+
+    from genloop.campaign import load_spec, run
+    from genloop.sdk import Client
+
+    spec = load_spec("campaign.yaml")
+    with Client.local() as client:
+        manifest = run(spec, client)        # out/campaigns/NAME/: manifest, formats, report.html
+
+Everything here sits on the SDK (no torch); formats, headlines and the brand palette use Pillow
+(``pip install 'genloop[campaign]'``).
+"""
+
+from __future__ import annotations
+
+from .manifest import FormatOutput, Manifest, VariantRecord
+from .report import render_report
+from .runner import Progress, campaign_folder, loop_key, report, run
+from .spec import CampaignSpec, CampaignSpecError, FormatSpec, load_spec, parse_spec
+
+__all__ = [
+    "CampaignSpec", "CampaignSpecError", "FormatOutput", "FormatSpec", "Manifest", "Progress",
+    "VariantRecord", "campaign_folder", "load_spec", "loop_key", "parse_spec", "render_report",
+    "report", "run",
+]

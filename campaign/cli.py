@@ -1,0 +1,115 @@
+"""``genloop campaign run|status|report``: the campaign runner from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from genloop.sdk import Client
+
+from .runner import Progress, campaign_folder, report, run
+from .spec import CampaignSpec, CampaignSpecError, load_spec
+
+
+def _client(args: argparse.Namespace) -> Client:
+    if args.gateway:
+        return Client.http(args.gateway, api_key=args.api_key)
+    if args.redis:
+        return Client.connect(args.redis)
+    return Client.local(home=args.local, threads=args.threads)
+
+
+def _bar(p: Progress) -> None:
+    eta = "" if p.eta is None else f", ETA {p.eta:.0f} s"
+    sys.stderr.write(f"\rvariants {p.done + p.failed}/{p.total - p.skipped}: {p.done} done, "
+                     f"{p.failed} failed, {p.skipped} over budget, {p.images} images{eta}   ")
+    sys.stderr.flush()
+
+
+def _summary(folder: Path, manifest) -> str:
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(manifest.counts().items()))
+    lines = [f"{manifest.name}: {counts}; {manifest.spent_images} images, "
+             f"{manifest.spent_steps} denoising steps", f"report: {folder / 'report.html'}"]
+    lines += [f"  {v.key} {v.prompt!r}: {v.error}" for v in manifest.variants
+              if v.status in ("failed", "cancelled")]
+    return "\n".join(lines)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        spec = load_spec(args.spec)
+    except CampaignSpecError as exc:
+        print(f"genloop campaign run: {exc}", file=sys.stderr)
+        return 2
+    with _client(args) as client:
+        manifest = run(spec, client, out=args.out, progress=None if args.quiet else _bar,
+                       timeout=args.timeout)
+    if not args.quiet:
+        sys.stderr.write("\n")
+    print(_summary(campaign_folder(spec, args.out), manifest))
+    return 0 if all(v.status in ("succeeded", "skipped") for v in manifest.variants) else 1
+
+
+def _stored_spec(args: argparse.Namespace) -> CampaignSpec | None:
+    path = Path(args.out) / args.name / "spec.json"
+    if not path.exists():
+        print(f"genloop campaign: no campaign {args.name!r} under {args.out} (run it first)",
+              file=sys.stderr)
+        return None
+    return CampaignSpec.model_validate_json(path.read_text())
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    spec = _stored_spec(args)
+    if spec is None:
+        return 2
+    runs = json.loads((campaign_folder(spec, args.out) / "runs.json").read_text())
+    counts: dict[str, int] = {}
+    with _client(args) as client:
+        for run_id in runs.values():
+            status = client.get(run_id).info.status.value
+            counts[status] = counts.get(status, 0) + 1
+    total = sum(1 for _ in spec.variants())
+    print(f"{spec.name}: {total} variants, {len(runs)} submitted: "
+          + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    spec = _stored_spec(args)
+    if spec is None:
+        return 2
+    with _client(args) as client:
+        manifest = report(spec, client, out=args.out, timeout=args.timeout)
+    print(_summary(campaign_folder(spec, args.out), manifest))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``campaign`` and its subcommands to the ``genloop`` parser."""
+    parser = sub.add_parser("campaign", help="ad campaigns: a spec file to finished creatives",
+                            description="ad campaigns: a spec file to finished creatives")
+    commands = parser.add_subparsers(dest="campaign_command", required=True)
+
+    def command(name: str, fn, help: str) -> argparse.ArgumentParser:
+        p = commands.add_parser(name, help=help, description=help)
+        where = p.add_mutually_exclusive_group()
+        where.add_argument("--local", default=".genloop", metavar="HOME",
+                           help="embedded back end in this process (default .genloop)")
+        where.add_argument("--redis", metavar="URL", help="a Redis worker pool")
+        where.add_argument("--gateway", metavar="URL", help="a genloop gateway")
+        p.add_argument("--api-key", help="the gateway's API key")
+        p.add_argument("--threads", type=int, default=4, help="embedded worker threads")
+        p.add_argument("--out", default="out/campaigns", help="where campaign folders live")
+        p.add_argument("--timeout", type=float, default=None, help="give up after this many s")
+        p.set_defaults(fn=fn)
+        return p
+
+    p = command("run", cmd_run, "run a campaign spec (YAML, TOML or JSON); re-running resumes")
+    p.add_argument("spec")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    command("status", cmd_status, "how far a campaign's runs are").add_argument("name")
+    command("report", cmd_report, "rebuild a campaign's folder from its stored runs")\
+        .add_argument("name")

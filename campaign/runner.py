@@ -1,0 +1,229 @@
+"""Running a campaign: one loop per variant, submitted so that nothing is ever paid for twice.
+
+Each variant's loop is submitted with an idempotency key derived from the loop's content, and its
+run id is recorded in ``runs.json`` as soon as it exists. Running the same spec again therefore
+finds every run it already has: finished ones are only collected (their images are stored), runs a
+crash left unfinished are resumed (stored results are reused), and only variants that never
+started are submitted. The budget is applied before anything is submitted, in variant order, so a
+re-run makes the same choice. One variant's failure is recorded with its error and never stops
+the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from genloop.sdk import Client, Loop, Run, RunResult, ScoredCandidate
+
+from . import finish
+from .manifest import (
+    Manifest,
+    VariantRecord,
+    read_json,
+    read_manifest,
+    write_atomic,
+    write_manifest,
+)
+from .report import write_report
+from .spec import CampaignSpec
+
+#: Seconds between two status sweeps over the unfinished runs.
+POLL = 0.2
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a campaign stands, for progress bars."""
+
+    total: int
+    done: int
+    failed: int
+    skipped: int
+    images: int
+    elapsed: float
+
+    @property
+    def eta(self) -> float | None:
+        finished = self.done + self.failed
+        remaining = self.total - self.skipped - finished
+        if not finished or remaining <= 0:
+            return None if remaining > 0 else 0.0
+        return self.elapsed / finished * remaining
+
+
+def loop_key(loop: Loop) -> str:
+    """The idempotency key of a variant's loop: a hash of everything that decides its images."""
+    canonical = json.dumps(loop.model_dump(mode="json"), sort_keys=True)
+    return "campaign:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def campaign_folder(spec: CampaignSpec, out: str | Path = "out/campaigns") -> Path:
+    return Path(out) / spec.name
+
+
+def plan(spec: CampaignSpec) -> list[VariantRecord]:
+    """Every variant, with those past the budget marked ``skipped``."""
+    per_images = spec.loop.images
+    per_steps = per_images * spec.loop.steps if spec.loop.steps else None
+    records, images, steps = [], 0, 0
+    for values in spec.variants():
+        loop = spec.loop_for(values)
+        record = VariantRecord(key=loop_key(loop)[9:25], values=values, prompt=loop.prompt,
+                               headline=spec.headline(values))
+        over = (spec.budget.images is not None and images + per_images > spec.budget.images) or (
+            spec.budget.steps is not None and per_steps is not None
+            and steps + per_steps > spec.budget.steps)
+        if over:
+            record.status = "skipped"
+            record.error = (f"over budget: {images} images ({steps} steps) already planned, "
+                            f"and this variant may cost {per_images} more")
+        else:
+            images += per_images
+            steps += per_steps or 0
+        records.append(record)
+    return records
+
+
+def submit(spec: CampaignSpec, client: Client, records: list[VariantRecord],
+           folder: Path) -> dict[str, Run]:
+    """Start (or find, or resume) the run of every planned variant; record run ids as they come."""
+    runs_file = folder / "runs.json"
+    known: dict[str, str] = read_json(runs_file)
+    runs: dict[str, Run] = {}
+    for record in records:
+        if record.status == "skipped":
+            continue
+        run_id = known.get(record.key)
+        if run_id is not None:
+            run = client.get(run_id)
+            if not run.info.status.terminal:
+                run = client.resume(run_id)  # a crash may have left it with nobody driving it
+        else:
+            loop = spec.loop_for(record.values)
+            run = client.submit(loop, idempotency_key=loop_key(loop))
+            known[record.key] = run.id
+            write_atomic(runs_file, json.dumps(known, indent=1))
+        record.run_id = run.id
+        runs[record.key] = run
+    return runs
+
+
+def wait_all(records: list[VariantRecord], runs: dict[str, Run],
+             progress: Callable[[Progress], None] | None = None,
+             timeout: float | None = None) -> dict[str, RunResult]:
+    """Wait until every run ends; returns their results by variant key."""
+    start = time.monotonic()
+    pending = dict(runs)
+    results: dict[str, RunResult] = {}
+    skipped = sum(r.status == "skipped" for r in records)
+    images = 0
+    while True:
+        for key, run in list(pending.items()):
+            if run.status().status.terminal:
+                results[key] = run.result()
+                images += generated(results[key])[0]
+                del pending[key]
+        if progress is not None:
+            failed = sum(r.status != "succeeded" for r in results.values())
+            progress(Progress(total=len(records), done=len(results) - failed, failed=failed,
+                              skipped=skipped, images=images,
+                              elapsed=time.monotonic() - start))
+        if not pending:
+            return results
+        if timeout is not None and time.monotonic() - start > timeout:
+            raise TimeoutError(f"{len(pending)} variants still running after {timeout:g} s")
+        time.sleep(POLL)
+
+
+def generated(result: RunResult) -> tuple[int, int]:
+    """Images and denoising steps a run's generate nodes produced."""
+    items = [item for out in result.outputs.values() if out.op == "generate"
+             for item in out.items]
+    return len(items), sum(int(item.get("steps", 0)) for item in items  # type: ignore[union-attr]
+                           if isinstance(item, dict))
+
+
+def record_result(record: VariantRecord, result: RunResult) -> None:
+    """The run's status, spend and error on the record (its pick is made by the caller)."""
+    record.status = result.status.value  # type: ignore[assignment]
+    record.images, record.steps = generated(result)
+    record.error = None
+    if result.best is None:
+        record.error = result.error or "; ".join(
+            f"{f.node_id}: {f.message}" for f in result.failures[:3]) or "no image was scored"
+        if record.status == "succeeded":
+            record.status = "failed"
+
+
+def new_manifest(spec: CampaignSpec, records: list[VariantRecord]) -> Manifest:
+    return Manifest(
+        name=spec.name, axes=spec.axes, formats=[f.name for f in spec.formats],
+        budget_images=spec.budget.images, budget_steps=spec.budget.steps,
+        spent_images=sum(r.images for r in records), spent_steps=sum(r.steps for r in records),
+        variants=records,
+    )
+
+
+def run(spec: CampaignSpec, client: Client, *, out: str | Path = "out/campaigns",
+        progress: Callable[[Progress], None] | None = None,
+        timeout: float | None = None) -> Manifest:
+    """Run (or finish, or just collect) every variant of ``spec``; write the campaign folder."""
+    folder = campaign_folder(spec, out)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / "spec.json", spec.model_dump_json(indent=2, by_alias=True))
+    records = plan(spec)
+    runs = submit(spec, client, records, folder)
+    return _collect(spec, client, records, runs, folder, progress, timeout)
+
+
+def report(spec: CampaignSpec, client: Client, *, out: str | Path = "out/campaigns",
+           progress: Callable[[Progress], None] | None = None,
+           timeout: float | None = None) -> Manifest:
+    """Rebuild the campaign folder from the runs already recorded; submits nothing."""
+    folder = campaign_folder(spec, out)
+    known: dict[str, str] = read_json(folder / "runs.json")
+    records = plan(spec)
+    runs = {}
+    for record in records:
+        if record.key in known:
+            record.run_id = known[record.key]
+            runs[record.key] = client.get(record.run_id)
+    return _collect(spec, client, records, runs, folder, progress, timeout)
+
+
+def _collect(spec: CampaignSpec, client: Client, records: list[VariantRecord],
+             runs: dict[str, Run], folder: Path, progress: Callable[[Progress], None] | None,
+             timeout: float | None) -> Manifest:
+    previous_manifest = read_manifest(folder)
+    previous = {v.key: v for v in previous_manifest.variants} if previous_manifest else {}
+    results = wait_all(records, runs, progress, timeout)
+    picks: dict[str, ScoredCandidate] = {}
+    for record in records:
+        if record.key not in results:
+            continue
+        record_result(record, results[record.key])
+        best = finish.pick(spec, results[record.key], client.read_artifact)
+        if best is None:
+            continue
+        picks[record.key] = best
+        record.seed, record.round, record.score = best.seed, best.round, best.score
+        record.artifact = best.artifact
+        finish.mark_brand(spec, record, client.read_artifact)
+        try:
+            finish.render_formats(spec, record, folder, client.read_artifact,
+                                  previous.get(record.key))
+        except OSError as exc:  # an unreadable image fails this variant, never the campaign
+            record.status, record.error = "failed", f"could not make its formats: {exc}"
+    finish.mark_finalists(spec, records, picks)
+    manifest = new_manifest(spec, records)
+    manifest.sheets = finish.contact_sheets(
+        manifest, spec, folder, client.read_artifact,
+        previous_manifest.sheets if previous_manifest else {})
+    write_manifest(manifest, folder)
+    write_report(manifest, folder)
+    return manifest
