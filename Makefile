@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # instead of resolving a newer one through the extras.
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo campaign-demo test test-fast bench lint clean
+.PHONY: install demo campaign-demo test test-fast bench lint clean gpu-check gpu-wheels
 
 install: $(VENV)/.installed
 
@@ -33,8 +33,23 @@ bench: install
 	$(BIN)/python benchmarks/orchestration.py
 
 lint: install
-	$(BIN)/ruff check sdk workers kernels evaluators tests benchmarks examples
+	$(BIN)/ruff check sdk workers kernels evaluators integrations tests benchmarks examples
 	$(BIN)/mypy sdk
+
+# The GPU check runs on a lent GPU machine whose python3 has torch and Triton but not genloop's
+# other dependencies: `make gpu-wheels` (here) downloads them into .whl, `make gpu-check` (there)
+# installs them into /tmp/site and runs every check in one command, writing $OUT/gpu_check.json.
+GPU_PYTHON ?= python3
+gpu-check:
+	$(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+		--target /tmp/site .whl/*.whl
+	PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 $(GPU_PYTHON) benchmarks/gpu_check.py \
+		--out $${OUT:-out/gpu-check}
+
+gpu-wheels:
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 -d .whl $$($(BIN)/python benchmarks/gpu_check.py --wheels)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

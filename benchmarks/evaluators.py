@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             row = report[label]
             ratio = f"  {row['ratio_vs_naive']:.1f}x" if "ratio_vs_naive" in row else ""
             print(
-                f"  {label:<12} {row['seconds']:8.3f} s  {row['images_per_s']:10.1f} images/s{ratio}"
+                f"  {label:<12} {row['seconds']:8.3f} s  "
+                f"{row['images_per_s']:10.1f} images/s{ratio}"
             )
     return report
 

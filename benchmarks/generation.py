@@ -112,6 +112,19 @@ def clip_mean(judge, images, prompts) -> float:
     return float(np.mean(values))
 
 
+def clip_scores(args, images: dict[str, list], prompts: list[str]) -> dict[str, float]:
+    from genloop.evaluators import get_evaluator
+
+    if args.model == "shapes":  # the CLIP trained on the shapes world, not a random one
+        from genloop.workers import shapes
+
+        judge = get_evaluator("clip", device=args.device, model=shapes.register_clip_config(),
+                              pretrained=str(shapes.clip_checkpoint_path()))
+    else:
+        judge = get_evaluator("clip", device=args.device)
+    return {k: clip_mean(judge, v, prompts) for k, v in images.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="tiny")
@@ -176,17 +189,12 @@ def main(argv: list[str] | None = None) -> int:
             batches[name] = engine.batcher.batches[before:]
     engine.close()
 
-    from genloop.evaluators import get_evaluator
-
-    if args.model == "shapes":  # the CLIP trained on the shapes world, not a random one
-        from genloop.workers import shapes
-
-        judge = get_evaluator("clip", device=args.device, model=shapes.register_clip_config(),
-                              pretrained=str(shapes.clip_checkpoint_path()))
-    else:
-        judge = get_evaluator("clip", device=args.device)
     rate = {k: args.images / statistics.median(v) for k, v in times.items()}
-    clip = {k: clip_mean(judge, images[k], prompts) for k in times}
+    try:
+        clip = clip_scores(args, images, prompts)
+        clip_error = None
+    except Exception as exc:  # noqa: BLE001  (the timings above must still be reported)
+        clip, clip_error = {k: float("nan") for k in times}, f"{type(exc).__name__}: {exc}"
     report = {
         "model": args.model, "device": args.device,
         "device_name": (torch.cuda.get_device_name() if args.device.startswith("cuda")
@@ -206,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         "clip_mean": {k: round(v, 3) for k, v in clip.items()},
         "clip_rel_diff_vs_vanilla": {
             k: round((clip[k] - clip["vanilla"]) / abs(clip["vanilla"]), 4) for k in variants},
+        "clip_error": clip_error,
     }
     if args.json:
         json.dump(report, sys.stdout, indent=2)

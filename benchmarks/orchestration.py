@@ -10,6 +10,10 @@ queue. genloop submits a graph of N independent no-op nodes and waits for the ru
 goes through validation, the store, a claim, a result and the scheduler. Also: latency from
 submit to the first node's start (p50/p99 over single-node runs), and with ``--fanout`` one run
 that maps a node over that many items (wall time, and Redis memory per node instance).
+
+On Redis it also counts Redis commands per node (``MONITOR``: what clients send, so a script
+call counts as one; Dramatiq's own commands included) over one more run of up to 400 nodes,
+polled slowly and with the polls subtracted, and the same for raw Dramatiq messages.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 
 import dramatiq
 import redis
@@ -104,6 +109,63 @@ def fanout(wiring, n: int, redis_client) -> dict:
     return out
 
 
+class CommandCounter:
+    """Counts the commands clients send to Redis (``MONITOR``), by name. Commands a script runs
+    inside Redis are not counted: a script call is one command, as a round trip is one."""
+
+    def __init__(self, redis_client) -> None:
+        self.client = redis_client
+        self.counts: Counter[str] = Counter()
+        self._stop = f"bench-stop-{uuid.uuid4().hex}"
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._listen, daemon=True)
+
+    def _listen(self) -> None:
+        with self.client.monitor() as monitor:
+            self._ready.set()
+            for cmd in monitor.listen():
+                if self._stop in cmd["command"]:
+                    return
+                if cmd["client_type"] != "lua":
+                    self.counts[cmd["command"].split(" ", 1)[0].upper()] += 1
+
+    def __enter__(self) -> CommandCounter:
+        self._thread.start()
+        self._ready.wait()
+        time.sleep(0.2)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.client.echo(self._stop)
+        self._thread.join()
+        self.counts["ECHO"] -= 1
+
+
+def commands_per_node(wiring, broker, raw_noop, n: int, offset: int, redis_client) -> dict:
+    """Redis commands per no-op node and per raw message. Both sides' idle consumers poll
+    Redis too; that share is included, as it would be in a real pool. This benchmark's own
+    polling for the run's end is subtracted."""
+    store = wiring.scheduler.store
+    g = Graph()
+    for i in range(n):
+        g.add("noop", id=f"n{i}", params={"i": offset + i})
+    with CommandCounter(redis_client) as genloop:
+        run = wiring.scheduler.submit(g)
+        polls = 1
+        while not store.get_run(run.id).status.terminal:
+            polls += 1
+            time.sleep(0.05)
+    genloop.counts["GET"] -= polls
+    with CommandCounter(redis_client) as raw:
+        for i in range(n):
+            raw_noop.send(i)
+        broker.join("cpu")
+    return {"redis_commands_per_node": sum(genloop.counts.values()) / n,
+            "redis_commands_per_raw_message": sum(raw.counts.values()) / n,
+            "redis_commands_by_name": {k: round(v / n, 2)
+                                       for k, v in genloop.counts.most_common(12)}}
+
+
 def raw_throughput(broker, raw_noop, n: int) -> float:
     t0 = time.perf_counter()
     for i in range(n):
@@ -184,6 +246,9 @@ def main() -> None:
             lat_g = genloop_latency(wiring, args.latency_runs, offset=-1 - args.latency_runs)
             lat_r = raw_latency(raw_noop, started, done, args.latency_runs)
             fan = fanout(wiring, args.fanout, redis_client) if args.fanout else {}
+            if redis_client:
+                fan.update(commands_per_node(wiring, broker, raw_noop, min(args.nodes, 400),
+                                             10 * args.nodes, redis_client))
         finally:
             worker.stop()
             if redis_client:
@@ -211,7 +276,11 @@ def main() -> None:
     g, r = report["genloop_submit_to_start_ms"], report["raw_send_to_start_ms"]
     print(f"  submit->start: genloop p50 {g['p50']:.2f} ms p99 {g['p99']:.2f} ms | "
           f"raw p50 {r['p50']:.2f} ms p99 {r['p99']:.2f} ms")
-    if fan:
+    if "redis_commands_per_node" in report:
+        print(f"  Redis calls  : genloop {report['redis_commands_per_node']:.1f} per node | "
+              f"raw {report['redis_commands_per_raw_message']:.1f} per message")
+        print(f"                 {report['redis_commands_by_name']}")
+    if "fanout_nodes" in fan:
         line = f"  fan-out      : {fan['fanout_nodes']} mapped nodes {fan['fanout_status']} in " \
                f"{fan['fanout_wall_s']:.1f} s"
         if "redis_bytes_per_node" in fan:

@@ -88,9 +88,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``campaign`` and its subcommands to the ``genloop`` parser."""
-    parser = sub.add_parser("campaign", help="ad campaigns: a spec file to finished creatives",
-                            description="ad campaigns: a spec file to finished creatives")
+    """Add ``campaign`` and its subcommands to an argparse parser's subparsers."""
+    setup(sub.add_parser("campaign", help="ad campaigns: a spec file to finished creatives",
+                         description="ad campaigns: a spec file to finished creatives"))
+
+
+def setup(parser: argparse.ArgumentParser) -> None:
+    """Add the ``campaign`` subcommands to its parser (a row of ``genloop.workers.cli``)."""
     commands = parser.add_subparsers(dest="campaign_command", required=True)
 
     def command(name: str, fn, help: str) -> argparse.ArgumentParser:

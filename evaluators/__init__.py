@@ -17,6 +17,7 @@ import importlib
 from typing import Any
 
 from .base import Evaluator, Scores
+from .batcher import ScoreBatcher
 from .composite import CompositeEvaluator
 from .images import load_image
 from .registry import (
@@ -45,6 +46,7 @@ __all__ = [
     "FunctionEvaluator",
     "HFClipEvaluator",
     "OpenClipEvaluator",
+    "ScoreBatcher",
     "Scores",
     "default_registry",
     "evaluator",

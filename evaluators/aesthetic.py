@@ -22,8 +22,9 @@ import torch
 from PIL import Image
 
 from genloop.sdk.errors import Permanent
+from genloop.workers.fingerprint import fingerprint
 
-from .base import Evaluator, Scores, check_finite, fingerprint
+from .base import Evaluator, Scores, check_finite
 from .embedding import EmbeddingEvaluator
 
 if TYPE_CHECKING:
@@ -63,7 +64,8 @@ def load_head(path: str | Path) -> torch.nn.Sequential:
             )
         if layers and layers[-1].out_features != weight.shape[1]:
             raise Permanent(
-                f"aesthetic head layers do not chain: {layers[-1].out_features} -> {weight.shape[1]}"
+                "aesthetic head layers do not chain: "
+                f"{layers[-1].out_features} -> {weight.shape[1]}"
             )
         linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias="bias" in params)
         linear.load_state_dict(params)

@@ -11,11 +11,9 @@ bad inputs with the same :class:`~genloop.sdk.errors.Permanent` messages.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from pathlib import Path
 
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -79,8 +77,33 @@ class Evaluator(ABC):
     def _score(self, images: list[Image.Image], text: str) -> Scores:
         """Score validated inputs."""
 
+    def score_many(self, requests: Sequence[tuple[Sequence[Image.Image], str]]) -> list[Scores]:
+        """Score several ``(images, text)`` requests as few model calls as possible: here, one
+        :meth:`score` per distinct text over all its requests' images. CLIP-family back ends
+        override it to encode every image once whatever the texts."""
+        by_text: dict[str, list[int]] = {}
+        for i, (_, text) in enumerate(requests):
+            by_text.setdefault(text, []).append(i)
+        out: list[Scores | None] = [None] * len(requests)
+        for text, members in by_text.items():
+            merged = self.score([im for i in members for im in requests[i][0]], text)
+            start = 0
+            for i in members:
+                n = len(requests[i][0])
+                out[i] = _slice(merged, start, start + n)
+                start += n
+        return out  # type: ignore[return-value]
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(identity={self.identity!r}, device={self.device!r})"
+
+
+def _slice(scores: Scores, start: int, stop: int) -> Scores:
+    return Scores(
+        values=scores.values[start:stop],
+        embeddings=scores.embeddings[start:stop] if scores.embeddings is not None else None,
+        evaluator=scores.evaluator,
+    )
 
 
 def check_text(text: object) -> str:
@@ -123,25 +146,3 @@ def check_finite(values: Sequence[float], what: str = "score") -> None:
     for i, value in enumerate(values):
         if not math.isfinite(value):
             raise Permanent(f"{what} {i} is {value}; only finite numbers can be compared")
-
-
-def fingerprint(path: str | Path, *, patterns: Sequence[str] = ("*",)) -> str:
-    """A short content hash of a weights file, or of the matching files of a directory.
-
-    Identities of evaluators loaded from a path use it, so that replacing the weights behind the
-    same path changes the result keys instead of silently reusing old scores.
-    """
-    root = Path(path)
-    if root.is_file():
-        files = [root]
-    elif root.is_dir():
-        files = sorted({f for p in patterns for f in root.glob(p) if f.is_file()})
-    else:
-        raise Permanent(f"weights not found at {str(root)!r}")
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.name.encode() + b"\0")
-        with file.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()[:16]

@@ -31,7 +31,8 @@ class CompositeEvaluator(Evaluator):
 
     def __init__(self, parts: Sequence[tuple[Evaluator, float]]) -> None:
         check_weights({p.identity: w for p, w in parts}, count=len(parts))
-        # Zero-weight parts cannot change a score; leaving them out also keeps their models unloaded.
+        # Zero-weight parts cannot change a score; leaving them out also keeps their models
+        # unloaded.
         self.parts = [(part, float(weight)) for part, weight in parts if weight > 0]
         self.needs_text = any(part.needs_text for part, _ in self.parts)
         devices = {part.device for part, _ in self.parts}

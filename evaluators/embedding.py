@@ -104,6 +104,33 @@ class EmbeddingEvaluator(Evaluator):
     def _score(self, images: list[Image.Image], text: str) -> Scores:
         return self.score_texts(images, [text])[0]
 
+    def score_many(self, requests: Sequence[tuple[Sequence[Image.Image], str]]) -> list[Scores]:
+        """Requests from many nodes and runs in one pass: every image encoded once (in batches
+        of ``batch_size``), every distinct text once (through the shared prompt cache)."""
+        if not requests:
+            return []
+        images = check_images([im for ims, _ in requests for im in ims])
+        texts = list(dict.fromkeys(text for _, text in requests))
+        text_rows = self.embed_texts(texts)
+        if not images:
+            return [Scores(values=[], embeddings=None, evaluator=self.identity) for _ in requests]
+        image_rows = self.embed_images(images)
+        if image_rows.shape[1] != text_rows.shape[1]:
+            raise Permanent(
+                f"{self.identity}: image embeddings have size {image_rows.shape[1]} but text "
+                f"embeddings {text_rows.shape[1]}; the checkpoint does not match its config"
+            )
+        column = {t: i for i, t in enumerate(texts)}
+        values = (100 * (image_rows @ text_rows.T).clamp(min=0)).cpu()
+        embeddings = image_rows.cpu().tolist()
+        out, start = [], 0
+        for ims, text in requests:
+            stop = start + len(ims)
+            out.append(Scores(values=values[start:stop, column[text]].tolist(),
+                              embeddings=embeddings[start:stop] or None, evaluator=self.identity))
+            start = stop
+        return out
+
     def score_texts(self, images: Sequence[Image.Image], texts: Sequence[str]) -> list[Scores]:
         """Score the same images against several prompts, encoding each image once."""
         if not texts:

@@ -17,8 +17,8 @@ import torch
 from PIL import Image
 
 from genloop.sdk.errors import Permanent
+from genloop.workers.fingerprint import fingerprint
 
-from .base import fingerprint
 from .embedding import EmbeddingEvaluator, resolve_device, resolve_dtype
 
 logger = logging.getLogger(__name__)

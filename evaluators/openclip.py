@@ -26,8 +26,8 @@ import torch
 from PIL import Image
 
 from genloop.sdk.errors import Permanent
+from genloop.workers.fingerprint import fingerprint
 
-from .base import fingerprint
 from .embedding import EmbeddingEvaluator, resolve_device, resolve_dtype
 
 #: Small architectures (ViT image tower, transformer text tower, open_clip's 49408-token BPE)

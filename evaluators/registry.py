@@ -67,6 +67,13 @@ class EvaluatorRegistry:
         with self._lock:
             return sorted(self._factories)
 
+    def describe(self, name: str) -> str:
+        """The first line of ``name``'s factory docstring (published in the spec schema)."""
+        with self._lock:
+            factory = self._factories[name]
+        doc = getattr(getattr(factory, "func", factory), "__doc__", None) or ""
+        return doc.strip().split("\n")[0]
+
     def get(self, name: str, device: str | None = None, **options: Any) -> Evaluator:
         """The evaluator for ``name`` on ``device``, built on first use and cached afterwards.
 
@@ -186,13 +193,14 @@ def _default_device() -> str:
 
 
 def _clip(device: str, **options: Any) -> Evaluator:
+    """open_clip; random-weight tiny config unless given weights: for tests."""
     from .openclip import OpenClipEvaluator
 
     return OpenClipEvaluator(device=device, **options)
 
 
 def _shapes_clip(device: str, **options: Any) -> Evaluator:
-    """The open_clip model trained on the shapes world, shipped with genloop.workers.shapes."""
+    """open_clip trained on the shapes world (shipped): scores shapes images, about 0-40."""
     from genloop.workers import shapes
 
     from .openclip import OpenClipEvaluator
@@ -204,18 +212,21 @@ def _shapes_clip(device: str, **options: Any) -> Evaluator:
 
 
 def _hf_clip(device: str, **options: Any) -> Evaluator:
+    """transformers CLIP from a local path given by the operator."""
     from .hf_clip import HFClipEvaluator
 
     return HFClipEvaluator(device=device, **options)
 
 
 def _aesthetic(registry: EvaluatorRegistry, device: str, **options: Any) -> Evaluator:
+    """A LAION-style aesthetic head on CLIP image embeddings (ignores the text)."""
     from .aesthetic import AestheticEvaluator
 
     return AestheticEvaluator.from_registry(registry, device, **options)
 
 
 def _composite(registry: EvaluatorRegistry, device: str, **options: Any) -> Evaluator:
+    """A weighted sum of other evaluators' scores."""
     from .composite import CompositeEvaluator
 
     return CompositeEvaluator.from_registry(registry, device, **options)

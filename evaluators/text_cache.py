@@ -25,7 +25,8 @@ class CacheStats:
 
 
 class TextCache(Generic[V]):
-    """Least-recently-used map from ``(identity, text)`` to an embedding, at most ``maxsize`` long."""
+    """Least-recently-used map from ``(identity, text)`` to an embedding, at most ``maxsize``
+    long."""
 
     def __init__(self, maxsize: int = 1024) -> None:
         if maxsize < 0:

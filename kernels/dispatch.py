@@ -6,9 +6,15 @@ functions then call the kernel or the PyTorch op with the same meaning, so a cal
 processor, a hook, the engine) never needs its own branch, and a machine without a GPU or without
 Triton keeps working.
 
-CPU tensors take the PyTorch path unless ``force=True`` *and* the kernels were built for Triton's
-interpreter (``TRITON_INTERPRET=1`` set before the first kernel import); that is how the tests run
-the real kernels without a GPU. ``force`` never bypasses the shape checks.
+The INT8 kernel is also skipped where it cannot win: with fewer than
+:data:`INT8_ATTENTION_MIN_KV_TOKENS` keys (cross-attention's 77 text tokens, small latents) the
+K mean, the two quantization launches and the Python checks cost more than the INT8 Q·Kᵀ saves
+over SDPA's one fused launch. The GPU check (``make gpu-check``) measures where that line sits.
+
+``force=True`` runs a kernel wherever it runs *correctly*, even where it will not win, and lets
+CPU tensors use it when the kernels were built for Triton's interpreter (``TRITON_INTERPRET=1``
+set before the first kernel import); that is how the tests run the real kernels on any shape,
+with or without a GPU. ``force`` never bypasses the shape checks.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import torch.nn.functional as F
 logger = logging.getLogger(__name__)
 
 INT8_ATTENTION_HEAD_DIMS = (64, 128)
+#: Below this many keys the INT8 kernel's fixed costs outweigh its faster Q·Kᵀ (see above).
+INT8_ATTENTION_MIN_KV_TOKENS = 1024
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -77,7 +85,10 @@ def int8_attention_blocker(
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         return "no backward pass; use it under torch.no_grad() or inference_mode()"
     # INT8 tensor-core MMA with bf16 P.V needs Ampere (sm80) or newer.
-    return _device_blocker(q, force, (8, 0), "int8_attention")
+    blocker = _device_blocker(q, force, (8, 0), "int8_attention")
+    if blocker is None and not force and k.shape[2] < INT8_ATTENTION_MIN_KV_TOKENS:
+        return f"{k.shape[2]} keys: SDPA is faster below {INT8_ATTENTION_MIN_KV_TOKENS}"
+    return blocker
 
 
 def can_use_int8_attention(
@@ -126,7 +137,7 @@ def can_use_groupnorm_silu(
     x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
     bias: torch.Tensor | None = None, *, force: bool = False,
 ) -> bool:
-    """Whether :func:`groupnorm_silu_or_torch` would use the fused Triton kernel for these inputs."""
+    """Whether :func:`groupnorm_silu_or_torch` would use the fused Triton kernel here."""
     return groupnorm_silu_blocker(x, num_groups, weight, bias, force=force) is None
 
 
@@ -134,7 +145,7 @@ def groupnorm_silu_or_torch(
     x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
     bias: torch.Tensor | None = None, eps: float = 1e-5, *, force: bool = False,
 ) -> torch.Tensor:
-    """``silu(group_norm(x))``: the fused kernel where it can run, else ``F.group_norm`` + ``F.silu``."""
+    """``silu(group_norm(x))``: the fused kernel where it can run, else group_norm + silu."""
     reason = groupnorm_silu_blocker(x, num_groups, weight, bias, force=force)
     if reason is None:
         from .groupnorm_silu import groupnorm_silu

@@ -1,7 +1,8 @@
 """Fused GroupNorm (+ affine) + SiLU for (N, C, H, W) activations, NCHW or channels-last.
 
-``silu(group_norm(x) * weight + bias)`` in two launches instead of torch's three passes plus a
-temporary: a statistics kernel and an apply kernel, both tiled the same way.
+``silu(group_norm(x) * weight + bias)`` in three launches instead of torch's three passes plus a
+temporary: per-chunk statistics, a tiny finalize (one program per group), and the apply, the
+first and last tiled the same way.
 
 Each group of a sample is viewed as a (H*W, C/G) matrix with strides (stride_hw, stride_c), which
 is (1, H*W) for NCHW and (C, 1) for channels-last, so one kernel serves both layouts. A group is
@@ -9,8 +10,12 @@ split into chunks of BLOCK_HW pixels so the grid has (chunks x N x G) programs: 
 group would give only 64 programs for a batch of 2 with 32 groups, half of an H100's 132 SMs.
 
 Statistics: each chunk computes its own mean and M2 (sum of squared deviations) from the tile it
-holds in registers, and the apply kernel merges the chunks with Chan's parallel formula. That
-avoids the cancellation of ``E[x²] - E[x]²`` in float32 when the mean is large against the std.
+holds in registers, and the finalize kernel merges a group's chunks once, with Chan's parallel
+formula, into two numbers (mean, rstd) that every apply program loads. That avoids the
+cancellation of ``E[x²] - E[x]²`` in float32 when the mean is large against the std, and it
+avoids what merging inside the apply cost: every apply program re-reading all of its group's
+chunk statistics (on VAE shapes, thousands of chunks per group re-read by thousands of
+programs, an L2-sized stream on top of x).
 
 Bandwidth: x is read twice (stats, apply) and written once. For the activations of a diffusion
 UNet (a few to ~40 MB in fp16) the second read mostly hits the 50 MB L2 of H100/H200, so the HBM
@@ -24,6 +29,7 @@ import triton
 import triton.language as tl
 
 from .errors import KernelInputError
+from .launch import on_device
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # ~4K elements per tile: 32 per thread at 4 warps, enough bytes in flight per SM for HBM3
@@ -59,20 +65,12 @@ def _chunk_stats_kernel(
 
 
 @triton.jit
-def _apply_kernel(
-    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, m2_ptr,
-    hw, groups, n_chunks, eps,
-    stride_n, stride_c, stride_hw,
-    CG: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
-    CHUNKS_P2: tl.constexpr, AFFINE: tl.constexpr,
+def _finalize_kernel(
+    mean_ptr, m2_ptr, out_ptr, hw, n_chunks, eps,
+    CG: tl.constexpr, BLOCK_HW: tl.constexpr, CHUNKS_P2: tl.constexpr,
 ):
-    pid_chunk = tl.program_id(0)
-    pid_ng = tl.program_id(1)
-    n = pid_ng // groups
-    g = pid_ng % groups
-
-    # Every program of the group merges the same few chunk statistics; that is cheaper than a
-    # third launch, and the stats are a few KiB that stay in L2.
+    """Merge one group's chunk statistics into (mean, rstd) at ``out_ptr[2 * group]``."""
+    pid_ng = tl.program_id(0)
     offs_k = tl.arange(0, CHUNKS_P2)
     k_ok = offs_k < n_chunks
     means = tl.load(mean_ptr + pid_ng * n_chunks + offs_k, mask=k_ok, other=0.0)
@@ -84,7 +82,23 @@ def _apply_kernel(
     mean = tl.sum(counts * means, axis=0) / total
     delta = means - mean
     var = tl.sum(m2s + counts * delta * delta, axis=0) / total
-    rstd = 1.0 / tl.sqrt(var + eps)
+    tl.store(out_ptr + 2 * pid_ng, mean)
+    tl.store(out_ptr + 2 * pid_ng + 1, 1.0 / tl.sqrt(var + eps))
+
+
+@triton.jit
+def _apply_kernel(
+    x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr,
+    hw, groups,
+    stride_n, stride_c, stride_hw,
+    CG: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr, AFFINE: tl.constexpr,
+):
+    pid_chunk = tl.program_id(0)
+    pid_ng = tl.program_id(1)
+    n = pid_ng // groups
+    g = pid_ng % groups
+    mean = tl.load(stats_ptr + 2 * pid_ng)
+    rstd = tl.load(stats_ptr + 2 * pid_ng + 1)
 
     offs_hw = pid_chunk * BLOCK_HW + tl.arange(0, BLOCK_HW)
     offs_c = tl.arange(0, BLOCK_C)
@@ -129,7 +143,8 @@ def check_groupnorm_silu_inputs(
         raise KernelInputError(f"x must be float16, bfloat16 or float32, got {x.dtype}")
     channels = x.shape[1]
     if num_groups <= 0 or channels % num_groups != 0:
-        raise KernelInputError(f"channels ({channels}) must be a multiple of num_groups ({num_groups})")
+        raise KernelInputError(
+            f"channels ({channels}) must be a multiple of num_groups ({num_groups})")
     if channels // num_groups > MAX_CHANNELS_PER_GROUP:
         raise KernelInputError(
             f"at most {MAX_CHANNELS_PER_GROUP} channels per group, got {channels // num_groups}"
@@ -137,7 +152,8 @@ def check_groupnorm_silu_inputs(
     if (weight is None) != (bias is None):
         raise KernelInputError("give both weight and bias (affine) or neither")
     for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None and (t.shape != (channels,) or t.device != x.device or not t.is_contiguous()):
+        if t is not None and (t.shape != (channels,) or t.device != x.device
+                              or not t.is_contiguous()):
             raise KernelInputError(
                 f"{name} must be contiguous ({channels},) on {x.device}, got "
                 f"{tuple(t.shape)} on {t.device}"
@@ -169,16 +185,20 @@ def groupnorm_silu(
     stride_n, stride_c, stride_hw = _layout_strides(x)
     y = torch.empty_like(x)  # keeps x's memory format
     stats = torch.empty((2, batch * num_groups, n_chunks), dtype=torch.float32, device=x.device)
+    mean_rstd = torch.empty((batch * num_groups, 2), dtype=torch.float32, device=x.device)
     grid = (n_chunks, batch * num_groups)
-    _chunk_stats_kernel[grid](
-        x, stats[0], stats[1], hw, num_groups, n_chunks, stride_n, stride_c, stride_hw,
-        CG=cg, BLOCK_C=block_c, BLOCK_HW=block_hw, num_warps=4,
-    )
-    _apply_kernel[grid](
-        x, y, weight if weight is not None else x, bias if bias is not None else x,
-        stats[0], stats[1], hw, num_groups, n_chunks, float(eps),
-        stride_n, stride_c, stride_hw,
-        CG=cg, BLOCK_C=block_c, BLOCK_HW=block_hw,
-        CHUNKS_P2=triton.next_power_of_2(n_chunks), AFFINE=weight is not None, num_warps=4,
-    )
+    with on_device(x.device):
+        _chunk_stats_kernel[grid](
+            x, stats[0], stats[1], hw, num_groups, n_chunks, stride_n, stride_c, stride_hw,
+            CG=cg, BLOCK_C=block_c, BLOCK_HW=block_hw, num_warps=4,
+        )
+        _finalize_kernel[(batch * num_groups,)](
+            stats[0], stats[1], mean_rstd, hw, n_chunks, float(eps),
+            CG=cg, BLOCK_HW=block_hw, CHUNKS_P2=triton.next_power_of_2(n_chunks), num_warps=4,
+        )
+        _apply_kernel[grid](
+            x, y, weight if weight is not None else x, bias if bias is not None else x,
+            mean_rstd, hw, num_groups, stride_n, stride_c, stride_hw,
+            CG=cg, BLOCK_C=block_c, BLOCK_HW=block_hw, AFFINE=weight is not None, num_warps=4,
+        )
     return y

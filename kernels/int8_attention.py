@@ -36,6 +36,7 @@ import triton
 import triton.language as tl
 
 from .errors import KernelInputError
+from .launch import on_device
 
 SUPPORTED_HEAD_DIMS = (64, 128)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -128,7 +129,8 @@ def _int8_attn_fwd_kernel(
     q_ok = offs_m[:, None] < n_q
 
     # Quantized Q and K are written contiguous (B, H, N, D) by the quantize kernel.
-    q = tl.load(q_ptr + pid_bh * n_q * D + offs_m[:, None] * D + offs_d[None, :], mask=q_ok, other=0)
+    q = tl.load(q_ptr + pid_bh * n_q * D + offs_m[:, None] * D + offs_d[None, :], mask=q_ok,
+                other=0)
     q_scale = tl.load(q_scale_ptr + pid_bh * n_q_blocks + pid_m)
     k_ptrs = k_ptr + pid_bh * n_kv * D + offs_n[:, None] * D + offs_d[None, :]
     v_ptrs = v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :]
@@ -205,13 +207,14 @@ def quantize_per_block(
     n_blocks = triton.cdiv(n_tokens, block)
     out = torch.empty((batch, heads, n_tokens, head_dim), dtype=torch.int8, device=x.device)
     scales = torch.empty((batch, heads, n_blocks), dtype=torch.float32, device=x.device)
-    _quantize_per_block_kernel[(n_blocks, batch * heads)](
-        x, mean if mean is not None else scales, out, scales,
-        n_tokens, heads, n_blocks,
-        x.stride(0), x.stride(1), x.stride(2),
-        float(multiplier),
-        D=head_dim, BLOCK=block, SUBTRACT_MEAN=mean is not None,
-    )
+    with on_device(x.device):
+        _quantize_per_block_kernel[(n_blocks, batch * heads)](
+            x, mean if mean is not None else scales, out, scales,
+            n_tokens, heads, n_blocks,
+            x.stride(0), x.stride(1), x.stride(2),
+            float(multiplier),
+            D=head_dim, BLOCK=block, SUBTRACT_MEAN=mean is not None,
+        )
     return out, scales
 
 
@@ -251,15 +254,16 @@ def int8_attention_quantized(
             f"out must be {v.dtype} {(batch, heads, n_q, head_dim)} with stride(-1) == 1, got "
             f"{out.dtype} {tuple(out.shape)} strides {out.stride()}"
         )
-    _int8_attn_fwd_kernel[(n_q_blocks, batch * heads)](
-        q_i8, q_scale, k_i8, k_scale, v, out,
-        n_q, n_kv, heads, n_q_blocks, n_kv_blocks,
-        v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1), out.stride(2),
-        D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
-        UPCAST_PV=v.dtype == torch.bfloat16 and RUNS_IN_INTERPRETER,
-        num_warps=num_warps, num_stages=num_stages,
-    )
+    with on_device(v.device):
+        _int8_attn_fwd_kernel[(n_q_blocks, batch * heads)](
+            q_i8, q_scale, k_i8, k_scale, v, out,
+            n_q, n_kv, heads, n_q_blocks, n_kv_blocks,
+            v.stride(0), v.stride(1), v.stride(2),
+            out.stride(0), out.stride(1), out.stride(2),
+            D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
+            UPCAST_PV=v.dtype == torch.bfloat16 and RUNS_IN_INTERPRETER,
+            num_warps=num_warps, num_stages=num_stages,
+        )
     return out
 
 
@@ -277,7 +281,8 @@ def int8_attention(
     if not (q.dtype == k.dtype == v.dtype):
         raise KernelInputError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
-        raise KernelInputError(f"q, k, v must share a device, got {q.device}, {k.device}, {v.device}")
+        raise KernelInputError(
+            f"q, k, v must share a device, got {q.device}, {k.device}, {v.device}")
     if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
         raise KernelInputError(
             f"shapes do not match: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; "

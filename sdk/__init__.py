@@ -54,6 +54,7 @@ from .ops import (
     SelectParams,
 )
 from .run import Run
+from .schema import Named, Served, SpecSchema
 from .validation import graph_problems, validate_graph
 
 __all__ = [
@@ -79,6 +80,7 @@ __all__ = [
     "GraphProblem",
     "HttpBackend",
     "Loop",
+    "Named",
     "Node",
     "NodeOutput",
     "NodeRef",
@@ -103,6 +105,8 @@ __all__ = [
     "ScoreParams",
     "ScoredCandidate",
     "SelectParams",
+    "Served",
+    "SpecSchema",
     "StoreError",
     "Transient",
     "TransportError",

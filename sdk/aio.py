@@ -27,6 +27,7 @@ from .http import AsyncHttpBackend, HttpConfig
 from .models import Event, RunInfo, RunResult, RunSpec
 from .ops import GenerationRequest, RefineAnswer
 from .run import refine_answer
+from .schema import SpecSchema
 
 
 class ThreadedBackend(AsyncBackend):
@@ -58,6 +59,8 @@ class ThreadedBackend(AsyncBackend):
 
     async def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
         return await asyncio.to_thread(self.sync.refine, run_id, answer)
+    async def schema(self) -> SpecSchema:
+        return await asyncio.to_thread(self.sync.schema)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.sync.close)
@@ -150,6 +153,10 @@ class AsyncClient(_ClientBase):
 
     async def read_artifact(self, key: str) -> bytes:
         return await self._backend.read_artifact(key)
+
+    async def schema(self) -> SpecSchema:
+        """The async twin of :meth:`Client.schema`."""
+        return await self._backend.schema()
 
     async def aclose(self) -> None:
         await self._backend.aclose()

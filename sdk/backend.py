@@ -12,9 +12,10 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterator
 
-from .errors import NotFound
+from .errors import ClientError, NotFound
 from .models import Event, RunInfo, RunResult, RunSpec
 from .ops import RefineAnswer
+from .schema import SpecSchema
 
 #: Event types after which a run has nothing more to say.
 TERMINAL_EVENTS = frozenset({"run.succeeded", "run.failed", "run.cancelled"})
@@ -77,6 +78,10 @@ class Backend(ABC):
                 time.sleep(delay)
                 delay = min(delay * 1.5, 1.0)
 
+    def schema(self) -> SpecSchema:
+        """Graph and Loop JSON Schema narrowed to the names this back end serves."""
+        raise ClientError(f"{type(self).__name__} publishes no spec schema")
+
     def ping(self) -> None:
         """Raise if the store underneath cannot be reached (readiness checks)."""
         try:
@@ -131,6 +136,10 @@ class AsyncBackend(ABC):
             else:
                 await asyncio.sleep(delay)
                 delay = min(delay * 1.5, 1.0)
+
+    async def schema(self) -> SpecSchema:
+        """Graph and Loop JSON Schema narrowed to the names this back end serves."""
+        raise ClientError(f"{type(self).__name__} publishes no spec schema")
 
     async def aclose(self) -> None:
         """Release connections and stop in-process workers."""

@@ -15,6 +15,7 @@ from .backend import Backend
 from .http import HttpBackend, HttpConfig
 from .models import RunSpec
 from .run import Run
+from .schema import SpecSchema
 
 
 def _workers_module(name: str, what: str) -> Any:
@@ -114,6 +115,12 @@ class Client(_ClientBase):
     def read_artifact(self, key: str) -> bytes:
         """The bytes of an artifact (a candidate's ``artifact``), e.g. PNG data."""
         return self._backend.read_artifact(key)
+
+    def schema(self) -> SpecSchema:
+        """JSON Schema of Graph and Loop with ``model``, ``evaluator``, ``refiner`` and ``op``
+        narrowed to the names this back end serves, and its defaults: give ``.loop`` or
+        ``.graph`` to an agent to constrain the specs it writes."""
+        return self._backend.schema()
 
     def close(self) -> None:
         self._backend.close()

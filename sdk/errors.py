@@ -24,8 +24,9 @@ enter genloop, so callers only ever catch genloop's own types.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class GenloopError(Exception):
@@ -33,14 +34,26 @@ class GenloopError(Exception):
 
 
 class GraphProblem(BaseModel):
-    """One problem found while validating a graph."""
+    """One problem found while validating a spec, written so its author (often a model) can fix
+    it: where (``path``, a JSON path into the submitted spec), what was received, what is
+    allowed (the names this back end serves, or the constraint broken)."""
 
     node_id: str | None
     message: str
+    path: str | None = Field(default=None, description="JSON path of the offending value, e.g. "
+                             "'nodes[1].params.model' or 'evaluator'")
+    received: Any = Field(default=None, description="the value found there (JSON)")
+    allowed: Any = Field(default=None, description="the names, or the constraint, allowed "
+                         "there (JSON)")
 
     def __str__(self) -> str:
-        where = f"node {self.node_id!r}" if self.node_id else "graph"
-        return f"{where}: {self.message}"
+        where = self.path or (f"node {self.node_id!r}" if self.node_id else "graph")
+        text = f"{where}: {self.message}"
+        if self.received is not None:
+            text += f" (received {self.received!r})"
+        if self.allowed is not None:
+            text += f"; allowed: {self.allowed}"
+        return text
 
 
 class GraphError(GenloopError, ValueError):

@@ -39,27 +39,73 @@ class Node(BaseModel):
     ones (``score``, mapped nodes), which pass failed items through to the next reducer.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"id": "gen", "op": "generate", "params": {"prompt": "a red circle", "n": 8}},
+        {"id": "score", "op": "score", "inputs": ["gen"], "params": {"text": "a red circle"}},
+        {"id": "best", "op": "select", "inputs": ["score"], "params": {"top_k": 2},
+         "min_success": 6},
+    ]})
 
-    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-/]+$")
-    op: str = Field(min_length=1)
-    params: dict[str, Any] = Field(default_factory=dict)
-    inputs: list[str] = Field(default_factory=list)
-    map: bool = False
-    min_success: int | None = Field(None, ge=0)
-    max_retries: int | None = Field(None, ge=0, le=100, description="default: the op's own")
-    min_backoff: float | None = Field(None, ge=0, description="seconds before the first retry")
-    max_backoff: float | None = Field(None, ge=0, description="cap on the retry delay, seconds")
-    queue: str | None = Field(None, description="worker queue; default: the op's own")
+    id: str = Field(
+        min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-/]+$",
+        description="Unique name of the node in its graph (letters, digits and _ . : - /); "
+        "other nodes list it in their `inputs`.")
+    op: str = Field(
+        min_length=1, description="The operation the node runs: 'generate' (images from a "
+        "prompt), 'score' (an evaluator's score per image), 'select' (keep the best), "
+        "'refine' (next round's requests), or a custom op the workers registered.")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="The op's parameters, an object whose fields "
+        "depend on `op` (see GenerateParams, ScoreParams, SelectParams, RefineParams).")
+    inputs: list[str] = Field(
+        default_factory=list, description="Ids of the nodes whose outputs this node consumes, "
+        "in order. Empty for a source node such as a first `generate`. No cycles.")
+    map: bool = Field(
+        False, description="Run the op once per item of its single input (one image per "
+        "refine request, say) instead of once on the whole list. Needs exactly one input.")
+    min_success: int | None = Field(
+        None, ge=0, description="Quorum: how many input items must have succeeded for this "
+        "node to run; fewer and it fails (QuorumError) and its descendants are skipped. "
+        "Omit for: every item (select, refine, custom reducers) or at least one (score, "
+        "mapped nodes, which pass failed items on).")
+    max_retries: int | None = Field(
+        None, ge=0, le=100, description="Retries after a transient failure. Omit for the op's "
+        "own (usually 3); 0 for none.")
+    min_backoff: float | None = Field(
+        None, ge=0, allow_inf_nan=False,
+        description="Seconds before the first retry; later ones back off "
+        "exponentially. Omit for the op's own.")
+    max_backoff: float | None = Field(
+        None, ge=0, allow_inf_nan=False,
+        description="Cap on the delay between retries, seconds. Omit for the op's "
+        "own.")
+    queue: str | None = Field(
+        None, description="Worker queue to run on (e.g. 'gpu', 'cpu'). Omit for the op's own "
+        "queue; only queues some worker consumes are accepted.")
 
 
 class Graph(BaseModel):
     """A DAG of nodes. Use the builder methods, or construct it from JSON."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"kind": "graph", "nodes": [
+            {"id": "gen", "op": "generate", "params": {"prompt": "a red circle", "n": 8}},
+            {"id": "score", "op": "score", "inputs": ["gen"],
+             "params": {"text": "a red circle"}},
+            {"id": "best", "op": "select", "inputs": ["score"], "params": {"top_k": 2}},
+        ]},
+    ]})
 
-    kind: Literal["graph"] = "graph"
-    nodes: list[Node] = Field(default_factory=list)
+    kind: Literal["graph"] = Field(
+        default="graph", description="Always 'graph'; tells a Graph from a Loop in a submission.")
+    nodes: list[Node] = Field(
+        default_factory=list, description="The nodes, in any order; edges are each node's "
+        "`inputs`. At least one, at most 2000.")
+    namespace: str | None = Field(
+        None, max_length=200,
+        description="Stored results are reused only between runs of the same namespace; a "
+        "gateway sets it to the tenant (whatever the client sent).",
+    )
 
     def add(
         self,
@@ -97,31 +143,35 @@ class Graph(BaseModel):
         *,
         n: int = 1,
         seed: int = 0,
-        model: str = "tiny",
+        model: str | None = None,
         inputs: Sequence[str] = (),
         map: bool = False,
         id: str | None = None,
         **options: Any,
     ) -> NodeRef:
         """``n`` candidates of ``prompt``; candidate ``i`` is generated with seed ``seed + i``.
+        ``model=None`` leaves the choice to the back end (its default model).
 
         ``options`` are the other :class:`~genloop.sdk.ops.GenerateParams` fields (``steps``,
         ``guidance``, ``width``, ``height``, ``negative_prompt``) and node settings
         (``min_success``, ``max_retries``, ...).
         """
         params, node_opts = _split(GenerateParams, options)
-        params.update(prompt=prompt, n=n, seed=seed, model=model)
+        params.update(prompt=prompt, n=n, seed=seed)
+        if model is not None:
+            params["model"] = model
         return self.add("generate", inputs=inputs, params=params, map=map, id=id, **node_opts)
 
     def score(
-        self, images: str, *, text: str, evaluator: str = "clip", id: str | None = None,
+        self, images: str, *, text: str, evaluator: str | None = None, id: str | None = None,
         **options: Any,
     ) -> NodeRef:
-        """Score every image of ``images`` against ``text``."""
-        return self.add(
-            "score", inputs=[images], params={"text": text, "evaluator": evaluator}, id=id,
-            **options,
-        )
+        """Score every image of ``images`` against ``text`` (``evaluator=None``: the back
+        end's default)."""
+        params: dict[str, Any] = {"text": text}
+        if evaluator is not None:
+            params["evaluator"] = evaluator
+        return self.add("score", inputs=[images], params=params, id=id, **options)
 
     def select(
         self, scores: str | Sequence[str], *, top_k: int = 1, id: str | None = None,

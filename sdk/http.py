@@ -31,6 +31,7 @@ from .backend import TERMINAL_EVENTS, AsyncBackend, Backend
 from .errors import ClientError, TransportError
 from .models import Event, RunInfo, RunResult, RunSpec
 from .ops import RefineAnswer
+from .schema import SpecSchema
 from .wire import (
     IDEMPOTENCY_HEADER,
     SseDecoder,
@@ -191,6 +192,9 @@ class HttpBackend(_HttpBase, Backend):
     def read_artifact(self, key: str) -> bytes:
         return self._send("GET", f"/v1/artifacts/{key}").content
 
+    def schema(self) -> SpecSchema:
+        return SpecSchema.model_validate_json(self._send("GET", "/v1/schema").content)
+
     def ping(self) -> None:
         self._send("GET", "/readyz")
 
@@ -278,6 +282,9 @@ class AsyncHttpBackend(_HttpBase, AsyncBackend):
 
     async def read_artifact(self, key: str) -> bytes:
         return (await self._send("GET", f"/v1/artifacts/{key}")).content
+
+    async def schema(self) -> SpecSchema:
+        return SpecSchema.model_validate_json((await self._send("GET", "/v1/schema")).content)
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -28,55 +28,89 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .graph import Graph
-from .ops import MAX_CANDIDATES_PER_NODE
+from .ops import BACKEND_DEFAULT, MAX_CANDIDATES_PER_NODE
 
 
 class Loop(BaseModel):
     """A generate -> evaluate -> refine loop over ``rounds`` rounds of ``candidates`` images."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"kind": "loop", "prompt": "a large red circle in the centre, black background"},
+        {"kind": "loop", "prompt": "a small blue square", "candidates": 4, "rounds": 3,
+         "target": 30.0, "keep": 1, "model": "shapes", "evaluator": "shapes-clip"},
+    ]})
 
-    kind: Literal["loop"] = "loop"
-    prompt: str = Field(min_length=1)
-    candidates: int = Field(8, ge=1, le=MAX_CANDIDATES_PER_NODE)
-    rounds: int = Field(3, ge=1, le=50)
-    target: float | None = Field(None, description="stop early once a score reaches this")
-    evaluator: str = "clip"
-    refiner: str = "seed-search"
-    model: str = "tiny"
-    seed: int = Field(0, ge=0)
-    keep: int = Field(2, ge=1, description="best candidates that seed the next round")
-    steps: int | None = Field(None, ge=1, le=200)
-    guidance: float | None = Field(None, ge=0.0, le=50.0)
-    width: int | None = Field(None, ge=8, le=4096, multiple_of=8)
-    height: int | None = Field(None, ge=8, le=4096, multiple_of=8)
-    max_retries: int | None = Field(None, ge=0, le=100)
+    kind: Literal["loop"] = Field(
+        default="loop", description="Always 'loop'; tells a Loop from a Graph in a submission.")
+    prompt: str = Field(
+        min_length=1, description="What the images should show, in plain words. Every round "
+        "generates from it and is scored against it.")
+    candidates: int = Field(
+        8, ge=1, le=MAX_CANDIDATES_PER_NODE,
+        description="Images per round. candidates x rounds is the most images the loop "
+        "makes (its cost). Typical 4-16.")
+    rounds: int = Field(
+        3, ge=1, le=50, description="Generate-score-refine rounds. Each round after the first "
+        "starts from the best candidates so far. Typical 2-5; 1 is plain best-of-N.")
+    target: float | None = Field(
+        None, allow_inf_nan=False,
+        description="Stop early once any score reaches this, on the evaluator's scale "
+        "(CLIP-style: about 0-40); the remaining rounds are skipped and the run succeeds. "
+        "Omit to always run every round.")
+    evaluator: str | None = Field(
+        None, description="Name of the evaluator that scores every image against the prompt. "
+        + BACKEND_DEFAULT)
+    refiner: str = Field(
+        "seed-search", description="Name of the strategy that picks the next round's requests "
+        "from the scores so far: 'seed-search' (fresh seeds around the best) is the usual "
+        "choice; `genloop schema` lists what this back end serves.")
+    model: str | None = Field(
+        None, description="Name of the text-to-image model. " + BACKEND_DEFAULT)
+    seed: int = Field(
+        0, ge=0, description="Seed of round 1's first candidate (round 1 uses seed .. seed + "
+        "candidates - 1). Same spec and seed, same images.")
+    keep: int = Field(
+        2, ge=1, description="How many of the best candidates seed the next round. 1 "
+        "exploits, larger explores. Typical 1-4; capped at `candidates`.")
+    steps: int | None = Field(
+        None, ge=1, le=200, description="Denoising steps per image: more is slower and usually "
+        "sharper. Omit for the model's default.")
+    guidance: float | None = Field(
+        None, ge=0.0, le=50.0, allow_inf_nan=False,
+        description="Classifier-free guidance: how strongly images "
+        "follow the prompt. Omit for the model's default (typically 4-8).")
+    width: int | None = Field(
+        None, ge=8, le=4096, multiple_of=8,
+        description="Image width in pixels, a multiple of 8. Omit for the model's native size.")
+    height: int | None = Field(
+        None, ge=8, le=4096, multiple_of=8,
+        description="Image height in pixels, a multiple of 8. Omit for the model's native size.")
+    max_retries: int | None = Field(
+        None, ge=0, le=100, description="Retries of each node after a transient failure. Omit "
+        "for each op's own.")
+    namespace: str | None = Field(
+        None, max_length=200, description="Result namespace of the compiled graph (see Graph): "
+        "results are shared only within one namespace. The gateway sets it to the tenant.")
     budget: int | None = Field(
         None, ge=1,
-        description="total denoising steps the loop may spend (sum over every image of its "
+        description="Total denoising steps the loop may spend (sum over every image of its "
         "steps); later rounds are cut to fit. Needs steps. Compare loops with best-of-N at "
-        "equal budget",
-    )
+        "equal budget.")
     draft_candidates: int | None = Field(
         None, ge=1, le=MAX_CANDIDATES_PER_NODE,
-        description="round 1 makes this many cheap drafts instead of candidates images. "
+        description="Round 1 makes this many cheap drafts instead of `candidates` images. "
         "Default with refiner 'draft': what budget leaves after the finishing rounds, else "
-        "4 x candidates",
-    )
+        "4 x candidates.")
     draft_steps: int | None = Field(
         None, ge=1, le=200,
-        description="denoising steps of a draft. Default with refiner 'draft': steps // 4 "
-        "(at least 1), or 5 when steps is the model's default",
-    )
-
+        description="Denoising steps of a draft. Default with refiner 'draft': steps // 4 "
+        "(at least 1), or 5 when steps is the model's default.")
     refine_timeout: float = Field(
-        300.0, gt=0, le=3000,
-        description="refiner 'agent': seconds each refine waits for the agent's answer "
-        "(run.refine) before the fallback strategy decides",
-    )
+        300.0, gt=0, le=3000, allow_inf_nan=False,
+        description="Refiner 'agent': seconds each refine waits for the agent's answer "
+        "(run.refine) before the fallback strategy decides.")
     fallback: str = Field(
-        "seed-search", description="refiner 'agent': the strategy used when no answer comes"
-    )
+        "seed-search", description="Refiner 'agent': the strategy used when no answer comes.")
 
     @model_validator(mode="after")
     def _plan(self) -> Loop:
@@ -110,7 +144,7 @@ class Loop(BaseModel):
 
     def compile(self) -> Graph:
         """The graph this loop runs as (see the module docstring)."""
-        g = Graph()
+        g = Graph(namespace=self.namespace)
         image_opts: dict[str, Any] = {
             k: v
             for k, v in {

@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 MAX_CANDIDATES_PER_NODE = 256
 
 
+#: Said once, used by every field that names a model or an evaluator.
+BACKEND_DEFAULT = "Omit it (or null) for the back end's default; `genloop schema` lists the names."
+
+
 class _Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -28,90 +32,154 @@ class GenerateParams(_Params):
     key, so an edit of another image is another result.
     """
 
-    prompt: str | None = None
-    negative_prompt: str | None = None
-    n: int = Field(1, ge=1, le=MAX_CANDIDATES_PER_NODE)
-    seed: int = Field(0, ge=0, lt=2**63)
-    model: str = "tiny"
-    steps: int | None = Field(None, ge=1, le=200, description="default: the model's own")
-    guidance: float | None = Field(None, ge=0.0, le=50.0, description="default: the model's own")
-    width: int | None = Field(None, ge=8, le=4096, multiple_of=8)
-    height: int | None = Field(None, ge=8, le=4096, multiple_of=8)
-    round: int = Field(1, ge=1, description="loop round the candidates belong to")
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"prompt": "a large red circle in the centre, black background", "n": 8, "seed": 0},
+        {"prompt": "a small blue square", "n": 4, "seed": 100, "model": "shapes", "steps": 20,
+         "guidance": 4.0},
+    ]})
+
+    prompt: str | None = Field(
+        None, description="What the image should show, in plain words. Required unless the "
+        "node maps over a refine node (then each request brings its own prompt).")
+    negative_prompt: str | None = Field(
+        None, description="What the image should not show (classifier-free guidance pushes "
+        "away from it). Usually left out.")
+    n: int = Field(
+        1, ge=1, le=MAX_CANDIDATES_PER_NODE,
+        description="How many candidate images to generate, with seeds seed, seed+1, ... "
+        "seed+n-1. Typical: 4-16. Cost grows linearly with n.")
+    seed: int = Field(
+        0, ge=0, lt=2**63,
+        description="Seed of the first candidate. The same prompt, seed and settings always "
+        "give the same image (and reuse the stored one).")
+    model: str | None = Field(
+        None, description="Name of the text-to-image model to run. " + BACKEND_DEFAULT)
+    steps: int | None = Field(
+        None, ge=1, le=200, description="Denoising steps: more is slower and usually "
+        "sharper. Omit for the model's own default (typically 20-30).")
+    guidance: float | None = Field(
+        None, ge=0.0, le=50.0, description="Classifier-free guidance scale: how strongly the "
+        "image follows the prompt. Omit for the model's own default (typically 4-8).")
+    width: int | None = Field(
+        None, ge=8, le=4096, multiple_of=8,
+        description="Image width in pixels, a multiple of 8. Omit for the model's native size.")
+    height: int | None = Field(
+        None, ge=8, le=4096, multiple_of=8,
+        description="Image height in pixels, a multiple of 8. Omit for the model's native size.")
+    round: int = Field(
+        1, ge=1, description="The loop round these candidates belong to (reporting only; "
+        "a Loop sets it).")
     init_image: str | None = Field(
-        None, description="artifact key of an image to edit (img2img, SDEdit) instead of "
-        "drawing from noise",
-    )
+        None, description="Artifact key of an image to edit (img2img, SDEdit) instead of "
+        "drawing from noise. Usually set by a refiner ('critic-edit', 'agent'), not by hand.")
     strength: float = Field(
-        0.6, gt=0.0, le=1.0,
-        description="how far an edit departs from init_image: it is noised this far (1 = "
-        "pure noise) and runs int(steps x strength) steps",
-    )
+        0.6, gt=0.0, le=1.0, allow_inf_nan=False,
+        description="How far an edit departs from init_image: it is noised this far (1 = pure "
+        "noise) and runs int(steps x strength) steps. Only used with init_image. Typical 0.3-0.8.")
     mask: str | None = Field(
-        None, description="artifact key of a mask for init_image (white: repaint, black: "
-        "keep); inpainting",
-    )
+        None, description="Artifact key of a mask for init_image (white: repaint, black: "
+        "keep): inpainting. Only used with init_image.")
     cache: str = Field(
         "default",
         pattern=r"^(default|off|deepcache(:\d+)?|fbcache(:\d+(\.\d+)?)?|taylorseer)$",
-        description="step caching: 'default' (DeepCache every 2 steps on UNets, First-Block "
-        "Cache on transformers), 'off' (exact), 'deepcache:N', 'fbcache:T', 'taylorseer'",
+        description="Step caching, trading exactness for speed: 'default' (DeepCache every 2 "
+        "steps on UNets, First-Block Cache on transformers), 'off' (exact), 'deepcache:N', "
+        "'fbcache:T', 'taylorseer'. Leave at 'default' unless images must be bit-exact.",
     )
     shard_size: int = Field(
         4, ge=1, le=MAX_CANDIDATES_PER_NODE,
-        description="candidates per message; each shard is retried and cached on its own",
+        description="Candidates per worker message; each shard is retried and cached on its "
+        "own. Leave at 4 unless tuning throughput.",
     )
     first: int = Field(
-        0, ge=0, description="index of the first candidate; set by the scheduler on shards"
+        0, ge=0, description="Index of the first candidate. Set by the scheduler on shards; "
+        "leave at 0."
     )
 
 
 class ScoreParams(_Params):
     """``score``: one score per input image, against ``text``."""
 
-    text: str = Field(min_length=1)
-    evaluator: str = "clip"
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"text": "a large red circle in the centre, black background"},
+        {"text": "a small blue square", "evaluator": "shapes-clip"},
+    ]})
+
+    text: str = Field(
+        min_length=1, description="The description each image is scored against, usually "
+        "the generating prompt. Higher scores mean a closer match.")
+    evaluator: str | None = Field(
+        None, description="Name of the evaluator that scores the images (CLIP-style "
+        "evaluators give 100 * cosine similarity, about 0-40). " + BACKEND_DEFAULT)
 
 
 class SelectParams(_Params):
     """``select``: keep the ``top_k`` best-scored candidates (highest first)."""
 
-    top_k: int = Field(1, ge=1)
-    strategy: Literal["top-k", "threshold", "top-k-diverse"] = "top-k"
-    threshold: float | None = None
-    diversity: float = Field(0.5, ge=0.0, le=1.0, description="MMR trade-off for top-k-diverse")
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"top_k": 2},
+        {"top_k": 4, "strategy": "top-k-diverse", "diversity": 0.3},
+        {"top_k": 8, "strategy": "threshold", "threshold": 25.0},
+    ]})
+
+    top_k: int = Field(
+        1, ge=1, description="How many candidates to keep, best first (at most this many "
+        "with 'threshold').")
+    strategy: Literal["top-k", "threshold", "top-k-diverse"] = Field(
+        "top-k", description="'top-k': the top_k highest scores. 'threshold': those scoring "
+        "at least `threshold`, best first, at most top_k. 'top-k-diverse': top_k picked for "
+        "score and mutual difference (maximal marginal relevance).")
+    threshold: float | None = Field(
+        None, description="Lowest score kept, on the evaluator's scale; only with "
+        "strategy='threshold'.")
+    diversity: float = Field(
+        0.5, ge=0.0, le=1.0, description="For 'top-k-diverse': 0 = by score only, 1 = by "
+        "difference only. Typical 0.3-0.5.")
 
 
 class RefineParams(_Params):
     """``refine``: turn the scored candidates seen so far into the next round's requests."""
 
-    strategy: str = "seed-search"
-    prompt: str = Field(min_length=1)
-    candidates: int = Field(8, ge=1, le=MAX_CANDIDATES_PER_NODE)
-    round: int = Field(1, ge=1, description="the round just scored; requests are for round + 1")
-    target: float | None = Field(None, description="halt the loop once a score reaches this")
-    keep: int = Field(2, ge=1, description="how many of the best candidates seed the next round")
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"prompt": "a large red circle in the centre, black background", "candidates": 8,
+         "round": 1, "keep": 2},
+        {"prompt": "a small blue square", "strategy": "prompt-variants", "candidates": 4,
+         "round": 2, "target": 30.0},
+    ]})
+
+    strategy: str = Field(
+        "seed-search", description="Name of the refiner that proposes the next round: "
+        "'seed-search' (new seeds around the best ones) is the usual choice; `genloop schema` "
+        "lists the names this back end serves.")
+    prompt: str = Field(min_length=1, description="The loop's prompt, which the refiner "
+                        "starts from.")
+    candidates: int = Field(
+        8, ge=1, le=MAX_CANDIDATES_PER_NODE,
+        description="How many generation requests to emit for the next round.")
+    round: int = Field(1, ge=1, description="The round just scored; the requests are for "
+                       "round + 1.")
+    target: float | None = Field(
+        None, description="Stop the loop once any score reaches this (on the evaluator's "
+        "scale): the following rounds are skipped and the run succeeds.")
+    keep: int = Field(
+        2, ge=1, description="How many of the best candidates seed the next round. 1 "
+        "exploits, larger explores. Typical 1-4, at most `candidates`.")
     steps: int | None = Field(
         None, ge=1, le=200,
-        description="denoising steps of a full-quality image in the next round; needed to plan "
-        "within budget",
-    )
+        description="Denoising steps of a full-quality image in the next round; needed to plan "
+        "within budget.")
     budget: int | None = Field(
         None, ge=1,
-        description="total denoising steps the loop may spend; the next round is cut to what "
-        "is left, and the loop halts when nothing is",
-    )
+        description="Total denoising steps the loop may spend; the next round is cut to what "
+        "is left, and the loop halts when nothing is.")
     timeout: float = Field(
-        300.0, gt=0, le=3000,
-        description="strategy 'agent': seconds to wait for the agent's answer before falling "
-        "back",
-    )
+        300.0, gt=0, le=3000, allow_inf_nan=False,
+        description="Strategy 'agent': seconds to wait for the agent's answer before falling "
+        "back.")
     fallback: str = Field(
-        "seed-search", description="strategy 'agent': the strategy used when no answer comes"
-    )
+        "seed-search", description="Strategy 'agent': the strategy used when no answer comes.")
     rewriter: str = Field(
-        "rules", description="strategy 'prompt-history': the registered PromptRewriter"
-    )
+        "rules", description="Strategy 'prompt-history': the registered PromptRewriter.")
 
 
 class Candidate(BaseModel):

@@ -1,4 +1,8 @@
-"""Graph validation: every problem at once, each with its node id.
+"""Graph validation: every problem at once, each with its node id, JSON path, the value received
+and what is allowed, so whoever wrote the spec (often a model) can fix it in one go.
+
+To add a check, append :class:`GraphProblem` s to the list in :func:`graph_problems` (or a
+function it calls): nothing stops at the first problem.
 
 Structural checks need nothing but the graph. Op checks need a catalogue of the ops the workers
 know (name -> params model); the SDK knows the built-ins, a worker pool knows its registry too.
@@ -6,91 +10,224 @@ know (name -> params model); the SDK knows the built-ins, a worker pool knows it
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import to_jsonable_python
 
 from .errors import GraphError, GraphProblem
-from .graph import Graph
+from .graph import Graph, Node
+from .loop import Loop
 from .ops import BUILTIN_PARAMS
+from .schema import Named, Served
 
 #: Largest graph genloop accepts in one submission.
 MAX_NODES_PER_GRAPH = 2_000
 
 
 def graph_problems(
-    graph: Graph, ops: Mapping[str, type[BaseModel]] | None = None
+    graph: Graph, ops: Mapping[str, type[BaseModel]] | None = None,
+    served: Served | None = None,
 ) -> list[GraphProblem]:
     """All problems of ``graph``; empty when it is valid.
 
     ``ops`` maps each known op name to its params model; ``None`` skips the op checks (a client
-    that does not know the workers' custom ops leaves them to the server).
+    that does not know the workers' custom ops leaves them to the server). ``served`` adds the
+    name checks (:func:`name_problems`). Each problem carries a JSON path into the graph.
     """
     problems: list[GraphProblem] = []
 
-    def problem(node_id: str | None, message: str) -> None:
-        problems.append(GraphProblem(node_id=node_id, message=message))
+    def problem(node_id: str | None, message: str, path: str | None = None, *,
+                received: Any = None, allowed: Any = None) -> None:
+        problems.append(GraphProblem(node_id=node_id, message=message, path=path,
+                                     received=_jsonable(received), allowed=_jsonable(allowed)))
 
     if not graph.nodes:
-        problem(None, "the graph has no nodes")
+        problem(None, "the graph has no nodes", "nodes", allowed="at least one node")
     if len(graph.nodes) > MAX_NODES_PER_GRAPH:
-        problem(None, f"{len(graph.nodes)} nodes; at most {MAX_NODES_PER_GRAPH} are allowed")
+        problem(None, f"{len(graph.nodes)} nodes; at most {MAX_NODES_PER_GRAPH} are allowed",
+                "nodes", allowed=f"at most {MAX_NODES_PER_GRAPH} nodes")
 
     ids: set[str] = set()
-    for node in graph.nodes:
+    for i, node in enumerate(graph.nodes):
         if node.id in ids:
-            problem(node.id, "duplicate node id")
+            problem(node.id, "duplicate node id", f"nodes[{i}].id", received=node.id,
+                    allowed="an id no other node has")
         ids.add(node.id)
 
-    for node in graph.nodes:
-        for parent in node.inputs:
+    for i, node in enumerate(graph.nodes):
+        at = f"nodes[{i}]"
+        for j, parent in enumerate(node.inputs):
             if parent not in ids:
-                problem(node.id, f"input {parent!r} is not a node of this graph")
+                problem(node.id, f"input {parent!r} is not a node of this graph",
+                        f"{at}.inputs[{j}]", received=parent, allowed=sorted(ids - {node.id}))
             if parent == node.id:
-                problem(node.id, "a node cannot be its own input")
+                problem(node.id, "a node cannot be its own input", f"{at}.inputs[{j}]",
+                        received=parent)
         if len(set(node.inputs)) != len(node.inputs):
-            problem(node.id, "the same input is listed twice")
+            problem(node.id, "the same input is listed twice", f"{at}.inputs",
+                    received=node.inputs)
         if node.map and len(node.inputs) != 1:
-            problem(node.id, "map=True needs exactly one input to map over")
+            problem(node.id, "map=True needs exactly one input to map over", f"{at}.inputs",
+                    received=node.inputs, allowed="exactly one node id")
         if (
             node.min_backoff is not None
             and node.max_backoff is not None
             and node.min_backoff > node.max_backoff
         ):
-            problem(node.id, "min_backoff is larger than max_backoff")
+            problem(node.id, "min_backoff is larger than max_backoff", f"{at}.min_backoff",
+                    received=node.min_backoff, allowed=f"at most max_backoff ({node.max_backoff})")
         if ops is not None:
-            problems.extend(_op_problems(node.id, node.op, node.params, ops))
+            problems.extend(_op_problems(i, node, ops))
+        problems.extend(value_problems(node))
 
     for cycle in _cycles(graph):
-        problem(cycle[0], "cycle: " + " -> ".join(cycle + [cycle[0]]))
+        problem(cycle[0], "cycle: " + " -> ".join(cycle + [cycle[0]]), "nodes",
+                allowed="a graph without cycles")
+    if served is not None:
+        problems.extend(name_problems(graph, served))
     return problems
 
 
-def validate_graph(graph: Graph, ops: Mapping[str, type[BaseModel]] | None = None) -> None:
+def validate_graph(graph: Graph, ops: Mapping[str, type[BaseModel]] | None = None,
+                   served: Served | None = None) -> None:
     """Raise :class:`GraphError` listing every problem of ``graph``, if it has any."""
-    problems = graph_problems(graph, ops)
+    problems = graph_problems(graph, ops, served)
     if problems:
         raise GraphError(problems)
 
 
+def value_problems(node: Node, max_string: int | None = None) -> list[GraphProblem]:
+    """Values no spec may hold, wherever they sit in a node: non-finite floats (JSON cannot
+    carry them, so they would be stored as null or not parse back), strings that are not valid
+    Unicode (lone surrogates cannot be encoded to store or send), and, with ``max_string``,
+    strings longer than that (a long prompt is copied into every candidate of a node)."""
+    problems: list[GraphProblem] = []
+
+    def walk(value: Any, where: str) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append(GraphProblem(
+                node_id=node.id, message=f"{where}: {value} is not a finite number"))
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                problems.append(GraphProblem(
+                    node_id=node.id, message=f"{where}: not valid Unicode (a lone surrogate)"))
+            if max_string is not None and len(value) > max_string:
+                problems.append(GraphProblem(
+                    node_id=node.id,
+                    message=f"{where}: {len(value)} characters; at most {max_string} allowed"))
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(key, where)
+                walk(item, f"{where}.{key}" if isinstance(key, str) else where)
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                walk(item, f"{where}[{i}]")
+
+    for name in Node.model_fields:
+        walk(getattr(node, name), name)
+    return problems
+
+
+#: Where each name lives: (op or None for a Loop, field, Served attribute).
+_NAMED_FIELDS = (
+    ("generate", "model", "models"),
+    ("score", "evaluator", "evaluators"),
+    ("refine", "strategy", "refiners"),
+)
+_LOOP_FIELDS = (("model", "models"), ("evaluator", "evaluators"), ("refiner", "refiners"))
+
+
+def _name_problem(node_id: str | None, path: str, field: str, name: Any,
+                  names: list[Named], default: str | None) -> GraphProblem | None:
+    """``default`` is the back end's for ``field`` (None: unset is fine only for fields the
+    op defaults itself, like refine's strategy)."""
+    known = [n.name for n in names]
+    if name is None:
+        if field not in ("model", "evaluator") or default is not None:
+            return None
+        return GraphProblem(node_id=node_id, message=f"no {field} named, and this back end "
+                            f"has no default {field}", path=path, allowed=known)
+    if not isinstance(name, str) or name in known:
+        return None
+    # A path or a hub id ("org/name") is for trusted callers to name (Client.local, workers);
+    # what a back end lets tenants name is an operator's allow-list, checked where they enter.
+    if field == "model" and "/" in name:
+        return None
+    return GraphProblem(node_id=node_id, message=f"unknown {field} {name!r}", path=path,
+                        received=name, allowed=known)
+
+
+def name_problems(spec: Graph | Loop, served: Served) -> list[GraphProblem]:
+    """Models, evaluators and refiners a spec names that the back end does not serve, and
+    models or evaluators left unset where the back end has no default to fill in."""
+    defaults = {"model": served.default_model, "evaluator": served.default_evaluator}
+    found: list[GraphProblem | None] = []
+    if isinstance(spec, Loop):
+        for field, kind in _LOOP_FIELDS:
+            found.append(_name_problem(None, field, field, getattr(spec, field),
+                                       getattr(served, kind), defaults.get(field)))
+    else:
+        for i, node in enumerate(spec.nodes):
+            for op, field, kind in _NAMED_FIELDS:
+                if node.op == op:
+                    found.append(_name_problem(
+                        node.id, f"nodes[{i}].params.{field}", field, node.params.get(field),
+                        getattr(served, kind), defaults.get(field)))
+    return [p for p in found if p is not None]
+
+
+_RULES = {"ge": ">= {}", "gt": "> {}", "le": "<= {}", "lt": "< {}", "multiple_of":
+          "a multiple of {}", "min_length": "length >= {}", "max_length": "length <= {}",
+          "pattern": "a string matching {}", "expected": "{}"}
+
+
+def _allowed(err: Any, model: type[BaseModel] | None) -> Any:
+    if err["type"] == "extra_forbidden" and model is not None and len(err["loc"]) == 1:
+        return sorted(model.model_fields)
+    rules = [_RULES[k].format(v) for k, v in err.get("ctx", {}).items() if k in _RULES]
+    return ", ".join(rules) or None
+
+
+def validation_problems(exc: ValidationError, prefix: str = "", node_id: str | None = None,
+                        model: type[BaseModel] | None = None) -> list[GraphProblem]:
+    """A pydantic error as problems: the path, the value received, the rule it broke (for an
+    unknown field of ``model``, the fields it has)."""
+    out = []
+    for err in exc.errors():
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+        path = (prefix + loc).lstrip(".") or None
+        allowed = _allowed(err, model)
+        received = err.get("input") if err["type"] != "missing" else None
+        out.append(GraphProblem(node_id=node_id, message=err["msg"], path=path,
+                                received=_jsonable(received), allowed=_jsonable(allowed)))
+    return out
+
+
 def _op_problems(
-    node_id: str, op: str, params: dict, ops: Mapping[str, type[BaseModel]]
+    i: int, node: Node, ops: Mapping[str, type[BaseModel]]
 ) -> list[GraphProblem]:
-    model = ops.get(op)
+    model = ops.get(node.op)
     if model is None:
-        known = ", ".join(sorted(ops)) or "none"
-        return [GraphProblem(node_id=node_id, message=f"unknown op {op!r} (known: {known})")]
+        known = sorted(ops)
+        return [GraphProblem(node_id=node.id, message=f"unknown op {node.op!r}",
+                             path=f"nodes[{i}].op", received=node.op, allowed=known)]
     try:
-        model.model_validate(params)
+        model.model_validate(node.params)
     except ValidationError as exc:
-        return [
-            GraphProblem(
-                node_id=node_id,
-                message=f"params.{'.'.join(str(p) for p in err['loc']) or '?'}: {err['msg']}",
-            )
-            for err in exc.errors()
-        ]
+        return validation_problems(exc, f"nodes[{i}].params", node.id, model)
     return []
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        return to_jsonable_python(value)
+    except Exception:  # noqa: BLE001 - anything pydantic cannot render is shown as text
+        return repr(value)
 
 
 def _cycles(graph: Graph) -> list[list[str]]:

@@ -29,7 +29,7 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: Statuses worth another try: the gateway or something in front of it was briefly unavailable.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 #: 429 codes that waiting cannot fix (the run is too large for the tenant's limit).
-PERMANENT_429_CODES = frozenset({"candidate_limit"})
+PERMANENT_429_CODES = frozenset({"candidate_limit", "cost_limit"})
 
 
 class ApiError(BaseModel):

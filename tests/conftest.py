@@ -7,10 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-# The Triton kernels run on CPU tensors through Triton's interpreter, which must be chosen before
-# any test module imports them (tests/kernels/conftest.py explains; a GPU machine sets it to 0).
-os.environ.setdefault("TRITON_INTERPRET", "1")
+# Without a GPU the Triton kernels run on CPU tensors through Triton's interpreter, which must be
+# chosen before any test module imports them; with one they are compiled (the interpreter is
+# opt-in: tests/kernels/conftest.py explains).
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -37,3 +40,32 @@ def client(tmp_path, resources):
 @pytest.fixture
 def runtime(client):
     return client.backend.runtime
+
+
+# The built wheel and its venvs (tests/wheel_util.py): built once per session, only when a test
+# asks for them.
+@pytest.fixture(scope="session")
+def built_dist(tmp_path_factory):
+    from wheel_util import build
+
+    return build(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="session")
+def base_venv(tmp_path_factory, built_dist):
+    """A fresh venv with only the wheel and its base dependencies (pydantic, httpx, tenacity)."""
+    from wheel_util import make_venv
+
+    path = tmp_path_factory.mktemp("venv") / "base"
+    make_venv(path, built_dist.wheel)
+    return path
+
+
+@pytest.fixture(scope="session")
+def workers_venv(tmp_path_factory, built_dist):
+    """A fresh venv with ``genloop[workers]`` from the wheel (torch reused, see wheel_util)."""
+    from wheel_util import make_venv
+
+    path = tmp_path_factory.mktemp("venv") / "workers"
+    make_venv(path, built_dist.wheel, extra="workers")
+    return path

@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from genloop.workers import OpContext, Permanent, Transient, op
+from genloop.workers import Deferred, OpContext, Permanent, Transient, op
 
 
 class Value(BaseModel):
@@ -120,6 +120,7 @@ class BarrierParams(BaseModel):
     redis_url: str
     tag: str
     parties: int = 2
+    name: str = Field("", description="sets parties apart, so each has its own result key")
 
 
 @op("test-barrier", params=BarrierParams, output=Value)
@@ -134,4 +135,27 @@ def barrier(params: BarrierParams, inputs: list, ctx: OpContext) -> Value:
     while arrived < params.parties and time.monotonic() < deadline:
         time.sleep(0.001)
         arrived = int(r.get(f"{params.tag}:arrived"))
+    if arrived < params.parties:
+        raise Permanent(f"only {arrived} of {params.parties} parties ran at once")
     return Value(value=sum(i.value for i in inputs if isinstance(i, Value)) + 1)
+
+
+@op("test-deferred", params=CountParams, output=Value, min_backoff=0.01, max_backoff=0.05)
+def deferred(params: CountParams, inputs: list, ctx: OpContext) -> Deferred:
+    """Like ``test-count``, but its work finishes on another thread after the op returned (as
+    the engine's does): fails the first ``fail_times`` attempts there."""
+    import threading
+    from concurrent.futures import Future
+
+    n = record(params.log, f"{ctx.node_id}:{params.value}")
+    future: Future = Future()
+
+    def finish() -> None:
+        if n <= params.fail_times:
+            error = (Permanent if params.permanent else Transient)(f"planned failure {n}")
+            future.set_exception(error)
+        else:
+            future.set_result(params.value)
+
+    threading.Timer(params.sleep, finish).start()
+    return Deferred(future, lambda value: Value(value=value))

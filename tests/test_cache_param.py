@@ -18,8 +18,9 @@ def _pixels(client, result, node):
 
 def test_cache_off_differs_from_the_cached_default_only_slightly(client):
     g = Graph()
-    off = g.generate("a blue square", n=2, steps=8, cache="off", id="off")
-    cached = g.generate("a blue square", n=2, steps=8, cache="deepcache:2", id="cached")
+    off = g.generate("a blue square", model="tiny", n=2, steps=8, cache="off", id="off")
+    cached = g.generate("a blue square", model="tiny", n=2, steps=8, cache="deepcache:2",
+                        id="cached")
 
     result = client.submit(g).wait(timeout=180)
 
@@ -31,6 +32,6 @@ def test_cache_off_differs_from_the_cached_default_only_slightly(client):
 
 def test_a_bad_cache_mode_is_a_graph_error(client):
     g = Graph()
-    g.generate("a cat", cache="sometimes")
+    g.generate("a cat", model="tiny", cache="sometimes")
     with pytest.raises(GraphError, match="params.cache"):
         client.submit(g)

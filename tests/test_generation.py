@@ -14,8 +14,8 @@ from genloop.sdk import Graph, NodeStatus, RunStatus
 
 def _sharded_twice(client):
     one, four = Graph(), Graph()
-    a = one.generate("a red sneaker on a mountain trail", n=8, seed=7, shard_size=8)
-    b = four.generate("a red sneaker on a mountain trail", n=8, seed=7, shard_size=2)
+    a = one.generate("a red sneaker on a mountain trail", model="tiny", n=8, seed=7, shard_size=8)
+    b = four.generate("a red sneaker on a mountain trail", model="tiny", n=8, seed=7, shard_size=2)
 
     r1, r4 = client.submit(one).wait(timeout=120), client.submit(four).wait(timeout=120)
 
@@ -66,8 +66,8 @@ def test_candidates_match_however_the_node_is_sharded_with_batching(client):
 
 def test_generate_score_select_returns_the_best_scored_pngs(client):
     g = Graph()
-    gen = g.generate("a blue circle", n=4, seed=0)
-    sc = g.score(gen, text="a blue circle")
+    gen = g.generate("a blue circle", model="tiny", n=4, seed=0)
+    sc = g.score(gen, text="a blue circle", evaluator="clip")
     top = g.select(sc, top_k=2)
 
     result = client.submit(g).wait(timeout=120)
@@ -83,7 +83,7 @@ def test_generate_score_select_returns_the_best_scored_pngs(client):
 
 def test_progress_events_arrive_in_order(client):
     g = Graph()
-    g.generate("a cat", n=2, steps=6, shard_size=2)
+    g.generate("a cat", model="tiny", n=2, steps=6, shard_size=2)
 
     run = client.submit(g)
     events = list(run.events())
@@ -97,8 +97,9 @@ def test_progress_events_arrive_in_order(client):
 
 def test_cancel_stops_a_running_generation_within_seconds(client, runtime):
     g = Graph()
-    gen = g.generate("a slow painting", n=4, steps=200, width=64, height=64, shard_size=4)
-    g.score(gen, text="a slow painting")
+    gen = g.generate("a slow painting", model="tiny", n=4, steps=200, width=64, height=64,
+                     shard_size=4)
+    g.score(gen, text="a slow painting", evaluator="clip")
     run = client.submit(g)
     for event in run.events():
         if event.type == "progress":

@@ -51,8 +51,9 @@ def test_every_problem_is_reported_at_once_with_its_node():
         validate_graph(g, builtin_ops())
 
     by_node = {(p.node_id, p.message.split(":")[0]) for p in err.value.problems}
-    assert ("a", "params.n") in by_node
-    assert ("a", "params.bogus") in by_node
+    paths = {(p.node_id, p.path) for p in err.value.problems}
+    assert ("a", "nodes[0].params.n") in paths
+    assert ("a", "nodes[0].params.bogus") in paths
     assert ("b", "input 'missing' is not a node of this graph") in by_node
     assert any(n == "c" and m.startswith("unknown op") for n, m in by_node)
     assert ("c", "duplicate node id") in by_node
@@ -73,7 +74,7 @@ def test_limits_are_enforced():
 
     many = Graph()
     many.generate("p", n=10_000)
-    assert any("params.n" in p.message for p in graph_problems(many, builtin_ops()))
+    assert any(p.path == "nodes[0].params.n" for p in graph_problems(many, builtin_ops()))
 
 
 def test_self_reference_is_a_problem():

@@ -6,7 +6,8 @@ from genloop.sdk import Loop, NodeStatus, RunStatus
 
 
 def test_loop_runs_every_round_and_reports_the_best(client):
-    loop = Loop(prompt="a red sneaker", candidates=4, rounds=3, steps=2, keep=2)
+    loop = Loop(prompt="a red sneaker", model="tiny", evaluator="clip", candidates=4, rounds=3,
+                steps=2, keep=2)
 
     run = client.submit(loop)
     result = run.wait(timeout=180)
@@ -25,7 +26,8 @@ def test_loop_runs_every_round_and_reports_the_best(client):
 
 def test_target_reached_halts_the_loop_and_skips_later_rounds(client):
     result = client.submit(
-        Loop(prompt="a cat", candidates=2, rounds=3, steps=2, target=0.0)
+        Loop(prompt="a cat", model="tiny", evaluator="clip", candidates=2, rounds=3, steps=2,
+             target=0.0)
     ).wait(timeout=120)
 
     assert result.status == RunStatus.SUCCEEDED
@@ -36,7 +38,7 @@ def test_target_reached_halts_the_loop_and_skips_later_rounds(client):
 
 
 def test_resubmitting_a_finished_loop_generates_nothing(client):
-    loop = Loop(prompt="a dog", candidates=2, rounds=2, steps=2)
+    loop = Loop(prompt="a dog", model="tiny", evaluator="clip", candidates=2, rounds=2, steps=2)
     first = client.submit(loop).wait(timeout=120)
 
     run = client.submit(loop)

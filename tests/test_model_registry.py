@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
 
 from genloop.sdk import Graph, Permanent, RunStatus
@@ -31,10 +34,24 @@ def test_a_local_pipeline_directory_loads_through_from_pretrained(tmp_path, reso
     identity = registry.identity(str(directory))
     pipe = registry.pipeline(str(directory))
 
-    assert identity.startswith("path:") and str(directory) in identity
+    assert identity.startswith("path:")
     assert type(pipe).__name__ == "StableDiffusionPipeline"
-    (directory / "model_index.json").touch()
+    index = directory / "model_index.json"
+    index.write_text(index.read_text() + " ")
     assert registry.identity(str(directory)) != identity  # changed files, new result keys
+
+
+def test_two_checkouts_of_the_same_weights_have_one_identity(tmp_path, resources):
+    """Identity comes from contents, so two hosts (or two checkouts) share result keys."""
+    first, second = tmp_path / "a" / "weights", tmp_path / "b" / "elsewhere"
+    resources.models.pipeline("tiny").save_pretrained(first)
+    shutil.copytree(first, second)  # new inodes and mtimes, same bytes
+    for f in second.rglob("*"):
+        os.utime(f, (1_000_000, 1_000_000))
+    registry = ModelRegistry(device="cpu")
+
+    assert registry.identity(str(first)) == registry.identity(str(second))
+    assert registry.identity(str(first)) == ModelRegistry(device="cpu").identity(str(second))
 
 
 def test_unknown_name_has_no_identity():

@@ -1,16 +1,19 @@
 """genloop workers: the runtime that executes graphs on Dramatiq.
 
 Register custom ops with :func:`op`; raise :class:`Permanent` for failures a retry cannot fix
-and :class:`Transient` for ones it can.
+and :class:`Transient` for ones it can. An op that hands its work to a batched resource returns
+a :class:`Deferred` instead of waiting for it (see :mod:`genloop.workers.deferred`).
 """
 
 from genloop.sdk.errors import Cancelled, Permanent, Transient
 
 from .context import OpContext
+from .deferred import Deferred
 from .ops import OpRegistry, OpSpec, default_registry, op, refiner
 
 __all__ = [
     "Cancelled",
+    "Deferred",
     "OpContext",
     "OpRegistry",
     "OpSpec",

@@ -12,12 +12,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dramatiq
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.common import dq_name
 from dramatiq.middleware import CurrentMessage, Retries
 
 from genloop.sdk.errors import Cancelled, Permanent
 
 from .artifacts.base import ArtifactStore
 from .executor import Executor
+from .fair_queue import FairEnqueuer, FairRelease
 from .middleware.attempts import AttemptOutcomes
 from .middleware.sweeper import OutboxSweeper
 from .ops.registry import OpRegistry
@@ -44,13 +48,34 @@ class Enqueuer:
 
     def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
         for inst in instances:
-            message = self.actors[inst.queue].message_with_options(
-                args=(inst.run_id, inst.instance_id),
-                max_retries=inst.max_retries,
-                min_backoff=int(inst.min_backoff * 1000),
-                max_backoff=int(inst.max_backoff * 1000),
-            )
-            self.broker.enqueue(message, delay=int(delay * 1000) or None)
+            self.send(inst, delay)
+
+    def retry(self, inst: InstanceRecord, retries: int, delay: float) -> None:
+        """Send ``inst`` again after ``retries`` failed attempts, as Dramatiq's Retries would."""
+        self.send(inst, delay, retries=retries)
+
+    def send(self, inst: InstanceRecord, delay: float = 0.0, **options: object) -> str:
+        """Send one instance's message (with extra message ``options``); its message id."""
+        message = self.actors[inst.queue].message_with_options(
+            args=(inst.run_id, inst.instance_id),
+            max_retries=inst.max_retries,
+            min_backoff=int(inst.min_backoff * 1000),
+            max_backoff=int(inst.max_backoff * 1000),
+            **options,
+        )
+        self.broker.enqueue(message, delay=int(delay * 1000) or None)
+        return message.message_id
+
+    def backlog(self, queue: str) -> int:
+        """Messages on ``queue`` (and its delay queue) that no worker has fetched yet. The
+        sweeper leaves queued instances alone while there is a backlog: they are waiting their
+        turn, not lost."""
+        names = (queue, dq_name(queue))
+        if isinstance(self.broker, RedisBroker):
+            return sum(self.broker.client.llen(f"{self.broker.namespace}:{q}") for q in names)
+        if isinstance(self.broker, StubBroker):
+            return sum(self.broker.queues[q].qsize() for q in names if q in self.broker.queues)
+        return 0
 
 
 @dataclass
@@ -61,6 +86,7 @@ class Wiring:
     scheduler: Scheduler
     executor: Executor
     enqueue: Enqueuer
+    fair: FairEnqueuer | None = None
 
 
 def wire(
@@ -74,26 +100,46 @@ def wire(
     lease_ttl: float = 30.0,
     time_limit_ms: int = DEFAULT_TIME_LIMIT_MS,
     sweep_every: float = 5.0,
-    stale_after: float | None = 300.0,
+    grace: float | None = None,
+    fair_window: int | None = None,
 ) -> Wiring:
-    """Declare genloop's actors and middleware on ``broker`` and return the wiring."""
+    """Declare genloop's actors and middleware on ``broker`` and return the wiring.
+
+    ``grace`` (default: ``lease_ttl``) is how long the sweeper leaves an instance that nobody
+    works on before re-sending it. ``fair_window``: put a :class:`~.fair_queue.FairEnqueuer` in
+    front of the broker, with at most this many messages per queue in the broker; only for a
+    process whose workers run everything it sends (the embedded runtime).
+    """
     enqueue = Enqueuer(broker)
-    scheduler = Scheduler(store, registry, enqueue, queues=queues)
+    fair = None
+    if fair_window is not None:
+        def tenant_of(run_id: str) -> str:
+            return scheduler.topology(run_id).graph.namespace or run_id
+
+        fair = FairEnqueuer(enqueue.send, fair_window, tenant_of)
+        broker.add_middleware(FairRelease(fair))
+    scheduler = Scheduler(store, registry, fair or enqueue, queues=queues,
+                          backlog=enqueue.backlog)
     executor = Executor(
         scheduler, artifacts, registry, resources=resources, lease_ttl=lease_ttl,
         attempt_of=lambda: int(
             CurrentMessage.get_current_message().options.get("genloop_attempt", 1)
         ),
+        requeue=enqueue.retry,
+        # A stub broker's messages die with the process anyway; resume/sweeps recover those.
+        watch_deferred=not isinstance(broker, StubBroker),
     )
     if not any(isinstance(m, CurrentMessage) for m in broker.middleware):
         broker.add_middleware(CurrentMessage())
     # Dramatiq runs after_* hooks in reverse order: placed before Retries, AttemptOutcomes sees
     # each message after Retries has decided between a retry and a failure.
     broker.add_middleware(AttemptOutcomes(scheduler, ACTOR_PREFIX), before=Retries)
-    broker.add_middleware(OutboxSweeper(scheduler, every=sweep_every, stale_after=stale_after))
+    broker.add_middleware(OutboxSweeper(
+        scheduler, every=sweep_every, grace=lease_ttl if grace is None else grace))
     for queue in queues:
         enqueue.actors[queue] = dramatiq.actor(
             executor, actor_name=actor_name(queue), queue_name=queue, broker=broker,
             throws=(Permanent, Cancelled), time_limit=time_limit_ms,
         )
-    return Wiring(broker=broker, scheduler=scheduler, executor=executor, enqueue=enqueue)
+    return Wiring(broker=broker, scheduler=scheduler, executor=executor, enqueue=enqueue,
+                  fair=fair)

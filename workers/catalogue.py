@@ -49,10 +49,13 @@ def _remote(params, inputs, ctx):  # pragma: no cover - never called in the clie
 
 
 def publish(client: redis.Redis, registry: OpRegistry, queues: list[str],
-            prefix: str = "genloop") -> None:
-    """Record this worker's ops and the queues it consumes."""
+            prefix: str = "genloop", models: dict[str, str] | None = None) -> None:
+    """Record this worker's ops, the queues it consumes and its built-in models (name ->
+    description, for the spec schema a submitting client publishes)."""
     if queues:
         client.sadd(f"{prefix}:queues", *queues)
+    if models:
+        client.hset(f"{prefix}:models", mapping=models)
     client.hset(f"{prefix}:ops", mapping={
         name: json.dumps({
             "queue": spec.queue, "version": spec.version, "elementwise": spec.elementwise,
@@ -61,6 +64,10 @@ def publish(client: redis.Redis, registry: OpRegistry, queues: list[str],
         })
         for name, spec in registry.items()
     })
+
+
+def published_models(client: redis.Redis, prefix: str = "genloop") -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in client.hgetall(f"{prefix}:models").items()}
 
 
 def published_queues(client: redis.Redis, prefix: str = "genloop") -> set[str]:

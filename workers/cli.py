@@ -1,163 +1,146 @@
-"""The ``genloop`` command line. Thin: it parses, calls the library, renders."""
+"""The ``genloop`` command line. Thin: it parses, calls the library, renders.
+
+Every command is a row of :data:`COMMANDS`: its name, one line of help, and where its arguments
+and body live (``module:function``). Only the module of the command being run is imported, so
+``genloop --help`` and the client-side commands (``status``, ``events``, ``result``, ``cancel``,
+``artifact``, ``schema`` with ``--gateway``) work on the base install (pydantic, httpx); a command
+whose module needs an extra says which one in one line and exits 2. A new command (``genloop
+mcp``) is one more row.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from pydantic import TypeAdapter, ValidationError
-
-from genloop.sdk import Client, GenloopError, Loop, RunSpec
-
-DEFAULT_HOME = ".genloop"
-
-
-def _client(args: argparse.Namespace, workers: bool = True) -> Client:
-    if args.redis:
-        return Client.connect(args.redis)
-    # Without worker threads the embedded runtime only reads the store: `status` and `events`
-    # must never start executing a run another process is driving.
-    return Client.local(home=args.home, threads=args.threads if workers else 0)
+#: Top-level modules an extra provides, to name the extra when one of them is missing.
+EXTRA_OF = {
+    **dict.fromkeys(
+        ["dramatiq", "redis", "torch", "torchvision", "diffusers", "transformers", "open_clip",
+         "PIL", "safetensors", "tqdm", "boto3", "botocore", "fastapi", "starlette", "uvicorn",
+         "numpy"], "workers"),
+    "triton": "kernels",
+    "yaml": "campaign",
+}
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    try:
-        spec = TypeAdapter(RunSpec).validate_json(Path(args.file).read_bytes())
-    except (OSError, ValidationError) as exc:
-        print(f"genloop run: cannot read {args.file}: {exc}", file=sys.stderr)
-        return 2
-    with _client(args) as client:
-        run = client.submit(spec, idempotency_key=args.idempotency_key)
-        print(f"run {run.id} submitted", file=sys.stderr)
-        result = run.wait(timeout=args.timeout)
-        print(result.model_dump_json(indent=2))
-        return 0 if result.status == "succeeded" else 1
+@dataclass(frozen=True)
+class Command:
+    """A ``genloop`` subcommand. ``setup`` (``"module:function"``) receives the command's parser,
+    adds its arguments and sets ``fn`` (the body, called with the parsed args, returns the exit
+    code); it is imported only when this command runs."""
+
+    name: str
+    help: str
+    setup: str
+    #: The extra to name when a module it needs is missing; default: by module (EXTRA_OF).
+    extra: str | None = None
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    with _client(args, workers=False) as client:
-        print(client.get(args.run).info.model_dump_json(indent=2))
-    return 0
+COMMANDS: tuple[Command, ...] = (
+    Command("run", "run a Graph or Loop from a JSON file and print its result",
+            "genloop.workers.cli_client:setup_run"),
+    Command("status", "print a run's status", "genloop.workers.cli_client:setup_status"),
+    Command("events", "print a run's events as JSON lines",
+            "genloop.workers.cli_client:setup_events"),
+    Command("result", "print a run's result (outputs so far, or --wait for the end)",
+            "genloop.workers.cli_client:setup_result"),
+    Command("cancel", "ask a run to stop", "genloop.workers.cli_client:setup_cancel"),
+    Command("resume", "finish an interrupted run, reusing stored results",
+            "genloop.workers.cli_client:setup_resume"),
+    Command("artifact", "fetch an artifact (a candidate's image) by key",
+            "genloop.workers.cli_client:setup_artifact"),
+    Command("schema", "print the Graph/Loop JSON Schema narrowed to what the back end serves",
+            "genloop.workers.cli_client:setup_schema"),
+    Command("worker", "start Dramatiq worker processes on a Redis pool",
+            "genloop.workers.cli_pool:setup_worker"),
+    Command("demo", "run a generate-evaluate-refine loop and write a contact sheet",
+            "genloop.workers.cli_pool:setup_demo"),
+    Command("serve", "run the HTTP gateway", "genloop.workers.gateway.cli:setup_serve"),
+    Command("keys", "create, revoke and list the gateway's API keys",
+            "genloop.workers.gateway.cli:setup_keys"),
+    Command("campaign", "ad campaigns: a spec file to finished creatives",
+            "genloop.campaign.cli:setup", extra="campaign"),
+    Command("mcp", "serve genloop's agent tools over MCP (stdio or streamable HTTP)",
+            "genloop.integrations.cli:setup", extra="mcp"),
+)
 
 
-def cmd_events(args: argparse.Namespace) -> int:
-    with _client(args, workers=False) as client:
-        for event in client.get(args.run).events(after=args.after, follow=args.follow):
-            print(event.model_dump_json(exclude_none=True))
-    return 0
+class MissingExtra(Exception):
+    """A command needs a package that an extra of genloop installs."""
+
+    def __init__(self, command: str, extra: str, module: str) -> None:
+        super().__init__(f"genloop {command} needs the '{extra}' extra ({module} is not "
+                         f"installed): pip install 'genloop[{extra}]'")
 
 
-def cmd_resume(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        result = client.resume(args.run).wait(timeout=args.timeout)
-        print(result.model_dump_json(indent=2))
-        return 0 if result.status == "succeeded" else 1
+def missing_extra(exc: BaseException, command: str) -> MissingExtra | None:
+    """The extra behind an ImportError (looked up along its causes), or None for a real bug."""
+    seen: BaseException | None = exc
+    own = next((c.extra for c in COMMANDS if c.name == command), None)
+    while seen is not None:
+        if isinstance(seen, ModuleNotFoundError) and seen.name:
+            top = seen.name.split(".")[0]
+            if top in EXTRA_OF:
+                return MissingExtra(command, own or EXTRA_OF[top], top)
+        seen = seen.__cause__
+    return None
 
 
-def cmd_worker(args: argparse.Namespace) -> int:
-    """Exec Dramatiq's own CLI on genloop's worker module, configured through the environment."""
-    import os
-
-    from . import pool as w
-
-    env = dict(os.environ)
-    env.update({
-        w.ENV_REDIS: args.redis, w.ENV_ARTIFACTS: args.artifacts, w.ENV_QUEUES: args.queues,
-        w.ENV_IMPORTS: ",".join(args.imports), w.ENV_PRELOAD: ",".join(args.preload),
-        w.ENV_LEASE_TTL: str(args.lease_ttl), w.ENV_HEARTBEAT_MS: str(args.heartbeat_timeout_ms),
-    })
-    argv = [sys.executable, "-m", "dramatiq", "genloop.workers.worker_main",
-            "--processes", str(args.processes), "--threads", str(args.threads),
-            "--queues", *args.queues.split(",")]
-    os.execve(sys.executable, argv, env)
-    return 0  # not reached
+def _load(setup: str) -> Callable[[argparse.ArgumentParser], None]:
+    module, _, function = setup.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
-
-    loop = Loop(
-        prompt=args.prompt, candidates=args.candidates, rounds=args.rounds, model=args.model,
-        evaluator=args.evaluator, steps=args.steps, refiner=args.refiner,
-    )
-    with _client(args) as client:
-        summary = run_demo(client, loop, Path(args.out), progress=not args.quiet)
-    print(summary)
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="genloop", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def command(name: str, fn, help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--home", default=DEFAULT_HOME, help="embedded state directory")
-        p.add_argument("--threads", type=int, default=4, help="embedded worker threads")
-        p.add_argument("--redis", help="use the worker pool on this Redis instead (redis://...)")
-        p.set_defaults(fn=fn)
-        return p
-
-    p = command("run", cmd_run, "run a Graph or Loop from a JSON file and print its result")
-    p.add_argument("file")
-    p.add_argument("--idempotency-key")
-    p.add_argument("--timeout", type=float, default=None)
-
-    p = command("status", cmd_status, "print a run's status")
-    p.add_argument("run")
-
-    p = command("events", cmd_events, "print a run's events as JSON lines")
-    p.add_argument("run")
-    p.add_argument("--after", type=int, default=0, help="only events after this id")
-    p.add_argument("--follow", action="store_true", help="keep printing until the run ends")
-
-    p = command("resume", cmd_resume, "finish an interrupted run, reusing stored results")
-    p.add_argument("run")
-    p.add_argument("--timeout", type=float, default=None)
-
-    p = sub.add_parser("worker", help="start Dramatiq worker processes on a Redis pool")
-    p.set_defaults(fn=cmd_worker)
-    p.add_argument("--redis", required=True, help="redis://host:6379/0")
-    p.add_argument("--artifacts", required=True, help="file:///shared/dir or s3://bucket/prefix")
-    p.add_argument("--queues", default="gpu,cpu", help="comma-separated queues to consume")
-    p.add_argument("--processes", type=int, default=1)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--import", dest="imports", action="append", default=[],
-                   help="module defining custom ops (repeatable)")
-    p.add_argument("--preload", action="append", default=[], help="model to load at start")
-    p.add_argument("--lease-ttl", type=float, default=60.0, help="claim lease, seconds")
-    p.add_argument("--heartbeat-timeout-ms", type=int, default=60_000,
-                   help="requeue a dead worker's messages after this long")
-
-    p = command("demo", cmd_demo, "run a generate-evaluate-refine loop and write a contact sheet")
-    p.add_argument("--out", default="out/demo")
-    # The shapes models are trained here and ship in the package: their images can be judged
-    # by eye and by genloop.workers.shapes.check, unlike the random-weight `tiny` ones.
-    p.add_argument("--prompt", default="a large red circle in the centre, black background")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--candidates", type=int, default=8)
-    p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--model", default="shapes")
-    p.add_argument("--evaluator", default="shapes-clip")
-    p.add_argument("--refiner", default="seed-search")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    from .gateway.cli import register as register_gateway
-
-    register_gateway(sub)  # serve, keys
-    from genloop.campaign.cli import register as register_campaign
-
-    register_campaign(sub)
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The full parser of ``command`` (importing its module) beside one-line stubs of the rest.
+    Raises :class:`MissingExtra` if that module needs an extra that is not installed."""
+    parser = argparse.ArgumentParser(prog="genloop", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for c in COMMANDS:
+        p = sub.add_parser(c.name, help=c.help, description=c.help)
+        if c.name == command:
+            try:
+                _load(c.setup)(p)
+            except ImportError as exc:
+                extra = missing_extra(exc, c.name)
+                if extra is None:
+                    raise
+                raise extra from exc
     return parser
 
 
+def _command_of(argv: list[str]) -> str | None:
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if any(c.name == first for c in COMMANDS) else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    command = _command_of(argv)
+    try:
+        args = build_parser(command).parse_args(argv)
+    except MissingExtra as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    from genloop.sdk.errors import GenloopError
+
     try:
         return args.fn(args)
     except GenloopError as exc:
         print(f"genloop {args.command}: {exc}", file=sys.stderr)
         return 1
+    except ImportError as exc:
+        # Client.local() / connect() import the workers at call time (``status --home`` on a
+        # base install); anything else is a bug and keeps its traceback.
+        extra = missing_extra(exc, args.command)
+        if extra is None:
+            raise
+        print(extra, file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ _CANCEL_CHECK_EVERY = 0.2
 class OpContext:
     """Run and node ids, the attempt number, progress, cancellation, artifacts, resources.
 
+    Progress and cancellation checks may be called from any thread (an engine's, for an op
+    that returned a :class:`~genloop.workers.deferred.Deferred`).
+
     ``resources`` holds the worker's long-lived objects (model registry, evaluators), so an op
     loads a model once per process, not once per message.
     """
@@ -33,6 +36,9 @@ class OpContext:
     store: StateStore
     artifacts: ArtifactStore
     resources: Any = None
+    #: Instances of this node that run alongside this one (a loop round's images, a node's
+    #: shards): a batched resource waits for them so they share one call. 1 on a retry.
+    siblings: int = 1
     halted: bool = False
     log: logging.LoggerAdapter = field(init=False)
     _last_progress: float = field(default=0.0, init=False)
@@ -44,6 +50,11 @@ class OpContext:
             logging.getLogger("genloop.op"),
             {"run_id": self.run_id, "node_id": self.node_id, "instance_id": self.instance_id},
         )
+
+    @property
+    def group(self) -> tuple[str, str]:
+        """This node of this run: what :attr:`siblings` counts."""
+        return (self.run_id, self.node_id)
 
     def progress(self, step: int, total: int, message: str | None = None) -> None:
         """Report step ``step`` of ``total``. Throttled, except for the last step."""

@@ -15,6 +15,7 @@ from dramatiq.brokers.stub import StubBroker
 
 from .artifacts.local import LocalArtifactStore
 from .broker import DEFAULT_QUEUES, wire
+from .models_config import ModelsConfig, models_config
 from .ops.registry import OpRegistry, default_registry
 from .resources import Resources
 from .store_backend import StoreBackend
@@ -37,20 +38,27 @@ class EmbeddedRuntime:
         resources: Resources | None = None,
         lease_ttl: float = 30.0,
         sweep_every: float = 5.0,
+        models: str | os.PathLike[str] | ModelsConfig | None = None,
+        fair_window: int | None = None,
     ) -> None:
+        """``models``: the operator's models config (a file or a config); with one, only the
+        built-in and configured model names load. Ignored when ``resources`` is given.
+        ``fair_window``: tenants take turns, at most this many messages per queue in the
+        broker (see :mod:`~genloop.workers.fair_queue`; ``genloop serve --local`` uses it)."""
         from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 
         self.home = Path(home)
         self.store = SqliteStateStore(self.home / "state.db")
         self.artifacts = LocalArtifactStore(self.home / "artifacts")
         self.registry = registry if registry is not None else default_registry
-        self.resources = resources if resources is not None else Resources()
+        self.resources = resources if resources is not None else Resources(
+            allowed=None if models is None else models_config(models))
         self.broker = StubBroker()
         self.broker.emit_after("process_boot")
         self.wiring = wire(
             self.broker, self.store, self.artifacts, self.registry,
             queues=DEFAULT_QUEUES, resources=self.resources, lease_ttl=lease_ttl,
-            sweep_every=sweep_every,
+            sweep_every=sweep_every, fair_window=fair_window,
         )
         self.scheduler = self.wiring.scheduler
         self.worker: dramatiq.Worker | None = None
@@ -61,6 +69,7 @@ class EmbeddedRuntime:
     def close(self) -> None:
         if self.worker is not None:
             self.worker.stop()
+        self.wiring.executor.close()
         self.broker.close()
         self.store.close()
 
@@ -68,9 +77,12 @@ class EmbeddedRuntime:
 class EmbeddedBackend(StoreBackend):
     """``Client.local()``'s back end: calls the embedded runtime directly."""
 
-    def __init__(self, home: str | os.PathLike[str], **options) -> None:
+    def __init__(self, home: str | os.PathLike[str], *, default_model: str | None = None,
+                 default_evaluator: str | None = None, **options) -> None:
         self.runtime = EmbeddedRuntime(home, **options)
-        super().__init__(self.runtime.scheduler, self.runtime.artifacts)
+        super().__init__(self.runtime.scheduler, self.runtime.artifacts,
+                         models=lambda: self.runtime.resources.models.builtin(),
+                         default_model=default_model, default_evaluator=default_evaluator)
 
     def close(self) -> None:
         self.runtime.close()

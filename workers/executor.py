@@ -5,29 +5,38 @@ A message names (run id, instance id); the instance's params and inputs are in t
 2. If a result is stored under the instance's result key, it completes at once (no op body).
 3. Otherwise the worker takes a lease on the key. If another worker holds it (the same message
    delivered twice, or the same work in another run), the message is re-enqueued to look again
-   after the lease's remaining time: it never runs the body while the holder is alive, and it
-   takes over if the holder dies and its lease runs out.
+   shortly (at most :data:`LEASE_POLL_CAP`): it never runs the body while the holder is alive,
+   finds the holder's result soon after it is stored, and takes over if the holder dies.
 4. The op body runs while the process's lease keeper renews the lease; the scheduler stores its
    result and completes the instance in one transaction.
-Failures propagate to Dramatiq: its Retries middleware decides on a retry, and
-:class:`~genloop.workers.middleware.attempts.AttemptOutcomes` records the outcome.
+5. An op body that returns a :class:`~genloop.workers.deferred.Deferred` (it handed its work to
+   a batched resource) frees the worker thread at once; the instance is completed from the
+   completion pool when the work is done, still under the lease (see :mod:`.deferred`).
+Failures of a synchronous body propagate to Dramatiq: its Retries middleware decides on a retry,
+and :class:`~genloop.workers.middleware.attempts.AttemptOutcomes` records the outcome. Failures of
+deferred work follow the same policy here (the message is already acked).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
+from dramatiq.common import compute_backoff
 from pydantic import BaseModel, ValidationError
 
-from genloop.sdk.errors import Permanent
+from genloop.sdk.errors import Cancelled, Permanent
+from genloop.sdk.graph import Node
 
 from .artifacts.base import ArtifactStore
 from .context import OpContext
+from .deferred import Deferred
 from .keys import result_key
 from .ops.registry import OpRegistry, OpSpec
 from .scheduler import Scheduler
@@ -35,6 +44,9 @@ from .stores.base import StateStore
 from .stores.records import InstanceRecord, ItemRef, ResultRecord
 
 log = logging.getLogger(__name__)
+
+#: Longest wait before a delivery that found its key leased looks again (seconds).
+LEASE_POLL_CAP = 0.5
 
 
 class LeaseKeeper:
@@ -53,6 +65,14 @@ class LeaseKeeper:
     @contextmanager
     def hold(self, key: str, owner: str) -> Iterator[None]:
         """Keep ``owner``'s claim on ``key`` alive while the block runs, then release it."""
+        self.keep(key, owner)
+        try:
+            yield
+        finally:
+            self.drop(key, owner)
+
+    def keep(self, key: str, owner: str) -> None:
+        """Renew ``owner``'s claim on ``key`` until :meth:`drop` or :meth:`forget`."""
         with self._lock:
             self._held[owner] = key
             if self._thread is None:
@@ -60,12 +80,17 @@ class LeaseKeeper:
                     target=self._renew_forever, daemon=True, name="genloop-leases"
                 )
                 self._thread.start()
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._held.pop(owner, None)
-            self.store.release(key, owner)
+
+    def drop(self, key: str, owner: str) -> None:
+        """Stop renewing and release the claim."""
+        self.forget(owner)
+        self.store.release(key, owner)
+
+    def forget(self, owner: str) -> None:
+        """Stop renewing ``owner``'s claim without releasing it: the completion that follows
+        drops it in the same step that stores the result."""
+        with self._lock:
+            self._held.pop(owner, None)
 
     def _renew_forever(self) -> None:
         while True:
@@ -82,7 +107,13 @@ class LeaseKeeper:
 
 
 class Executor:
-    """Runs instances. One per worker process; called from many worker threads."""
+    """Runs instances. One per worker process; called from many worker threads.
+
+    ``requeue(instance, retries, delay)`` re-sends a message whose deferred work failed and may
+    be retried (``retries``: attempts used so far). ``watch_deferred`` sends, for each deferred
+    instance, a message one lease ttl later that finds it finished, or leased (and backs off),
+    or orphaned by a dead process (and runs it): for brokers that outlive the process.
+    """
 
     def __init__(
         self,
@@ -93,6 +124,9 @@ class Executor:
         resources: object = None,
         lease_ttl: float = 30.0,
         attempt_of: Callable[[], int] = lambda: 1,
+        requeue: Callable[[InstanceRecord, int, float], None] | None = None,
+        watch_deferred: bool = False,
+        completion_threads: int = 2,
     ) -> None:
         self.scheduler = scheduler
         self.store = scheduler.store
@@ -103,6 +137,10 @@ class Executor:
         self.leases = LeaseKeeper(self.store, lease_ttl)
         self.owner = f"worker-{uuid.uuid4().hex[:12]}"
         self._attempt_of = attempt_of
+        self._requeue = requeue
+        self.watch_deferred = watch_deferred
+        self._completions = ThreadPoolExecutor(completion_threads,
+                                               thread_name_prefix="genloop-complete")
 
     def __call__(self, run_id: str, instance_id: str) -> None:
         inst = self.store.instance(run_id, instance_id)
@@ -121,41 +159,106 @@ class Executor:
         # Keyed on the params as this worker's model reads them (defaults filled in), so a
         # client that could not validate them (a remote op) still shares stored results.
         key = result_key(spec.name, spec.version, params.model_dump(mode="json"), inst.inputs,
-                         identity)
+                         identity, self.scheduler.topology(run_id).graph.namespace)
 
-        stored = self.store.get_result(key)
-        if stored is not None:
-            self.scheduler.succeeded(run_id, instance_id, stored, cached=True)
-            return
         # One lease token per execution: two threads of this process are two claimants.
         owner = f"{self.owner}/{uuid.uuid4().hex[:8]}"
-        if not self.store.claim(key, owner, self.lease_ttl):
-            delay = max(self.store.lease_remaining(key), 0.05)
+        attempt = self._attempt_of()
+        outcome, lease = self.scheduler.claim_and_start(inst, attempt, key, owner,
+                                                        self.lease_ttl)
+        if outcome == "stored":
+            stored = self.store.get_result(key)
+            if stored is not None:  # results are never deleted; None only if the store lost it
+                self.scheduler.succeeded(run_id, instance_id, stored, cached=True)
+                return
+            outcome, lease = "leased", 0.0
+        if outcome == "leased":
+            # Look again soon rather than after the whole lease: the holder usually finishes
+            # long before its lease would run out, and then the stored result completes us.
+            delay = min(max(lease, 0.05), LEASE_POLL_CAP)
             log.debug("%s/%s: key %s is leased elsewhere; looking again in %.2fs",
                       run_id, instance_id, key[:12], delay)
             self.scheduler.enqueue([inst], delay)
             return
-        with self.leases.hold(key, owner):
-            # Checked again under the lease: the holder before us may have just stored it.
-            stored = self.store.get_result(key)
-            if stored is not None:
-                self.scheduler.succeeded(run_id, instance_id, stored, cached=True)
+        if outcome != "started":
+            return
+        self.leases.keep(key, owner)
+        try:
+            inputs, parents = self._load_inputs(inst.inputs)
+            ctx = OpContext(
+                run_id=inst.run_id, node_id=inst.node_id, instance_id=inst.instance_id,
+                attempt=inst.attempts, store=self.store, artifacts=self.artifacts,
+                resources=self.resources,
+                siblings=_siblings(node, spec, parents) if attempt == 1 else 1,
+            )
+            output = spec.fn(params, inputs, ctx)
+            if isinstance(output, Deferred):
+                self._defer(output, spec, inst, key, owner, ctx, attempt)
                 return
-            if self.scheduler.started(run_id, instance_id, self._attempt_of()) is None:
-                return
-            result = self._run_body(spec, params, inst, key)
-            # Completed while still holding the lease, so a twin waiting on it finds the
-            # result stored as soon as the lease is released.
-            self.scheduler.succeeded(run_id, instance_id, result)
+            result = self._record(spec, output, key, ctx)
+        except BaseException:
+            self.leases.drop(key, owner)
+            raise
+        # The completion stores the result and drops the lease in one step, so a twin waiting
+        # on the lease finds the result the moment the lease is gone. (Should it fail, the
+        # lease runs out unrenewed and the sweeper re-sends the instance.)
+        self.leases.forget(owner)
+        self.scheduler.succeeded(run_id, instance_id, result, lease=(key, owner))
 
-    def _run_body(self, spec: OpSpec, params: BaseModel, inst: InstanceRecord,
-                  key: str) -> ResultRecord:
-        ctx = OpContext(
-            run_id=inst.run_id, node_id=inst.node_id, instance_id=inst.instance_id,
-            attempt=inst.attempts, store=self.store, artifacts=self.artifacts,
-            resources=self.resources,
-        )
-        output = spec.fn(params, self._load_inputs(inst.inputs), ctx)
+    def close(self) -> None:
+        """Stop the completion pool (deferred work still in flight is abandoned: its lease
+        runs out and a watch message or the sweeper sends it again)."""
+        self._completions.shutdown(wait=False, cancel_futures=True)
+
+    def _defer(self, deferred: Deferred, spec: OpSpec, inst: InstanceRecord, key: str,
+               owner: str, ctx: OpContext, attempt: int) -> None:
+        if self.watch_deferred:
+            self.scheduler.enqueue([inst], self.lease_ttl)
+
+        def finish(future: Future) -> None:
+            try:
+                self._completions.submit(self._finish, deferred, spec, inst, key, owner, ctx,
+                                         attempt)
+            except RuntimeError:  # the pool is shut down: the process is stopping
+                self.leases.drop(key, owner)
+
+        deferred.future.add_done_callback(finish)
+
+    def _finish(self, deferred: Deferred, spec: OpSpec, inst: InstanceRecord, key: str,
+                owner: str, ctx: OpContext, attempt: int) -> None:
+        run_id, instance_id = inst.run_id, inst.instance_id
+        completed = False
+        try:
+            try:
+                result = self._record(spec, deferred.then(deferred.future.result()), key, ctx)
+            except Exception as exc:  # noqa: BLE001  (the op's failure: retry policy below)
+                self._deferred_failed(inst, attempt, exc)
+            else:
+                self.leases.forget(owner)
+                self.scheduler.succeeded(run_id, instance_id, result, lease=(key, owner))
+                completed = True
+        except Exception:  # a store outage: the lease runs out and the watch re-sends it
+            log.exception("%s/%s: completing deferred work failed", run_id, instance_id)
+        finally:
+            if not completed:
+                self.leases.drop(key, owner)
+
+    def _deferred_failed(self, inst: InstanceRecord, attempt: int, exc: Exception) -> None:
+        """What Retries and AttemptOutcomes do for a message, for work whose message is acked."""
+        run_id, instance_id = inst.run_id, inst.instance_id
+        if isinstance(exc, Cancelled):
+            self.scheduler.cancelled(run_id, instance_id)
+        elif isinstance(exc, Permanent) or attempt > inst.max_retries or self._requeue is None:
+            log.info("%s/%s failed for good after %d attempt(s): %s",
+                     run_id, instance_id, attempt, exc)
+            self.scheduler.failed(run_id, instance_id, exc, attempts=attempt)
+        else:
+            self.scheduler.retrying(run_id, instance_id, attempt, exc)
+            _, backoff_ms = compute_backoff(attempt - 1, factor=int(inst.min_backoff * 1000),
+                                            max_backoff=int(inst.max_backoff * 1000))
+            self._requeue(inst, attempt, backoff_ms / 1000)
+
+    def _record(self, spec: OpSpec, output: object, key: str, ctx: OpContext) -> ResultRecord:
         items = output if isinstance(output, list) else [output]
         for item in items:
             if not isinstance(item, BaseModel):
@@ -166,7 +269,7 @@ class Executor:
             halt=ctx.halted, created_at=time.time(),
         )
 
-    def _load_inputs(self, refs: Sequence[ItemRef]) -> list:
+    def _load_inputs(self, refs: Sequence[ItemRef]) -> tuple[list, dict[str, ResultRecord]]:
         results: dict[str, ResultRecord] = {}
         items = []
         for ref in refs:
@@ -179,4 +282,17 @@ class Executor:
             model = self.registry[result.op].output if result.op in self.registry else None
             raw = result.items[ref.index]
             items.append(model.model_validate(raw) if model is not None else raw)
-        return items
+        return items, results
+
+
+def _siblings(node: Node, spec: OpSpec, parents: dict[str, ResultRecord]) -> int:
+    """How many instances of ``node`` run alongside this one (a hint for batching): a map
+    node's items (of its input's result), or a sharded node's shards."""
+    if node.map:
+        return max(1, sum(len(r.items) for r in parents.values()))
+    fields = spec.params.model_fields
+    if {"n", "shard_size"} <= fields.keys() and not node.inputs:
+        n = node.params.get("n", fields["n"].default)
+        size = node.params.get("shard_size", fields["shard_size"].default)
+        return max(1, math.ceil(n / size))
+    return 1

@@ -1,6 +1,9 @@
 """Result keys: what makes two executions the same execution.
 
-key = sha256(op name, op version, canonical params, input item refs, model identity)
+key = sha256(op name, op version, canonical params, input item refs, model identity[, namespace])
+
+A run's graph may name a namespace (a gateway puts its tenant there): results are then shared
+only between runs of that namespace, so one tenant's cache hit never tells it what another asked.
 
 Canonical params are the validated params model dumped to JSON with defaults filled in, so
 ``{"n": 1}`` and ``{}`` give the same key. ``shard_size`` only decides how candidates are split
@@ -25,7 +28,8 @@ def canonical_json(value: Any) -> str:
 
 
 def result_key(
-    op: str, version: str, params: dict[str, Any], inputs: Sequence[ItemRef], identity: str
+    op: str, version: str, params: dict[str, Any], inputs: Sequence[ItemRef], identity: str,
+    namespace: str | None = None,
 ) -> str:
     payload = {
         "op": op,
@@ -34,6 +38,8 @@ def result_key(
         "inputs": [f"{ref.key}#{ref.index}" for ref in inputs],
         "identity": identity,
     }
+    if namespace:
+        payload["namespace"] = namespace
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 

@@ -10,6 +10,7 @@ A node runs as one or more *instances*, each one Dramatiq message:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -126,3 +127,93 @@ def quorum_problem(
         return None
     lost = "; ".join(f"{f.instance_id}: {f.error_type}: {f.message}" for f in failed)
     return f"{len(ok)} of {total} input items succeeded, min_success={required}. Failed: {lost}"
+
+
+# -- cost ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ImageSize:
+    """What one image of a model costs when a request leaves the settings out."""
+
+    steps: int
+    width: int
+    height: int
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    """A node's share of a run, at most: ``items`` it outputs, ``images`` it generates on first
+    attempts, and ``cost`` in megapixel-steps with every retry it may take."""
+
+    node_id: str
+    items: int
+    images: int
+    cost: float
+
+
+@dataclass(frozen=True)
+class RunCost:
+    nodes: dict[str, NodeCost]
+
+    @property
+    def images(self) -> int:
+        return sum(n.images for n in self.nodes.values())
+
+    @property
+    def cost(self) -> float:
+        return sum(n.cost for n in self.nodes.values())
+
+
+def run_cost(graph: Graph, registry: OpRegistry,
+             size_of: Callable[[str], ImageSize]) -> RunCost:
+    """What ``graph`` may generate, node by node, before anything runs.
+
+    Items flow along edges in topological order. A generate node without inputs makes ``n``
+    images (however it is sharded); with inputs, mapped or not, it makes one image per input
+    item, so chained generate nodes are counted as the products they are. ``score`` and other
+    element-wise ops pass their input count on, ``select`` keeps at most ``top_k``, ``refine``
+    asks for ``candidates``: a loop's rounds are counted through its refine nodes. A custom op's
+    output count is unknown before it runs; it is taken as its input count (one item for a
+    root), and the generate op refuses a larger fan-out when it runs. ``cost`` is images x
+    megapixels x steps x (1 + max retries): the most a node can burn, failures included.
+    ``size_of(model)`` gives the model's defaults for unset steps, width and height. The graph
+    must be valid (acyclic, known ops).
+    """
+    nodes = {n.id: n for n in graph.nodes}
+    costs: dict[str, NodeCost] = {}
+    for node_id in _topological(graph):
+        node = nodes[node_id]
+        spec = registry[node.op]
+        params = spec.params.model_validate(node.params)
+        fed = sum(costs[p].items for p in node.inputs)
+        images, cost = 0, 0.0
+        if node.op == "generate":
+            images = fed if node.inputs else params.n
+            size = size_of(params.model)
+            steps = params.steps or size.steps
+            pixels = (params.width or size.width) * (params.height or size.height)
+            retries = spec.max_retries if node.max_retries is None else node.max_retries
+            cost = images * pixels / 1e6 * steps * (1 + retries)
+            items = images
+        elif node.op == "select":
+            items = min(params.top_k, fed)
+        elif node.op == "refine":
+            items = params.candidates
+        else:
+            items = fed if node.inputs else 1
+        costs[node_id] = NodeCost(node_id, items, images, cost)
+    return RunCost(costs)
+
+
+def _topological(graph: Graph) -> list[str]:
+    waiting = {n.id: len(n.inputs) for n in graph.nodes}
+    children = Topology(graph).children
+    ready = [n.id for n in graph.nodes if not n.inputs]
+    order = []
+    while ready:
+        node_id = ready.pop()
+        order.append(node_id)
+        for child in children[node_id]:
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                ready.append(child)
+    return order

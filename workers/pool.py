@@ -6,12 +6,13 @@ process management, signals and the consumer loop are Dramatiq's own; ``worker_m
 :func:`build`. That is the edge where the pool's objects are made; nothing else in genloop
 binds a global broker.
 
-Heartbeats: Dramatiq's RedisBroker requeues the unacked messages of a worker whose heartbeat is
-older than ``heartbeat_timeout``. The heartbeat is refreshed when a consumer thread fetches, and a
-long torch call that holds the GIL can delay it; a redelivered message then finds the result key
-leased by the still-running holder and backs off, so the worst case is a wasted delivery, never a
-second execution. The default timeout is 60 s (Dramatiq's own), and leases last 60 s renewed
-every 20 s, so a dead worker's work is picked up about a minute after it died.
+Heartbeats and leases: Dramatiq's RedisBroker requeues the unacked messages of a worker whose
+heartbeat is older than ``heartbeat_timeout`` (60 s); genloop does not rely on it. A claimed
+instance holds a lease (``GENLOOP_LEASE_TTL``, 15 s, renewed every third of it), and the
+sweeper (every ``GENLOOP_SWEEP_EVERY``, 5 s) re-sends instances whose lease has ended or whose
+message is gone, so a dead worker's work runs again about 20 s after it died (the table in
+``middleware/sweeper.py``). A redelivered message whose key is leased by a live holder backs
+off: the worst case is a wasted delivery, never a second execution.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dramatiq.brokers.redis import RedisBroker
 from .artifacts import open_artifact_store
 from .broker import wire
 from .catalogue import publish
+from .models_config import models_config
 from .ops.registry import default_registry
 from .redis_backend import artifacts_key
 from .resources import Resources
@@ -44,7 +46,7 @@ ENV_LEASE_TTL = "GENLOOP_LEASE_TTL"
 ENV_HEARTBEAT_MS = "GENLOOP_HEARTBEAT_TIMEOUT_MS"
 ENV_MAINTENANCE = "GENLOOP_MAINTENANCE_CHANCE"
 ENV_SWEEP_EVERY = "GENLOOP_SWEEP_EVERY"
-ENV_STALE_AFTER = "GENLOOP_STALE_AFTER"
+ENV_MODELS = "GENLOOP_MODELS"
 
 
 def _list(name: str) -> list[str]:
@@ -70,15 +72,16 @@ def build():
     artifacts_uri = os.environ[ENV_ARTIFACTS]
     client.set(artifacts_key(prefix), artifacts_uri)
     queues = _list(ENV_QUEUES) or ["gpu", "cpu"]
-    resources = Resources()
+    # A pool serves whatever submits to it (a gateway's tenants included), so its models are
+    # always an allow-list: the built-ins, plus the config file's names if there is one.
+    resources = Resources(allowed=models_config(os.environ.get(ENV_MODELS) or None))
     wiring = wire(
         broker, RedisStateStore(client=client, prefix=prefix), open_artifact_store(artifacts_uri),
         default_registry, queues=queues, resources=resources,
-        lease_ttl=float(os.environ.get(ENV_LEASE_TTL, "60")),
+        lease_ttl=float(os.environ.get(ENV_LEASE_TTL, "15")),
         sweep_every=float(os.environ.get(ENV_SWEEP_EVERY, "5")),
-        stale_after=float(os.environ.get(ENV_STALE_AFTER, "300")),
     )
-    publish(client, default_registry, queues, prefix)
+    publish(client, default_registry, queues, prefix, models=resources.models.builtin())
     for name in _list(ENV_PRELOAD):
         log.info("preloading model %s", name)
         resources.models.preload(name)

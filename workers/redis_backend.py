@@ -13,7 +13,7 @@ from genloop.sdk.errors import ClientError, GenloopError
 
 from .artifacts import open_artifact_store
 from .broker import DEFAULT_QUEUES, wire
-from .catalogue import published_queues, with_published
+from .catalogue import published_models, published_queues, with_published
 from .ops.registry import OpRegistry, default_registry
 from .store_backend import StoreBackend
 from .stores.redis import RedisStateStore
@@ -27,7 +27,8 @@ class RedisBackend(StoreBackend):
     """Talks to the pool through Redis alone. ``artifacts`` defaults to what the workers use."""
 
     def __init__(self, url: str, artifacts: str | None = None, *, prefix: str = "genloop",
-                 registry: OpRegistry | None = None) -> None:
+                 registry: OpRegistry | None = None, default_model: str | None = None,
+                 default_evaluator: str | None = None) -> None:
         from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 
         self.client = redis.Redis.from_url(url)
@@ -47,8 +48,11 @@ class RedisBackend(StoreBackend):
                         | published_queues(self.client, prefix))
         self.broker = RedisBroker(client=self.client)
         self.wiring = wire(self.broker, store, artifacts, registry, queues=queues)
-        super().__init__(self.wiring.scheduler, artifacts)
+        super().__init__(self.wiring.scheduler, artifacts,
+                         models=lambda: published_models(self.client, prefix),
+                         default_model=default_model, default_evaluator=default_evaluator)
 
     def close(self) -> None:
         self.broker.close()
         self.client.close()
+

@@ -2,24 +2,46 @@
 
 from __future__ import annotations
 
-from functools import cached_property
+import threading
 from typing import Any
+
+from .models_config import ModelsConfig
 
 
 class Resources:
-    """Handed to every op through ``ctx.resources``. Nothing is loaded until first asked for."""
+    """Handed to every op through ``ctx.resources``. Nothing is loaded until first asked for.
 
-    def __init__(self, device: str | None = None, models: Any = None) -> None:
+    Worker threads ask for the models at once when a worker starts; building the registry under
+    a lock keeps that to one registry (``functools.cached_property`` has no lock since Python
+    3.12, so two threads would each build one, and each load the models onto the GPU).
+    """
+
+    def __init__(self, device: str | None = None, models: Any = None,
+                 allowed: ModelsConfig | None = None, image_cache_size: int = 512) -> None:
+        """``models`` replaces the registry outright; ``allowed`` is the operator's models
+        config for the registry built here (``None``: trusted code, any local path loads)."""
         self.device = device
-        if models is not None:
-            self.models = models
+        self.allowed = allowed
+        self._models = models
+        self._lock = threading.Lock()
+        from genloop.evaluators import ScoreBatcher
 
-    @cached_property
+        from .image_cache import ImageCache
+
+        #: Merges this process's score requests per evaluator (see genloop.evaluators.batcher).
+        self.scoring = ScoreBatcher()
+        #: Images generated in this process, by artifact key (see :mod:`.image_cache`).
+        self.images = ImageCache(image_cache_size)
+
+    @property
     def models(self):
         """The :class:`~genloop.workers.engine.registry.ModelRegistry` of this process."""
-        from .engine.registry import ModelRegistry
+        with self._lock:
+            if self._models is None:
+                from .engine.registry import ModelRegistry
 
-        return ModelRegistry(device=self.device)
+                self._models = ModelRegistry(device=self.device, models=self.allowed)
+            return self._models
 
     def evaluator(self, name: str):
         """The evaluator registered as ``name`` (loaded once per process)."""

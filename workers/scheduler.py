@@ -1,10 +1,14 @@
 """The scheduler: submit, start, complete, retry, cancel, resume, sweep.
 
-Every state change of a run happens inside one store transaction, so two workers finishing the
-last two parents of a child at the same instant cannot both release it: the second sees the
-first's write. Children that become ready are written to the outbox in that same transaction and
-enqueued after it commits; if the process dies in between, the sweeper (or ``resume``) enqueues
-them later. Enqueuing twice is harmless: the executor's claim makes the second a no-op.
+Every state change of a run is atomic in the store, so two workers finishing the last two
+parents of a child at the same instant cannot both release it: the second sees the first's
+write. Starting and completing an instance is one step (a transaction, or one Redis script);
+when it ends a node's last instance, the node's completion (collect its outputs, release its
+children) follows in one run transaction, which the sweeper finishes from an outbox mark if the
+worker dies in between. Children that become ready are written to the outbox in the transaction
+that releases them and enqueued after it commits; if the process dies in between, the sweeper
+(or ``resume``) enqueues them later. Enqueuing twice is harmless: the claim makes the second a
+no-op.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from pydantic import TypeAdapter
 
-from genloop.sdk.errors import GraphError, GraphProblem
+from genloop.sdk.errors import GraphError, GraphProblem, NotFound, StoreError
 from genloop.sdk.graph import Graph
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import NodeStatus, RunSpec, RunStatus
@@ -41,11 +45,29 @@ from .stores.records import (
 log = logging.getLogger(__name__)
 
 Enqueue = Callable[[Sequence[InstanceRecord], float], None]
+#: Messages waiting, not yet fetched by any worker, on a queue.
+Backlog = Callable[[str], int]
 _SPEC = TypeAdapter(RunSpec)
+
+
+#: Outbox entries ``(run id, NODE_MARK + node id)`` stand for a node whose instances all ended
+#: and whose completion may still be due. Node ids cannot contain it.
+NODE_MARK = "@"
 
 
 def _ev(type_: str, **fields) -> EventRecord:
     return EventRecord(type=type_, time=time.time(), **fields)
+
+
+def _instance_event(inst: InstanceRecord, cached: bool = False) -> EventRecord:
+    status = inst.status
+    return _ev(
+        f"instance.{status.value}", node_id=inst.node_id, instance_id=inst.instance_id,
+        status=status.value, attempt=inst.attempts or None,
+        error=f"{inst.failure.error_type}: {inst.failure.message}" if inst.failure else None,
+        message=(f"{inst.outputs} item(s)" + (", cached" if cached else ""))
+        if status == NodeStatus.SUCCEEDED else None,
+    )
 
 
 class Scheduler:
@@ -53,12 +75,15 @@ class Scheduler:
 
     def __init__(
         self, store: StateStore, registry: OpRegistry, enqueue: Enqueue,
-        queues: Sequence[str] | None = None,
+        queues: Sequence[str] | None = None, backlog: Backlog | None = None,
+        complete_patience: float = 30.0,
     ) -> None:
         self.store = store
         self.registry = registry
         self.enqueue = enqueue
         self.queues = set(queues) if queues is not None else None
+        self.backlog = backlog
+        self.complete_patience = complete_patience
         self._topologies: OrderedDict[str, Topology] = OrderedDict()
 
     # -- submit -----------------------------------------------------------------------------
@@ -111,29 +136,63 @@ class Scheduler:
         return topo
 
     # -- one instance's life ------------------------------------------------------------------
-    def started(self, run_id: str, instance_id: str, attempt: int) -> InstanceRecord | None:
-        """Mark the instance running; ``None`` if it must not run (ended, or run cancelled)."""
-        with self.store.transaction(run_id) as tx:
-            inst, run = tx.instance(instance_id), tx.run()
-            if inst.status.terminal:
-                return None
-            if run.cancel_requested:
-                self._instance_done(tx, run, inst, NodeStatus.CANCELLED)
-                tx.put_run(run)
-                return None
-            inst.status, inst.attempts = NodeStatus.RUNNING, attempt
-            tx.put_instance(inst)
-            tx.event(_ev("instance.started", node_id=inst.node_id, instance_id=instance_id,
-                         attempt=attempt, status="running"))
-            node = tx.node(inst.node_id)
-            if node.status != NodeStatus.RUNNING:
-                node.status = NodeStatus.RUNNING
-                tx.put_node(node)
-            if run.status == RunStatus.PENDING:
-                run.status = RunStatus.RUNNING
-                tx.put_run(run)
-                tx.event(_ev("run.running", status="running"))
-            return inst
+    def _start(self, tx: RunTx, instance_id: str, attempt: int,
+               key: str) -> InstanceRecord | None:
+        """Mark the instance running; ``None`` if it must not run (ended, or run cancelled).
+        ``key`` is the result key whose lease the caller holds: the sweeper reads it to tell a
+        live holder from a dead one."""
+        inst, run = tx.instance(instance_id), tx.run()
+        if inst.status.terminal:
+            return None
+        if run.cancel_requested:
+            self._instance_done(tx, run, inst, NodeStatus.CANCELLED)
+            tx.put_run(run)
+            return None
+        inst.status, inst.attempts = NodeStatus.RUNNING, attempt
+        inst.result_key = key
+        tx.put_instance(inst)
+        tx.event(_ev("instance.started", node_id=inst.node_id, instance_id=instance_id,
+                     attempt=attempt, status="running"))
+        node = tx.node(inst.node_id)
+        if node.status != NodeStatus.RUNNING:
+            node.status = NodeStatus.RUNNING
+            tx.put_node(node)
+        if run.status == RunStatus.PENDING:
+            run.status = RunStatus.RUNNING
+            tx.put_run(run)
+            tx.event(_ev("run.running", status="running"))
+        return inst
+
+    def claim_and_start(self, inst: InstanceRecord, attempt: int, key: str, owner: str,
+                        ttl: float) -> tuple[str, float]:
+        """Take the lease on ``key`` and mark ``inst`` running. Returns ``(outcome, lease)``:
+        ``started`` (``owner`` holds the lease), ``stored`` (a result is there: complete with
+        it), ``leased`` (someone else holds it, ``lease`` seconds left) or ``ended`` (the
+        instance must not run). On a store with scripted transitions this is one round trip."""
+        fast = getattr(self.store, "start_instance", None)
+        if fast is not None:
+            running = inst.model_copy(update={
+                "status": NodeStatus.RUNNING, "attempts": attempt, "result_key": key})
+            outcome, lease = fast(
+                running, key, owner, ttl,
+                _ev("instance.started", node_id=inst.node_id, instance_id=inst.instance_id,
+                    attempt=attempt, status="running"),
+                _ev("run.running", status="running"))
+            if outcome == "missing":
+                raise NotFound(f"no instance {inst.instance_id!r} in run {inst.run_id!r}")
+            if outcome != "cancelling":
+                return outcome, lease
+        # One transaction; "cancelling" comes here too, where _start cancels the instance.
+        with self.store.transaction(inst.run_id) as tx:
+            if tx.get_result(key) is not None:
+                return "stored", 0.0
+            lease = tx.claim(key, owner, ttl)
+            if lease:
+                return "leased", lease
+            if self._start(tx, inst.instance_id, attempt, key) is None:
+                tx.release(key, owner)
+                return "ended", 0.0
+            return "started", 0.0
 
     def retrying(self, run_id: str, instance_id: str, attempt: int, error: BaseException) -> None:
         """An attempt failed and Dramatiq will retry the message."""
@@ -147,10 +206,12 @@ class Scheduler:
                          attempt=attempt, error=f"{type(error).__name__}: {error}"))
 
     def succeeded(self, run_id: str, instance_id: str, result: ResultRecord,
-                  cached: bool = False) -> None:
+                  cached: bool = False, lease: tuple[str, str] | None = None) -> None:
         """The instance produced ``result`` (or found it stored, ``cached``). A new result is
-        stored in the same transaction that completes the instance and releases its children."""
-        self._complete(run_id, instance_id, NodeStatus.SUCCEEDED, result=result, cached=cached)
+        stored in the same transaction that completes the instance and releases its children,
+        and the ``(key, owner)`` lease that guarded the work is dropped with it."""
+        self._complete(run_id, instance_id, NodeStatus.SUCCEEDED, result=result, cached=cached,
+                       lease=lease)
 
     def failed(self, run_id: str, instance_id: str, error: BaseException, attempts: int) -> None:
         self._complete(run_id, instance_id, NodeStatus.FAILED, error=error, attempts=attempts)
@@ -158,10 +219,33 @@ class Scheduler:
     def cancelled(self, run_id: str, instance_id: str) -> None:
         self._complete(run_id, instance_id, NodeStatus.CANCELLED)
 
-    def _complete(self, run_id: str, instance_id: str, status: NodeStatus, *,
-                  result: ResultRecord | None = None, cached: bool = False,
-                  error: BaseException | None = None, attempts: int = 1) -> None:
+    def _complete(self, run_id: str, instance_id: str, status: NodeStatus, **how) -> None:
+        """Complete, retried with a capped backoff through a store outage (a Redis restart):
+        the work is done and its lease still held, so it is worth landing. Retrying is safe:
+        a completion that did commit finds the instance ended and stops. If the store stays
+        away, the error propagates and the sweeper re-sends the instance once its lease ends."""
+        deadline, delay = time.monotonic() + self.complete_patience, 0.1
+        while True:
+            try:
+                return self._complete_once(run_id, instance_id, status, **how)
+            except StoreError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("%s/%s: completing failed (%s); retrying in %.1fs",
+                            run_id, instance_id, exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _complete_once(self, run_id: str, instance_id: str, status: NodeStatus, *,
+                       result: ResultRecord | None = None, cached: bool = False,
+                       error: BaseException | None = None, attempts: int = 1,
+                       lease: tuple[str, str] | None = None) -> None:
+        fast = getattr(self.store, "finish_instance", None)
+        if fast is not None and result is not None:
+            return self._finish_scripted(fast, run_id, instance_id, result, cached, lease)
         with self.store.transaction(run_id) as tx:
+            if lease is not None:
+                tx.release(*lease)
             inst, run = tx.instance(instance_id), tx.run()
             if inst.status.terminal:
                 return
@@ -180,18 +264,44 @@ class Scheduler:
             tx.put_run(run)
         self.flush([(run_id, i.instance_id) for i in released], released)
 
+    def _finish_scripted(self, finish: Callable[..., int], run_id: str, instance_id: str,
+                         result: ResultRecord, cached: bool,
+                         lease: tuple[str, str] | None) -> None:
+        """A success in one script; the node's completion follows in a run transaction only
+        when this was its last pending instance (see ``stores/redis_scripts.py``)."""
+        inst = self.store.instance(run_id, instance_id)
+        inst.status = NodeStatus.SUCCEEDED
+        inst.result_key, inst.outputs, inst.halted = result.key, len(result.items), result.halt
+        left = finish(inst, _instance_event(inst, cached), None if cached else result, lease)
+        if left == -4:  # another execution stored first: complete with its result
+            stored = self.store.get_result(result.key)
+            return self._finish_scripted(finish, run_id, instance_id, stored, True, None)
+        if left == -3:
+            raise NotFound(f"no instance {instance_id!r} in run {run_id!r}")
+        if left == 0:
+            self.finish_node(run_id, inst.node_id)
+
+    def finish_node(self, run_id: str, node_id: str) -> None:
+        """Complete a node whose instances have all ended (after a scripted completion, or from
+        the sweeper when the worker that counted it down died), then clear its marker."""
+        released: list[InstanceRecord] = []
+        with self.store.transaction(run_id, shared=True) as tx:
+            node = tx.node(node_id)
+            if not node.status.terminal and node.pending_instances <= 0:
+                run = tx.run()
+                if run.status == RunStatus.PENDING:  # every completion so far was cached
+                    run.status = RunStatus.RUNNING
+                released = self._node_done(tx, run, node)
+                tx.put_run(run)
+        self.flush([(run_id, NODE_MARK + node_id)] + [(run_id, i.instance_id) for i in released],
+                   released)
+
     # -- node and run transitions (inside a transaction) -------------------------------------
     def _instance_done(self, tx: RunTx, run: RunRecord, inst: InstanceRecord,
                        status: NodeStatus, cached: bool = False) -> list[InstanceRecord]:
         inst.status = status
         tx.put_instance(inst)
-        tx.event(_ev(
-            f"instance.{status.value}", node_id=inst.node_id, instance_id=inst.instance_id,
-            status=status.value, attempt=inst.attempts or None,
-            error=f"{inst.failure.error_type}: {inst.failure.message}" if inst.failure else None,
-            message=(f"{inst.outputs} item(s)" + (", cached" if cached else ""))
-            if status == NodeStatus.SUCCEEDED else None,
-        ))
+        tx.event(_instance_event(inst, cached))
         node = tx.node(inst.node_id)
         node.pending_instances -= 1
         if node.pending_instances > 0:
@@ -351,25 +461,8 @@ class Scheduler:
         self.enqueue(instances, 0.0)
         self.store.clear_outbox(entries)
 
-    def sweep(self, older_than: float = 10.0, stale_after: float | None = None) -> int:
-        """Enqueue outbox entries a crashed worker left behind and, with ``stale_after``, the
-        unfinished instances nothing has touched for that long: their message may have been
-        lost with a broker's memory, or stuck with a worker that can no longer ack it. A message
-        sent for an instance that was in fact running is harmless: it waits for the lease and
-        then finds the instance finished. Returns how many messages were sent."""
-        entries = self.store.outbox(older_than=older_than)
-        live = [i for i in (self.store.instance(r, iid) for r, iid in entries)
-                if not i.status.terminal]
-        self.enqueue(live, 0.0)
-        self.store.clear_outbox(entries)
-        stale: list[InstanceRecord] = []
-        if stale_after is not None:
-            found = self.store.stale_instances(older_than=stale_after)
-            stale = [i for i in (self.store.instance(r, iid) for r, iid in found)
-                     if not i.status.terminal]
-            if stale:
-                log.warning("re-sending %d instance(s) untouched for %.0fs", len(stale),
-                            stale_after)
-            self.enqueue(stale, 0.0)
-            self.store.touch(found)
-        return len(live) + len(stale)
+    def sweep(self, older_than: float = 10.0, grace: float | None = None) -> int:
+        """Re-send what a fault left behind (see :func:`.recovery.sweep`)."""
+        from .recovery import sweep
+
+        return sweep(self, older_than, grace)

@@ -3,26 +3,60 @@ store: what the embedded runtime and the Redis pool share. Only how they are bui
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import TypeAdapter
+
 from genloop.sdk.backend import Backend
-from genloop.sdk.errors import ClientError
+from genloop.sdk.errors import ClientError, GraphError
+from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
+from genloop.sdk.schema import Served, SpecSchema, fill_defaults, spec_schema
+from genloop.sdk.validation import graph_problems, name_problems
 
 from .artifacts.base import ArtifactStore
 from .results import run_info, run_result
 from .scheduler import Scheduler
+from .served import served
 from .stores.base import IdempotencyConflict
+
+_SPEC: TypeAdapter[Any] = TypeAdapter(RunSpec)
 
 
 class StoreBackend(Backend):
-    """Calls the scheduler and reads the stores directly, in this process."""
+    """Calls the scheduler and reads the stores directly, in this process.
 
-    def __init__(self, scheduler: Scheduler, artifacts: ArtifactStore) -> None:
+    ``models`` returns the model names this back end serves and their descriptions (called
+    when they are asked for: the model registry's built-ins, or what a pool's workers
+    published); ``default_model`` / ``default_evaluator`` are the
+    operator's defaults for specs that name none (see :mod:`.served`).
+    """
+
+    def __init__(self, scheduler: Scheduler, artifacts: ArtifactStore, *,
+                 models: Callable[[], dict[str, str]], default_model: str | None = None,
+                 default_evaluator: str | None = None) -> None:
         self.scheduler = scheduler
         self.store = scheduler.store
         self.artifacts = artifacts
+        self._models = models
+        self.default_model = default_model
+        self.default_evaluator = default_evaluator
+
+    def served(self) -> Served:
+        return served(self.scheduler.registry, self._models(), self.default_model,
+                      self.default_evaluator)
+
+    def schema(self) -> SpecSchema:
+        return spec_schema(self.served(), self.scheduler.registry.catalogue())
 
     def submit(self, spec: RunSpec, idempotency_key: str | None) -> RunInfo:
+        offer = self.served()
+        spec = fill_defaults(_SPEC.validate_python(spec), offer)
+        if names := name_problems(spec, offer):
+            graph = spec.compile() if isinstance(spec, Loop) else spec
+            raise GraphError(names + graph_problems(graph, self.scheduler.registry.catalogue()))
         try:
             run = self.scheduler.submit(spec, idempotency_key)
         except IdempotencyConflict as exc:

@@ -198,7 +198,7 @@ def test_stale_instances_are_the_unfinished_ones_nobody_touched(store):
         tx.put_instance(done)
     store.touch([("r1", "a#1"), ("r1", "a#0")])
 
-    assert store.stale_instances(older_than=0.01) == []
+    assert store.stale_instances(older_than=2) == []  # seconds apart even on a loaded machine
     time.sleep(0.05)
     assert store.stale_instances(older_than=0.01) == [("r1", "a#1")]
 
@@ -212,3 +212,15 @@ def test_status_values_round_trip(store):
         tx.put_instance(inst)
     assert store.instance("r1", "a#0").status == NodeStatus.SUCCEEDED
     assert store.instances("r1")[0].result_key == "k"
+
+
+def test_quarantine_takes_an_instance_out_of_recovery_and_says_so(store):
+    _create(store)
+    time.sleep(0.05)
+
+    store.quarantine("r1", "a#0", "ValidationError: max_backoff is not finite")
+
+    assert store.stale_instances(older_than=0.01) == [("r1", "a#1")]
+    assert store.outbox() == [("r1", "a#1")]
+    (event,) = [e for e in store.events("r1") if e.type == "instance.quarantined"]
+    assert event.instance_id == "a#0" and "max_backoff" in event.error

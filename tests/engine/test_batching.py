@@ -50,7 +50,7 @@ def test_a_request_larger_than_max_batch_is_spread_over_batches(registry, engine
 def test_shards_of_one_run_are_batched_by_the_worker(client, resources):
     # Given a node of 8 candidates in shards of 2, run by 4 worker threads
     g = Graph()
-    node = g.generate("a red sneaker", n=8, seed=3, shard_size=2)
+    node = g.generate("a red sneaker", model="tiny", n=8, seed=3, shard_size=2)
     batches = resources.models.engine.batcher.batches
     before = len(batches)
 

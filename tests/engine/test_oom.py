@@ -3,11 +3,15 @@ remembers the largest batch that fit for that model and size."""
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
+import torch
 from engine_helpers import psnr, reference
 
+from genloop.sdk.errors import Transient
 from genloop.workers.engine.generate import ImageSettings
-from genloop.workers.engine.oom import OomGuard, SimulatedOutOfMemory
+from genloop.workers.engine.oom import CudaContextLost, OomGuard, SimulatedOutOfMemory
 
 SETTINGS = ImageSettings(steps=3, guidance=5.0, width=32, height=32, cache="off")
 
@@ -63,3 +67,42 @@ def test_the_guard_learns_the_largest_batch_that_fit():
     guard.record_fit(key, 8)
     guard.record_fit(key, 13)  # above the OOM size: not trusted
     assert guard.limit(key) == 8
+
+
+def test_the_failed_attempt_is_released_before_the_halves_run():
+    # Given a fake allocator: each attempt holds an activation; batches above 1 run out
+    activations: list = []
+    alive_while_running: list[int] = []
+
+    class Activation:
+        pass
+
+    def run(chunk):
+        alive_while_running.append(sum(ref() is not None for ref in activations))
+        held = Activation()
+        activations.append(weakref.ref(held))
+        if len(chunk) > 1:
+            raise torch.OutOfMemoryError("fake: out of memory")
+        return list(chunk)
+
+    # When four candidates are split down to one each
+    assert OomGuard().run_split(("m", 8, 8), [1, 2, 3, 4], run) == [1, 2, 3, 4]
+    # Then no attempt ever ran while a failed one's activations were still alive
+    assert alive_while_running == [0] * 7
+
+
+def test_a_lost_cuda_context_fails_the_batch_as_transient_and_ends_the_process():
+    guard = OomGuard()
+    ended = []
+    guard.on_context_lost = ended.append
+
+    def run(chunk):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    # When a batch hits a sticky CUDA error
+    with pytest.raises(CudaContextLost) as info:
+        guard.run_split(("m", 8, 8), [1, 2, 3, 4], run)
+    # Then it is not retried as halves, the error is Transient (the work is re-sent) and the
+    # process is asked to end
+    assert isinstance(info.value, Transient)
+    assert len(ended) == 1 and guard.limit(("m", 8, 8)) is None

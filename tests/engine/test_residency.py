@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
+import torch
 
 from genloop.sdk.errors import Permanent
 from genloop.workers.engine.registry import ModelDefaults, ModelRegistry
@@ -59,3 +62,60 @@ def test_preload_loads_and_warms_up(tiny_bytes):
         assert reg.engine.batcher.batches == [1]
     finally:
         reg.engine.close()
+
+
+def test_an_evicted_model_is_really_freed_even_with_hooks_and_compile_on_it(tiny_bytes):
+    from genloop.workers.engine.compile import Compiler
+    from genloop.workers.engine.step_cache import prepare_step_cache
+
+    # Given a resident model with DeepCache's hooks on it and registered for compilation
+    reg = registry_for(10 * tiny_bytes)
+    pipe = reg.pipeline("a")
+    prepare_step_cache(pipe, "deepcache", 4)
+    compiler = Compiler(backend="eager")
+    compiler.apply(pipe)
+    unet = weakref.ref(pipe.unet)
+    del pipe
+    # When it is evicted
+    assert reg.evict("a")
+    # Then nothing keeps it alive: its memory goes back (on a GPU, memory_allocated drops)
+    assert unet() is None
+
+
+def test_size_is_counted_in_the_dtype_the_model_will_run_in():
+    # Given a pipeline built in float32, as the registry builds it before the cast
+    pipe = build_tiny_pipeline()
+    fp32 = pipeline_bytes(pipe)
+    floats = sum(t.numel() * 4 for m in pipe.components.values() if isinstance(m, torch.nn.Module)
+                 for t in (*m.parameters(), *m.buffers()) if t.is_floating_point())
+    # Then float16 halves the floating-point tensors and leaves the integer ones (token ids)
+    assert 0 < floats <= fp32
+    assert pipeline_bytes(pipe, torch.float16) == fp32 - floats // 2
+
+
+def test_threads_asking_for_the_models_at_once_share_one_registry(monkeypatch):
+    import threading
+    import time
+
+    from genloop.workers.engine import registry as registry_module
+    from genloop.workers.resources import Resources
+
+    # Given a registry that takes a while to build (loading, as on a real worker)
+    built = []
+
+    class SlowRegistry:
+        def __init__(self, device=None, **options):
+            time.sleep(0.2)
+            built.append(self)
+
+    monkeypatch.setattr(registry_module, "ModelRegistry", SlowRegistry)
+    resources = Resources("cpu")
+    seen = []
+    # When four worker threads ask for the models at the same moment
+    threads = [threading.Thread(target=lambda: seen.append(resources.models)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Then one registry was built and all four got it
+    assert len(built) == 1 and all(m is built[0] for m in seen)

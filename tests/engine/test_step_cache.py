@@ -94,3 +94,37 @@ def test_the_layer_branch_also_replays_the_outer_level(registry, branch, outer_r
             set_deepcache(pipe.unet, None)
 
     assert len(calls) == outer_runs  # 12 steps: 5 full ones
+
+
+def test_steps_are_told_apart_on_a_gpu_without_reading_the_timestep():
+    from genloop.workers.engine.deepcache import DeepCacheConfig, _State, _StepHook
+
+    # Given timesteps on a device whose values cannot be read without a sync (meta: reading
+    # raises), each UNet call given the same element twice (cond and uncond passes)
+    state = _State()
+    state.config, state.num_steps = DeepCacheConfig(interval=2, warmup=1, tail=1), 6
+    hook = _StepHook(state)
+    timesteps = torch.arange(6.0, device="meta").flip(0)
+    sample = torch.empty(2, 4, 8, 8, device="meta")
+    for t in timesteps:
+        for _ in range(2):
+            state.kept = {0: "kept"}  # as if the deep blocks had run
+            hook.pre_forward(None, sample, t)
+    # Then six steps were counted, two calls each, and the schedule (full, cached) applied
+    assert state.step == 5
+    assert (state.full_steps, state.cached_steps) == (8, 4)
+
+
+def test_non_finite_latents_fail_the_call_instead_of_storing_blank_images():
+    from genloop.sdk.errors import Permanent
+    from genloop.workers.engine.tiny import build_tiny_pipeline
+
+    # Given a pipeline whose UNet outputs NaN (what fp16 overflow looks like)
+    pipe = build_tiny_pipeline()
+    pipe.set_progress_bar_config(disable=True)
+    with torch.no_grad():
+        pipe.unet.conv_out.bias.fill_(float("nan"))
+    settings = ImageSettings(steps=1, guidance=5.0, width=32, height=32, cache="off")
+    # Then the call fails, saying why
+    with pytest.raises(Permanent, match="NaN"):
+        call_pipeline(pipe, ["a kite"], [0], settings)

@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
+
 from genloop.evaluators import EvaluatorRegistry, OpenClipEvaluator
 from genloop.evaluators.registry import register_builtins
-from PIL import Image
 
 COLOURS = ["red", "blue", "white", "black", "green", "yellow"]
 

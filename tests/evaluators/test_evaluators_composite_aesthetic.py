@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from genloop.evaluators import AestheticEvaluator, CompositeEvaluator, OpenClipEvaluator, evaluator
 from genloop.sdk.errors import Permanent
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from genloop.evaluators import HFClipEvaluator
-from genloop.sdk.errors import Permanent
 from torchmetrics.functional.multimodal import clip_score
 from transformers import CLIPModel, CLIPProcessor
+
+from genloop.evaluators import HFClipEvaluator
+from genloop.sdk.errors import Permanent
 
 PROMPTS = ["a red square", "a photo of a dog", "blue sky", "an astronaut riding a horse"]
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import io
 
 import pytest
+from PIL import Image
+
 from genloop.evaluators import load_image
 from genloop.sdk.errors import Permanent
-from PIL import Image
 
 
 def encode(image: Image.Image, fmt: str = "PNG") -> bytes:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from PIL import Image
+
 from genloop.evaluators import OpenClipEvaluator, Scores
 from genloop.sdk.errors import Permanent, Transient
-from PIL import Image
 
 
 def hand_scores(judge: OpenClipEvaluator, images, text: str) -> torch.Tensor:

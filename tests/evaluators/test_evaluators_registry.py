@@ -6,12 +6,13 @@ import subprocess
 import sys
 import types
 
-import genloop.evaluators as package
 import pytest
+from PIL import Image, ImageStat
+
+import genloop.evaluators as package
 from genloop.evaluators import Evaluator, Scores, evaluator, get_evaluator, register_evaluator
 from genloop.evaluators.registry import default_registry
 from genloop.sdk.errors import Permanent
-from PIL import Image, ImageStat
 
 
 def test_all_is_true():
@@ -26,7 +27,8 @@ def test_all_is_true():
 
 
 def test_importing_the_package_loads_no_model_library():
-    code = "import sys, genloop.evaluators; print('torch' in sys.modules or 'open_clip' in sys.modules)"
+    code = ("import sys, genloop.evaluators; "
+            "print('torch' in sys.modules or 'open_clip' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from genloop.evaluators import select_threshold, select_top_k, select_top_k_diverse
 from genloop.sdk.errors import Permanent
 

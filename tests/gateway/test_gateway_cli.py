@@ -17,11 +17,14 @@ from genloop.workers.gateway import SqliteGatewayStore
 def test_keys_create_list_revoke(tmp_path, capsys):
     home = str(tmp_path / "home")
     assert main(["keys", "create", "--local", home, "--tenant", "acme",
-                 "--max-concurrent-runs", "3"]) == 0
+                 "--max-concurrent-runs", "3", "--max-cost", "50", "--models", "tiny,shapes",
+                 "--evaluators", "clip"]) == 0
     key = capsys.readouterr().out.strip()
     store = SqliteGatewayStore(Path(home) / "gateway.db")
     assert store.tenant_of(key) == "acme"
-    assert store.limits("acme").max_concurrent_runs == 3
+    limits = store.limits("acme")
+    assert (limits.max_concurrent_runs, limits.max_cost_per_run) == (3, 50.0)
+    assert (limits.models, limits.evaluators) == (["tiny", "shapes"], ["clip"])
     assert main(["keys", "list", "--local", home]) == 0
     listed = capsys.readouterr().out
     assert "acme" in listed and "active" in listed and key not in listed

@@ -49,8 +49,10 @@ def test_tenant_names_are_checked(store):
 
 def test_limits_per_tenant(store):
     assert store.limits("acme") is None
-    store.set_limits("acme", TenantLimits(max_concurrent_runs=2, max_candidates_per_run=9))
-    assert store.limits("acme") == TenantLimits(max_concurrent_runs=2, max_candidates_per_run=9)
+    limits = TenantLimits(max_concurrent_runs=2, max_candidates_per_run=9, max_cost_per_run=5.5,
+                          models=["tiny"], evaluators=[])
+    store.set_limits("acme", limits)
+    assert store.limits("acme") == limits
 
 
 def test_runs_have_one_owner_and_leave_the_open_and_unindexed_sets(store):
@@ -67,6 +69,13 @@ def test_runs_have_one_owner_and_leave_the_open_and_unindexed_sets(store):
     assert store.unindexed_runs("acme") == ["r1", "r2"]
     store.mark_indexed("r2")
     assert store.unindexed_runs("acme") == ["r1"]
+
+
+def test_a_run_keeps_the_cost_it_was_admitted_with(store):
+    store.add_run("c1", "acme", None, 12.5)
+    store.add_run("c1", "acme", None, 99.0)  # a replay changes nothing
+    store.add_run("c2", "acme")
+    assert (store.run_cost("c1"), store.run_cost("c2"), store.run_cost("c9")) == (12.5, 0.0, 0.0)
 
 
 def test_artifacts_are_visible_per_tenant(store):

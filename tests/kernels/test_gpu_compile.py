@@ -68,8 +68,14 @@ SCRIPT = textwrap.dedent(
     sig = {"x_ptr": "*bf16", "mean_ptr": "*fp32", "m2_ptr": "*fp32", "groups": "i32",
            "stride_n": "i32", "stride_c": "i32", "stride_hw": "i32"}
     build(gn._chunk_stats_kernel, sig, dict(common), num_warps=4)
-    sig.update({"y_ptr": "*bf16", "w_ptr": "*bf16", "b_ptr": "*bf16", "eps": "fp32"})
-    build(gn._apply_kernel, sig, {**common, "CHUNKS_P2": 1, "AFFINE": True}, num_warps=4)
+    build(gn._finalize_kernel, {"mean_ptr": "*fp32", "m2_ptr": "*fp32", "out_ptr": "*fp32",
+          "eps": "fp32"}, {"hw": 1, "n_chunks": 1, "CG": 10, "BLOCK_HW": 256, "CHUNKS_P2": 1},
+          num_warps=4)
+    sig = {"x_ptr": "*bf16", "y_ptr": "*bf16", "w_ptr": "*bf16", "b_ptr": "*bf16",
+           "stats_ptr": "*fp32", "groups": "i32", "stride_n": "i32", "stride_c": "i32",
+           "stride_hw": "i32"}
+    build(gn._apply_kernel, sig, {"hw": 1, "CG": 10, "BLOCK_C": 16, "BLOCK_HW": 256,
+          "AFFINE": True}, num_warps=4)
     out["groupnorm"] = "ok"
     print(json.dumps(out))
     """

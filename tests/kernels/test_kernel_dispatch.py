@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -101,3 +102,48 @@ def test_package_works_without_triton():
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_kernels_import_without_the_sdk_and_compile_unless_told_to_interpret():
+    # Given a Python without pydantic (the GPU image) and TRITON_INTERPRET unset
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["pydantic"] = None
+        from genloop.kernels import dispatch, errors, groupnorm_silu, int8_attention
+        assert issubclass(errors.KernelInputError, ValueError)
+        print(int8_attention.RUNS_IN_INTERPRETER, groupnorm_silu.RUNS_IN_INTERPRETER)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=False, env=env)
+    # Then the kernel modules import, built for the GPU compiler, not the interpreter
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]
+
+
+def test_short_key_sequences_take_sdpa_on_a_gpu_unless_forced(monkeypatch):
+    from genloop.kernels import dispatch
+
+    # Given a device the kernel can run on (pretended: this check is about the shapes)
+    monkeypatch.setattr(dispatch, "_device_blocker", lambda *args: None)
+    q = torch.randn(1, 2, 4096, 64).half()
+    cross = torch.randn(1, 2, 77, 64).half()
+    long_kv = torch.randn(1, 2, dispatch.INT8_ATTENTION_MIN_KV_TOKENS, 64).half()
+    # Then cross-attention's 77 text tokens go to SDPA, long self-attention to the kernel
+    assert "77 keys" in dispatch.int8_attention_blocker(q, cross, cross)
+    assert dispatch.int8_attention_blocker(q, long_kv, long_kv) is None
+    # And force runs the kernel on short sequences too (tests, the GPU check)
+    assert dispatch.int8_attention_blocker(q, cross, cross, force=True) is None
+
+
+def test_launches_are_made_on_the_tensors_device():
+    from genloop.kernels.launch import on_device
+
+    # A CUDA tensor's launch makes its own device current (built without touching CUDA here)
+    guard = on_device(torch.device("cuda", 1))
+    assert isinstance(guard, torch.cuda.device) and guard.idx == 1
+    # A CPU tensor (the interpreter) changes nothing
+    with on_device(torch.device("cpu")):
+        pass

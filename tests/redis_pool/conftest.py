@@ -27,7 +27,7 @@ class Pool:
               heartbeat_ms: int = 1500, lease_ttl: float = 1.5,
               env: dict | None = None) -> subprocess.Popen:
         full_env = {**os.environ, "PYTHONPATH": str(TESTS), "GENLOOP_MAINTENANCE_CHANCE": "1000000",
-                    "GENLOOP_SWEEP_EVERY": "1", "GENLOOP_STALE_AFTER": "4", **(env or {})}
+                    "GENLOOP_SWEEP_EVERY": "1", **(env or {})}
         proc = subprocess.Popen(
             [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", self.url,
              "--artifacts", self.artifacts, "--queues", queues, "--processes", str(processes),

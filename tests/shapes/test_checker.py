@@ -1,31 +1,78 @@
-"""The checker reads every attribute of clean renders (>= 99% each) with pixel geometry alone."""
+"""The checker grades every clause of clean renders (>= 99% each), one and two objects."""
 
 from __future__ import annotations
 
+from collections import Counter
+
+import pytest
 from PIL import Image
 
-from genloop.workers.shapes import check, compare, dataset
+from genloop.workers.shapes import check, compare, dataset, grade, read
+from genloop.workers.shapes.scene import Pair, Thing
 
 
-def test_checker_reads_clean_renders() -> None:
-    # Given 600 held-out clean renders
-    samples = [dataset.sample(s) for s in dataset.heldout_seeds(600)]
-    # When the checker reads each one
-    matches = [compare(s.attributes, check(s.image)) for s in samples]
-    # Then every attribute is right at least 99% of the time
-    for name in dataset.ATTRIBUTE_NAMES:
-        rate = sum(getattr(m, name) for m in matches) / len(matches)
-        assert rate >= 0.99, (name, rate)
+def _failures(objects: int, n: int) -> tuple[Counter, int]:
+    failures: Counter = Counter()
+    for seed in dataset.heldout_seeds(n):
+        s = dataset.sample(seed, objects)
+        failures.update(k for k, ok in grade(s.attributes, s.image).clauses().items() if not ok)
+    return failures, n
 
 
-def test_checker_accepts_larger_images() -> None:
+@pytest.mark.slow
+@pytest.mark.parametrize("objects", [1, 2])
+def test_checker_reads_every_clause_of_clean_renders(objects: int) -> None:
+    # Given 400 held-out clean renders; When the checker grades each against its caption
+    failures, n = _failures(objects, 400)
+    # Then every clause (attributes, relation, background, object count) is right >= 99%
+    assert all(count / n <= 0.01 for count in failures.values()), failures
+
+
+@pytest.mark.slow
+def test_checker_reads_heldout_combinations_too() -> None:
+    scenes = dataset.novel_prompts(100, objects=2)
+    right = [grade(s, dataset.sample_scene(s, i).image).all_correct
+             for i, s in enumerate(scenes)]
+    assert sum(right) / len(right) >= 0.99
+
+
+@pytest.mark.parametrize("relation", ["left of", "right of", "above", "below"])
+def test_each_relation_is_read_and_its_opposite_fails(relation: str) -> None:
+    pair = Pair(first=Thing(colour="yellow", shape="triangle", size="large"), relation=relation,
+                second=Thing(colour="purple", shape="star", size="small"), background="black")
+    image = dataset.sample_scene(pair, 5).image
+    assert grade(pair, image).all_correct
+    flipped = pair.model_copy(update={"relation": pair.converse().relation})
+    verdict = grade(flipped, image)
+    assert not verdict.relation and verdict.first.colour and verdict.second.shape
+
+
+def test_swapped_objects_fail_the_relation_not_the_objects() -> None:
+    pair = dataset.parse_caption("a small red star left of a large blue square, white background")
+    swapped = pair.model_copy(update={"first": pair.second, "second": pair.first})
+    verdict = grade(pair, dataset.render(swapped, (0, 0, 0, 0, 0)))
+    assert not verdict.all_correct and not verdict.relation
+    assert verdict.first.colour and verdict.second.shape
+
+
+def test_a_missing_object_fails_count_and_its_clauses() -> None:
+    pair = dataset.parse_caption("a small red star left of a large blue square, white background")
+    single = dataset.parse_caption("a small red star on the left, white background")
+    verdict = grade(pair, dataset.render(single))
+    assert not verdict.count and not verdict.second.colour and not verdict.relation
+    assert verdict.first.colour and verdict.background
+    assert len(read(dataset.render(pair, (0, 0, 0, 0, 0))).objects) == 2
+
+
+def test_checker_accepts_other_sizes() -> None:
     s = dataset.sample(3)
-    big = s.image.resize((128, 128), Image.Resampling.NEAREST)
-    assert check(big) == s.attributes
+    assert check(s.image.resize((128, 128), Image.Resampling.NEAREST)) == s.attributes
+    big = dataset.parse_caption("a large green square in the centre, gray background")
+    assert check(dataset.render(big).resize((32, 32), Image.Resampling.BOX)) == big
 
 
 def test_blank_image_has_no_attributes_and_matches_nothing() -> None:
-    blank = Image.new("RGB", (32, 32), (0, 0, 0))
+    blank = Image.new("RGB", (64, 64), (0, 0, 0))
     assert check(blank) is None
     match = compare(dataset.sample(0).attributes, None)
     assert not match.all_correct and not match.colour
@@ -34,6 +81,7 @@ def test_blank_image_has_no_attributes_and_matches_nothing() -> None:
 def test_checker_tells_a_wrong_prompt_apart() -> None:
     attrs = dataset.parse_caption("a large red circle in the centre, black background")
     image = dataset.render(attrs.model_copy(update={"shape": "star", "colour": "blue"}))
-    match = compare(attrs, check(image))
+    match = grade(attrs, image)
     assert not match.shape and not match.colour
     assert match.size and match.position and match.background
+    assert list(match.clauses()) == list(dataset.ATTRIBUTE_NAMES)

@@ -21,6 +21,7 @@ prompt = "a large red circle in the centre, black background"
 image = pipe(prompt, num_inference_steps=shapes.DEFAULT_STEPS,
              guidance_scale=shapes.DEFAULT_GUIDANCE,
              generator=torch.Generator().manual_seed(0)).images[0]
+verdict = shapes.grade(shapes.parse_caption(prompt), image)
 found = shapes.check(image)
 model, _, preprocess = open_clip.create_model_and_transforms(
     shapes.register_clip_config(), pretrained=str(shapes.clip_checkpoint_path()))
@@ -31,11 +32,12 @@ with torch.no_grad():
     scores = (torch.nn.functional.normalize(img, dim=-1)
               @ torch.nn.functional.normalize(txt, dim=-1).T)[0].tolist()
 print(json.dumps({"size": list(image.size), "found": found and found.model_dump(),
+                  "verdict": verdict.clauses(),
                   "scores": scores, "clip": type(model).__name__}))
 """
 
 
-def test_shipped_models_load_offline_and_draw_a_red_circle() -> None:
+def test_shipped_models_load_offline_and_draw_a_red_circle_the_checker_passes() -> None:
     # Given no network access to the Hub
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     # When the shipped pipeline and shapes-clip are loaded from package data and used
@@ -43,16 +45,19 @@ def test_shipped_models_load_offline_and_draw_a_red_circle() -> None:
                           check=False, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    # Then the image is 32x32, the checker sees a red shape, and CLIP prefers "red" to "blue"
-    assert result["size"] == [32, 32]
+    # Then the image has the shipped size, the checker passes every clause of the prompt
+    # (seed 0 of the shipped weights), and CLIP prefers "red" to "blue"
+    size = shapes.shipped_image_size()
+    assert result["size"] == [size, size]
     assert result["found"] is not None and result["found"]["colour"] == "red", result
+    assert all(result["verdict"].values()), result
     assert result["scores"][0] > result["scores"][1], result
     assert result["clip"] == "CLIP"
 
 
 def test_weights_fit_the_package_budget() -> None:
     files = [p for p in shapes.weights_dir().rglob("*") if p.is_file()]
-    assert sum(p.stat().st_size for p in files) <= 25 * 1024 * 1024
+    assert sum(p.stat().st_size for p in files) <= 30 * 1024 * 1024
     assert (shapes.pipeline_path() / "model_index.json").is_file()
     assert shapes.clip_checkpoint_path().is_file()
     assert set(shapes.clip_config()) >= {"embed_dim", "vision_cfg", "text_cfg"}
@@ -66,9 +71,26 @@ def test_pipeline_tokenizer_matches_open_clip_ids() -> None:
     hf = CLIPTokenizer.from_pretrained(str(shapes.pipeline_path() / "tokenizer"))
     ids = hf(caption).input_ids
     assert ids == SimpleTokenizer()(caption)[0].tolist()[: len(ids)]
-    assert hf.model_max_length == 77
+    text_config = json.loads((shapes.pipeline_path() / "text_encoder" / "config.json").read_text())
+    assert hf.model_max_length == text_config["max_position_embeddings"]
 
 
 def test_all_is_true() -> None:
     for name in shapes.__all__:
         assert hasattr(shapes, name), name
+
+
+def test_registering_the_shipped_clip_config_replaces_one_training_registered(tmp_path) -> None:
+    import open_clip
+
+    from genloop.workers.shapes.models import CLIP_CONFIG, register_clip_config
+
+    # Given a training run registered its own (other-sized) shapes-clip config in this process
+    other = dict(CLIP_CONFIG, embed_dim=CLIP_CONFIG["embed_dim"] * 2)
+    path = tmp_path / "shapes-clip.json"
+    path.write_text(json.dumps(other))
+    register_clip_config(path)
+    assert open_clip.get_model_config("shapes-clip") == other
+    # When the shipped config is registered, Then the table holds the shipped one again
+    shapes.register_clip_config()
+    assert open_clip.get_model_config("shapes-clip") == shapes.clip_config()

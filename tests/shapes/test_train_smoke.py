@@ -1,36 +1,79 @@
-"""A few-step training run writes models that load through the same code paths as real ones."""
+"""The one retraining command, at smoke size: generator, mining, CLIP, then the evaluation, all
+through the same loading paths as real weights; and it runs without genloop's service stack."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from genloop.workers import shapes
+
+_STANDALONE = """
+import sys
+import shapes_world.train, shapes_world.evaluate, shapes_world.estimate
+service = {"genloop", "dramatiq", "redis", "fastapi", "httpx", "tenacity", "starlette"}
+print(sorted({m.split(".")[0] for m in sys.modules} & service))
+"""
+
 
 @pytest.mark.slow
-def test_training_smoke_writes_loadable_models(tmp_path: Path) -> None:
+def test_training_smoke_writes_loadable_models_and_figures(tmp_path: Path) -> None:
     import open_clip
     import torch
     from diffusers import StableDiffusionPipeline
 
-    from genloop.workers.shapes import train
+    from genloop.workers.shapes import evaluate, train
     from genloop.workers.shapes.models import register_clip_config
 
     threads = torch.get_num_threads()
     try:
-        # When the smoke configuration trains both models
-        train.main(["--out", str(tmp_path), "--smoke"])
+        # When the smoke configuration retrains everything
+        train.main(["--out", str(tmp_path), "--smoke", "--sequential"])
     finally:
         torch.set_num_threads(threads)
-    # Then the pipeline loads with from_pretrained and samples at 32x32
+    report = json.loads((tmp_path / "train-report.json").read_text())
+    assert set(report["seconds"]) >= {"generator+clip_clean", "mining", "clip_hard_negatives"}
+    assert report["mined_images"] == 4
+    assert not (tmp_path / ".stages").exists()
+    # Then the pipeline loads with from_pretrained and samples at 64x64
     pipe = StableDiffusionPipeline.from_pretrained(str(tmp_path / "shapes-sd"))
     pipe.set_progress_bar_config(disable=True)
-    image = pipe("a small blue square on the left, white background", num_inference_steps=2,
-                 generator=torch.Generator().manual_seed(0)).images[0]
-    assert image.size == (32, 32)
+    image = pipe("a small blue square left of a large red star, white background",
+                 num_inference_steps=2, generator=torch.Generator().manual_seed(0)).images[0]
+    assert image.size == (64, 64)
     assert not (tmp_path / "shapes-sd" / "tokenizer" / "tokenizer.json").exists()
     # And the CLIP checkpoint loads through open_clip's pretrained= path
     name = register_clip_config(tmp_path / "shapes-clip" / "shapes-clip.json")
     model, _, _ = open_clip.create_model_and_transforms(
         name, pretrained=str(tmp_path / "shapes-clip" / "open_clip_model.safetensors"))
-    assert model.visual.image_size == (32, 32)
+    assert model.visual.image_size == (64, 64)
+    # And the evaluation reports every figure, old CLIP beside the new one
+    out = tmp_path / "figures.json"
+    try:
+        evaluate.main(["--weights", str(tmp_path), "--old-weights", str(shapes.weights_dir()),
+                       "--n", "2", "--clip-n", "2", "--auc-prompts", "2", "--auc-images", "2",
+                       "--steps", "2", "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)
+    figures = json.loads(out.read_text())
+    assert {"one.colour", "two.relation", "two.order"} <= set(figures["clip"]["rank_first"])
+    assert [g["prompts"] for g in figures["generator"]] == ["one", "two", "one-novel",
+                                                            "two-novel"]
+    assert [s["clip"] for s in figures["selection"]] == ["new", "old"]
+
+
+def test_training_entry_points_import_no_service_dependencies(tmp_path: Path) -> None:
+    # Given the shapes package on its own, as on a GPU box without genloop's dependencies
+    (tmp_path / "shapes_world").symlink_to(Path(shapes.__file__).parent)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    # When its training, evaluation and estimate modules are imported
+    proc = subprocess.run([sys.executable, "-c", _STANDALONE], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    # Then none of genloop's service stack comes with them
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

@@ -1,12 +1,19 @@
 """Cross-request batching: candidates of concurrent requests merged into shared pipeline calls.
 
-Worker threads :meth:`Batcher.submit` a :class:`Job` (one generate shard: prompts, seeds, the
-settings) and wait on its future. One executor thread per batcher takes the oldest waiting
-candidate, waits up to ``window`` seconds for more candidates with the same :data:`BatchKey`
-(model, size, steps, guidance, cache mode, edit kind and strength; prompts, negative prompts,
-seeds and init images may differ), and
+Ops :meth:`Batcher.submit` a :class:`Job` (one generate shard: prompts, seeds, the settings)
+and return; its future resolves later (no thread waits on it, see ``genloop.workers.deferred``).
+One executor thread per batcher takes the oldest waiting candidate, waits up to ``window``
+seconds for more candidates with the same :data:`BatchKey` (model, size, steps, guidance, cache
+mode, edit kind and strength; prompts, negative prompts, seeds and init images may differ), and
 hands up to ``cap(key)`` of them to ``run_batch``. Candidates that arrive while a batch runs are
 merged into the next one, so under load the window costs nothing.
+
+A job may name its ``group`` (a node of a run) and the group's size (the node's instances):
+while a group that has candidates waiting is incomplete, the batch waits for its other members
+(up to ``group_wait`` from the group's first arrival, past ``window`` if need be), so a loop
+round mapped into one instance per image still reaches the model as one call. A full batch
+(``cap`` candidates) never waits. Just before a batch runs, each job's ``check()`` runs and may
+raise (its run was cancelled): that job fails alone.
 
 A job's candidates may be spread over several batches (more than the cap, or an OOM split);
 its future resolves when the last one is in. Progress is per job: ``on_step(done, total)`` with
@@ -22,7 +29,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +54,9 @@ class Job:
     #: An edit's PIL init images (and masks, to inpaint), one per candidate.
     init_images: Sequence[Any] | None = None
     masks: Sequence[Any] | None = None
+    group: Hashable = None
+    group_size: int = 1
+    check: Callable[[], None] | None = None
     future: Future = field(default_factory=Future)
     images: list[Any] = field(init=False)
     _progress: list[int] = field(init=False)
@@ -126,15 +136,23 @@ class Batcher:
 
     def __init__(self, run_batch: Callable[[BatchKey, list[Slot]], None], *,
                  window: float = 0.05, max_batch: int = 8,
-                 cap: Callable[[BatchKey], int | None] = lambda key: None) -> None:
-        if max_batch < 1 or window < 0:
-            raise ValueError("max_batch must be >= 1 and window >= 0")
+                 cap: Callable[[BatchKey], int | None] = lambda key: None,
+                 group_wait: float = 1.0) -> None:
+        if max_batch < 1 or window < 0 or group_wait < 0:
+            raise ValueError("max_batch must be >= 1, window and group_wait >= 0")
         self.run_batch, self.window, self.max_batch, self._cap = run_batch, window, max_batch, cap
+        self.group_wait = group_wait
         self._pending: list[Slot] = []
+        # Incomplete groups: group -> [jobs arrived, first arrival]. Dropped once complete.
+        self._groups: dict[Hashable, list] = {}
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
-        self.batches: list[int] = []  # sizes of the batches run, for tests and benchmarks
+        #: The batch log, for tests and benchmarks: the size of each batch run, how many of
+        #: its candidates came from each job group, and how long it ran (seconds).
+        self.batches: list[int] = []
+        self.groups: list[dict[Hashable, int]] = []
+        self.seconds: list[float] = []
 
     def submit(self, job: Job) -> Job:
         now = time.monotonic()
@@ -142,6 +160,8 @@ class Batcher:
             if self._closed:
                 raise RuntimeError("the batcher is closed")
             self._pending.extend(Slot(job, i, now) for i in range(len(job.prompts)))
+            if job.group is not None and job.group_size > 1:
+                self._arrived(job.group, job.group_size, now)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, daemon=True,
                                                 name="genloop-batcher")
@@ -173,6 +193,16 @@ class Batcher:
             slot.job.fail(Transient("the worker's generation engine was closed"))
         self._pending = []
 
+    def _arrived(self, group: Hashable, size: int, now: float) -> None:
+        seen = self._groups.setdefault(group, [0, now])
+        seen[0] += 1
+        if seen[0] >= size:
+            del self._groups[group]
+        # Groups whose other members never came (stored results, failures) are forgotten.
+        stale = now - 10 * self.group_wait - 1.0
+        for g in [g for g, (_, first) in self._groups.items() if first < stale]:
+            del self._groups[g]
+
     def limit(self, key: BatchKey) -> int:
         cap = self._cap(key)
         return self.max_batch if cap is None else max(1, min(cap, self.max_batch))
@@ -185,11 +215,15 @@ class Batcher:
                 return None
             key = self._pending[0].job.key
             limit = self.limit(key)
-            deadline = self._pending[0].enqueued + self.window
             while not self._closed:
-                ready = sum(1 for s in self._pending if s.job.key == key)
+                same = [s for s in self._pending if s.job.key == key]
+                if not same:  # withdrawn while we waited
+                    break
+                deadline = same[0].enqueued + self.window
+                for group in {s.job.group for s in same} & self._groups.keys():
+                    deadline = max(deadline, self._groups[group][1] + self.group_wait)
                 left = deadline - time.monotonic()
-                if ready >= limit or left <= 0:
+                if len(same) >= limit or left <= 0:
                     break
                 self._cond.wait(left)
             batch = [s for s in self._pending if s.job.key == key][:limit]
@@ -203,17 +237,29 @@ class Batcher:
             if nxt is None:
                 return
             key, batch = nxt
+            for job in {id(s.job): s.job for s in batch}.values():
+                if job.check is not None and not job.failed:
+                    try:
+                        job.check()
+                    except Exception as exc:  # noqa: BLE001  (cancelled: this job only)
+                        job.fail(exc)
             batch = [s for s in batch if not s.job.future.done()]
             if not batch:
                 continue
             self.batches.append(len(batch))
+            groups: dict[Hashable, int] = {}
+            for s in batch:
+                groups[s.job.group] = groups.get(s.job.group, 0) + 1
+            self.groups.append(groups)
             log.debug("batch of %d at %s", len(batch), key)
+            began = time.perf_counter()
             try:
                 self.run_batch(key, batch)
             except Exception as exc:  # the thread must outlive a failed batch
                 log.exception("batch of %d at %s failed", len(batch), key)
                 for slot in batch:
                     slot.job.fail(exc)
+            self.seconds.append(time.perf_counter() - began)
 
 
 def _close_at_exit(ref: weakref.ref) -> None:

@@ -14,6 +14,7 @@ model back to eager for good, logs why, and runs the call again eagerly.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -46,32 +47,36 @@ class Compiler:
     def __init__(self, backend: str | Callable = "inductor", mode: str | None = None) -> None:
         self.backend = backend
         self.mode = mode
-        self.failed: dict[int, str] = {}
-        self._compiled: dict[int, list[torch.nn.Module]] = {}
+        # Keyed by the model itself, weakly: an evicted model must not be kept alive here (nor
+        # an id() reused by a later model inherit its entry).
+        self.failed: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
+        self._compiled: weakref.WeakKeyDictionary[torch.nn.Module, list[torch.nn.Module]] = (
+            weakref.WeakKeyDictionary())
         self.shapes: set[tuple] = set()
 
     def apply(self, pipe) -> bool:
         """Compile ``pipe``'s denoiser regions (once); False if there is nothing to compile."""
         model = _denoiser(pipe)
-        if model is None or id(model) in self.failed:
+        if model is None or model in self.failed:
             return False
-        if id(model) in self._compiled:
+        if model in self._compiled:
             return True
         regions = _regions(model)
         for region in regions:
             region.compile(backend=self.backend, mode=self.mode, dynamic=False)
-        self._compiled[id(model)] = regions
+        self._compiled[model] = regions
         return bool(regions)
 
     def remove(self, pipe) -> None:
         """Back to eager: undo :meth:`apply` on ``pipe``."""
         model = _denoiser(pipe)
-        for region in self._compiled.pop(id(model), []):
+        for region in self._compiled.pop(model, []) if model is not None else []:
             # nn.Module.compile() has no public inverse; it only sets this attribute.
             region._compiled_call_impl = None
 
     def is_compiled(self, pipe) -> bool:
-        return id(_denoiser(pipe)) in self._compiled
+        model = _denoiser(pipe)
+        return model is not None and model in self._compiled
 
     def call(self, pipe, shape: tuple, run: Callable[[], R]) -> R:
         """``run()`` with ``pipe`` compiled; on a compile error, eager from now on and retry."""
@@ -86,7 +91,7 @@ class Compiler:
             log.warning("torch.compile failed for %s at shape %s; running eager from now on: %s",
                         type(model).__name__, shape, exc)
             self.remove(pipe)
-            self.failed[id(model)] = f"{type(exc).__name__}: {exc}"
+            self.failed[model] = f"{type(exc).__name__}: {exc}"
             return run()
         self.shapes.add(shape)
         return out

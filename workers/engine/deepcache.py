@@ -72,12 +72,29 @@ class _State:
 
     def reset(self) -> None:
         self.step = -1
-        self.last_timestep: float | None = None
+        self.last_timestep: Any = None
         self.full = True
         self.batch: int | None = None
         self.kept: dict[int, Any] = {}
         self.full_steps = 0
         self.cached_steps = 0
+
+
+def step_key(timestep: Any) -> Any:
+    """What tells one denoising step from the next, without waiting for the GPU.
+
+    A number or a CPU tensor: its value. A tensor on a GPU: *which element* it is (its address),
+    not its value: reading the value is a device-to-host copy that waits for every queued kernel,
+    once per UNet call. diffusers' loops pass ``t``, an element of ``scheduler.timesteps``, so
+    each step has its own address and both calls of one step share it. A pipeline that built a
+    fresh timestep tensor per call could make two steps look alike; that only costs speed (the
+    step is computed fully), never correctness.
+    """
+    if not isinstance(timestep, torch.Tensor):
+        return float(timestep)
+    if timestep.device.type == "cpu":
+        return float(timestep.flatten()[0])
+    return ("address", timestep.data_ptr())
 
 
 class _StepHook(ModelHook):
@@ -93,7 +110,7 @@ class _StepHook(ModelHook):
             return args, kwargs
         sample = args[0] if args else kwargs["sample"]
         timestep = args[1] if len(args) > 1 else kwargs["timestep"]
-        t = float(timestep.flatten()[0]) if isinstance(timestep, torch.Tensor) else float(timestep)
+        t = step_key(timestep)
         # A new step is a new timestep; a pipeline that calls the UNet twice per step (separate
         # cond/uncond passes) has the same timestep on both calls.
         if t != s.last_timestep:

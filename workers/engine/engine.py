@@ -11,6 +11,9 @@ Defaults, and why:
 * ``window`` 50 ms: a worker's threads pick up the shards of one node within a few ms of each
   other, and one denoising call takes far longer than 50 ms on any device, so waiting costs
   little; requests that arrive while a batch runs join the next one at no wait at all.
+* ``group_wait`` 1 s: how long a batch may wait for the rest of a job group (a loop round's
+  instances, which a worker's threads hand over a few ms apart); a complete group or a full
+  batch never waits.
 * ``max_batch`` 8 on CPU (throughput per image stops improving there for small models), 16 on
   CUDA; the OOM guard lowers it per (model, size) when memory says so.
 * compile off (compiling takes minutes per shape on CPU); ``channels_last`` on CUDA only.
@@ -22,7 +25,7 @@ import concurrent.futures
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +46,7 @@ class EngineOptions:
     """How a process's engine batches and speeds up; ``None`` means "by device"."""
 
     window: float = 0.05
+    group_wait: float = 1.0
     max_batch: int | None = None
     compile: bool = False
     compile_backend: str | Callable = "inductor"
@@ -82,17 +86,23 @@ class GenerationEngine:
             if self._batcher is None:
                 self._batcher = Batcher(self._run_batch, window=self.options.window,
                                         max_batch=self.max_batch,
+                                        group_wait=self.options.group_wait,
                                         cap=lambda key: self.oom.limit(key[:3]))
             return self._batcher
 
     def submit(self, model: str, prompts: Sequence[str], seeds: Sequence[int],
                settings: ImageSettings, on_step: Callable[[int, int], None] | None = None,
                negative_prompts: Sequence[str | None] | None = None,
-               init_images: Sequence | None = None, masks: Sequence | None = None) -> Job:
+               init_images: Sequence | None = None, masks: Sequence | None = None, *,
+               group: Hashable = None, group_size: int = 1,
+               check: Callable[[], None] | None = None) -> Job:
         """Queue one request; its future resolves to one PIL image per (prompt, seed).
 
-        An edit (``settings.kind`` img2img / inpaint) gives one init image (and mask) per
-        candidate; edits batch with edits of the same kind and strength only."""
+        Nothing blocks: the caller attaches to ``job.future``. An edit (``settings.kind``
+        img2img / inpaint) gives one init image (and mask) per candidate; edits batch with
+        edits of the same kind and strength only. ``group``/``group_size`` name the request's
+        siblings (see :mod:`.batching`); ``check()`` runs just before the request's batch
+        starts and may raise (cancellation) to fail the request alone."""
         parse_cache(settings.cache)  # a bad mode fails here, in the caller's thread
         if (settings.kind != "text") != (init_images is not None) or (
                 (settings.kind == "inpaint") != (masks is not None)):
@@ -104,7 +114,8 @@ class GenerationEngine:
         negatives = (negative_prompts if negative_prompts is not None
                      else [settings.negative_prompt] * len(prompts))
         job = Job(key, list(prompts), list(seeds), list(negatives), settings.denoised_steps,
-                  on_step, init_images=init_images, masks=masks)
+                  on_step, init_images=init_images, masks=masks,
+                  group=group, group_size=group_size, check=check)
         log.debug("request of %d at %s queued", len(job.prompts), key)
         return self.batcher.submit(job)
 

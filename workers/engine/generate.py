@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from genloop.sdk.errors import Permanent
+
 from .step_cache import DEFAULT_CACHE
 
 
@@ -69,6 +71,8 @@ def call_pipeline(
     def callback(_pipe, step, _timestep, kwargs):
         if on_step_end is not None:
             on_step_end(step)
+        if step == settings.denoised_steps - 1:
+            check_finite(kwargs.get("latents"))
         return kwargs
 
     extra: dict = {"width": settings.width, "height": settings.height}
@@ -107,6 +111,16 @@ def edit_pipeline(pipe, kind: str):
         raise ValueError(f"{type(pipe).__name__} has no {kind} counterpart: {exc}") from exc
     derived.set_progress_bar_config(disable=True)
     return derived
+
+
+def check_finite(latents) -> None:
+    """Refuse latents with NaN/inf (fp16 overflow, broken weights): they decode to black images
+    that would be stored as results. Checked once, after the last step, since the check waits
+    for the GPU; the VAE decode that follows waits anyway."""
+    if latents is not None and not bool(torch.isfinite(latents).all()):
+        raise Permanent(
+            "the denoised latents contain NaN or inf (float16 overflow or broken weights); "
+            "the images would be blank. Try dtype=torch.bfloat16 or float32 for this model")
 
 
 def generate_images(

@@ -3,16 +3,17 @@
 Pipelines stay resident in an LRU within a memory budget (:mod:`.residency`); ``preload`` loads
 and warms one up before the first request (``genloop worker --preload NAME``).
 
-``tiny`` (and other built-in names, registered by code) are built in-process; any other name
-is a diffusers model id or a local directory loaded with ``from_pretrained`` from local files
-only. The identity of a model goes into every result key, so replacing the weights behind a
+``tiny`` (and other built-in names, registered by code) are built in-process. With a
+:class:`~genloop.workers.models_config.ModelsConfig` (what ``genloop worker`` and the gateway
+pass), only the configured names resolve, each to its ``source``; any other name is ``Permanent``
+before the file system is touched. Without one (trusted code only), any other name is a
+diffusers model id or a local directory loaded with ``from_pretrained`` from local files only.
+The identity of a model goes into every result key, so replacing the weights behind a
 name invalidates stored results instead of silently reusing them.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +25,8 @@ import torch
 
 from genloop.sdk.errors import Permanent
 
+from ..fingerprint import fingerprint
+from ..models_config import ModelsConfig
 from .residency import Residency, Resident, default_budget, pipeline_bytes
 from .tiny import TINY_VERSION, build_tiny_pipeline
 
@@ -43,6 +46,7 @@ class BuiltinModel:
     build: Callable[[], Any]
     identity: str
     defaults: ModelDefaults
+    description: str = ""
 
 
 class ModelRegistry:
@@ -54,7 +58,8 @@ class ModelRegistry:
     """
 
     def __init__(self, device: str | None = None, *, dtype: torch.dtype | None = None,
-                 memory_budget: int | None = None, engine_options: Any = None) -> None:
+                 memory_budget: int | None = None, engine_options: Any = None,
+                 models: ModelsConfig | None = None) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         on_cuda = self.device.startswith("cuda")
         self.dtype = dtype or (torch.float16 if on_cuda else torch.float32)
@@ -66,26 +71,52 @@ class ModelRegistry:
         self._engine_lock = threading.Lock()
         self._engine_options = engine_options
         self._engine: Any = None
+        self.models = models
         self.register("tiny", build_tiny_pipeline, TINY_VERSION,
-                      ModelDefaults(steps=4, guidance=5.0, width=32, height=32))
+                      ModelDefaults(steps=4, guidance=5.0, width=32, height=32),
+                      "random weights, 32 px: for tests, draws noise")
         _register_shapes(self)
 
     def register(self, name: str, build: Callable[[], Any], identity: str,
-                 defaults: ModelDefaults) -> None:
-        """Make ``name`` a built-in model built by ``build()``."""
-        self._builtin[name] = BuiltinModel(build, identity, defaults)
+                 defaults: ModelDefaults, description: str = "") -> None:
+        """Make ``name`` a built-in model built by ``build()``; ``description`` tells a spec's
+        author what it draws (published in the spec schema)."""
+        self._builtin[name] = BuiltinModel(build, identity, defaults, description)
+
+    def builtin(self) -> dict[str, str]:
+        """Built-in model names and their descriptions."""
+        return {name: m.description for name, m in self._builtin.items()}
+
+    def _source(self, name: str) -> str:
+        """Where a non-built-in ``name`` loads from; ``Permanent`` if the config lacks it."""
+        if self.models is None:
+            return name
+        entry = self.models.models.get(name)
+        if entry is None or entry.source is None:
+            raise Permanent(f"unknown model {name!r}; allowed: {', '.join(self.models.names())}")
+        return entry.source
 
     def identity(self, name: str) -> str:
         """A string that changes whenever the weights behind ``name`` change."""
         if name in self._builtin:
             return self._builtin[name].identity
+        name = self._source(name)
         path = Path(name)
         if path.is_dir():
-            return f"path:{path.resolve()}@{_tree_fingerprint(path)}"
+            return f"path:{fingerprint(path)}"
         return f"hub:{name}@{_hub_revision(name)}"
 
     def defaults(self, name: str) -> ModelDefaults:
-        return self._builtin[name].defaults if name in self._builtin else ModelDefaults()
+        if name in self._builtin:
+            return self._builtin[name].defaults
+        entry = self.models.models.get(name) if self.models is not None else None
+        if entry is None:
+            return ModelDefaults()
+        base = ModelDefaults()
+        return ModelDefaults(
+            steps=entry.steps or base.steps,
+            guidance=base.guidance if entry.guidance is None else entry.guidance,
+            width=entry.width or base.width, height=entry.height or base.height)
 
     @property
     def engine(self) -> Any:
@@ -144,7 +175,7 @@ class ModelRegistry:
             if entry is not None:
                 return entry
             pipe = self._load(name)  # built on CPU, so eviction can make room before .to()
-            nbytes = pipeline_bytes(pipe)
+            nbytes = pipeline_bytes(pipe, self.dtype)  # as it will be after the cast
             if nbytes > self.residency.budget:
                 raise Permanent(
                     f"model {name!r} needs {nbytes / 2**30:.1f} GiB, more than the memory budget "
@@ -159,7 +190,7 @@ class ModelRegistry:
         if name in self._builtin:
             pipe = self._builtin[name].build()
         else:
-            pipe = _from_pretrained(name, self.dtype)
+            pipe = _from_pretrained(self._source(name), self.dtype)
         pipe.set_progress_bar_config(disable=True)
         return pipe
 
@@ -187,9 +218,11 @@ def _register_shapes(registry: ModelRegistry) -> None:
     registry.register(
         shapes.PIPELINE_NAME,
         lambda: _from_pretrained(str(path), torch.float32),
-        f"shapes:{_tree_fingerprint(path)}",
+        f"shapes:{fingerprint(path)}",
         ModelDefaults(steps=shapes.DEFAULT_STEPS, guidance=shapes.DEFAULT_GUIDANCE,
                       width=size, height=size),
+        f"trained here on the shapes world ({size} px): one coloured circle, square or "
+        "triangle, of a size and position, on a plain background",
     )
 
 
@@ -203,16 +236,6 @@ def _from_pretrained(name: str, dtype) -> Any:
             f"model {name!r} is neither a built-in model nor a diffusers pipeline in a local "
             f"directory or the Hugging Face cache (downloads are off): {exc}"
         ) from exc
-
-
-def _tree_fingerprint(path: Path) -> str:
-    """Hash of relative paths, sizes and mtimes: cheap, and changes when any file does."""
-    h = hashlib.sha256()
-    for root, _, files in sorted(os.walk(path)):
-        for f in sorted(files):
-            st = (Path(root) / f).stat()
-            h.update(f"{Path(root, f).relative_to(path)}:{st.st_size}:{st.st_mtime_ns};".encode())
-    return h.hexdigest()[:16]
 
 
 def _hub_revision(name: str) -> str:

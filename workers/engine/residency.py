@@ -1,13 +1,15 @@
 """Which pipelines stay resident: an LRU of loaded pipelines within a memory budget.
 
-A pipeline's size is the bytes of its modules' parameters and buffers (what it occupies on its
-device, activations aside). Adding one evicts the least recently used pipelines that are not in
+A pipeline's size is the bytes of its modules' parameters and buffers in the dtype it will run
+in (what it occupies on its device, activations aside). Evicting one really frees it: see
+:func:`release`. Adding one evicts the least recently used pipelines that are not in
 use until the total fits; a pipeline in use (pinned by ``ModelRegistry.acquire``) is never
 evicted, so the total can exceed the budget for as long as that takes.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections import OrderedDict
@@ -19,15 +21,33 @@ import torch
 log = logging.getLogger(__name__)
 
 
-def pipeline_bytes(pipe: Any) -> int:
-    """Bytes of the parameters and buffers of every ``torch.nn.Module`` component of ``pipe``."""
+def pipeline_bytes(pipe: Any, dtype: torch.dtype | None = None) -> int:
+    """Bytes of the parameters and buffers of every ``torch.nn.Module`` component of ``pipe``.
+
+    ``dtype``: count floating-point tensors as they will be once cast to it (the registry
+    measures a pipeline built in float32 on the CPU before it moves to the GPU in float16;
+    counting the float32 bytes would double its share of the budget).
+    """
     components = getattr(pipe, "components", None) or {"model": pipe}
     total = 0
     for component in components.values():
         if isinstance(component, torch.nn.Module):
             for t in (*component.parameters(), *component.buffers()):
-                total += t.numel() * t.element_size()
+                size = t.element_size()
+                if dtype is not None and t.is_floating_point():
+                    size = dtype.itemsize
+                total += t.numel() * size
     return total
+
+
+def release(entries: list[Resident]) -> None:
+    """Free what evicted pipelines held. diffusers' hooks make reference cycles (module ->
+    hook registry -> module), so the pipeline dies only at a cycle collection; collect now, then
+    hand the allocator's cached blocks back so another model (or process) can use them."""
+    entries.clear()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def default_budget(device: str) -> int:
@@ -80,7 +100,7 @@ class Residency:
 
     def make_room(self, nbytes: int) -> list[str]:
         """Evict unpinned pipelines, oldest first, until ``nbytes`` more fit; returns names."""
-        evicted = []
+        evicted, dropped = [], []
         with self._lock:
             used = sum(e.nbytes for e in self._entries.values())
             for name in list(self._entries):
@@ -88,12 +108,13 @@ class Residency:
                     break
                 if self._entries[name].pins:
                     continue
-                used -= self._entries.pop(name).nbytes
+                dropped.append(self._entries.pop(name))
+                used -= dropped[-1].nbytes
                 evicted.append(name)
         for name in evicted:
             log.info("evicted model %s to stay within the memory budget", name)
-        if evicted and torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        if dropped:
+            release(dropped)
         return evicted
 
     def add(self, name: str, pipe: Any, nbytes: int) -> Resident:
@@ -108,5 +129,7 @@ class Residency:
             entry = self._entries.get(name)
             if entry is None or entry.pins:
                 return False
-            del self._entries[name]
+            dropped = [self._entries.pop(name)]
+            del entry  # release() must hold the last reference
+        release(dropped)
         return True

@@ -6,17 +6,20 @@ enqueues; ``genloop worker`` processes execute). In code::
     app = create_app(backend, SqliteGatewayStore(home / "gateway.db"), GatewaySettings())
 
 Modules: ``app`` (routes), ``service`` (tenants, ownership, idempotency), ``auth`` (bearer keys),
-``limits``, ``sse`` (event streams), ``errors`` (one error shape), ``body_limit`` (413),
+``limits``, ``admission`` (allowed names, bounded strings, the run's cost),
+``sse`` (event streams), ``errors`` (one error shape), ``body_limit`` (413),
 ``store`` / ``sqlite_store`` / ``redis_store`` (keys and ownership), ``cli``.
 """
 
+from .admission import Admission, default_admission
 from .app import GatewaySettings, create_app
-from .limits import LimitExceeded, TenantLimits, candidate_count
+from .limits import LimitExceeded, TenantLimits
 from .service import Gateway
 from .sqlite_store import SqliteGatewayStore
 from .store import GatewayStore, KeyInfo
 
 __all__ = [
+    "Admission",
     "Gateway",
     "GatewaySettings",
     "GatewayStore",
@@ -24,6 +27,6 @@ __all__ = [
     "LimitExceeded",
     "SqliteGatewayStore",
     "TenantLimits",
-    "candidate_count",
     "create_app",
+    "default_admission",
 ]

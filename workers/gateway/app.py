@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -20,13 +21,17 @@ from genloop.sdk.backend import Backend
 from genloop.sdk.errors import RefineConflict
 from genloop.sdk.models import RunInfo, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
+from genloop.sdk.schema import SpecSchema
 from genloop.sdk.wire import ApiError
 
+from ..models_config import ModelsConfig
 from . import errors
+from .admission import DEFAULT_MAX_PROMPT_CHARS, default_admission
 from .auth import tenant
 from .body_limit import BodyLimit
+from .errors import ApiProblem
 from .limits import TenantLimits
-from .service import Gateway
+from .service import Gateway, backend_ops
 from .sse import event_stream
 from .store import GatewayStore
 
@@ -40,6 +45,12 @@ CONTENT_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg",
 class GatewaySettings:
     max_body_bytes: int = 1_000_000
     limits: TenantLimits = field(default_factory=TenantLimits)
+    #: The operator's models (names beyond the built-ins a spec may use).
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    #: Longest string (prompt, label, ...) a spec may hold.
+    max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
+    #: Reuse stored results across tenants (a tenant then learns what others asked for).
+    share_results: bool = False
     #: Seconds a 429 or 503 asks the client to wait.
     retry_after: int = 1
     sse_poll: float = 0.05
@@ -55,6 +66,31 @@ Tenant = Annotated[str, Depends(tenant)]
 _ERRORS: dict[int | str, dict[str, object]] = {
     code: {"model": ApiError} for code in (401, 404, 413, 422, 429, 503)
 }
+#: Largest event id a client may resume after (ids are per run and far smaller).
+MAX_EVENT_ID = 2**62
+_EVENT_ID = re.compile(r"[0-9]{1,30}")
+
+
+def json_body(content_type: Annotated[str | None, Header()] = None) -> None:
+    """415 unless the body is declared JSON (``application/json`` or ``*/*+json``)."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/")
+                                            and media.endswith("+json")):
+        raise ApiProblem(415, "unsupported_media_type",
+                         f"send the spec as JSON with 'Content-Type: application/json', "
+                         f"not {media or 'no content type'!r}")
+
+
+def resume_after(last_event_id: str | None, after: int) -> int:
+    """``Last-Event-ID`` wins over ``after``: ASCII digits only, clamped to MAX_EVENT_ID."""
+    if last_event_id is None:
+        return after
+    if not _EVENT_ID.fullmatch(last_event_id.strip()):
+        raise ApiProblem(422, "invalid_request",
+                         "Last-Event-ID must be an event id (ASCII digits)",
+                         details={"problems": [{"loc": ["header", "last-event-id"],
+                                                "message": "not an event id"}]})
+    return min(int(last_event_id.strip()), MAX_EVENT_ID)
 
 
 def _gateway(request: Request) -> Gateway:
@@ -76,7 +112,10 @@ def create_app(backend: Backend, store: GatewayStore,
                     "events, fetch their images. Errors share one shape: code, message, details.",
         responses=_ERRORS,
     )
-    app.state.gateway = Gateway(backend, store, settings.limits)
+    ops, queues = backend_ops(backend)
+    admission = default_admission(ops, settings.models, settings.max_prompt_chars, queues)
+    app.state.gateway = Gateway(backend, store, settings.limits, admission,
+                                share_results=settings.share_results)
     app.state.settings = settings
     errors.install(app, settings.retry_after)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
@@ -93,8 +132,9 @@ def create_app(backend: Backend, store: GatewayStore,
         return Health(status="ready")
 
     @app.post("/v1/runs", response_model=RunInfo, status_code=201, tags=["runs"],
+              dependencies=[Depends(json_body)],
               responses={200: {"model": RunInfo, "description": "replayed: same key, same spec"},
-                         409: {"model": ApiError}})
+                         409: {"model": ApiError}, 415: {"model": ApiError}})
     def submit(
         spec: RunSpec, response: Response, gateway: Gw, who: Tenant,
         idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
@@ -146,8 +186,7 @@ def create_app(backend: Backend, store: GatewayStore,
     ) -> StreamingResponse:
         """The run's events after ``after`` (or ``Last-Event-ID``); with ``follow`` the stream
         stays open until the run ends, else it sends one page and closes."""
-        if last_event_id is not None and last_event_id.strip().isdigit():
-            after = int(last_event_id)
+        after = resume_after(last_event_id, after)
         # Ownership is checked before the stream starts, so a 404 is a real 404.
         await asyncio.to_thread(gateway.events, who, run_id, after, 1)
 
@@ -164,6 +203,12 @@ def create_app(backend: Backend, store: GatewayStore,
         )
         return StreamingResponse(stream, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.get("/v1/schema", response_model=SpecSchema, tags=["specs"])
+    def schema(gateway: Gw, who: Tenant) -> SpecSchema:
+        """Graph and Loop JSON Schema, ``model``/``evaluator``/``refiner``/``op`` narrowed to
+        the names this gateway serves: constrain an agent's specs to it."""
+        return gateway.backend.schema()
 
     @app.get("/v1/artifacts/{key}", tags=["artifacts"], response_class=Response,
              responses={200: {"content": {"image/png": {}}, "description": "the bytes"},

@@ -1,4 +1,4 @@
-"""``genloop serve`` and ``genloop keys``: the gateway's commands, registered into the main CLI.
+"""``genloop serve`` and ``genloop keys``: the gateway's commands (rows of ``genloop.workers.cli``).
 
 Both point at a back end the same way (``--local HOME`` or ``--redis URL``), so the keys that
 ``keys create`` makes are the ones ``serve`` checks: ``HOME/gateway.db``, or Redis.
@@ -11,10 +11,10 @@ import importlib
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from genloop.sdk.backend import Backend
 
+from ..models_config import ModelsConfig, models_config
 from .limits import TenantLimits
 from .store import GatewayStore
 
@@ -36,17 +36,23 @@ def open_store(args: argparse.Namespace) -> GatewayStore:
     return SqliteGatewayStore(Path(args.local) / "gateway.db")
 
 
-def open_backend(args: argparse.Namespace) -> Backend:
+def open_backend(args: argparse.Namespace, models: ModelsConfig | None = None) -> Backend:
     if args.redis:
         try:
             module = importlib.import_module("genloop.workers.redis_backend")
         except ImportError as exc:
             raise SystemExit(f"genloop serve --redis: no Redis back end here ({exc})") from exc
-        backend: Backend = module.RedisBackend(args.redis, artifacts=args.artifacts)
+        backend: Backend = module.RedisBackend(
+            args.redis, artifacts=args.artifacts, default_model=args.default_model,
+            default_evaluator=args.default_evaluator)
         return backend
     from genloop.workers.embedded import EmbeddedBackend
 
-    return EmbeddedBackend(args.local, threads=args.threads)
+    # In-process workers serve tenants: only the built-in and configured models load.
+    # Tenants take turns: at most one message per worker thread waits in each queue.
+    return EmbeddedBackend(args.local, threads=args.threads, models=models or ModelsConfig(),
+                           fair_window=args.threads, default_model=args.default_model,
+                           default_evaluator=args.default_evaluator)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -56,12 +62,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     for module in args.imports:  # custom ops and evaluators register on import
         importlib.import_module(module)
+    models = models_config(args.models)
     settings = GatewaySettings(
         max_body_bytes=args.max_body_bytes,
         limits=TenantLimits(max_concurrent_runs=args.max_concurrent_runs,
-                            max_candidates_per_run=args.max_candidates),
+                            max_candidates_per_run=args.max_candidates,
+                            max_cost_per_run=args.max_cost,
+                            max_concurrent_cost=args.max_concurrent_cost),
+        models=models, max_prompt_chars=args.max_prompt_chars,
+        share_results=args.share_results,
     )
-    store, backend = open_store(args), open_backend(args)
+    store, backend = open_store(args), open_backend(args, models)
     try:
         print(f"genloop gateway on http://{args.host}:{args.port}", file=sys.stderr)
         uvicorn.run(create_app(backend, store, settings), host=args.host, port=args.port,
@@ -77,14 +88,18 @@ def cmd_keys(args: argparse.Namespace) -> int:
     try:
         if args.action == "create":
             key = store.create_key(args.tenant)
-            if args.max_concurrent_runs or args.max_candidates:
+            update = {k: v for k, v in {
+                "max_concurrent_runs": args.max_concurrent_runs,
+                "max_candidates_per_run": args.max_candidates,
+                "max_cost_per_run": args.max_cost,
+                "max_concurrent_cost": args.max_concurrent_cost,
+                "models": args.models.split(",") if args.models else None,
+                "evaluators": args.evaluators.split(",") if args.evaluators else None,
+            }.items() if v}
+            if update:
                 limits = store.limits(args.tenant) or TenantLimits()
-                store.set_limits(args.tenant, limits.model_copy(update={
-                    k: v for k, v in {
-                        "max_concurrent_runs": args.max_concurrent_runs,
-                        "max_candidates_per_run": args.max_candidates,
-                    }.items() if v
-                }))
+                store.set_limits(args.tenant, TenantLimits.model_validate(
+                    {**limits.model_dump(), **update}))
             print(key)
         elif args.action == "revoke":
             info = store.revoke(args.key)
@@ -102,9 +117,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any) -> None:
-    """Add ``serve`` and ``keys`` to the ``genloop`` command's subparsers."""
-    p = sub.add_parser("serve", help="run the HTTP gateway", description="run the HTTP gateway")
+def setup_serve(p: argparse.ArgumentParser) -> None:
     _target(p)
     p.add_argument("--artifacts", help="artifact store of the Redis back end")
     p.add_argument("--host", default="127.0.0.1")
@@ -113,19 +126,38 @@ def register(sub: Any) -> None:
     p.add_argument("--max-body-bytes", type=int, default=1_000_000)
     p.add_argument("--max-concurrent-runs", type=int, default=8, help="default per tenant")
     p.add_argument("--max-candidates", type=int, default=1024, help="default per run")
+    p.add_argument("--max-cost", type=float, default=100_000.0,
+                   help="default megapixel-steps per run (retries counted)")
+    p.add_argument("--max-concurrent-cost", type=float, default=400_000.0,
+                   help="default megapixel-steps of a tenant's unfinished runs")
+    p.add_argument("--models", metavar="FILE",
+                   help="models config (TOML/JSON): the model names beyond the built-ins")
+    p.add_argument("--max-prompt-chars", type=int, default=4000,
+                   help="longest prompt (or other string) a spec may hold")
+    p.add_argument("--share-results", action="store_true",
+                   help="reuse stored results across tenants (they learn what others asked)")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="import a module first (custom ops); repeatable")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--default-model", metavar="NAME",
+                   help="model for specs that name none (default: shapes, the shipped one)")
+    p.add_argument("--default-evaluator", metavar="NAME",
+                   help="evaluator for specs that name none (default: shapes-clip)")
     p.set_defaults(fn=cmd_serve)
 
-    p = sub.add_parser("keys", help="create, revoke and list API keys",
-                       description="create, revoke and list the gateway's API keys")
+
+def setup_keys(p: argparse.ArgumentParser) -> None:
     actions = p.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="print a new key for a tenant")
     _target(create)
     create.add_argument("--tenant", required=True)
     create.add_argument("--max-concurrent-runs", type=int, help="this tenant's limit")
     create.add_argument("--max-candidates", type=int, help="this tenant's per-run limit")
+    create.add_argument("--max-cost", type=float, help="megapixel-steps per run")
+    create.add_argument("--max-concurrent-cost", type=float,
+                        help="megapixel-steps of unfinished runs together")
+    create.add_argument("--models", help="comma-separated models this tenant may use")
+    create.add_argument("--evaluators", help="comma-separated evaluators this tenant may use")
     revoke = actions.add_parser("revoke", help="revoke a key (the key itself or its id)")
     _target(revoke)
     revoke.add_argument("key")

@@ -21,6 +21,7 @@ from genloop.sdk.errors import ClientError, GenloopError, GraphError, NotFound, 
 from genloop.sdk.wire import ApiError
 
 from .limits import LimitExceeded
+from .service import KeyConflict
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,9 @@ def to_problem(exc: BaseException, retry_after: int = 1) -> ApiProblem:
         return ApiProblem(429, exc.code, str(exc),
                           details={"limit": exc.limit, "requested": exc.requested},
                           headers={"Retry-After": str(retry_after)})
+    if isinstance(exc, KeyConflict):
+        return ApiProblem(409, "idempotency_conflict", str(exc) + ": use a new Idempotency-Key "
+                          "for a different spec", details={"run_id": exc.run_id})
     if isinstance(exc, ClientError) and exc.status_code == 409:
         return ApiProblem(409, exc.code or "conflict", str(exc) + ": use a new Idempotency-Key "
                           "for a different spec")

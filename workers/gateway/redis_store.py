@@ -14,7 +14,8 @@ from .store import GatewayStore, KeyInfo, hash_key
 
 class RedisGatewayStore(GatewayStore):
     """Keys under ``prefix``: ``key:<hash>`` (hash), ``keyid:<id>``, ``tenant:<name>``,
-    ``run:<id>`` (owner), and per tenant the sets ``open:``, ``unindexed:`` and ``art:``."""
+    ``run:<id>`` (owner), ``cost:<id>``, and per tenant the sets ``open:``, ``unindexed:``
+    and ``art:``."""
 
     def __init__(self, url: str, prefix: str = "genloop:gw") -> None:
         self.r = redis.Redis.from_url(url, decode_responses=True)
@@ -65,16 +66,23 @@ class RedisGatewayStore(GatewayStore):
         return None if raw is None else TenantLimits.model_validate_json(raw)
 
     @translate_redis_errors
-    def add_run(self, run_id: str, tenant: str, idempotency_key: str | None = None) -> bool:
+    def add_run(self, run_id: str, tenant: str, idempotency_key: str | None = None,
+                cost: float = 0.0) -> bool:
         if not self.r.set(f"{self.p}:run:{run_id}", tenant, nx=True):
             return False
         pipe = self.r.pipeline()
+        pipe.set(f"{self.p}:cost:{run_id}", repr(float(cost)))
         if idempotency_key is not None:
             pipe.set(f"{self.p}:idem:{idempotency_key}", run_id)
         pipe.sadd(f"{self.p}:open:{tenant}", run_id)
         pipe.sadd(f"{self.p}:unindexed:{tenant}", run_id)
         pipe.execute()
         return True
+
+    @translate_redis_errors
+    def run_cost(self, run_id: str) -> float:
+        value = self.r.get(f"{self.p}:cost:{run_id}")
+        return 0.0 if value is None else float(value)
 
     @translate_redis_errors
     def run_for_key(self, idempotency_key: str) -> str | None:

@@ -3,6 +3,12 @@
 Any :class:`~genloop.sdk.backend.Backend` will do (embedded, Redis). Ownership lives in the
 :class:`~.store.GatewayStore`; a run or artifact of another tenant is ``NotFound``, exactly like
 one that does not exist, so ids leak nothing.
+
+A tenant's artifacts are those its runs' ops wrote: the ``artifact`` field of an output item
+(ops set it from ``ArtifactStore.put``), never any other string of a result, since prompts and
+labels are whatever the tenant sent. Each spec gets the tenant as its result ``namespace``
+(unless the operator shares results), so a stored result, and the artifacts it names, is reused
+only within the tenant that paid for it.
 """
 
 from __future__ import annotations
@@ -12,15 +18,17 @@ import logging
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from genloop.sdk.backend import Backend
-from genloop.sdk.errors import NotFound
+from genloop.sdk.errors import ClientError, GenloopError, NotFound
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
 
-from .limits import TenantLimits, check_candidates, check_concurrency
+from ..ops.registry import OpRegistry, default_registry
+from .admission import Admission, default_admission
+from .limits import TenantLimits, check_concurrency, check_run
 from .store import GatewayStore
 
 log = logging.getLogger(__name__)
@@ -35,26 +43,40 @@ def scoped_key(tenant: str, key: str) -> str:
 
 
 def artifact_keys(value: Any) -> Iterator[str]:
-    """Every artifact key in a result's items (any op's output, not only candidates)."""
-    if isinstance(value, str):
-        if _ARTIFACT_KEY.match(value):
-            yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from artifact_keys(item)
+    """The artifact keys ops wrote into a result's items: values of ``artifact`` fields."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            if name == "artifact" and isinstance(item, str) and _ARTIFACT_KEY.match(item):
+                yield item
+            else:
+                yield from artifact_keys(item)
     elif isinstance(value, list):
         for item in value:
             yield from artifact_keys(item)
+
+
+class KeyConflict(GenloopError):
+    """The tenant's idempotency key names an existing run with another spec (409)."""
+
+    def __init__(self, message: str, run_id: str | None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
 
 
 class Gateway:
     """What each route calls, with the caller's tenant."""
 
     def __init__(self, backend: Backend, store: GatewayStore,
-                 defaults: TenantLimits | None = None) -> None:
+                 defaults: TenantLimits | None = None, admission: Admission | None = None,
+                 share_results: bool = False) -> None:
         self.backend = backend
         self.store = store
         self.defaults = defaults or TenantLimits()
+        if admission is None:
+            ops, queues = backend_ops(backend)
+            admission = default_admission(ops, queues=queues)
+        self.admission = admission
+        self.share_results = share_results
         # Count-then-submit must not interleave for one tenant, or two requests could both
         # pass the concurrency check. One lock per tenant, in this process; several gateway
         # processes on one Redis can overshoot by at most one run each.
@@ -66,23 +88,36 @@ class Gateway:
     def submit(self, tenant: str, spec: RunSpec, key: str | None) -> tuple[RunInfo, bool]:
         """Start a run for ``tenant``; ``(info, created)``, ``created`` false for a replay."""
         limits = self.limits(tenant)
+        # Whatever namespace the client sent is replaced: it must not read another's cache.
+        spec = spec.model_copy(update={"namespace": None if self.share_results
+                                       else f"tenant:{tenant}"})
         backend_key = scoped_key(tenant, key) if key is not None else None
         with self._locks[tenant]:
+            existing = self.store.run_for_key(backend_key) if backend_key is not None else None
+            cost = 0.0
             # A retried POST whose run exists is answered with that run (or 409 if the body
             # differs) even when the tenant is at its limit: that run is the one counted.
-            if backend_key is None or self.store.run_for_key(backend_key) is None:
-                check_candidates(spec, limits)
-                check_concurrency(self._count_open(tenant), limits)
-            info = self.backend.submit(spec, backend_key)
-            created = self.store.add_run(info.id, tenant, backend_key)
+            if existing is None:
+                planned = self.admission.check(spec, limits)
+                check_run(planned, limits)
+                check_concurrency(*self._open(tenant), planned, limits)
+                cost = planned.cost
+            try:
+                info = self.backend.submit(spec, backend_key)
+            except ClientError as exc:
+                if exc.status_code == 409:
+                    raise KeyConflict(str(exc), existing) from exc
+                raise
+            created = self.store.add_run(info.id, tenant, backend_key, cost)
         if not created and self.store.owner(info.id) != tenant:  # pragma: no cover - defensive
             raise NotFound(f"no run {info.id!r}")
         log.info("run %s %s for tenant %s", info.id, "submitted" if created else "replayed",
                  tenant)
         return info, created
 
-    def _count_open(self, tenant: str) -> int:
-        count = 0
+    def _open(self, tenant: str) -> tuple[int, float]:
+        """The tenant's unfinished runs: how many, and their cost together."""
+        count, cost = 0, 0.0
         for run_id in self.store.open_runs(tenant):
             try:
                 ended = self.backend.get(run_id).status.terminal
@@ -92,7 +127,8 @@ class Gateway:
                 self.store.mark_ended(run_id)
             else:
                 count += 1
-        return count
+                cost += self.store.run_cost(run_id)
+        return count, cost
 
     def _own(self, tenant: str, run_id: str) -> None:
         if self.store.owner(run_id) != tenant:
@@ -148,3 +184,14 @@ class Gateway:
     def ping(self) -> None:
         self.store.ping()
         self.backend.ping()
+
+
+def backend_ops(backend: Backend) -> tuple[OpRegistry, Collection[str] | None]:
+    """The back end's op registry (a Redis back end's includes the pool's published ops) and
+    the queues its workers consume (``None`` if it cannot tell)."""
+    scheduler = getattr(backend, "scheduler", None)
+    if scheduler is not None:
+        return scheduler.registry, scheduler.queues
+    from .. import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
+
+    return default_registry, None

@@ -23,7 +23,8 @@ CREATE INDEX IF NOT EXISTS keys_id ON keys (id);
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, limits TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_at REAL NOT NULL, idem TEXT,
-    ended INTEGER NOT NULL DEFAULT 0, indexed INTEGER NOT NULL DEFAULT 0
+    ended INTEGER NOT NULL DEFAULT 0, indexed INTEGER NOT NULL DEFAULT 0,
+    cost REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_open ON runs (tenant, ended);
 CREATE INDEX IF NOT EXISTS runs_idem ON runs (idem);
@@ -44,6 +45,9 @@ class SqliteGatewayStore(GatewayStore):
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: consistent after a crash
             self._db.execute("PRAGMA busy_timeout=5000")
             self._db.executescript(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
+            if "cost" not in columns:  # a gateway.db from before costs were recorded
+                self._db.execute("ALTER TABLE runs ADD COLUMN cost REAL NOT NULL DEFAULT 0")
         except sqlite3.Error as exc:
             raise StoreError(f"opening gateway store {self.path}: {exc}") from exc
         self._lock = threading.Lock()
@@ -93,11 +97,18 @@ class SqliteGatewayStore(GatewayStore):
             row = db.execute("SELECT limits FROM tenants WHERE name = ?", (tenant,)).fetchone()
         return None if row is None else TenantLimits.model_validate_json(row[0])
 
-    def add_run(self, run_id: str, tenant: str, idempotency_key: str | None = None) -> bool:
+    def add_run(self, run_id: str, tenant: str, idempotency_key: str | None = None,
+                cost: float = 0.0) -> bool:
         with self._sql() as db:
-            cur = db.execute("INSERT OR IGNORE INTO runs (run_id, tenant, created_at, idem) "
-                             "VALUES (?, ?, ?, ?)", (run_id, tenant, time.time(), idempotency_key))
+            cur = db.execute("INSERT OR IGNORE INTO runs (run_id, tenant, created_at, idem, cost) "
+                             "VALUES (?, ?, ?, ?, ?)",
+                             (run_id, tenant, time.time(), idempotency_key, cost))
         return cur.rowcount == 1
+
+    def run_cost(self, run_id: str) -> float:
+        with self._sql() as db:
+            row = db.execute("SELECT cost FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return 0.0 if row is None else float(row[0])
 
     def run_for_key(self, idempotency_key: str) -> str | None:
         with self._sql() as db:

@@ -2,8 +2,9 @@
 
 Kept apart from the state store on purpose: the core runtime knows nothing of tenants. A run
 belongs to the tenant that submitted it; an artifact is visible to a tenant once it appears in
-the result of one of that tenant's runs. Two implementations sit side by side, SQLite (next to
-the embedded home) and Redis (next to the Redis back end), and one contract test runs on both.
+the ``artifact`` field of an output of one of that tenant's runs. Two implementations sit side
+by side, SQLite (next to the embedded home) and Redis (next to the Redis back end), and one
+contract test runs on both.
 
 API keys are random (256 bits), so a plain SHA-256 is enough to store them: nothing can be
 brute-forced from the hash, and lookups stay one indexed read per request.
@@ -78,8 +79,14 @@ class GatewayStore(ABC):
         """The tenant's own limits, ``None`` to use the gateway's defaults."""
 
     @abstractmethod
-    def add_run(self, run_id: str, tenant: str, idempotency_key: str | None = None) -> bool:
-        """Record that ``tenant`` owns ``run_id``; ``False`` if it was recorded already."""
+    def add_run(self, run_id: str, tenant: str, idempotency_key: str | None = None,
+                cost: float = 0.0) -> bool:
+        """Record that ``tenant`` owns ``run_id`` of ``cost`` megapixel-steps; ``False`` if it
+        was recorded already."""
+
+    @abstractmethod
+    def run_cost(self, run_id: str) -> float:
+        """The cost recorded with the run (0 if none), for the concurrent-cost limit."""
 
     @abstractmethod
     def run_for_key(self, idempotency_key: str) -> str | None:

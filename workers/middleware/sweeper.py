@@ -1,14 +1,25 @@
-"""Re-enqueues outbox entries that a crashed worker left behind.
+"""Recovery driven by the state genloop keeps: re-sends what a fault left behind.
 
-Completing a node writes its released children to the outbox in the same transaction; the
-worker enqueues them right after the commit and clears the entries. If it dies in between, the
-entries stay. Every worker process runs this sweeper thread, but only the one holding the
-store's ``sweeper`` lock acts on a tick, so entries are not re-sent by every process at once.
-(Re-sending twice would be harmless anyway: claims make the second delivery a no-op.)
+Every worker process runs this sweeper thread, but only the one holding the store's ``sweeper``
+lock acts on a tick, so work is not re-sent by every process at once. (Re-sending twice would be
+harmless anyway: claims make the second delivery a no-op.) Each tick
+(:func:`genloop.workers.recovery.sweep`):
 
-It also re-sends instances that nothing has touched for ``stale_after`` seconds (default five
-minutes): a message can be lost without any crash of ours, e.g. stuck in the ack set of a live
-worker that could not ack it while Redis restarted.
+- enqueues outbox entries a worker left when it died between committing a completion and
+  enqueuing the children it released;
+- re-sends unfinished instances that nobody works on: running ones whose lease has ended (the
+  worker died, or lost Redis), queued ones whose message is gone (deleted, or stuck in the ack set
+  of a live worker after a Redis restart) once their queue has no backlog. ``grace`` (the lease
+  TTL by default) is how long an instance must have been left alone first.
+
+Worst-case recovery times, with lease TTL ``L`` (renewed every ``L/3``) and tick ``S``:
+a SIGKILLed worker's item runs again within ``L + S``; after a Redis restart from its
+append-only file, and for a lost message, within ``L + 2S`` (plus the wait for the queue's
+backlog, for a lost queued message). The pool's defaults (``L`` = 15 s, ``S`` = 5 s) give 20 s
+and 25 s. Dramatiq's own heartbeat requeue is no longer needed for recovery.
+
+A record that cannot be read is quarantined with an ``instance.quarantined`` event and an error
+log, and the tick goes on with the rest.
 """
 
 from __future__ import annotations
@@ -25,13 +36,13 @@ log = logging.getLogger(__name__)
 
 
 class OutboxSweeper(Middleware):
-    """Starts with the Dramatiq worker, stops with it."""
+    """Starts with the Dramatiq worker, stops with it. ``grace=None`` only flushes the outbox."""
 
     def __init__(self, scheduler: Scheduler, every: float = 5.0,
-                 stale_after: float | None = 300.0) -> None:
+                 grace: float | None = 30.0) -> None:
         self.scheduler = scheduler
         self.every = every
-        self.stale_after = stale_after
+        self.grace = grace
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._owner = f"sweeper-{uuid.uuid4().hex[:8]}"
@@ -53,10 +64,10 @@ class OutboxSweeper(Middleware):
     def sweep_once(self) -> int:
         try:
             if self.scheduler.store.try_lock("sweeper", self._owner, ttl=self.every * 2):
-                n = self.scheduler.sweep(older_than=self.every, stale_after=self.stale_after)
+                n = self.scheduler.sweep(older_than=self.every, grace=self.grace)
                 if n:
-                    log.info("re-enqueued %d outbox entries left by a crashed worker", n)
+                    log.info("re-sent %d message(s) left behind by a fault", n)
                 return n
         except Exception:  # the sweeper must outlive a store outage; it tries again next tick
-            log.exception("outbox sweep failed")
+            log.exception("sweep failed")
         return 0

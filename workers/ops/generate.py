@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import io
+from concurrent.futures import Future
 from dataclasses import replace
 
 from genloop.sdk.errors import NotFound, Permanent
-from genloop.sdk.ops import Candidate, GenerateParams, GenerationRequest
+from genloop.sdk.ops import MAX_CANDIDATES_PER_NODE, Candidate, GenerateParams, GenerationRequest
 
 from ..context import OpContext
+from ..deferred import Deferred
 from .registry import op
 
 
@@ -21,18 +23,25 @@ def _identity(params: GenerateParams, resources) -> str:
 # genloop.workers.engine.step_cache), so results stored by version 1 are not reused.
 @op("generate", params=GenerateParams, output=Candidate, queue="gpu", identity=_identity,
     version="2")
-def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> list[Candidate]:
+def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> Deferred:
     """Candidates ``first .. first + n - 1`` of the node (seed ``seed + i`` each); or, on a
     mapped node, the one image its :class:`GenerationRequest` input asks for.
 
     The shard goes to the process's generation engine, which may run it in one batched call
-    with other shards of the same model and settings (see ``genloop.workers.engine``); edits
-    batch with edits of the same kind and strength. Progress is reported per step (throttled
-    by ``ctx``), and a cancelled run stops the shard between two denoising steps, or while it
-    waits for its batch.
+    with other shards of the same model and settings (see ``genloop.workers.engine``), and
+    with its siblings (the node's other shards, a loop round's other images); edits batch with
+    edits of the same kind and strength. The op returns at once
+    (:class:`~genloop.workers.deferred.Deferred`); the images become PNG artifacts when the
+    batch is done, and stay in the process's image cache for scoring. Progress is reported
+    per step (throttled by ``ctx``), and a cancelled run stops the shard between two denoising
+    steps, or when its batch forms.
     """
     from ..engine.generate import ImageSettings, png_bytes
 
+    if len(inputs) > MAX_CANDIDATES_PER_NODE:
+        # A fan-out the submit-time budget could not see (a custom op's output upstream).
+        raise Permanent(f"generate got {len(inputs)} requests; at most "
+                        f"{MAX_CANDIDATES_PER_NODE} per instance (split it with map=True)")
     edit = dict(init_image=params.init_image, mask=params.mask)
     if inputs:
         requests = [GenerationRequest.model_validate(i, from_attributes=True) for i in inputs]
@@ -73,41 +82,77 @@ def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> list[Candi
         ctx.progress(done, total)
 
     # Requests that share settings go to the engine as one request (one batch); a refiner
-    # that mixes drafts, finished images and edits makes more than one group.
+    # that mixes drafts, finished images and edits makes more than one. The instance counts
+    # once among its siblings, so only its first request names the group.
     groups: dict[ImageSettings, list[int]] = {}
     for i, s in enumerate(settings):
         groups.setdefault(s, []).append(i)
-    images: list = [None] * len(requests)
-    for group, members in groups.items():
-        made = models.engine.generate(
+    jobs = []
+    for n, (group, members) in enumerate(groups.items()):
+        jobs.append((members, models.engine.submit(
             params.model, [requests[i].prompt for i in members],
             [requests[i].seed for i in members], group, on_step=on_step,
-            check=ctx.check_cancelled,
             init_images=(None if group.kind == "text"
                          else [pictures.get(requests[i].init_image, "RGB") for i in members]),
             masks=(None if group.kind != "inpaint"
                    else [pictures.get(requests[i].mask, "L") for i in members]),
-        )
-        for i, img in zip(members, made, strict=True):
+            group=ctx.group if n == 0 else None, group_size=ctx.siblings,
+            check=ctx.check_cancelled,
+        )))
+    cache = pictures.cache
+
+    def store(images: list) -> list[Candidate]:
+        out = []
+        for i, (r, s, img) in enumerate(zip(requests, settings, images, strict=True)):
+            key = ctx.artifacts.put(png_bytes(img), "png")
+            if cache is not None:
+                cache.put(key, img)
+            out.append(Candidate(
+                index=params.first + i, prompt=r.prompt, seed=r.seed, round=r.round,
+                model=params.model, artifact=key, width=s.width, height=s.height,
+                steps=s.steps, denoised_steps=None if s.kind == "text" else s.denoised_steps,
+                init_image=r.init_image, mask=r.mask,
+                strength=None if s.kind == "text" else s.strength,
+            ))
+        return out
+
+    return Deferred(_gather(len(requests), [(m, j.future) for m, j in jobs]), store)
+
+
+def _gather(n: int, parts: list[tuple[list[int], Future]]) -> Future:
+    """One future for the shard's images, in request order, from its engine requests' (the
+    first failure fails it)."""
+    if len(parts) == 1:
+        return parts[0][1]
+    out: Future = Future()
+    images: list = [None] * n
+    left = [len(parts)]
+
+    def done(members: list[int], future: Future) -> None:
+        if out.done():
+            return
+        exc = future.exception()
+        if exc is not None:
+            out.set_exception(exc)
+            return
+        for i, img in zip(members, future.result(), strict=True):
             images[i] = img
-    return [
-        Candidate(
-            index=params.first + i, prompt=r.prompt, seed=r.seed, round=r.round,
-            model=params.model, artifact=ctx.artifacts.put(png_bytes(img), "png"),
-            width=s.width, height=s.height, steps=s.steps,
-            denoised_steps=None if s.kind == "text" else s.denoised_steps,
-            init_image=r.init_image, mask=r.mask,
-            strength=None if s.kind == "text" else s.strength,
-        )
-        for i, (r, s, img) in enumerate(zip(requests, settings, images, strict=True))
-    ]
+        left[0] -= 1
+        if not left[0]:
+            out.set_result(images)
+
+    for members, future in parts:
+        future.add_done_callback(lambda f, m=members: done(m, f))
+    return out
 
 
 class _Pictures:
-    """Init images and masks read from the artifact store, at the size being generated."""
+    """Init images and masks (from the process's image cache, else the artifact store), at
+    the size being generated."""
 
     def __init__(self, ctx: OpContext, width: int, height: int) -> None:
         self.ctx, self.size = ctx, (width, height)
+        self.cache = getattr(ctx.resources, "images", None)
         self._seen: dict[tuple[str, str], object] = {}
 
     def get(self, key: str | None, mode: str):
@@ -116,8 +161,10 @@ class _Pictures:
         if key is None:
             raise Permanent("an edit needs its init_image")
         if (key, mode) not in self._seen:
+            image = self.cache.get(key) if self.cache is not None else None
             try:
-                image = Image.open(io.BytesIO(self.ctx.artifacts.get(key)))
+                if image is None:
+                    image = Image.open(io.BytesIO(self.ctx.artifacts.get(key)))
                 image = image.convert(mode)
             except (NotFound, OSError) as exc:
                 raise Permanent(f"cannot read image artifact {key!r}: {exc}") from exc

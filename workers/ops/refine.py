@@ -54,12 +54,18 @@ def refiner(name: str) -> Callable[[Refiner], Refiner]:
     return register
 
 
+def refiners() -> dict[str, str]:
+    """Registered strategy names and the first line of each one's docstring."""
+    return {name: (fn.__doc__ or "").strip().split("\n")[0] for name, fn in _REFINERS.items()}
+
+
 def _best(scored: list[ScoredCandidate], keep: int) -> list[ScoredCandidate]:
     return sorted(scored, key=lambda c: (-c.score, c.round, c.index))[:keep]
 
 
 @refiner("seed-search")
 def seed_search(scored: list[ScoredCandidate], params: RefineParams) -> list[GenerationRequest]:
+    """Fresh seeds drawn around the best candidates' seeds; the usual choice."""
     best = _best(scored, params.keep)
     tried = {c.seed for c in scored}
     requests = []
@@ -77,6 +83,7 @@ def seed_search(scored: list[ScoredCandidate], params: RefineParams) -> list[Gen
 @refiner("prompt-variants")
 def prompt_variants(scored: list[ScoredCandidate],
                     params: RefineParams) -> list[GenerationRequest]:
+    """The best seeds again, each with the prompt plus a style modifier ('sharp focus', ...)."""
     best = _best(scored, params.keep)
     offset = (params.round - 1) * params.candidates
     return [

@@ -6,6 +6,7 @@ from genloop.sdk.errors import Permanent
 from genloop.sdk.ops import Candidate, ScoredCandidate, ScoreParams
 
 from ..context import OpContext
+from ..deferred import Deferred
 from .registry import op
 
 
@@ -15,7 +16,11 @@ def _identity(params: ScoreParams, resources) -> str:
 
 @op("score", params=ScoreParams, output=ScoredCandidate, queue="gpu", elementwise=True,
     identity=_identity)
-def score(params: ScoreParams, inputs: list, ctx: OpContext) -> list[ScoredCandidate]:
+def score(params: ScoreParams, inputs: list, ctx: OpContext) -> Deferred | list:
+    """Scores the candidates through the process's score batcher, which merges requests of
+    many nodes and runs per evaluator; returns at once (a
+    :class:`~genloop.workers.deferred.Deferred`). Images this process generated come from its
+    image cache; only the others are read and decoded from the artifact store."""
     from genloop.evaluators import load_image
 
     try:
@@ -25,15 +30,26 @@ def score(params: ScoreParams, inputs: list, ctx: OpContext) -> list[ScoredCandi
     if not candidates:
         return []
     evaluator = ctx.resources.evaluator(params.evaluator)
-    images = [load_image(ctx.artifacts.get(c.artifact), name=c.artifact) for c in candidates]
-    scores = evaluator.score(images, params.text)
-    embeddings = scores.embeddings or [None] * len(candidates)
-    details = scores.details or [None] * len(candidates)
-    return [
-        ScoredCandidate(
-            **c.model_dump(include=set(Candidate.model_fields)), score=value,
-            evaluator=params.evaluator, embedding=emb, details=critique,
-        )
-        for c, value, emb, critique in zip(candidates, scores.values, embeddings, details,
-                                           strict=True)
-    ]
+    cache = getattr(ctx.resources, "images", None)
+    images = []
+    for c in candidates:
+        image = cache.get(c.artifact) if cache is not None else None
+        images.append(image if image is not None
+                      else load_image(ctx.artifacts.get(c.artifact), name=c.artifact))
+
+    def scored(scores) -> list[ScoredCandidate]:
+        embeddings = scores.embeddings or [None] * len(candidates)
+        details = scores.details or [None] * len(candidates)
+        return [
+            ScoredCandidate(
+                **c.model_dump(include=set(Candidate.model_fields)), score=value,
+                evaluator=params.evaluator, embedding=emb, details=critique,
+            )
+            for c, value, emb, critique in zip(candidates, scores.values, embeddings, details,
+                                               strict=True)
+        ]
+
+    batcher = getattr(ctx.resources, "scoring", None)
+    if batcher is None:  # resources without a batcher (a custom Resources): score here
+        return scored(evaluator.score(images, params.text))
+    return Deferred(batcher.submit(evaluator, images, params.text, ctx.check_cancelled), scored)

@@ -1,5 +1,13 @@
 """Shapes world: a tiny text-to-image model and CLIP, trained here, graded by pixel geometry.
 
+Public API for other parts of genloop (refiners, critics, benchmarks):
+
+- captions: :class:`Attributes` (one object), :class:`Pair` (two, with a relation),
+  :func:`parse_caption`, :func:`one_attribute_variants`;
+- grading: :func:`grade` (per-clause :class:`Match` / :class:`PairMatch`), :func:`read`;
+- prompt sets: :func:`heldout_prompts` (``objects=1|2``), :func:`novel_prompts` (colour-shape
+  combinations no model was trained on).
+
 Random-weight models draw noise, so nothing about a loop's quality could be judged with them.
 The shapes models are small enough to train on a CPU in minutes and to ship inside the package,
 and every image they make can be checked against its prompt by :func:`check`.
@@ -20,8 +28,40 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from .checker import Match, check, compare
-from .dataset import Attributes, Sample, heldout_prompts, heldout_seeds, parse_caption, sample
+from .checker import (
+    Found,
+    Match,
+    PairMatch,
+    Reading,
+    ThingMatch,
+    check,
+    check_pair,
+    compare,
+    grade,
+    read,
+    scene_of,
+)
+from .dataset import (
+    HELDOUT_COMBOS,
+    IMAGE_SIZE,
+    Sample,
+    heldout_prompts,
+    heldout_seeds,
+    is_novel,
+    novel_prompts,
+    sample,
+    sample_scene,
+)
+from .scene import (
+    ATTRIBUTE_NAMES,
+    PAIR_CLAUSES,
+    Attributes,
+    Pair,
+    Scene,
+    Thing,
+    one_attribute_variants,
+    parse_caption,
+)
 
 #: Model names the generation and evaluator registries should use.
 PIPELINE_NAME = "shapes"
@@ -63,8 +103,35 @@ def register_clip_config() -> str:
     return register(clip_config_path())
 
 
+def shipped_image_size() -> int:
+    """Image size the shipped pipeline draws (32: the v1 world, 64: v2), from its configs."""
+    unet = json.loads((pipeline_path() / "unet" / "config.json").read_text())
+    vae = json.loads((pipeline_path() / "vae" / "config.json").read_text())
+    return int(unet["sample_size"]) * 2 ** (len(vae["block_out_channels"]) - 1)
+
+
 __all__ = [
+    "ATTRIBUTE_NAMES",
     "CLIP_MODEL_NAME",
+    "Found",
+    "HELDOUT_COMBOS",
+    "IMAGE_SIZE",
+    "PAIR_CLAUSES",
+    "Pair",
+    "PairMatch",
+    "Reading",
+    "Scene",
+    "Thing",
+    "ThingMatch",
+    "check_pair",
+    "grade",
+    "is_novel",
+    "novel_prompts",
+    "one_attribute_variants",
+    "read",
+    "sample_scene",
+    "scene_of",
+    "shipped_image_size",
     "DEFAULT_GUIDANCE",
     "DEFAULT_STEPS",
     "PIPELINE_NAME",

@@ -1,45 +1,55 @@
-"""Measure shapes-clip and the shapes generator on held-out seeds.
+"""Measure shapes-clip and the shapes generator on held-out seeds and held-out combinations.
 
-    python -m genloop.workers.shapes.evaluate [--weights DIR] [--n 200] [--guidance 4 ...] [--json]
+    python -m genloop.workers.shapes.evaluate [--weights DIR] [--old-weights DIR] [--device cuda]
+        [--n 500] [--auc-prompts 100] [--json] [--out FILE]
 
-- CLIP: for each held-out image and each of colour / shape / position / size, does the true
-  caption score above every caption that differs from it in that one attribute?
-- Generator: for held-out prompts at the given steps and guidance, the share of images in which
-  the checker finds each prompted attribute (and all of them).
+- CLIP ranking: for each held-out clean render and each clause (one object: colour, shape,
+  size, position, background; two: colour, shape, size, relation, order, background), does the
+  true caption score above every caption that differs from it in that one clause?
+- Generator: for held-out prompts (one and two objects, and prompts with colour-shape
+  combinations held out of training), the share of images in which the checker finds each
+  clause, and all of them.
+- Selection AUC: for held-out prompts, ``k`` generated images each, labelled by the checker;
+  per prompt with both kinds, the AUC of the CLIP score separating passed from failed images;
+  the mean over prompts. This is what best-of-N selection by the verifier can gain. Computed
+  for ``--weights``'s CLIP and, with ``--old-weights``, the old one, on the same images.
 
-Both load the models the way the registries do (``from_pretrained`` and open_clip's
-``pretrained=``), so the figures describe what genloop actually runs.
+Models load the way the registries load them (``from_pretrained``, open_clip's ``pretrained=``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel
 
 from . import dataset
-from .checker import check, compare
+from .checker import grade
+from .mining import generate, verdicts
+from .scene import ATTRIBUTE_NAMES, Attributes, Scene, one_attribute_variants
 
-ATTRIBUTES = ("colour", "shape", "position", "size")
+_PAIR_GROUPS = {
+    "colour": ("first.colour", "second.colour"), "shape": ("first.shape", "second.shape"),
+    "size": ("first.size", "second.size"), "relation": ("relation",), "order": ("order",),
+    "background": ("background",),
+}
 
 
 class ClipReport(BaseModel):
     n: int
+    #: ``one.<clause>`` and ``two.<clause>``: share of renders whose true caption ranks first.
     rank_first: dict[str, float]
 
 
-class VaeReport(BaseModel):
-    """The checker on VAE round trips of clean renders: the ceiling for the generator."""
-
-    n: int
-    found: dict[str, float]
-    all_correct: float
-
-
 class GeneratorReport(BaseModel):
+    prompts: str
     n: int
     steps: int
     guidance: float
@@ -48,88 +58,132 @@ class GeneratorReport(BaseModel):
     seconds: float
 
 
-def load_clip(weights: Path):
-    import open_clip
-
-    from .models import register_clip_config
-
-    name = register_clip_config(weights / "shapes-clip" / "shapes-clip.json")
-    model, _, preprocess = open_clip.create_model_and_transforms(
-        name, pretrained=str(weights / "shapes-clip" / "open_clip_model.safetensors"))
-    return model.eval(), preprocess, open_clip.get_tokenizer(name)
-
-
-def evaluate_clip(weights: Path, n: int = 500, start: int = 0) -> ClipReport:
-    import torch
-
-    model, preprocess, tokenizer = load_clip(weights)
-    samples = [dataset.sample(s) for s in dataset.heldout_seeds(n, start)]
-    wins = dict.fromkeys(ATTRIBUTES, 0)
-    with torch.no_grad():
-        images = torch.stack([preprocess(s.image) for s in samples])
-        img = torch.nn.functional.normalize(model.encode_image(images), dim=-1)
-        for attribute in ATTRIBUTES:
-            for i, s in enumerate(samples):
-                variants = dataset.one_attribute_variants(s.attributes, attribute)
-                texts = [s.caption] + [v.caption() for v in variants]
-                txt = torch.nn.functional.normalize(model.encode_text(tokenizer(texts)), dim=-1)
-                scores = txt @ img[i]
-                wins[attribute] += int(scores[0] > scores[1:].max())
-    return ClipReport(n=n, rank_first={a: wins[a] / n for a in ATTRIBUTES})
+class SelectionReport(BaseModel):
+    clip: str
+    prompts: int
+    images_per_prompt: int
+    #: prompts whose images were neither all passed nor all failed (the AUC is over these)
+    mixed_prompts: int
+    mean_auc: float | None
+    pass_rate: float
 
 
-def load_pipeline(weights: Path):
+class ClipModel:
+    """An open_clip shapes-clip from a weights folder, registered under a name of its own so
+    two versions (v1 32x32, v2 64x64) can be loaded side by side."""
+
+    def __init__(self, weights: Path, name: str, device: str = "cpu") -> None:
+        import open_clip
+
+        folder = weights / "shapes-clip"
+        with tempfile.TemporaryDirectory() as tmp:
+            config = Path(tmp) / f"{name}.json"
+            shutil.copy(folder / "shapes-clip.json", config)
+            if name not in open_clip.list_models():
+                open_clip.add_model_config(config)
+        self.model, _, self.preprocess = open_clip.create_model_and_transforms(
+            name, pretrained=str(folder / "open_clip_model.safetensors"), device=device)
+        self.model.eval()
+        self.tokenizer = open_clip.get_tokenizer(name)
+        self.device = device
+
+    def image_features(self, images: np.ndarray):
+        import torch
+        from PIL import Image
+
+        with torch.no_grad():
+            x = torch.stack([self.preprocess(Image.fromarray(im)) for im in images])
+            return torch.nn.functional.normalize(
+                self.model.encode_image(x.to(self.device)), dim=-1)
+
+    def text_features(self, texts: Sequence[str]):
+        import torch
+
+        with torch.no_grad():
+            t = self.tokenizer(list(texts)).to(self.device)
+            return torch.nn.functional.normalize(self.model.encode_text(t), dim=-1)
+
+
+def _variant_groups(scene: Scene) -> dict[str, list[str]]:
+    if isinstance(scene, Attributes):
+        return {f"one.{a}": [v.caption() for v in one_attribute_variants(scene, a)]
+                for a in ATTRIBUTE_NAMES}
+    return {f"two.{g}": [v.caption() for c in clauses for v in one_attribute_variants(scene, c)]
+            for g, clauses in _PAIR_GROUPS.items()}
+
+
+def evaluate_clip(clip: ClipModel, n: int = 500, start: int = 0) -> ClipReport:
+    wins: dict[str, list[int]] = {}
+    for objects in (1, 2):
+        samples = [dataset.sample(s, objects) for s in dataset.heldout_seeds(n, start)]
+        img = clip.image_features(np.stack([np.asarray(s.image) for s in samples]))
+        for i, s in enumerate(samples):
+            for key, variants in _variant_groups(s.attributes).items():
+                if not variants:
+                    continue
+                scores = clip.text_features([s.caption, *variants]) @ img[i]
+                wins.setdefault(key, []).append(int(scores[0] > scores[1:].max()))
+    return ClipReport(n=n, rank_first={k: sum(v) / len(v) for k, v in wins.items()})
+
+
+def load_pipeline(weights: Path, device: str = "cpu"):
     from diffusers import StableDiffusionPipeline
 
-    pipe = StableDiffusionPipeline.from_pretrained(str(weights / "shapes-sd"))
+    pipe = StableDiffusionPipeline.from_pretrained(str(weights / "shapes-sd")).to(device)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
 
-def evaluate_vae(pipe, n: int = 200, start: int = 0) -> VaeReport:
-    import numpy as np
-    import torch
+def evaluate_generator(pipe, scenes: list[Scene], label: str, steps: int, guidance: float,
+                       batch: int = 100) -> GeneratorReport:
+    began = time.monotonic()
+    images = generate(pipe, [s.caption() for s in scenes], list(range(len(scenes))), steps,
+                      guidance, batch)
     from PIL import Image
 
-    samples = [dataset.sample(s) for s in dataset.heldout_seeds(n, start)]
-    pixels = np.stack([dataset.to_array(s.image) for s in samples]) / 127.5 - 1.0
-    x = torch.from_numpy(pixels).permute(0, 3, 1, 2).float()
-    with torch.no_grad():
-        y = pipe.vae.decode(pipe.vae.encode(x).latent_dist.mode()).sample
-    out = ((y.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
-    matches = [compare(s.attributes, check(Image.fromarray(o)))
-               for s, o in zip(samples, out, strict=True)]
-    keys = ATTRIBUTES + ("background",)
-    return VaeReport(n=n, found={k: sum(getattr(m, k) for m in matches) / n for k in keys},
-                     all_correct=sum(m.all_correct for m in matches) / n)
+    matches = [grade(s, Image.fromarray(im)).clauses() for s, im in zip(scenes, images,
+                                                                         strict=True)]
+    keys = list(matches[0])
+    n = len(scenes)
+    return GeneratorReport(prompts=label, n=n, steps=steps, guidance=guidance,
+                           found={k: sum(m[k] for m in matches) / n for k in keys},
+                           all_correct=sum(all(m.values()) for m in matches) / n,
+                           seconds=time.monotonic() - began)
 
 
-def generate(pipe, prompts: list[str], seeds: list[int], steps: int, guidance: float) -> list:
-    import torch
-
-    generators = [torch.Generator().manual_seed(s) for s in seeds]
-    return pipe(prompts, num_inference_steps=steps, guidance_scale=guidance,
-                generator=generators).images
+def auc(positive: Sequence[float], negative: Sequence[float]) -> float:
+    """P(score of a random positive > a random negative), ties counting half."""
+    p, q = np.asarray(positive)[:, None], np.asarray(negative)[None, :]
+    return float(((p > q).sum() + 0.5 * (p == q).sum()) / (p.size * q.size))
 
 
-def evaluate_generator(pipe, n: int = 200, steps: int = 20, guidance: float = 4.0,
-                       start: int = 0, batch: int = 50) -> GeneratorReport:
-    prompts = dataset.heldout_prompts(n, start)
-    counts = dict.fromkeys(ATTRIBUTES + ("background",), 0)
-    all_correct = 0
-    began = time.monotonic()
-    for lo in range(0, n, batch):
-        chunk = prompts[lo: lo + batch]
-        images = generate(pipe, [p.caption() for p in chunk], list(range(lo, lo + len(chunk))),
-                          steps, guidance)
-        for attrs, image in zip(chunk, images, strict=True):
-            match = compare(attrs, check(image))
-            for key in counts:
-                counts[key] += int(getattr(match, key))
-            all_correct += int(match.all_correct)
-    return GeneratorReport(n=n, steps=steps, guidance=guidance,
-                           found={k: v / n for k, v in counts.items()},
-                           all_correct=all_correct / n, seconds=time.monotonic() - began)
+def selection_auc(pipe, clips: dict[str, ClipModel], n_prompts: int, k: int, steps: int,
+                  guidance: float, workers: int = 1) -> list[SelectionReport]:
+    """Mean within-prompt AUC of each CLIP, on the same generated images (half one-object,
+    half two-object held-out prompts)."""
+    scenes = (dataset.heldout_prompts(n_prompts // 2, start=50_000, objects=1)
+              + dataset.heldout_prompts(n_prompts - n_prompts // 2, start=50_000, objects=2))
+    captions = [s.caption() for s in scenes for _ in range(k)]
+    images = generate(pipe, captions, [i % k for i in range(len(captions))], steps, guidance,
+                      100)
+    passed = [v.correct for v in verdicts(captions, images, workers)]
+    reports = []
+    for name, clip in clips.items():
+        img = clip.image_features(images)
+        txt = clip.text_features([s.caption() for s in scenes])
+        aucs = []
+        for j in range(len(scenes)):
+            rows = range(j * k, (j + 1) * k)
+            scores = (img[j * k:(j + 1) * k] @ txt[j]).tolist()
+            pos = [sc for sc, r in zip(scores, rows, strict=True) if passed[r]]
+            neg = [sc for sc, r in zip(scores, rows, strict=True) if not passed[r]]
+            if pos and neg:
+                aucs.append(auc(pos, neg))
+        reports.append(SelectionReport(clip=name, prompts=len(scenes), images_per_prompt=k,
+                                       mixed_prompts=len(aucs),
+                                       mean_auc=float(np.mean(aucs)) if aucs else None,
+                                       pass_rate=sum(passed) / len(passed)))
+    return reports
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -139,29 +193,41 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--weights", type=Path, default=None, help="default: shipped weights")
-    parser.add_argument("--n", type=int, default=200)
+    parser.add_argument("--old-weights", type=Path, default=None,
+                        help="a second shapes-clip for the selection AUC comparison")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--n", type=int, default=500, help="prompts per generator set")
     parser.add_argument("--clip-n", type=int, default=500)
+    parser.add_argument("--auc-prompts", type=int, default=100)
+    parser.add_argument("--auc-images", type=int, default=8)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
-    parser.add_argument("--guidance", type=float, nargs="+", default=[DEFAULT_GUIDANCE])
-    parser.add_argument("--skip-clip", action="store_true")
-    parser.add_argument("--skip-generator", action="store_true")
+    parser.add_argument("--guidance", type=float, default=DEFAULT_GUIDANCE)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=1, help="checker processes")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     weights = args.weights or weights_dir()
-    reports: list[BaseModel] = []
-    if not args.skip_clip:
-        reports.append(evaluate_clip(weights, args.clip_n))
-    if not args.skip_generator:
-        pipe = load_pipeline(weights)
-        reports.append(evaluate_vae(pipe, args.n))
-        reports.extend(evaluate_generator(pipe, args.n, args.steps, g) for g in args.guidance)
-    for report in reports:
-        if args.json:
-            print(report.model_dump_json())
-        else:
-            print(type(report).__name__, json.dumps(report.model_dump(), indent=None))
+    clip = ClipModel(weights, "shapes-clip-eval", args.device)
+    pipe = load_pipeline(weights, args.device)
+    reports: dict[str, object] = {"clip": evaluate_clip(clip, args.clip_n).model_dump()}
+    sets = {"one": dataset.heldout_prompts(args.n, objects=1),
+            "two": dataset.heldout_prompts(args.n, objects=2),
+            "one-novel": dataset.novel_prompts(args.n // 2, objects=1),
+            "two-novel": dataset.novel_prompts(args.n // 2, objects=2)}
+    reports["generator"] = [evaluate_generator(pipe, s, label, args.steps, args.guidance)
+                            .model_dump() for label, s in sets.items()]
+    clips = {"new": clip}
+    if args.old_weights is not None:
+        clips["old"] = ClipModel(args.old_weights, "shapes-clip-old", args.device)
+    reports["selection"] = [r.model_dump() for r in selection_auc(
+        pipe, clips, args.auc_prompts, args.auc_images, args.steps, args.guidance,
+        args.workers)]
+    text = json.dumps(reports, indent=None if args.json else 2)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""Architectures of the shapes models, built from configs (nothing is downloaded).
+"""Architectures of the shapes models (v2: 64x64 images, 16x16 latents), built from configs.
 
-Sizes are chosen for one CPU core and a 25 MB package: most bytes are the two 49,408-row token
+Sizes are chosen for one CPU core and a 30 MB package: most bytes are the two 49,408-row token
 embedding tables that the CLIP BPE vocabulary forces on both text encoders, so their width is
-kept at 32; the image side is tiny because a 32x32 flat shape carries little information.
+kept at 32; the image side is small because a flat shape carries little information.
 """
 
 from __future__ import annotations
@@ -16,12 +16,15 @@ from diffusers import AutoencoderKL, DDIMScheduler, UNet2DConditionModel
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
 CLIP_MODEL_NAME = "shapes-clip"
-CONTEXT_LENGTH = 77
+# The longest caption (two objects) is 15 tokens; 32 keeps cross-attention cheap.
+CONTEXT_LENGTH = 32
 VOCAB_SIZE = 49408
 TEXT_WIDTH = 32
-# The VAE downsamples three times (32 -> 8), so the UNet works on 8x8x8 latents. Eight channels
-# rather than Stable Diffusion's four: with four, round trips already lost a quarter of the colours.
-LATENT_SIZE = 8
+IMAGE_SIZE = 64
+# The VAE downsamples twice (64 -> 16): v1's 8x8 latents blurred small stars and squares into
+# circles. Eight channels rather than Stable Diffusion's four: with four, v1's round trips lost a
+# quarter of the colours.
+LATENT_SIZE = 16
 LATENT_CHANNELS = 8
 # Captions are ~12 tokens; a short CLIP context makes contrastive training 3x cheaper.
 CLIP_CONTEXT_LENGTH = 24
@@ -29,10 +32,10 @@ CLIP_CONTEXT_LENGTH = 24
 CLIP_CONFIG: dict[str, Any] = {
     "embed_dim": 64,
     "vision_cfg": {
-        "image_size": 32,
-        "patch_size": 4,
+        "image_size": IMAGE_SIZE,
+        "patch_size": 8,
         "width": 64,
-        "layers": 3,
+        "layers": 4,
         "head_width": 32,
         "mlp_ratio": 2.0,
     },
@@ -41,7 +44,7 @@ CLIP_CONFIG: dict[str, Any] = {
         "vocab_size": VOCAB_SIZE,
         "width": TEXT_WIDTH,
         "heads": 2,
-        "layers": 2,
+        "layers": 3,
         "mlp_ratio": 2.0,
     },
 }
@@ -57,7 +60,9 @@ def build_vae() -> AutoencoderKL:
         layers_per_block=1,
         latent_channels=LATENT_CHANNELS,
         norm_num_groups=8,
-        sample_size=32,
+        sample_size=IMAGE_SIZE,
+        # Convolutions only: the VAE trains on crops, and needs no global view of a flat shape.
+        mid_block_add_attention=False,
     )
 
 
@@ -67,7 +72,7 @@ def build_text_encoder() -> CLIPTextModel:
             vocab_size=VOCAB_SIZE,
             hidden_size=TEXT_WIDTH,
             intermediate_size=2 * TEXT_WIDTH,
-            num_hidden_layers=2,
+            num_hidden_layers=3,
             num_attention_heads=2,
             max_position_embeddings=CONTEXT_LENGTH,
             bos_token_id=49406,
@@ -83,12 +88,13 @@ def build_unet() -> UNet2DConditionModel:
         in_channels=LATENT_CHANNELS,
         out_channels=LATENT_CHANNELS,
         layers_per_block=1,
-        # Three levels (8 -> 4 -> 2): at 2x2 every cell touches a different corner of the zero
-        # padding, which is what lets a convolutional net place a shape where the prompt says.
-        # With two levels, position stayed at chance (21%) while colour and shape were learned.
-        block_out_channels=(32, 64, 64),
-        down_block_types=("CrossAttnDownBlock2D",) * 3,
-        up_block_types=("CrossAttnUpBlock2D",) * 3,
+        # Four levels (16 -> 8 -> 4 -> 2): at 2x2 every cell touches a different corner of the
+        # zero padding, which is what lets a convolutional net place a shape where the prompt
+        # says (v1, with two levels, left position at chance). The 16x16 level only refines
+        # edges, so it has no attention: cross-attention there would cost more than the rest.
+        block_out_channels=(32, 64, 64, 64),
+        down_block_types=("DownBlock2D",) + ("CrossAttnDownBlock2D",) * 3,
+        up_block_types=("CrossAttnUpBlock2D",) * 3 + ("UpBlock2D",),
         cross_attention_dim=TEXT_WIDTH,
         attention_head_dim=4,
         norm_num_groups=16,
@@ -146,9 +152,14 @@ def build_tokenizer(directory: Path) -> CLIPTokenizer:
 
 
 def register_clip_config(config_path: Path) -> str:
-    """Make ``config_path`` known to open_clip and return its model name."""
+    """Make ``config_path`` open_clip's ``shapes-clip`` config and return the model name.
+
+    open_clip keeps configs in one process-wide table; training writes a config of its own, so
+    this re-registers whenever the table holds a different one (v1 and v2 differ in size).
+    """
     import open_clip
 
-    if CLIP_MODEL_NAME not in open_clip.list_models():
+    wanted = json.loads(Path(config_path).read_text())
+    if open_clip.get_model_config(CLIP_MODEL_NAME) != wanted:
         open_clip.add_model_config(config_path)
     return CLIP_MODEL_NAME

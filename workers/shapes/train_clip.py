@@ -1,14 +1,22 @@
-"""Contrastive training of shapes-clip, an open_clip model with a custom config.
+"""Contrastive training of shapes-clip, an open_clip model with a custom config, in two phases.
 
-Besides the in-batch captions, each image brings one hard negative per attribute (its caption
-with the colour, shape, position or size changed), because ranking the true caption above
-exactly those is what the evaluator is used for. Captions repeat within a batch (there are 720
-distinct ones), so targets are multi-positive: every copy of an image's caption is right.
+1. **Clean** (:func:`pretrain`): rendered images and their captions. Each image also brings
+   hard-negative captions (its caption with one clause changed: colour, shape, size, place,
+   relation, or the two objects swapped), because ranking the true caption above exactly those
+   is what the evaluator is for. Captions repeat within a batch, so targets are multi-positive:
+   every caption that describes the same picture (:meth:`~.scene.Pair.canonical`) is right.
+2. **Hard negatives** (:func:`finetune`): the clean batches continue, and beside them come the
+   generator's own images mined by :mod:`.mining`: an image the checker passed is a positive
+   of its prompt; one it failed is a negative of its prompt and a positive of what the checker
+   read in it; and within each prompt's group of images, the prompt must pick the passed ones
+   out (the selection a loop makes). Nothing here sees a held-out seed or combination.
+
 Images get mild blur and noise so scores stay meaningful on generated, imperfect images.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -21,103 +29,222 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel
 
-from . import dataset
+from .dataset import is_novel, render_pool
 from .models import CLIP_CONFIG, CLIP_MODEL_NAME, register_clip_config
+from .scene import ATTRIBUTE_NAMES, PAIR_CLAUSES, Attributes, one_attribute_variants, parse_caption
 
 logger = logging.getLogger(__name__)
 
-HARD_NEGATIVE_ATTRIBUTES = ("colour", "shape", "position", "size")
 CHECKPOINT_NAME = "open_clip_model.safetensors"
+_ONE_CLAUSES = tuple(a for a in ATTRIBUTE_NAMES if a != "background")
+_PAIR_CLAUSES = tuple(c for c in PAIR_CLAUSES if c != "background") + ("order",)
+NEGATIVES_PER_IMAGE = 4
 
 
 class ClipTrainConfig(BaseModel):
     seed: int = 0
+    pool_size: int = 32768
+    # Training seeds are offset from the generator's so the two models see other images.
+    seed_offset: int = 500_000_000
     steps: int = 2500
     batch: int = 128
     lr: float = 1e-3
     warmup: int = 100
-    # Training seeds are offset from the diffusion stages' so the two models see other images.
-    seed_offset: int = 500_000_000
+    finetune_steps: int = 500
+    finetune_lr: float = 3e-4
+    #: Mined prompt groups per fine-tuning step (each brings all its generated images).
+    finetune_groups: int = 8
 
     @classmethod
     def smoke(cls) -> ClipTrainConfig:
-        return cls(steps=3, batch=8, warmup=1)
+        return cls(pool_size=16, steps=2, batch=8, warmup=1, finetune_steps=2, finetune_groups=2)
 
 
-def clip_pixels(images: list) -> torch.Tensor:
-    """What open_clip's preprocess gives for a 32x32 image: [0, 1], then CLIP's mean and std."""
+def clip_pixels(images: np.ndarray, device: str | torch.device = "cpu") -> torch.Tensor:
+    """What open_clip's preprocess gives for uint8 ``(B, H, W, 3)`` at the model's size."""
     from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
 
-    x = np.stack([dataset.to_array(im) for im in images]) / 255.0
-    x = torch.from_numpy(x).permute(0, 3, 1, 2).float()
-    mean = torch.tensor(OPENAI_DATASET_MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(OPENAI_DATASET_STD).view(1, 3, 1, 1)
-    return (x - mean) / std
+    x = torch.from_numpy(np.ascontiguousarray(images)).to(device).permute(0, 3, 1, 2).float()
+    mean = torch.tensor(OPENAI_DATASET_MEAN, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(OPENAI_DATASET_STD, device=device).view(1, 3, 1, 1)
+    return (x / 255.0 - mean) / std
 
 
 def _augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    blur = torch.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]) / 16
+    blur = (torch.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]) / 16).to(x.device)
     blurred = F.conv2d(F.pad(x, (1, 1, 1, 1), mode="replicate"),
                        blur.expand(3, 1, 3, 3), groups=3)
-    pick = (torch.rand(len(x), 1, 1, 1, generator=gen) < 0.5).float()
+    pick = (torch.rand(len(x), 1, 1, 1, generator=gen) < 0.5).float().to(x.device)
     x = pick * blurred + (1 - pick) * x
-    sigma = torch.rand(len(x), 1, 1, 1, generator=gen) * 0.15
-    return x + sigma * torch.randn(x.shape, generator=gen)
+    sigma = (torch.rand(len(x), 1, 1, 1, generator=gen) * 0.15).to(x.device)
+    return x + sigma * torch.randn(x.shape, generator=gen).to(x.device)
 
 
-def _lr(step: int, cfg: ClipTrainConfig) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return cfg.lr * 0.5 * (1 + math.cos(math.pi * progress))
+# Captions repeat across steps, so parsing, variants and tokens are cached per caption: on a GPU
+# the per-text Python work would otherwise cost more than the model.
+@functools.cache
+def _variants(caption: str) -> dict[str, tuple[str, ...]]:
+    scene = parse_caption(caption)
+    clauses = _ONE_CLAUSES if isinstance(scene, Attributes) else _PAIR_CLAUSES
+    return {c: tuple(v.caption() for v in one_attribute_variants(scene, c) if not is_novel(v))
+            for c in clauses}
 
 
-def train_clip(out: Path, cfg: ClipTrainConfig) -> Path:
+def hard_negatives(caption: str, rng: random.Random) -> list[str]:
+    """Captions that differ from ``caption`` in one clause, none with a held-out combination."""
+    variants = _variants(caption)
+    clauses = rng.sample(sorted(variants), min(NEGATIVES_PER_IMAGE, len(variants)))
+    return [rng.choice(variants[c]) for c in clauses if variants[c]]
+
+
+@functools.cache
+def _key(caption: str) -> str:
+    return parse_caption(caption).canonical().caption()
+
+
+class _Tokens:
+    """open_clip's tokenizer with a per-caption cache."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.cache: dict[str, torch.Tensor] = {}
+
+    def __call__(self, texts: list[str]) -> torch.Tensor:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.cache]
+        if missing:
+            self.cache.update(zip(missing, self.tokenizer(missing), strict=True))
+        return torch.stack([self.cache[t] for t in texts])
+
+
+def _multi_positive(logits: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
+    """Mean over rows that have a positive of -log(softmax mass on the positives)."""
+    rows = positive.any(dim=1)
+    log_p = F.log_softmax(logits[rows], dim=1)
+    return -torch.logsumexp(log_p.masked_fill(~positive[rows], -torch.inf), dim=1).mean()
+
+
+def contrastive_loss(img: torch.Tensor, texts: list[str], positives: list[str | None],
+                     scale: torch.Tensor, device: str, model, tokenizer) -> torch.Tensor:
+    """Image->text and text->image loss; image i's right texts are those describing the same
+    picture as ``positives[i]`` (``None``: the image only serves as a negative)."""
+    txt = F.normalize(model.encode_text(tokenizer(texts).to(device)), dim=-1)
+    ids: dict[str, int] = {}
+    text_ids = torch.tensor([ids.setdefault(_key(t), len(ids)) for t in texts])
+    image_ids = torch.tensor([ids.get(_key(p), -2) if p else -1 for p in positives])
+    positive = (image_ids[:, None] == text_ids[None, :]).to(device)
+    logits = scale * img @ txt.T
+    return (_multi_positive(logits, positive) + _multi_positive(logits.T, positive.T)) / 2
+
+
+def _clean_batch(pool, captions, step, cfg, rng, gen, device):
+    lo = (step * cfg.batch) % len(pool)
+    pick = [(lo + i) % len(pool) for i in range(cfg.batch)]
+    caps = [captions[i] for i in pick]
+    texts = caps + [n for c in caps for n in hard_negatives(c, rng)]
+    images = _augment(clip_pixels(pool[pick], device), gen)
+    return images, texts, caps
+
+
+def _lr(step: int, total: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+
+
+def _build(out: Path, device: str):
     import open_clip
-    from safetensors.torch import save_file
 
     target = out / CLIP_MODEL_NAME
     target.mkdir(parents=True, exist_ok=True)
     config_path = target / f"{CLIP_MODEL_NAME}.json"
     config_path.write_text(json.dumps(CLIP_CONFIG, indent=2) + "\n")
     register_clip_config(config_path)
-    torch.manual_seed(cfg.seed)
-    model = open_clip.create_model(CLIP_MODEL_NAME)
-    tokenizer = open_clip.get_tokenizer(CLIP_MODEL_NAME)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.05)
+    model = open_clip.create_model(CLIP_MODEL_NAME).to(device)
+    return model, _Tokens(open_clip.get_tokenizer(CLIP_MODEL_NAME)), target
+
+
+def _train(model, tokenizer, cfg: ClipTrainConfig, device: str, steps: int, lr: float,
+           extra=None, phase: str = "clean", workers: int = 1) -> None:
+    pool, captions = render_pool(range(cfg.seed_offset, cfg.seed_offset + cfg.pool_size),
+                                 workers)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     rng = random.Random(cfg.seed)
     start = time.monotonic()
     model.train()
-    for step in range(cfg.steps):
+    for step in range(steps):
         for group in opt.param_groups:
-            group["lr"] = _lr(step, cfg)
-        base = cfg.seed_offset + step * cfg.batch
-        samples = [dataset.sample(s) for s in range(base, base + cfg.batch)]
-        captions = [s.caption for s in samples]
-        negatives = [rng.choice(dataset.one_attribute_variants(s.attributes, a)).caption()
-                     for s in samples for a in HARD_NEGATIVE_ATTRIBUTES]
-        texts = captions + negatives
-        images = _augment(clip_pixels([s.image for s in samples]), gen)
+            group["lr"] = _lr(step, steps, lr, min(cfg.warmup, steps // 10))
+        images, texts, positives = _clean_batch(pool, captions, step, cfg, rng, gen, device)
         img = F.normalize(model.encode_image(images), dim=-1)
-        txt = F.normalize(model.encode_text(tokenizer(texts)), dim=-1)
         scale = model.logit_scale.exp()
-        same = torch.tensor([[c == t for t in texts] for c in captions], dtype=torch.float32)
-        logits_i = scale * img @ txt.T
-        loss_i = -(F.log_softmax(logits_i, dim=1) * same / same.sum(1, keepdim=True)).sum(1)
-        square = same[:, : len(captions)]
-        logits_t = logits_i[:, : len(captions)].T
-        loss_t = -(F.log_softmax(logits_t, dim=1) * square / square.sum(1, keepdim=True)).sum(1)
-        loss = (loss_i.mean() + loss_t.mean()) / 2
+        loss = contrastive_loss(img, texts, positives, scale, device, model, tokenizer)
+        if extra is not None:
+            loss = loss + extra(model, step, rng, gen, scale)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         with torch.no_grad():
             model.logit_scale.clamp_(0, math.log(100))
-        if step % 100 == 0 or step == cfg.steps - 1:
-            logger.info("clip step %d loss %.4f scale %.1f (%.0fs)", step, loss.item(),
+        if step % 100 == 0 or step == steps - 1:
+            logger.info("clip %s step %d loss %.4f scale %.1f (%.0fs)", phase, step, loss.item(),
                         scale.item(), time.monotonic() - start)
+
+
+def _save(model, target: Path) -> Path:
+    from safetensors.torch import save_file
+
     # fp16 halves the file; open_clip casts back to the model's fp32 when it loads the state.
-    state = {k: v.detach().half().contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.detach().half().cpu().contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(target / CHECKPOINT_NAME))
     return target
+
+
+def pretrain(out: Path, cfg: ClipTrainConfig, device: str, workers: int = 1) -> Path:
+    """Phase 1 on clean renders; writes ``out/shapes-clip`` (usable on its own)."""
+    torch.manual_seed(cfg.seed)
+    model, tokenizer, target = _build(out, device)
+    _train(model, tokenizer, cfg, device, cfg.steps, cfg.lr, workers=workers)
+    return _save(model, target)
+
+
+def finetune(out: Path, cfg: ClipTrainConfig, mined, images: np.ndarray, device: str,
+             workers: int = 1) -> Path:
+    """Phase 2: continue from ``out/shapes-clip`` with the mined generated images."""
+    from safetensors.torch import load_file
+
+    torch.manual_seed(cfg.seed + 7)
+    model, tokenizer, target = _build(out, device)
+    state = load_file(str(target / CHECKPOINT_NAME))
+    model.load_state_dict({k: v.float() for k, v in state.items()})
+    groups = mined.groups()
+
+    def extra(model, step, rng, gen, scale):
+        chosen = [groups[(step * cfg.finetune_groups + i) % len(groups)]
+                  for i in range(cfg.finetune_groups)]
+        rows = [i for g in chosen for i in g]
+        img = F.normalize(model.encode_image(_augment(clip_pixels(images[rows], device), gen)),
+                          dim=-1)
+        # Image->text: passed images name their prompt, failed ones what the checker read.
+        texts = sorted({mined.prompts[i] for i in rows}
+                       | {mined.readings[i] for i in rows if mined.readings[i]})
+        positives = [mined.prompts[i] if mined.correct[i] else mined.readings[i] for i in rows]
+        loss = contrastive_loss(img, texts, positives, scale, device, model, tokenizer)
+        # Selection: each prompt must rank its passed images above its failed ones.
+        prompts = [mined.prompts[g[0]] for g in chosen]
+        txt = F.normalize(model.encode_text(tokenizer(prompts).to(device)), dim=-1)
+        selection = []
+        offset = 0
+        for j, g in enumerate(chosen):
+            passed = torch.tensor([mined.correct[i] for i in g], device=device)
+            if passed.any() and not passed.all():
+                logits = scale * img[offset:offset + len(g)] @ txt[j]
+                selection.append(_multi_positive(logits[None], passed[None]))
+            offset += len(g)
+        if selection:
+            loss = loss + torch.stack(selection).mean()
+        return loss
+
+    _train(model, tokenizer, cfg, device, cfg.finetune_steps, cfg.finetune_lr, extra,
+           phase="hard-negative", workers=workers)
+    return _save(model, target)

@@ -70,6 +70,19 @@ class RunTx(ABC):
     def put_result(self, result: ResultRecord) -> ResultRecord:
         """As :meth:`StateStore.put_result`, inside this transaction."""
 
+    @abstractmethod
+    def get_result(self, key: str) -> ResultRecord | None: ...
+
+    @abstractmethod
+    def claim(self, key: str, owner: str, ttl: float) -> float:
+        """Take the lease on ``key`` in this transaction, so a claim and the start it guards
+        commit together. Returns 0 when taken, else the seconds left on the holder's lease.
+        (On Redis the claim takes effect at once; its hot path is a script instead.)"""
+
+    @abstractmethod
+    def release(self, key: str, owner: str) -> None:
+        """Drop ``owner``'s lease on ``key`` when this transaction commits."""
+
 
 class StateStore(ABC):
     """Where runs live. Thread-safe; every method may be called from any worker thread."""
@@ -106,9 +119,13 @@ class StateStore(ABC):
         """``NotFound`` if there is no such instance."""
 
     @abstractmethod
-    def transaction(self, run_id: str) -> AbstractContextManager[RunTx]:
+    def transaction(self, run_id: str, *, shared: bool = False) -> AbstractContextManager[RunTx]:
         """A serializable read-modify-write of one run; all writes commit together or not at
-        all (an exception inside rolls back)."""
+        all (an exception inside rolls back). Transactions of a run exclude each other.
+
+        ``shared``: a store's scripted per-instance transitions (Redis) may run alongside. The
+        caller promises to write only records those cannot touch at the same time: completing
+        a node all of whose instances have ended, and releasing its children."""
 
     # -- results ----------------------------------------------------------------------------
     @abstractmethod
@@ -154,6 +171,12 @@ class StateStore(ABC):
     @abstractmethod
     def touch(self, entries: Sequence[tuple[str, str]]) -> None:
         """Mark unfinished instances as just seen (after re-sending their message)."""
+
+    @abstractmethod
+    def quarantine(self, run_id: str, instance_id: str, reason: str) -> None:
+        """Take an instance whose record cannot be read out of the outbox and the unfinished
+        set, so that the sweeper stops tripping over it, and say so in the run's events. The
+        record itself is kept for an operator to inspect."""
 
     # -- events -----------------------------------------------------------------------------
     @abstractmethod

@@ -1,10 +1,14 @@
 """Redis state store for the worker pool: every worker process on every host shares it.
 
-A run transaction holds a per-run lock (``SET NX PX`` with a random token) while it reads, and
-buffers its writes into one ``MULTI``/``EXEC`` that runs only if the lock is still its own
-(``WATCH`` on the lock key). Writes therefore land all together or not at all, and two workers
-completing the last two parents of a child at the same instant take turns: the second one sees
-the first one's counters.
+The hot path, starting and completing an instance, is one server-side script each
+(``redis_scripts.py``): no lock, one round trip. Everything else (a node's completion and the
+release of its children, failures, retries, cancel) is a run transaction: it holds a per-run lock
+(``SET NX PX`` with a random token) while it reads, and buffers its writes into one
+commit script that applies them only if the lock is still its own, and drops the lock.
+Writes therefore land all together or not at all, and two workers completing the last two
+parents of a child at the same instant take turns: the second one sees the first one's counters.
+The scripts wait while an exclusive transaction holds the lock; a ``shared`` one (a node's
+completion) lets them run, since they cannot touch the records it writes.
 
 Events are a Redis list per run: an event's id is its position, so ids increase without gaps and
 a follower resumes with ``LRANGE`` after the last id it saw. (A Stream's ids are timestamps,
@@ -16,6 +20,7 @@ Redis errors are translated to :class:`~genloop.sdk.errors.StoreError` where the
 from __future__ import annotations
 
 import functools
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +32,7 @@ import redis
 from genloop.sdk.errors import NotFound, StoreError
 from genloop.sdk.models import Event
 
+from . import redis_scripts
 from .base import IdempotencyConflict, RunTx, StateStore
 from .records import (
     EventRecord,
@@ -36,6 +42,7 @@ from .records import (
     RunRecord,
     RunSpecRecord,
 )
+from .redis_tx import Keys, RedisTx, event_json, write_instance
 
 T = TypeVar("T")
 
@@ -65,139 +72,15 @@ def translate_redis_errors(fn: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
-class _Keys:
-    def __init__(self, prefix: str) -> None:
-        self.p = prefix
-
-    def run(self, r: str) -> str:
-        return f"{self.p}:run:{r}"
-
-    def spec(self, r: str) -> str:
-        return f"{self.p}:run:{r}:spec"
-
-    def nodes(self, r: str) -> str:
-        return f"{self.p}:run:{r}:nodes"
-
-    def instances(self, r: str) -> str:
-        return f"{self.p}:run:{r}:instances"
-
-    def node_instances(self, r: str, node_id: str) -> str:
-        return f"{self.p}:run:{r}:node:{node_id}"
-
-    def events(self, r: str) -> str:
-        return f"{self.p}:run:{r}:events"
-
-    def lock(self, r: str) -> str:
-        return f"{self.p}:run:{r}:lock"
-
-    def idem(self, key: str) -> str:
-        return f"{self.p}:idem:{key}"
-
-    def result(self, key: str) -> str:
-        return f"{self.p}:result:{key}"
-
-    def claim(self, key: str) -> str:
-        return f"{self.p}:claim:{key}"
-
-    def named_lock(self, name: str) -> str:
-        return f"{self.p}:lock:{name}"
-
-    @property
-    def outbox(self) -> str:
-        return f"{self.p}:outbox"
-
-    @property
-    def live(self) -> str:
-        """Unfinished instances, scored by when they last changed."""
-        return f"{self.p}:live"
-
-
-def _write_instance(pipe, k: _Keys, inst: InstanceRecord) -> None:
-    pipe.hset(k.instances(inst.run_id), inst.instance_id, inst.model_dump_json())
-    pipe.zadd(k.node_instances(inst.run_id, inst.node_id), {inst.instance_id: inst.seq})
-    member = f"{inst.run_id}|{inst.instance_id}"
-    if inst.status.terminal:
-        pipe.zrem(k.live, member)
-    else:
-        pipe.zadd(k.live, {member: time.time()})
-
-
-def _event_json(event: EventRecord) -> str:
-    return event.model_dump_json(exclude_none=True)
-
-
-class _RedisTx(RunTx):
-    """Reads go to Redis (under the run lock), writes to a pipeline. Records written earlier in
-    the transaction are kept aside, so the transaction reads its own writes as SQLite's does."""
-
-    def __init__(self, store: RedisStateStore, run_id: str) -> None:
-        self._r, self._k, self._run_id = store.client, store.keys, run_id
-        self._pipe = store.client.pipeline(transaction=True)
-        self._store = store
-        self._run: RunRecord | None = None
-        self._nodes: dict[str, NodeRecord] = {}
-        self._instances: dict[str, InstanceRecord] = {}
-
-    def run(self) -> RunRecord:
-        if self._run is not None:
-            return self._run.model_copy(deep=True)
-        return self._store.get_run(self._run_id)
-
-    def put_run(self, run: RunRecord) -> None:
-        self._run = run.model_copy(deep=True)
-        self._pipe.set(self._k.run(run.id), run.model_dump_json())
-
-    def node(self, node_id: str) -> NodeRecord:
-        if node_id in self._nodes:
-            return self._nodes[node_id].model_copy(deep=True)
-        raw = self._r.hget(self._k.nodes(self._run_id), node_id)
-        if raw is None:
-            raise NotFound(f"no node {node_id!r} in run {self._run_id!r}")
-        return NodeRecord.model_validate_json(raw)
-
-    def put_node(self, node: NodeRecord) -> None:
-        self._nodes[node.node_id] = node.model_copy(deep=True)
-        self._pipe.hset(self._k.nodes(node.run_id), node.node_id, node.model_dump_json())
-
-    def instance(self, instance_id: str) -> InstanceRecord:
-        if instance_id in self._instances:
-            return self._instances[instance_id].model_copy(deep=True)
-        return self._store.instance(self._run_id, instance_id)
-
-    def instances(self, node_id: str) -> list[InstanceRecord]:
-        ids = [i.decode() for i in
-               self._r.zrange(self._k.node_instances(self._run_id, node_id), 0, -1)]
-        ids += [i for i, inst in self._instances.items()
-                if inst.node_id == node_id and i not in ids]
-        raws = self._r.hmget(self._k.instances(self._run_id), ids) if ids else []
-        stored = dict(zip(ids, raws, strict=True))
-        out = []
-        for i in ids:
-            if i in self._instances:
-                out.append(self._instances[i].model_copy(deep=True))
-            elif stored.get(i) is not None:
-                out.append(InstanceRecord.model_validate_json(stored[i]))
-        return sorted(out, key=lambda inst: inst.seq)
-
-    def put_instance(self, instance: InstanceRecord) -> None:
-        self._instances[instance.instance_id] = instance.model_copy(deep=True)
-        _write_instance(self._pipe, self._k, instance)
-
-    def add_outbox(self, instance_ids: Sequence[str]) -> None:
-        if instance_ids:
-            now = time.time()
-            self._pipe.hset(self._k.outbox, mapping={f"{self._run_id}|{i}": now
-                                                     for i in instance_ids})
-
-    def event(self, event: EventRecord) -> None:
-        self._pipe.rpush(self._k.events(self._run_id), _event_json(event))
-
-    def put_result(self, result: ResultRecord) -> ResultRecord:
-        stored = self._store.get_result(result.key)
-        if stored is not None:
-            return stored
-        self._pipe.set(self._k.result(result.key), result.model_dump_json(), nx=True)
-        return result
+def _until_not_busy(call: Callable[[], Any]) -> Any:
+    """Run a transition script until no run transaction holds the run's lock (milliseconds)."""
+    delay = 0.0005
+    while True:
+        out = call()
+        if out not in (-2, [b"busy", 0]):
+            return out
+        time.sleep(delay)
+        delay = min(delay * 2, 0.01)
 
 
 class RedisStateStore(StateStore):
@@ -206,10 +89,13 @@ class RedisStateStore(StateStore):
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, prefix: str = "genloop",
                  client: redis.Redis | None = None) -> None:
         self.client = client or redis.Redis.from_url(url)
-        self.keys = _Keys(prefix)
+        self.keys = Keys(prefix)
         self._renew = self.client.register_script(_RENEW)
         self._release = self.client.register_script(_RELEASE)
         self._take = self.client.register_script(_TAKE)
+        self._start = self.client.register_script(redis_scripts.START)
+        self._finish = self.client.register_script(redis_scripts.FINISH)
+        self._commit_script = self.client.register_script(redis_scripts.COMMIT)
 
     # -- runs -------------------------------------------------------------------------------
     @translate_redis_errors
@@ -235,11 +121,11 @@ class RedisStateStore(StateStore):
                         pipe.hset(k.nodes(run.id), mapping={
                             n.node_id: n.model_dump_json() for n in nodes})
                     for inst in instances:
-                        _write_instance(pipe, k, inst)
+                        write_instance(pipe, k, inst)
                     if instances:
                         pipe.hset(k.outbox, mapping={
                             f"{run.id}|{i.instance_id}": time.time() for i in instances})
-                    pipe.rpush(k.events(run.id), _event_json(
+                    pipe.rpush(k.events(run.id), event_json(
                         EventRecord(type="run.submitted", time=run.created_at, status="pending")))
                     pipe.execute()
                     return run, True
@@ -279,18 +165,22 @@ class RedisStateStore(StateStore):
         return InstanceRecord.model_validate_json(raw)
 
     @contextmanager
-    def transaction(self, run_id: str) -> Iterator[RunTx]:
-        lock, token = self.keys.lock(run_id), uuid.uuid4().hex
+    def transaction(self, run_id: str, *, shared: bool = False) -> Iterator[RunTx]:
+        # The token's first letter tells the transition scripts whether they must wait.
+        lock, token = self.keys.lock(run_id), ("s:" if shared else "x:") + uuid.uuid4().hex
         self._acquire(lock, token)
+        committed = False
         try:
-            tx = _RedisTx(self, run_id)
+            tx = RedisTx(self, run_id)
             yield tx
             self._commit(tx, lock, token)
+            committed = True
         finally:
-            try:
-                self._release(keys=[lock], args=[token])
-            except redis.RedisError:
-                pass  # the lock expires by itself
+            if not committed:
+                try:
+                    self._release(keys=[lock], args=[token])
+                except redis.RedisError:
+                    pass  # the lock expires by itself
 
     @translate_redis_errors
     def _acquire(self, lock: str, token: str) -> None:
@@ -300,18 +190,43 @@ class RedisStateStore(StateStore):
             delay = min(delay * 2, 0.02)
 
     @translate_redis_errors
-    def _commit(self, tx: _RedisTx, lock: str, token: str) -> None:
-        with self.client.pipeline(transaction=True) as guard:
-            guard.watch(lock)
-            if guard.get(lock) != token.encode():
-                raise StoreError("run lock expired before the transaction committed")
-            # Queue the buffered writes behind the WATCH; EXEC fails if the lock changed.
-            guard.multi()
-            guard.command_stack.extend(tx._pipe.command_stack)
-            try:
-                guard.execute()
-            except redis.WatchError as exc:
-                raise StoreError("run lock lost while committing") from exc
+    def _commit(self, tx: RedisTx, lock: str, token: str) -> None:
+        """Apply the buffered writes and drop the lock in one script, only if the lock is still
+        this transaction's: one round trip instead of WATCH, GET, MULTI/EXEC and a release."""
+        if not self._commit_script(keys=[lock], args=[token, json.dumps(tx._pipe.commands)]):
+            raise StoreError("run lock expired before the transaction committed")
+
+    # -- hot transitions as scripts (see redis_scripts) --------------------------------------
+    @translate_redis_errors
+    def start_instance(self, running: InstanceRecord, key: str, owner: str, ttl: float,
+                       started: EventRecord, run_running: EventRecord) -> tuple[str, float]:
+        """Claim ``key`` for ``owner`` and store ``running`` in one step. Returns the outcome
+        (``started``, ``stored``, ``leased``, ``ended``, ``cancelling``, ``missing``) and, when
+        leased, the seconds left on the holder's lease."""
+        k, r = self.keys, running.run_id
+        outcome, ms = _until_not_busy(lambda: self._start(
+            keys=[k.claim(key), k.result(key), k.instances(r), k.nodes(r), k.run(r),
+                  k.events(r), k.live, k.lock(r)],
+            args=[owner, int(ttl * 1000), running.instance_id, running.model_dump_json(),
+                  running.node_id, event_json(started), event_json(run_running),
+                  f"{r}|{running.instance_id}", time.time()]))
+        return outcome.decode(), max(int(ms), 0) / 1000.0
+
+    @translate_redis_errors
+    def finish_instance(self, done: InstanceRecord, event: EventRecord,
+                        result: ResultRecord | None, lease: tuple[str, str] | None) -> int:
+        """Store ``result`` (unless ``None``) and ``done``, count its node down and drop the
+        ``(key, owner)`` lease, in one step. Returns the node's pending instances left (0: the
+        caller completes the node), -1 if the instance had ended already, -3 if it is missing,
+        -4 if another result is stored under the key."""
+        k, r = self.keys, done.run_id
+        return int(_until_not_busy(lambda: self._finish(
+            keys=[k.instances(r), k.nodes(r), k.events(r), k.live, k.lock(r),
+                  k.result(result.key if result else ""), k.outbox,
+                  k.claim(lease[0] if lease else "")],
+            args=[done.instance_id, done.model_dump_json(), done.node_id, event_json(event),
+                  result.model_dump_json() if result else "", f"{r}|{done.instance_id}",
+                  time.time(), f"{r}|@{done.node_id}", lease[1] if lease else ""])))
 
     # -- results ----------------------------------------------------------------------------
     @translate_redis_errors
@@ -378,10 +293,22 @@ class RedisStateStore(StateStore):
             self.client.zadd(self.keys.live, {f"{r}|{i}": time.time() for r, i in entries},
                              xx=True)
 
+    @translate_redis_errors
+    def quarantine(self, run_id: str, instance_id: str, reason: str) -> None:
+        member = f"{run_id}|{instance_id}"
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.zrem(self.keys.live, member)
+            pipe.hdel(self.keys.outbox, member)
+            pipe.hset(self.keys.quarantine, member, reason)
+            pipe.rpush(self.keys.events(run_id), event_json(EventRecord(
+                type="instance.quarantined", time=time.time(), instance_id=instance_id,
+                error=reason)))
+            pipe.execute()
+
     # -- events -----------------------------------------------------------------------------
     @translate_redis_errors
     def append_event(self, run_id: str, event: EventRecord) -> int:
-        return int(self.client.rpush(self.keys.events(run_id), _event_json(event)))
+        return int(self.client.rpush(self.keys.events(run_id), event_json(event)))
 
     @translate_redis_errors
     def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:

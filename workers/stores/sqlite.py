@@ -109,6 +109,16 @@ class _SqliteTx(RunTx):
     def put_result(self, result: ResultRecord) -> ResultRecord:
         return _put_result(self._c, result)
 
+    def get_result(self, key: str) -> ResultRecord | None:
+        row = self._c.execute("SELECT doc FROM results WHERE key = ?", (key,)).fetchone()
+        return ResultRecord.model_validate_json(row[0]) if row else None
+
+    def claim(self, key: str, owner: str, ttl: float) -> float:
+        return _take(self._c, "claims", key, owner, ttl)
+
+    def release(self, key: str, owner: str) -> None:
+        self._c.execute("DELETE FROM claims WHERE key = ? AND owner = ?", (key, owner))
+
 
 def _put_result(conn: sqlite3.Connection, result: ResultRecord) -> ResultRecord:
     row = conn.execute("SELECT doc FROM results WHERE key = ?", (result.key,)).fetchone()
@@ -124,6 +134,17 @@ def _put_instance(conn: sqlite3.Connection, inst: InstanceRecord) -> None:
         (inst.run_id, inst.instance_id, inst.node_id, inst.seq, inst.model_dump_json(),
          0 if inst.status.terminal else 1, time.time()),
     )
+
+
+def _take(conn: sqlite3.Connection, table: str, key: str, owner: str, ttl: float) -> float:
+    """Insert-or-steal a lease row in ``claims`` or ``locks`` (both keyed by ``key``): 0 when
+    taken, else the seconds left on the holder's lease."""
+    now = time.time()
+    row = conn.execute(f"SELECT owner, expires FROM {table} WHERE key = ?", (key,)).fetchone()
+    if row is not None and row[0] != owner and row[1] > now:
+        return row[1] - now
+    conn.execute(f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?)", (key, owner, now + ttl))
+    return 0.0
 
 
 def _append_event(conn: sqlite3.Connection, run_id: str, event: EventRecord) -> int:
@@ -247,7 +268,7 @@ class SqliteStateStore(StateStore):
         return InstanceRecord.model_validate_json(rows[0][0])
 
     @contextmanager
-    def transaction(self, run_id: str) -> Iterator[RunTx]:
+    def transaction(self, run_id: str, *, shared: bool = False) -> Iterator[RunTx]:
         with self._write() as c:
             yield _SqliteTx(c, run_id)
 
@@ -268,14 +289,8 @@ class SqliteStateStore(StateStore):
         return self._take("locks", name, owner, ttl)
 
     def _take(self, table: str, key: str, owner: str, ttl: float) -> bool:
-        """Insert-or-steal a lease row in ``claims`` or ``locks`` (both keyed by ``key``)."""
-        now = time.time()
         with self._write() as c:
-            row = c.execute(f"SELECT owner, expires FROM {table} WHERE key = ?", (key,)).fetchone()
-            if row is not None and row[0] != owner and row[1] > now:
-                return False
-            c.execute(f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?)", (key, owner, now + ttl))
-        return True
+            return _take(c, table, key, owner, ttl) == 0.0
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         with self._write() as c:
@@ -322,6 +337,16 @@ class SqliteStateStore(StateStore):
                     "UPDATE instances SET touched = ? WHERE run_id = ? AND instance_id = ?",
                     [(now, r, i) for r, i in entries],
                 )
+
+    def quarantine(self, run_id: str, instance_id: str, reason: str) -> None:
+        with self._write() as c:
+            c.execute("UPDATE instances SET live = 0 WHERE run_id = ? AND instance_id = ?",
+                      (run_id, instance_id))
+            c.execute("DELETE FROM outbox WHERE run_id = ? AND instance_id = ?",
+                      (run_id, instance_id))
+            _append_event(c, run_id, EventRecord(
+                type="instance.quarantined", time=time.time(), instance_id=instance_id,
+                error=reason))
 
     # -- events -----------------------------------------------------------------------------
     def append_event(self, run_id: str, event: EventRecord) -> int:

@@ -1,0 +1,244 @@
+"""Loops: genloop against the loop an agent would write by hand, on the shipped shapes models.
+
+    python benchmarks/loops.py [--loops 1,8,32] [--repeats 3] [--rounds 3] [--candidates 8]
+                               [--redis redis://localhost:6379/15] [--json]
+
+- ``script``: the hand-written loop. For each prompt, one after another: per round one batched
+  diffusers call for the round's images (the ``shapes`` pipeline loaded with diffusers alone,
+  the model's steps and guidance, one seeded generator per image, no step cache), one batched
+  open_clip scoring call (``shapes-clip``), keep the best, the next round's seeds from the same
+  ``seed-search`` rule genloop uses. This is the baseline the issue measured (1.88 s per loop).
+- ``genloop``: the same loops as :class:`~genloop.sdk.Loop` runs on ``Client.local()`` at its
+  defaults, all submitted at once; with ``--redis URL`` on one ``genloop worker`` process
+  instead (the benchmark flushes that database before each repetition).
+
+For each loop count it prints the median wall time of each side, the ratio script / genloop
+(> 1: genloop is faster), the engine's batch-size histogram, and the seconds spent inside model
+calls (generation batches + scoring batches) vs the rest (orchestration). Every repetition uses
+a fresh store, so nothing is reused between repetitions. The machine this runs on may be shared:
+compare medians, and rerun when the spread is large.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from genloop.sdk import Client, Loop
+from genloop.workers import shapes
+
+
+class Side(BaseModel):
+    wall_s: list[float]
+    model_s: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.wall_s)
+
+
+class LoopsReport(BaseModel):
+    loops: int
+    script: Side
+    genloop: Side
+    ratio: float
+    batch_sizes: dict[int, int]
+    score_batch_images: dict[int, int]
+
+
+# -- the hand-written script -------------------------------------------------------------------
+class Script:
+    """The loop written by hand with diffusers and open_clip, nothing from genloop's runtime."""
+
+    def __init__(self, device: str) -> None:
+        from diffusers import DiffusionPipeline
+
+        from genloop.evaluators import get_evaluator
+
+        self.pipe = DiffusionPipeline.from_pretrained(
+            str(shapes.pipeline_path()), local_files_only=True).to(device)
+        self.pipe.set_progress_bar_config(disable=True)
+        self.judge = get_evaluator(shapes.CLIP_MODEL_NAME, device=device)
+        self.device = device
+        self.model_s = 0.0
+
+    def loop(self, prompt: str, rounds: int, candidates: int, keep: int = 2) -> float:
+        import torch
+
+        from genloop.sdk.ops import RefineParams, ScoredCandidate
+        from genloop.workers.ops.refine import seed_search
+
+        size = self.pipe.unet.config.sample_size * self.pipe.vae_scale_factor
+        requests = [(prompt, s) for s in range(candidates)]
+        scored: list[ScoredCandidate] = []
+        for r in range(1, rounds + 1):
+            began = time.perf_counter()
+            images = self.pipe(
+                prompt=[p for p, _ in requests], num_inference_steps=shapes.DEFAULT_STEPS,
+                guidance_scale=shapes.DEFAULT_GUIDANCE, width=size, height=size,
+                generator=[torch.Generator("cpu").manual_seed(s) for _, s in requests],
+            ).images
+            values = self.judge.score(images, prompt).values
+            self.model_s += time.perf_counter() - began
+            scored += [
+                ScoredCandidate(index=i, prompt=p, seed=s, round=r, model="shapes",
+                                artifact="-", width=size, height=size,
+                                steps=shapes.DEFAULT_STEPS, score=v, evaluator="shapes-clip")
+                for i, ((p, s), v) in enumerate(zip(requests, values, strict=True))
+            ]
+            if r < rounds:
+                nxt = seed_search(scored, RefineParams(prompt=prompt, candidates=candidates,
+                                                       round=r, keep=keep))
+                requests = [(q.prompt, q.seed) for q in nxt]
+        return max(c.score for c in scored)
+
+    def run(self, prompts: list[str], rounds: int, candidates: int) -> tuple[float, float]:
+        self.model_s = 0.0
+        began = time.perf_counter()
+        for p in prompts:
+            self.loop(p, rounds, candidates)
+        return time.perf_counter() - began, self.model_s
+
+
+# -- genloop ---------------------------------------------------------------------------------
+def _loops(prompts: list[str], rounds: int, candidates: int) -> list[Loop]:
+    return [Loop(prompt=p, rounds=rounds, candidates=candidates, seed=0,
+                 model=shapes.PIPELINE_NAME, evaluator=shapes.CLIP_MODEL_NAME) for p in prompts]
+
+
+def _run_all(client: Client, loops: list[Loop]) -> float:
+    began = time.perf_counter()
+    runs = [client.submit(loop) for loop in loops]
+    for run in runs:
+        result = run.wait(timeout=3600)
+        if result.status != "succeeded":
+            raise RuntimeError(f"run {run.id} ended {result.status}: {result.error}")
+    return time.perf_counter() - began
+
+
+class Local:
+    """``Client.local()`` at its defaults; the models stay resident across repetitions."""
+
+    def __init__(self, root: Path) -> None:
+        from genloop.workers.resources import Resources
+
+        self.root, self.resources, self.n = root, Resources(), 0
+
+    def run(self, loops: list[Loop]) -> tuple[float, float]:
+        self.n += 1
+        engine = self.resources.models.engine
+        gen, score = len(engine.batcher.seconds), len(self.resources.scoring.seconds)
+        with Client.local(home=self.root / f"rep{self.n}", resources=self.resources) as client:
+            wall = _run_all(client, loops)
+        model = (sum(engine.batcher.seconds[gen:]) + sum(self.resources.scoring.seconds[score:]))
+        return wall, model
+
+    def histograms(self) -> tuple[list[int], list[int]]:
+        return (list(self.resources.models.engine.batcher.batches),
+                [n for _, n, _ in self.resources.scoring.batches])
+
+
+class Pool:
+    """One ``genloop worker`` process on a Redis database (flushed before each repetition)."""
+
+    def __init__(self, root: Path, url: str) -> None:
+        import redis
+
+        self.url, self.redis = url, redis.Redis.from_url(url)
+        self.artifacts = f"file://{root / 'artifacts'}"
+        self.worker = subprocess.Popen(
+            [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", url,
+             "--artifacts", self.artifacts], env=os.environ.copy())
+
+    def run(self, loops: list[Loop]) -> tuple[float, float]:
+        self.redis.flushdb()
+        with Client.connect(self.url, artifacts=self.artifacts) as client:
+            return _run_all(client, loops), float("nan")
+
+    def histograms(self) -> tuple[list[int], list[int]]:
+        return [], []  # the batch log lives in the worker process
+
+    def close(self) -> None:
+        self.worker.terminate()
+        self.worker.wait(30)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--loops", default="1,8,32", help="concurrent loop counts")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--candidates", type=int, default=8)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--redis", default=None, help="run genloop on one `genloop worker` "
+                        "against this Redis URL (its database is flushed)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    counts = [int(n) for n in args.loops.split(",")]
+    prompts = [a.caption() for a in shapes.heldout_prompts(max(counts) + 1)]
+    warm, prompts = prompts[:1], prompts[1:]
+    script = Script(args.device)
+    # Warm-up at full size on both sides: model loads and first-call kernel choices.
+    script.run(warm, args.rounds, args.candidates)
+    reports = []
+    with tempfile.TemporaryDirectory() as home:
+        side = Pool(Path(home), args.redis) if args.redis else Local(Path(home))
+        try:
+            side.run(_loops(warm, args.rounds, args.candidates))
+            for n in counts:
+                chosen = prompts[:n]
+                loops = _loops(chosen, args.rounds, args.candidates)
+                mine = Side(wall_s=[], model_s=[])
+                theirs = Side(wall_s=[], model_s=[])
+                before = [len(h) for h in side.histograms()]
+                for _ in range(args.repeats):
+                    for target, (wall, model) in (
+                        (theirs, script.run(chosen, args.rounds, args.candidates)),
+                        (mine, side.run(loops)),
+                    ):
+                        target.wall_s.append(wall)
+                        target.model_s.append(model)
+                gen, sc = (h[b:] for h, b in zip(side.histograms(), before, strict=True))
+                reports.append(LoopsReport(
+                    loops=n, script=theirs, genloop=mine, ratio=theirs.median / mine.median,
+                    batch_sizes=dict(sorted(collections.Counter(gen).items())),
+                    score_batch_images=dict(sorted(collections.Counter(sc).items())),
+                ))
+                if not args.json:
+                    _print(reports[-1])
+        finally:
+            if isinstance(side, Pool):
+                side.close()
+    if args.json:
+        print(json.dumps({"device": args.device, "rounds": args.rounds,
+                          "candidates": args.candidates, "redis": bool(args.redis),
+                          "reports": [r.model_dump() for r in reports]}))
+
+
+def _print(r: LoopsReport) -> None:
+    def share(side: Side) -> str:
+        model = statistics.median(side.model_s)
+        return "" if model != model else f", model calls {model:.1f}s ({model / side.median:.0%})"
+
+    spread = ", ".join(f"{w:.1f}" for w in r.genloop.wall_s)
+    print(f"{r.loops:3d} loop(s): script {r.script.median:.1f}s{share(r.script)}; "
+          f"genloop {r.genloop.median:.1f}s{share(r.genloop)} [{spread}]; "
+          f"ratio {r.ratio:.2f}x")
+    if r.batch_sizes:
+        gen = statistics.median([s for s, c in r.batch_sizes.items() for _ in range(c)])
+        print(f"           engine batch sizes {r.batch_sizes} (median {gen:g}); "
+              f"score batch images {r.score_batch_images}")
+
+
+if __name__ == "__main__":
+    main()

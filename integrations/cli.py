@@ -1,0 +1,70 @@
+"""``genloop mcp``: serve the tools over MCP. Registered into the main CLI; the ``mcp`` package
+is imported only when the command runs, so the rest of the CLI works without the extra."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from .catalog import DEFAULT_EVALUATORS, DEFAULT_MODELS, DEFAULT_REFINERS, Catalog
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    try:
+        from .mcp import build_server
+    except ImportError as exc:
+        print(f"genloop mcp needs the mcp extra: pip install 'genloop[mcp]' ({exc})",
+              file=sys.stderr)
+        return 2
+    from genloop.sdk import AsyncClient, Client
+
+    from .tools import GenloopTools
+
+    for module in args.imports:  # custom ops register on import
+        importlib.import_module(module)
+    catalog = Catalog(models=_names(args.models), evaluators=_names(args.evaluators),
+                      refiners=_names(args.refiners))
+    aclient = None
+    if args.gateway:
+        key = args.api_key or os.environ.get("GENLOOP_API_KEY")
+        client = Client.http(args.gateway, api_key=key)
+        aclient = AsyncClient.http(args.gateway, api_key=key)
+    elif args.redis:
+        client = Client.connect(args.redis)
+    else:
+        client = Client.local(home=args.local, threads=args.threads)
+    with client:
+        server = build_server(GenloopTools(client, aclient=aclient, catalog=catalog))
+        if args.transport == "stdio":
+            server.run("stdio")
+        else:
+            server.run("streamable-http", host=args.host, port=args.port)
+    return 0
+
+
+def setup(p: argparse.ArgumentParser) -> None:
+    """The ``genloop mcp`` command's arguments (the CLI calls this only when ``mcp`` runs)."""
+    import mcp  # noqa: F401  (fail at parse time, with the extra named)
+
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--local", metavar="HOME", help="embedded workers with this home")
+    where.add_argument("--redis", metavar="URL", help="a Redis worker pool")
+    where.add_argument("--gateway", metavar="URL", help="a genloop gateway (genloop serve)")
+    p.add_argument("--api-key", help="the gateway's API key (default: $GENLOOP_API_KEY)")
+    p.add_argument("--threads", type=int, default=4, help="embedded worker threads")
+    p.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                   help="comma-separated models the tools offer; the first is the default")
+    p.add_argument("--evaluators", default=",".join(DEFAULT_EVALUATORS))
+    p.add_argument("--refiners", default=",".join(DEFAULT_REFINERS))
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import a module first (custom ops, evaluators); repeatable")
+    p.set_defaults(fn=cmd_mcp)

@@ -1,0 +1,53 @@
+"""OpenAI Agents SDK tools over genloop (``pip install 'genloop[openai-agents]'``)::
+
+    from agents import Agent
+    from genloop.integrations.openai_agents import function_tools
+
+    agent = Agent(name="designer", tools=function_tools(Client.local()))
+
+Each tool is a ``FunctionTool`` with the strict schema of :func:`~.openai_schema.strict_schema`.
+Its output is the text plus each image as a ``ToolOutputImage`` (a PNG data URL), which the SDK
+hands to the model as image input. A failed call returns its message as text (the SDK's way of
+letting the model correct itself); nothing is raised into the agent run.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from agents import FunctionTool, ToolOutputImage, ToolOutputText
+from agents.tool_context import ToolContext
+
+from genloop.sdk import AsyncClient, Client
+
+from .catalog import Catalog
+from .openai_schema import adispatch, strict_schema
+from .outcome import ToolOutput
+from .tools import GenloopTools, ToolSpec
+
+
+def tool_outputs(out: ToolOutput) -> list[ToolOutputText | ToolOutputImage]:
+    """A tool output as the Agents SDK's structured outputs: text, then the images."""
+    images = [
+        ToolOutputImage(image_url="data:image/png;base64," + base64.b64encode(im.png).decode())
+        for im in out.images
+    ]
+    return [ToolOutputText(text=out.text), *images]
+
+
+def _function_tool(tools: GenloopTools, spec: ToolSpec) -> FunctionTool:
+    async def invoke(context: ToolContext[Any], arguments: str) -> Any:
+        out = await adispatch(tools, spec.name, arguments)
+        return out.text if out.error else tool_outputs(out)
+
+    return FunctionTool(name=spec.name, description=spec.description,
+                        params_json_schema=strict_schema(spec.arguments), on_invoke_tool=invoke,
+                        strict_json_schema=True)
+
+
+def function_tools(client: Client | AsyncClient | GenloopTools, *,
+                   catalog: Catalog | None = None) -> list[FunctionTool]:
+    """Every genloop tool as an Agents SDK ``FunctionTool``, over ``client``."""
+    tools = client if isinstance(client, GenloopTools) else GenloopTools(client, catalog=catalog)
+    return [_function_tool(tools, spec) for spec in tools.specs.values()]

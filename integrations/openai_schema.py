@@ -1,0 +1,95 @@
+"""OpenAI-style function tools without any framework: the schemas and a dispatcher.
+
+:func:`openai_tools` gives the ``{"type": "function", "function": {...}}`` entries the Chat
+Completions and Responses APIs (and everything that copies their format) accept, in strict
+mode: every property is listed as required, a property with a default also accepts ``null``
+(meaning "use the default", which the description states), and no ``default`` keyword is left,
+since strict mode does not allow it. :func:`dispatch` executes a call given its name and JSON
+arguments and never raises: a failure comes back as a ``ToolOutput`` with ``error`` set, whose
+text the model can read.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from .arguments import argument_models
+from .catalog import Catalog
+from .errors import ToolCallError
+from .outcome import ToolOutput
+from .tools import DESCRIPTIONS, GenloopTools
+
+
+def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON schema in the strict subset (see the module docstring)."""
+    schema = model.model_json_schema()
+    properties: dict[str, Any] = {}
+    for name, prop in schema["properties"].items():
+        prop = {k: v for k, v in copy.deepcopy(prop).items() if k != "title"}
+        if "default" in prop:
+            default = prop.pop("default")
+            if default is not None:  # a nullable field's description already says what null is
+                description = prop.pop("description", "")
+                prop = {"anyOf": [prop, {"type": "null"}], "description":
+                        f"{description} (null means the default, {json.dumps(default)})"}
+        properties[name] = prop
+    return {
+        "type": "object",
+        "description": schema.get("description", ""),
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def openai_tools(catalog: Catalog | None = None) -> list[dict[str, Any]]:
+    """The tools as OpenAI function definitions (strict JSON schemas)."""
+    models = argument_models(catalog or Catalog())
+    return [
+        {"type": "function", "function": {
+            "name": name, "description": DESCRIPTIONS[name],
+            "parameters": strict_schema(model), "strict": True,
+        }}
+        for name, model in models.items()
+    ]
+
+
+def _decode(name: str, arguments: str | dict[str, Any]) -> dict[str, Any] | ToolOutput:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        decoded = json.loads(arguments or "{}")
+    except json.JSONDecodeError as exc:
+        return failed(ToolCallError(name, f"The arguments for {name} are not valid JSON ({exc}); "
+                                          "send a JSON object."))
+    return decoded
+
+
+def failed(exc: ToolCallError) -> ToolOutput:
+    return ToolOutput(text=str(exc), error=True)
+
+
+async def adispatch(tools: GenloopTools, name: str, arguments: str | dict[str, Any]) -> ToolOutput:
+    """Execute tool call ``name`` with its JSON ``arguments``; errors come back as output."""
+    decoded = _decode(name, arguments)
+    if isinstance(decoded, ToolOutput):
+        return decoded
+    try:
+        return await tools.acall(name, decoded)
+    except ToolCallError as exc:
+        return failed(exc)
+
+
+def dispatch(tools: GenloopTools, name: str, arguments: str | dict[str, Any]) -> ToolOutput:
+    """:func:`adispatch` from sync code (needs the tools to have a sync ``Client``)."""
+    decoded = _decode(name, arguments)
+    if isinstance(decoded, ToolOutput):
+        return decoded
+    try:
+        return tools.call(name, decoded)
+    except ToolCallError as exc:
+        return failed(exc)

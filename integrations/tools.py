@@ -1,0 +1,195 @@
+"""The framework-neutral tool surface: five operations an agent needs, over any genloop client.
+
+:class:`GenloopTools` validates a call's arguments against the catalog's models (nothing is
+submitted for an invalid call), builds the run, waits up to the call's ``wait_seconds`` while
+reporting progress, and returns a :class:`~.outcome.ToolOutput`. A run not done by then is
+returned by id, and ``get_run`` waits again: long work never blocks an agent's turn.
+
+The logic is written once, for asyncio. The sync entry point runs it on a private event loop
+over the sync client's back end in threads, so the LangChain ``_run`` / ``_arun`` pair and the
+other adapters share every line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Coroutine, Mapping
+from typing import Any, NamedTuple, TypeVar
+
+from pydantic import ValidationError
+
+from genloop.sdk import AsyncClient, AsyncRun, Client, GenloopError, Graph, Loop, RunSpec
+from genloop.sdk.aio import ThreadedBackend
+
+from . import outcome
+from .arguments import ToolArguments, argument_models
+from .catalog import Catalog
+from .errors import ToolCallError, from_genloop, invalid_arguments
+from .outcome import ToolImage, ToolOutput
+from .progress import ProgressMeter, ProgressSink
+
+T = TypeVar("T")
+
+
+class ToolSpec(NamedTuple):
+    name: str
+    description: str
+    arguments: type[ToolArguments]
+
+
+DESCRIPTIONS = {
+    "generate_images": (
+        "Generate n images for a prompt, score each one against the prompt, and return the "
+        "top_k best as PNG images with their scores (0-100, higher is better). If they are not "
+        "ready within wait_seconds, returns a run_id instead: call get_run with it."),
+    "run_loop": (
+        "Run a generate -> score -> refine loop: each round generates candidates, scores them "
+        "against the prompt, and uses the best to choose the next round's images; stops early "
+        "once an image reaches target. Returns the best image and each round's best score. If "
+        "the loop is not done within wait_seconds, returns a run_id: call get_run with it."),
+    "get_run": (
+        "Wait up to wait_seconds for a run started by generate_images or run_loop. Returns its "
+        "status, and once it has finished its best images and scores."),
+    "get_result": (
+        "The images and scores a run has produced so far, without waiting; works on a run "
+        "that is still going."),
+    "cancel_run": "Stop a run that is no longer needed; its finished images stay readable.",
+}
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from sync code, also when this thread has a running loop
+    (a notebook, a sync tool called inside an async framework): then on a helper thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+class GenloopTools:
+    """The tools over one client.
+
+    ``client`` is a ``Client`` (sync and async calls both work; async ones run the client's
+    calls in threads) or an ``AsyncClient`` (async calls only, native over HTTP). Pass both to
+    have native async and sync calls over the same back end.
+    """
+
+    def __init__(self, client: Client | AsyncClient, *, aclient: AsyncClient | None = None,
+                 catalog: Catalog | None = None) -> None:
+        self.client = client if isinstance(client, Client) else None
+        if aclient is None and isinstance(client, AsyncClient):
+            aclient = client
+        if aclient is None and self.client is not None:
+            aclient = AsyncClient(ThreadedBackend(self.client.backend))
+        if aclient is None:
+            raise TypeError(f"GenloopTools needs a Client or an AsyncClient, not {client!r}")
+        self.aclient = aclient
+        self.catalog = catalog or Catalog()
+        models = argument_models(self.catalog)
+        self.specs = {name: ToolSpec(name, DESCRIPTIONS[name], models[name]) for name in models}
+
+    # -- arguments ----------------------------------------------------------------------------
+    def parse(self, name: str, arguments: Mapping[str, Any] | ToolArguments) -> ToolArguments:
+        """``arguments`` checked against tool ``name``'s model (``ToolCallError`` if invalid).
+
+        ``None`` stands for "the default" on fields that do not accept null themselves: strict
+        JSON schemas (OpenAI's) make every field required, so models send null for "unset".
+        """
+        spec = self.specs.get(name)
+        if spec is None:
+            raise ToolCallError(name, f"There is no tool {name!r}; the tools are: "
+                                      f"{', '.join(self.specs)}.")
+        if isinstance(arguments, spec.arguments):
+            return arguments
+        if isinstance(arguments, ToolArguments):
+            arguments = arguments.model_dump()
+        if not isinstance(arguments, Mapping):
+            raise ToolCallError(name, f"Arguments for {name} must be a JSON object.")
+        fields = spec.arguments.model_fields
+        given = {k: v for k, v in arguments.items()
+                 if not (v is None and k in fields and fields[k].default is not None)}
+        try:
+            return spec.arguments.model_validate(given)
+        except ValidationError as exc:
+            raise invalid_arguments(name, exc) from None
+
+    # -- calls --------------------------------------------------------------------------------
+    def call(self, name: str, arguments: Mapping[str, Any] | ToolArguments) -> ToolOutput:
+        """Call tool ``name`` from sync code (needs a sync ``Client``)."""
+        args = self.parse(name, arguments)
+        if self.client is None:
+            raise ToolCallError(name, "These tools were built on an AsyncClient: call them "
+                                      "asynchronously, or pass a sync Client as well.")
+        aclient = AsyncClient(ThreadedBackend(self.client.backend))
+        return run_sync(self._call(aclient, name, args, None))
+
+    async def acall(self, name: str, arguments: Mapping[str, Any] | ToolArguments,
+                    progress: ProgressSink | None = None) -> ToolOutput:
+        """Call tool ``name``; ``progress`` hears how a waiting call's run advances."""
+        args = self.parse(name, arguments)
+        return await self._call(self.aclient, name, args, progress)
+
+    async def _call(self, aclient: AsyncClient, name: str, args: Any,
+                    progress: ProgressSink | None) -> ToolOutput:
+        try:
+            if name in ("generate_images", "run_loop"):
+                spec = self._spec(name, args)
+                run = await aclient.submit(spec)
+                return await self._wait(aclient, run, args.wait_seconds, progress,
+                                        limit=args.top_k if name == "generate_images" else 4)
+            run = await aclient.get(args.run_id)
+            if name == "get_run":
+                return await self._wait(aclient, run, args.wait_seconds, progress, limit=4)
+            if name == "get_result":
+                return await self._render(aclient, run, args.max_images)
+            return outcome.cancelled(await run.cancel())
+        except GenloopError as exc:
+            raise from_genloop(name, exc) from None
+
+    @staticmethod
+    def _spec(name: str, a: Any) -> RunSpec:
+        image = {k: v for k, v in {"steps": a.steps, "width": a.width, "height": a.height}.items()
+                 if v is not None}
+        if name == "run_loop":
+            return Loop(prompt=a.prompt, rounds=a.rounds, candidates=a.candidates,
+                        target=a.target, refiner=a.refiner, model=a.model,
+                        evaluator=a.evaluator, seed=a.seed, **image)
+        g = Graph()
+        images = g.generate(a.prompt, n=a.n, seed=a.seed, model=a.model, id="generate", **image)
+        scores = g.score(images, text=a.prompt, evaluator=a.evaluator, id="score")
+        g.select(scores, top_k=a.top_k, id="best")
+        return g
+
+    async def _wait(self, aclient: AsyncClient, run: AsyncRun, wait_seconds: float,
+                    progress: ProgressSink | None, limit: int) -> ToolOutput:
+        start = time.monotonic()
+        info = await run.status()
+        if not info.status.terminal and wait_seconds > 0:
+            meter = ProgressMeter(len(info.nodes))
+            try:
+                async with asyncio.timeout(wait_seconds):
+                    async for event in run.events():
+                        report = meter.read(event)
+                        if report is not None and progress is not None:
+                            await progress(report)
+            except TimeoutError:
+                pass
+            info = await run.status()
+        if not info.status.terminal:
+            return outcome.pending(info, round(time.monotonic() - start, 1))
+        return await self._render(aclient, run, limit)
+
+    @staticmethod
+    async def _render(aclient: AsyncClient, run: AsyncRun, limit: int) -> ToolOutput:
+        result = await run.result()
+        images = [
+            ToolImage(artifact=c.artifact, png=await aclient.read_artifact(c.artifact),
+                      score=c.score, evaluator=c.evaluator, prompt=c.prompt, seed=c.seed,
+                      round=c.round, label=label)
+            for label, c in outcome.chosen(result, limit)
+        ]
+        return outcome.describe(result, images)

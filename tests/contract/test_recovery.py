@@ -1,0 +1,100 @@
+"""The sweeper's recovery on every store: what it re-sends, what it must leave alone, and that
+one unreadable record cannot stop it."""
+
+from __future__ import annotations
+
+import time
+
+from genloop.sdk.models import NodeStatus
+from genloop.workers.ops.registry import OpRegistry
+from genloop.workers.scheduler import Scheduler
+from genloop.workers.stores import InstanceRecord, NodeRecord, RunRecord, RunSpecRecord
+from genloop.workers.stores.redis import RedisStateStore
+
+
+class Sent(list):
+    def __call__(self, instances, delay=0.0):
+        self.extend(i.instance_id for i in instances)
+
+
+def _scheduler(store, backlog=0):
+    sent = Sent()
+    return Scheduler(store, OpRegistry(), sent, backlog=lambda queue: backlog), sent
+
+
+def _create(store, n=3):
+    run = RunRecord(id="r1", spec_hash="h", pending_nodes=1, created_at=time.time())
+    insts = [InstanceRecord(run_id="r1", instance_id=f"a#{i}", node_id="a", seq=i)
+             for i in range(n)]
+    store.create_run(run, RunSpecRecord(spec={}, graph={}),
+                     [NodeRecord(run_id="r1", node_id="a", pending_instances=n)], insts)
+    store.clear_outbox(store.outbox())
+
+
+def _set(store, instance_id, status, key=None):
+    with store.transaction("r1") as tx:
+        inst = tx.instance(instance_id)
+        inst.status, inst.result_key = status, key
+        tx.put_instance(inst)
+
+
+def _corrupt(store, instance_id):
+    if isinstance(store, RedisStateStore):
+        store.client.hset(store.keys.instances("r1"), instance_id, '{"run_id": "r1"')
+    else:
+        store._conn().execute("UPDATE instances SET doc = '{\"run_id\": 1' "
+                              "WHERE instance_id = ?", (instance_id,))
+
+
+def test_running_without_a_live_lease_is_resent_a_live_holder_is_not(store):
+    _create(store)
+    scheduler, sent = _scheduler(store)
+    _set(store, "a#0", NodeStatus.RUNNING, key="k0")
+    _set(store, "a#1", NodeStatus.RUNNING, key="k1")
+    _set(store, "a#2", NodeStatus.SUCCEEDED)
+    assert store.claim("k0", "alive", ttl=30)  # a#1's holder died: its lease is gone
+    time.sleep(0.05)
+
+    assert scheduler.sweep(older_than=0, grace=0.01) == 1
+    assert sent == ["a#1"]
+
+    store.release("k0", "alive")  # the holder ends without completing (it died, too)
+    time.sleep(0.05)
+    sent.clear()
+    scheduler.sweep(older_than=0, grace=0.01)
+    assert sent == ["a#0", "a#1"]
+
+
+def test_queued_instances_wait_for_the_backlog_then_are_resent(store):
+    _create(store, n=2)
+    waiting, sent = _scheduler(store, backlog=5)
+    time.sleep(0.05)
+
+    assert waiting.sweep(older_than=0, grace=0.01) == 0  # their turn has not come
+    assert store.stale_instances(older_than=2) == []  # seen: looked at again a grace later
+
+    drained, sent = _scheduler(store, backlog=0)
+    time.sleep(0.05)
+    assert drained.sweep(older_than=0, grace=0.01) == 2
+    assert sorted(sent) == ["a#0", "a#1"]
+    assert drained.sweep(older_than=0, grace=10) == 0  # re-sent ones wait another grace
+
+
+def test_an_unreadable_record_is_quarantined_and_the_sweep_goes_on(store):
+    _create(store)
+    scheduler, sent = _scheduler(store)
+    _corrupt(store, "a#1")
+    with store.transaction("r1") as tx:
+        tx.add_outbox(["a#1", "a#2"])
+    time.sleep(0.05)
+
+    scheduler.sweep(older_than=0, grace=0.01)
+
+    assert sorted(sent) == ["a#0", "a#2", "a#2"]  # a#2 from the outbox and as untouched
+    assert store.outbox() == []
+    (event,) = [e for e in store.events("r1") if e.type == "instance.quarantined"]
+    assert event.instance_id == "a#1" and "ValidationError" in event.error
+    sent.clear()
+    time.sleep(0.05)
+    scheduler.sweep(older_than=0, grace=0.01)
+    assert "a#1" not in sent

@@ -1,0 +1,66 @@
+"""The evaluator batcher: requests of many callers merged per evaluator, each answered alone."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from genloop.evaluators import ScoreBatcher, load_image
+from genloop.sdk.errors import Cancelled, Permanent
+
+
+@pytest.fixture
+def batcher():
+    # A long window: the batch forms when the cap is reached, so the batch log is exact.
+    b = ScoreBatcher(window=30.0, max_images=6)
+    yield b
+    b.close()
+
+
+def test_requests_with_different_prompts_share_one_call_and_match_scoring_alone(
+        batcher, clip_judge, images):
+    # Given three requests, two prompts, six images in all
+    asks = [(images[:2], "a red square"), (images[2:5], "a blue square"),
+            (images[5:6], "a red square")]
+
+    futures = [batcher.submit(clip_judge, ims, text) for ims, text in asks]
+
+    # Then each request got what scoring it alone gives, and one call scored them all
+    for future, (ims, text) in zip(futures, asks, strict=True):
+        alone = clip_judge.score(ims, text)
+        assert future.result(30).values == pytest.approx(alone.values, abs=1e-4)
+    assert batcher.batches == [(clip_judge.identity, 6, 3)]
+
+
+def test_a_bad_request_fails_alone_and_a_cancelled_one_is_dropped(batcher, clip_judge, images):
+    def cancelled():
+        raise Cancelled("run was cancelled")
+
+    good = batcher.submit(clip_judge, images[:3], "a red square")
+    bad = batcher.submit(clip_judge, ["not an image"], "a red square")
+    gone = batcher.submit(clip_judge, images[3:5], "a red square", check=cancelled)
+
+    assert len(good.result(30).values) == 3
+    with pytest.raises(Permanent):
+        bad.result(30)
+    with pytest.raises(Cancelled):
+        gone.result(30)
+    # the failed shared call, then each of its requests alone; the cancelled one never ran
+    assert [n for _, n, _ in batcher.batches] == [4, 3, 1]
+
+
+def test_an_image_from_memory_scores_as_its_png_does(clip_judge, images):
+    # The image cache skips a PNG round trip; PNG is lossless, so the score cannot move.
+    from genloop.workers.image_cache import ImageCache
+
+    cache = ImageCache(maxsize=1)
+    buf = io.BytesIO()
+    images[6].save(buf, format="PNG")
+    cache.put("k1", images[6])
+    cache.put("k2", images[7])  # evicts k1
+
+    assert cache.get("k1") is None and cache.get("k2") is images[7]
+    decoded = load_image(buf.getvalue())
+    assert clip_judge.score([images[6]], "noise").values == clip_judge.score(
+        [decoded], "noise").values

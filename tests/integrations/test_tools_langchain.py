@@ -1,0 +1,136 @@
+"""LangChain's own standard suites (langchain-tests) for every genloop tool, plus what they
+do not cover: the artifact, async over a native AsyncClient, error tool messages."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from agent_tools import CATALOG, GENERATE, LOOP, run_count
+
+pytest.importorskip("langchain_core")
+
+from langchain_core.messages import ToolMessage  # noqa: E402
+from langchain_tests.integration_tests import ToolsIntegrationTests  # noqa: E402
+from langchain_tests.unit_tests import ToolsUnitTests  # noqa: E402
+
+from genloop.integrations import GenloopTools, ToolOutput  # noqa: E402
+from genloop.integrations.langchain import (  # noqa: E402
+    CancelRunTool,
+    GenerateImagesTool,
+    GenloopToolkit,
+    GetResultTool,
+    GetRunTool,
+    RunLoopTool,
+)
+from genloop.sdk import AsyncClient, RunStatus  # noqa: E402
+from genloop.sdk.aio import ThreadedBackend  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+class _Standard:
+    """Binds a standard suite to the module's shared tools; subclasses name the tool and args."""
+
+    tool_class: type
+    example: dict[str, Any] = {}
+
+    @pytest.fixture(autouse=True)
+    def _genloop(self, shared_tools, finished_run):
+        self._tools = shared_tools
+        self._run_id = finished_run
+
+    @property
+    def tool_constructor(self):
+        return self.tool_class
+
+    @property
+    def tool_constructor_params(self) -> dict[str, Any]:
+        return {"tools": self._tools}
+
+    @property
+    def tool_invoke_params_example(self) -> dict[str, Any]:
+        return self.example or {"run_id": self._run_id}
+
+
+class _GenerateImages(_Standard):
+    tool_class = GenerateImagesTool
+    example = GENERATE
+
+
+class _RunLoop(_Standard):
+    tool_class = RunLoopTool
+    example = LOOP
+
+
+class _GetRun(_Standard):
+    tool_class = GetRunTool
+
+
+class _GetResult(_Standard):
+    tool_class = GetResultTool
+
+
+class _CancelRun(_Standard):
+    tool_class = CancelRunTool
+
+
+class TestGenerateImagesUnit(_GenerateImages, ToolsUnitTests): ...
+class TestGenerateImagesIntegration(_GenerateImages, ToolsIntegrationTests): ...
+class TestRunLoopUnit(_RunLoop, ToolsUnitTests): ...
+class TestRunLoopIntegration(_RunLoop, ToolsIntegrationTests): ...
+class TestGetRunUnit(_GetRun, ToolsUnitTests): ...
+class TestGetRunIntegration(_GetRun, ToolsIntegrationTests): ...
+class TestGetResultUnit(_GetResult, ToolsUnitTests): ...
+class TestGetResultIntegration(_GetResult, ToolsIntegrationTests): ...
+class TestCancelRunUnit(_CancelRun, ToolsUnitTests): ...
+class TestCancelRunIntegration(_CancelRun, ToolsIntegrationTests): ...
+
+
+def _call(tool, args: dict[str, Any]) -> ToolMessage:
+    return tool.invoke({"name": tool.name, "args": args, "id": "call-1", "type": "tool_call"})
+
+
+def test_toolkit_lists_every_tool_with_its_schema(shared_tools):
+    tools = GenloopToolkit(tools=shared_tools).get_tools()
+
+    assert [t.name for t in tools] == list(shared_tools.specs)
+    loop = tools[1].args
+    assert loop["model"].get("enum", [loop["model"].get("const")]) == ["tiny"]
+    assert all(p.get("description") for t in tools for p in t.args.values())
+
+
+def test_run_loop_message_carries_text_and_the_images_as_artifact(shared_tools):
+    message = _call(RunLoopTool(shared_tools), LOOP)
+
+    assert message.status == "success" and "score" in message.content
+    assert isinstance(message.artifact, ToolOutput)
+    assert message.artifact.run_id in message.content
+    assert message.artifact.images[0].png.startswith(b"\x89PNG")
+
+
+def test_ainvoke_runs_natively_on_an_async_client(shared_client):
+    aclient = AsyncClient(ThreadedBackend(shared_client.backend))
+    tool = RunLoopTool(GenloopTools(aclient, catalog=CATALOG))
+
+    message = asyncio.run(tool.ainvoke(
+        {"name": "run_loop", "args": LOOP, "id": "c", "type": "tool_call"}))
+
+    assert message.artifact.status == RunStatus.SUCCEEDED
+    assert "call them asynchronously" in tool.invoke(LOOP)  # no sync client: a readable error
+
+
+def test_bad_arguments_come_back_as_an_error_message_and_create_nothing(tools, client):
+    message = _call(RunLoopTool(tools), {**LOOP, "model": "sdxl", "rounds": 0})
+
+    assert message.status == "error"
+    assert "- model: Input should be 'tiny'" in message.content
+    assert "- rounds:" in message.content and "call run_loop again" in message.content
+    assert run_count(client) == 0
+
+
+def test_an_unknown_run_is_an_error_message(shared_tools):
+    message = _call(GetRunTool(shared_tools), {"run_id": "gone", "wait_seconds": 0})
+
+    assert message.status == "error" and "Check the run_id" in message.content

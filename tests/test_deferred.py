@@ -1,0 +1,170 @@
+"""Ops that wait on a batched resource free their worker thread (genloop.workers.deferred).
+
+What the engine's and the score batcher's logs must show: worker threads no longer bound the
+batch size, a loop round reaches the engine as one group, score requests of two runs share one
+evaluator call, and a cancelled instance inside a shared batch ends alone. Retries of deferred
+work follow the node's policy as Dramatiq's would.
+"""
+
+from __future__ import annotations
+
+import pytest
+from genloop_test_ops import executions
+
+from genloop.sdk import Graph, Loop, NodeStatus, RunStatus
+
+
+@pytest.fixture(scope="module")
+def models():
+    """An engine whose window and group wait are long, so that batches are formed by the cap
+    and by groups only: the batch log is then exact, whatever the machine's speed."""
+    from genloop.workers.engine.engine import EngineOptions
+    from genloop.workers.engine.registry import ModelRegistry
+
+    reg = ModelRegistry("cpu", engine_options=EngineOptions(window=30.0, group_wait=30.0,
+                                                            max_batch=8))
+    yield reg
+    reg.engine.close()
+
+
+@pytest.fixture
+def resources(models):
+    from genloop.evaluators import ScoreBatcher
+    from genloop.workers.resources import Resources
+
+    res = Resources(device="cpu", models=models)
+    res.scoring = ScoreBatcher(window=30.0, max_images=8)
+    models.engine.batcher.batches.clear()
+    models.engine.batcher.groups.clear()
+    yield res
+    res.scoring.close()
+
+
+def _client(tmp_path, resources, threads):
+    from genloop.sdk import Client
+
+    return Client.local(home=tmp_path / "home", threads=threads, resources=resources,
+                        lease_ttl=5.0)
+
+
+# -- deferred work and its retries (no model) -------------------------------------------------
+def test_deferred_work_that_fails_is_retried_with_the_nodes_policy(client, tmp_path):
+    log = str(tmp_path / "log")
+    g = Graph()
+    g.add("test-deferred", id="flaky", params={"log": log, "fail_times": 2}, max_retries=3)
+
+    run = client.submit(g)
+    result = run.wait(timeout=30)
+
+    assert result.status == RunStatus.SUCCEEDED
+    assert result.outputs["flaky"].items == [{"value": 0}]
+    retries = [e for e in run.events(follow=False) if e.type == "instance.retry"]
+    assert [e.attempt for e in retries] == [1, 2]
+    assert executions(log) == 3
+
+
+def test_deferred_work_fails_for_good_when_retries_run_out_or_the_error_is_permanent(
+        client, tmp_path):
+    log = str(tmp_path / "log")
+    g = Graph()
+    g.add("test-deferred", id="spent", params={"log": log, "value": 1, "fail_times": 9},
+          max_retries=1)
+    g.add("test-deferred", id="bad", params={"log": log, "value": 2, "fail_times": 9,
+                                             "permanent": True}, max_retries=5)
+
+    result = client.submit(g).wait(timeout=30)
+
+    assert result.status == RunStatus.FAILED
+    attempts = {f.node_id: (f.error_type, f.attempts) for f in result.failures}
+    assert attempts == {"spent": ("Transient", 2), "bad": ("Permanent", 1)}
+    assert executions(log, "spent:1") == 2 and executions(log, "bad:2") == 1
+
+
+# -- generation and scoring through the batched resources -------------------------------------
+def test_one_worker_thread_feeds_full_batches_from_many_instances(tmp_path, resources, models):
+    # Given one worker thread and two runs of eight one-candidate instances each
+    with _client(tmp_path, resources, threads=1) as client:
+        graphs = []
+        for prompt in ("a red circle", "a blue square"):
+            g = Graph()
+            g.generate(prompt, n=8, seed=3, shard_size=1, id="gen")
+            graphs.append(g)
+
+        runs = [client.submit(g) for g in graphs]
+        results = [r.wait(timeout=300) for r in runs]
+
+        # Then the engine ran two full batches, not sixteen batches of one
+        assert [r.status for r in results] == [RunStatus.SUCCEEDED] * 2
+        assert models.engine.batcher.batches == [8, 8]
+        # and every candidate kept its own instance and result key
+        store = client.backend.runtime.store
+        for run in runs:
+            keys = {i.result_key for i in store.instances(run.id)}
+            assert len(keys) == 8
+        assert [c.seed for c in results[0].items("gen")] == list(range(3, 11))
+
+
+def test_a_loop_round_reaches_the_engine_as_one_group(tmp_path, resources, models):
+    # Given a two-round loop of eight candidates: round 2 maps one instance per image
+    with _client(tmp_path, resources, threads=4) as client:
+        run = client.submit(Loop(prompt="a green triangle", candidates=8, rounds=2,
+                                 model="tiny", evaluator="clip"))
+        result = run.wait(timeout=300)
+
+        assert result.status == RunStatus.SUCCEEDED
+        # Then round 2's eight instances ran as one batch of eight
+        assert {(run.id, "round-2/generate"): 8} in models.engine.batcher.groups
+        assert {(run.id, "round-1/generate"): 8} in models.engine.batcher.groups
+        round2 = [i for i in client.backend.runtime.store.instances(run.id)
+                  if i.node_id == "round-2/generate"]
+        assert len(round2) == 8 and len({i.result_key for i in round2}) == 8
+        # and both rounds were scored from memory, not from re-read PNGs
+        assert resources.images.hits >= 16
+
+
+def test_score_requests_of_two_runs_share_one_evaluator_batch(tmp_path, resources):
+    # Given two runs, each scoring four images against its own prompt
+    with _client(tmp_path, resources, threads=2) as client:
+        graphs = []
+        for prompt in ("a red circle", "a blue square"):
+            g = Graph()
+            g.score(g.generate(prompt, n=4, seed=1), text=prompt, id="score")
+            graphs.append(g)
+
+        results = [r.wait(timeout=300) for r in [client.submit(g) for g in graphs]]
+
+        # Then one evaluator call scored all eight images, for both prompts
+        assert [r.status for r in results] == [RunStatus.SUCCEEDED] * 2
+        judge = resources.evaluator("clip")
+        assert resources.scoring.batches == [(judge.identity, 8, 2)]
+        assert all(len(r.items("score")) == 4 for r in results)
+
+
+def test_a_cancelled_instance_inside_a_shared_batch_ends_alone(tmp_path, resources, models):
+    # Given a run whose instance waits in the engine for a full batch
+    with _client(tmp_path, resources, threads=2) as client:
+        first, second = Graph(), Graph()
+        first.generate("a red circle", n=4, seed=1, id="gen")
+        second.generate("a blue square", n=4, seed=1, id="gen")
+        doomed = client.submit(first)
+        store = client.backend.runtime.store
+        _wait_until(lambda: store.instances(doomed.id)[0].status == NodeStatus.RUNNING)
+
+        # When it is cancelled, and another run's instance completes the batch
+        doomed.cancel()
+        kept = client.submit(second)
+
+        # Then the other run's images are made, in a batch without the cancelled request
+        assert kept.wait(timeout=300).status == RunStatus.SUCCEEDED
+        assert doomed.wait(timeout=60).status == RunStatus.CANCELLED
+        assert models.engine.batcher.batches == [4]
+        assert models.engine.batcher.groups == [{(kept.id, "gen"): 4}]
+
+
+def _wait_until(condition, timeout: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)

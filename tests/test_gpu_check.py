@@ -1,0 +1,79 @@
+"""The GPU check's CPU-testable parts: its arguments, the wheel list, the section commands and
+the benchmark shape tables, so the one scarce GPU run works the first time. (The whole check ran
+here with ``--device cpu --tiny``; that takes minutes on a shared CPU, so CI checks the parts.)"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def check():
+    return _load("gpu_check")
+
+
+def test_arguments_default_to_every_section_within_the_budget(check, monkeypatch):
+    monkeypatch.setenv("OUT", "/tmp/out-dir")
+    args = check.parse_args([])
+    assert args.out == "/tmp/out-dir" and args.device == "cuda"
+    assert args.only.split(",") == list(check.SECTIONS)
+    # The sections' own limits fit the 7 minutes the check may take on an H200
+    assert sum(check.SECTIONS.values()) <= 7 * 60
+    assert args.budget <= 7 * 60
+
+
+@pytest.mark.parametrize("argv", [["--only", "env,bogus"], ["--budget", "0"]])
+def test_bad_arguments_are_refused(check, argv):
+    with pytest.raises(SystemExit):
+        check.parse_args(argv)
+
+
+def test_every_wheel_is_pinned_to_the_version_tested_here(check):
+    for pin in check.WHEELS:
+        name, _, version = pin.partition("==")
+        assert version, f"{pin} is not pinned"
+        assert importlib.metadata.version(name) == version, pin
+
+
+def test_sections_run_compiled_kernels_on_a_gpu_and_only_the_kernel_conftest(check, tmp_path):
+    args = check.parse_args(["--out", str(tmp_path)])
+    env = check.section_env(args, "/farm")
+    assert env["TRITON_INTERPRET"] == "0" and env["PYTHONPATH"].startswith("/farm")
+    assert check.section_env(check.parse_args(["--device", "cpu"]), "")["TRITON_INTERPRET"] == "1"
+    cmd = check.section_command("kernel_tests", args, tmp_path)
+    assert any(a.startswith("--confcutdir=") and a.endswith("kernels") for a in cmd)
+    gen = check.section_command("generation", args, tmp_path)
+    assert gen[gen.index("--device") + 1] == "cuda" and "shapes" in gen
+
+
+def test_the_checkout_becomes_importable_as_genloop(check, tmp_path):
+    farm = Path(check.genloop_path(tmp_path))
+    for name in ("sdk", "workers", "kernels", "evaluators"):
+        assert (farm / "genloop" / name).resolve() == (BENCHMARKS.parent / name).resolve()
+
+
+def test_benchmark_shapes_are_what_diffusers_runs():
+    kernels = _load("kernels")
+    shapes = kernels.ATTENTION_SHAPES
+    assert {s.head_dim for s in shapes} == {64, 128}
+    assert any(s.kv_tokens == 77 for s in shapes)  # text cross-attention
+    assert any(s.q_tokens % 128 for s in shapes)  # a ragged tail (joint image + text tokens)
+    assert any(s.q_tokens >= 16384 for s in shapes)
+    for _, c, _, _, groups in kernels.GROUPNORM_SHAPES:
+        assert c % groups == 0
+    assert kernels.VAE_GROUPNORM_SHAPES

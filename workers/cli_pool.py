@@ -1,0 +1,89 @@
+"""``genloop worker`` and ``genloop demo``: the commands that execute work in this machine.
+
+Both need the ``workers`` extra; their imports stay inside the bodies so the CLI can say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .cli_client import add_target, open_client
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Exec Dramatiq's own CLI on genloop's worker module, configured through the environment."""
+    import os
+
+    from . import pool as w
+    from .models_config import models_config
+
+    if args.models:
+        models_config(args.models)  # a bad file fails here, not in every worker process
+    env = dict(os.environ)
+    env.update({
+        w.ENV_REDIS: args.redis, w.ENV_ARTIFACTS: args.artifacts, w.ENV_QUEUES: args.queues,
+        w.ENV_IMPORTS: ",".join(args.imports), w.ENV_PRELOAD: ",".join(args.preload),
+        w.ENV_LEASE_TTL: str(args.lease_ttl), w.ENV_HEARTBEAT_MS: str(args.heartbeat_timeout_ms),
+        w.ENV_MODELS: str(Path(args.models).resolve()) if args.models else "",
+    })
+    argv = [sys.executable, "-m", "dramatiq", "genloop.workers.worker_main",
+            "--processes", str(args.processes), "--threads", str(args.threads),
+            "--queues", *args.queues.split(",")]
+    os.execve(sys.executable, argv, env)
+    return 0  # not reached
+
+
+def setup_worker(p: argparse.ArgumentParser) -> None:
+    import dramatiq  # noqa: F401  (fail at parse time, with the extra named, not after exec)
+
+    p.set_defaults(fn=cmd_worker)
+    p.add_argument("--redis", required=True, help="redis://host:6379/0")
+    p.add_argument("--artifacts", required=True, help="file:///shared/dir or s3://bucket/prefix")
+    p.add_argument("--queues", default="gpu,cpu", help="comma-separated queues to consume")
+    p.add_argument("--processes", type=int, default=1)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--import", dest="imports", action="append", default=[],
+                   help="module defining custom ops (repeatable)")
+    p.add_argument("--preload", action="append", default=[], help="model to load at start")
+    p.add_argument("--models", metavar="FILE",
+                   help="models config (TOML/JSON): the names beyond the built-ins that load")
+    p.add_argument("--lease-ttl", type=float, default=15.0,
+                   help="claim lease, seconds (renewed every third); a dead worker's work "
+                   "is re-sent about a lease plus a sweep tick after it died")
+    p.add_argument("--heartbeat-timeout-ms", type=int, default=60_000,
+                   help="requeue a dead worker's messages after this long")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from genloop.sdk import Loop
+
+    from .demo import run_demo
+
+    loop = Loop(
+        prompt=args.prompt, candidates=args.candidates, rounds=args.rounds, model=args.model,
+        evaluator=args.evaluator, steps=args.steps, refiner=args.refiner,
+    )
+    with open_client(args) as client:
+        summary = run_demo(client, loop, Path(args.out), progress=not args.quiet)
+    print(summary)
+    return 0
+
+
+def setup_demo(p: argparse.ArgumentParser) -> None:
+    import tqdm  # noqa: F401  (the demo's progress bar: a workers-extra package)
+
+    add_target(p)
+    p.set_defaults(fn=cmd_demo)
+    p.add_argument("--out", default="out/demo")
+    # The shapes models are trained here and ship in the package: their images can be judged
+    # by eye and by genloop.workers.shapes.check, unlike the random-weight `tiny` ones.
+    p.add_argument("--prompt", default="a large red circle in the centre, black background")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--candidates", type=int, default=8)
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--model", default="shapes")
+    p.add_argument("--evaluator", default="shapes-clip")
+    p.add_argument("--refiner", default="seed-search")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -1,0 +1,116 @@
+"""What the gateway checks on a spec before the back end sees it.
+
+A tenant's spec is data: every model, evaluator and refine strategy it names must be one the
+operator registered (and the tenant's own allow-list keeps), every string is bounded, and the
+run is costed so the tenant's limits apply before anything is stored. The problems are
+reported together as one :class:`~genloop.sdk.errors.GraphError` (422), each with its node id
+and the names that would have been accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+from genloop.sdk.errors import GraphError, GraphProblem
+from genloop.sdk.graph import Graph, Node
+from genloop.sdk.loop import Loop
+from genloop.sdk.ops import BUILTIN_PARAMS
+from genloop.sdk.validation import graph_problems, value_problems
+
+from ..models_config import ModelsConfig
+from ..ops.registry import OpRegistry
+from ..planner import ImageSize, RunCost, run_cost
+from .limits import TenantLimits
+
+#: A prompt (or any string in a spec) longer than this is refused unless the operator says.
+DEFAULT_MAX_PROMPT_CHARS = 4000
+
+#: The engine's defaults for a configured model that leaves them unset (see ModelDefaults).
+_ENGINE_DEFAULT = ImageSize(steps=25, width=512, height=512)
+_BUILTIN_SIZES = {"tiny": ImageSize(steps=4, width=32, height=32)}
+
+
+@dataclass
+class Admission:
+    """The operator's names and bounds; :meth:`check` applies them and a tenant's limits."""
+
+    ops: OpRegistry
+    models: ModelsConfig
+    evaluators: Callable[[], Sequence[str]]
+    strategies: Callable[[], Sequence[str]]
+    max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
+    #: Queues some worker consumes; ``None`` when the back end cannot tell.
+    queues: Collection[str] | None = None
+
+    def check(self, spec: Graph | Loop, limits: TenantLimits) -> RunCost:
+        """The run's cost; ``GraphError`` listing every problem if the spec may not run."""
+        graph = spec.compile() if isinstance(spec, Loop) else spec
+        problems = graph_problems(graph, self.ops.catalogue())
+        for node in graph.nodes:
+            problems.extend(value_problems(node, self.max_prompt_chars))
+            problems.extend(self._name_problems(node, limits))
+            problems.extend(self._queue_problems(node))
+        if problems:
+            raise GraphError(_unique(problems))
+        return run_cost(graph, self.ops, self.size_of)
+
+    def _name_problems(self, node: Node, limits: TenantLimits) -> list[GraphProblem]:
+        if node.op not in BUILTIN_PARAMS:
+            return []
+        params = node.params
+        found: list[tuple[str, object, Sequence[str]]] = []
+        if node.op == "generate":
+            models = _narrow(self.models.names(), limits.models)
+            found.append(("model", params.get("model", "tiny"), models))
+        elif node.op == "score":
+            evaluators = _narrow(self.evaluators(), limits.evaluators)
+            found.append(("evaluator", params.get("evaluator", "clip"), evaluators))
+        elif node.op == "refine":
+            found.append(("strategy", params.get("strategy", "seed-search"),
+                          sorted(self.strategies())))
+        return [
+            GraphProblem(node_id=node.id, message=f"params.{field}: unknown {field} "
+                         f"{value!r}; allowed: {', '.join(allowed) or 'none'}")
+            for field, value, allowed in found if not isinstance(value, str) or value not in allowed
+        ]
+
+    def _queue_problems(self, node: Node) -> list[GraphProblem]:
+        spec = self.ops.get(node.op)
+        queue = node.queue or (spec.queue if spec is not None else None)
+        if self.queues is None or queue is None or queue in self.queues:
+            return []
+        return [GraphProblem(node_id=node.id, message=f"no workers consume queue {queue!r}; "
+                             f"known: {', '.join(sorted(self.queues))}")]
+
+    def size_of(self, model: str) -> ImageSize:
+        entry = self.models.models.get(model)
+        base = _BUILTIN_SIZES.get(model, _ENGINE_DEFAULT)
+        if entry is None:
+            return base
+        return ImageSize(steps=entry.steps or base.steps, width=entry.width or base.width,
+                         height=entry.height or base.height)
+
+
+def _narrow(allowed: Sequence[str], tenant: list[str] | None) -> list[str]:
+    return sorted(set(allowed) if tenant is None else set(allowed) & set(tenant))
+
+
+def _unique(problems: list[GraphProblem]) -> list[GraphProblem]:
+    seen: dict[tuple[str | None, str], GraphProblem] = {}
+    for p in problems:
+        seen.setdefault((p.node_id, p.message), p)
+    return list(seen.values())
+
+
+def default_admission(ops: OpRegistry, models: ModelsConfig | None = None,
+                      max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
+                      queues: Collection[str] | None = None) -> Admission:
+    """``ops`` (the back end's), the registered evaluators and refine strategies (whatever
+    was imported registers more), and ``models`` (the built-ins only by default)."""
+    from genloop.evaluators import default_registry as evaluators
+
+    from ..ops.refine import refiners
+
+    return Admission(ops, models or ModelsConfig(), lambda: evaluators().names(),
+                     lambda: sorted(refiners()), max_prompt_chars, queues)

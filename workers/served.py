@@ -1,0 +1,47 @@
+"""What a back end in this process serves, for the spec schema and for filling in defaults.
+
+Names come from the live registries: the op registry (custom ops included), the model
+registry's built-ins, the evaluator registry, the refine strategies. The defaults are the
+operator's choice; unset, the shipped trained ``shapes`` / ``shapes-clip`` when present (they
+draw and judge something recognisable), else the first model / evaluator served.
+"""
+
+from __future__ import annotations
+
+from genloop.sdk.schema import Named, Served
+
+from .ops.refine import refiners
+from .ops.registry import OpRegistry
+
+#: Preferred defaults, best first; the random-weight test models come last.
+PREFERRED_MODELS = ("shapes", "tiny")
+PREFERRED_EVALUATORS = ("shapes-clip", "clip")
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().split("\n")[0]
+
+
+def _pick(choice: str | None, preferred: tuple[str, ...], names: list[str]) -> str | None:
+    if choice is not None:
+        return choice
+    return next((n for n in preferred if n in names), names[0] if names else None)
+
+
+def served(registry: OpRegistry, model_names: dict[str, str], default_model: str | None = None,
+           default_evaluator: str | None = None) -> Served:
+    """``model_names``: the built-in models (name -> description) of the model registry."""
+    from genloop.evaluators import default_registry as evaluators
+
+    evaluator_names = evaluators().names()
+    return Served(
+        models=[Named(name=n, description=d) for n, d in sorted(model_names.items())],
+        evaluators=[Named(name=n, description=evaluators().describe(n))
+                    for n in evaluator_names],
+        refiners=[Named(name=n, description=d) for n, d in sorted(refiners().items())],
+        ops=[Named(name=n, description=_first_line(registry[n].params.__doc__
+                                                   or registry[n].fn.__doc__))
+             for n in sorted(registry)],
+        default_model=_pick(default_model, PREFERRED_MODELS, sorted(model_names)),
+        default_evaluator=_pick(default_evaluator, PREFERRED_EVALUATORS, evaluator_names),
+    )
