@@ -87,7 +87,7 @@ def test_one_worker_thread_feeds_full_batches_from_many_instances(tmp_path, reso
         graphs = []
         for prompt in ("a red circle", "a blue square"):
             g = Graph()
-            g.generate(prompt, n=8, seed=3, shard_size=1, id="gen")
+            g.generate(prompt, n=8, seed=3, shard_size=1, model="tiny", id="gen")
             graphs.append(g)
 
         runs = [client.submit(g) for g in graphs]
@@ -128,7 +128,8 @@ def test_score_requests_of_two_runs_share_one_evaluator_batch(tmp_path, resource
         graphs = []
         for prompt in ("a red circle", "a blue square"):
             g = Graph()
-            g.score(g.generate(prompt, n=4, seed=1), text=prompt, id="score")
+            g.score(g.generate(prompt, n=4, seed=1, model="tiny"), text=prompt, evaluator="clip",
+                    id="score")
             graphs.append(g)
 
         results = [r.wait(timeout=300) for r in [client.submit(g) for g in graphs]]
@@ -144,8 +145,8 @@ def test_a_cancelled_instance_inside_a_shared_batch_ends_alone(tmp_path, resourc
     # Given a run whose instance waits in the engine for a full batch
     with _client(tmp_path, resources, threads=2) as client:
         first, second = Graph(), Graph()
-        first.generate("a red circle", n=4, seed=1, id="gen")
-        second.generate("a blue square", n=4, seed=1, id="gen")
+        first.generate("a red circle", n=4, seed=1, model="tiny", id="gen")
+        second.generate("a blue square", n=4, seed=1, model="tiny", id="gen")
         doomed = client.submit(first)
         store = client.backend.runtime.store
         _wait_until(lambda: store.instances(doomed.id)[0].status == NodeStatus.RUNNING)

@@ -50,7 +50,7 @@ def test_with_a_config_a_path_like_name_is_refused_without_touching_the_file_sys
     def no_file_system(*args, **kwargs):
         raise AssertionError("the file system was consulted for a tenant's string")
 
-    monkeypatch.setattr(module.os, "walk", no_file_system)
+    monkeypatch.setattr(module, "fingerprint", no_file_system)
     monkeypatch.setattr(module.Path, "is_dir", no_file_system)
     monkeypatch.setattr(module, "_hub_revision", no_file_system)
     monkeypatch.setattr(module, "_from_pretrained", no_file_system)
@@ -67,7 +67,9 @@ def test_a_configured_name_loads_its_source_with_its_defaults(tmp_path):
     config = ModelsConfig.load(write_config(tmp_path))
     registry = ModelRegistry(device="cpu", models=config)
     source = tmp_path / "weights" / "house"
-    assert registry.identity("house").startswith(f"path:{source.resolve()}@")
+    from genloop.workers.fingerprint import fingerprint
+
+    assert registry.identity("house") == f"path:{fingerprint(source)}"  # by content, not path
     defaults = registry.defaults("house")
     assert (defaults.steps, defaults.width, defaults.height) == (12, 256, 512)
     assert registry.identity("tiny") == ModelRegistry(device="cpu").identity("tiny")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+
 from genloop.kernels.references import groupnorm_silu_reference
 
 TOLERANCE = {

@@ -30,6 +30,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+
 from genloop.kernels.references import attention_reference, int8_attention_emulated
 
 ATTENTION_TOLERANCE = {torch.float16: (0.9998, 0.04), torch.bfloat16: (0.9998, 0.04)}
@@ -139,7 +140,8 @@ def test_smoothing_k_is_what_keeps_a_large_offset_accurate(device):
     q, k, v = _inputs((1, 2, 77, 150, 64), torch.float16, device, k_offset=20.0)
     ref = attention_reference(q, k, v)
     # Then per-block INT8 passes only with the mean subtracted
-    assert attention_problems(_run_quantized(q, k, v), ref, ATTENTION_TOLERANCE[torch.float16]) == []
+    tolerance = ATTENTION_TOLERANCE[torch.float16]
+    assert attention_problems(_run_quantized(q, k, v), ref, tolerance) == []
     unsmoothed = _run_quantized(q, k, v, smooth=False)
     assert attention_problems(unsmoothed, ref, ATTENTION_TOLERANCE[torch.float16]) != []
 

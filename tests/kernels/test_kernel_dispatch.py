@@ -8,10 +8,11 @@ import sys
 import textwrap
 import types
 
-import genloop.kernels as gk
 import pytest
 import torch
 import torch.nn.functional as F
+
+import genloop.kernels as gk
 
 
 def _qkv(shape=(1, 2, 40, 64), dtype=torch.float16, device="cpu"):

@@ -18,10 +18,11 @@ import torch.nn.functional as F
 # The kernels themselves need no diffusers; only these hooks do (their tests skip without it).
 pytest.importorskip("diffusers")
 
-import genloop.kernels as gk  # noqa: E402
 from diffusers import UNet2DConditionModel  # noqa: E402
 from diffusers.models.attention_processor import Attention, AttnProcessor2_0  # noqa: E402
 from diffusers.models.resnet import ResnetBlock2D  # noqa: E402
+
+import genloop.kernels as gk  # noqa: E402
 from genloop.kernels import groupnorm_silu as gn_module  # noqa: E402
 from genloop.kernels import int8_attention as attn_module  # noqa: E402
 
@@ -98,7 +99,8 @@ def test_applying_twice_does_not_stack():
     assert gk.remove_fused_groupnorm_silu(unet) == 17
     assert gk.remove_int8_attention(unet) > 0
     assert all(
-        isinstance(m.processor, AttnProcessor2_0) for m in unet.modules() if isinstance(m, Attention)
+        isinstance(m.processor, AttnProcessor2_0)
+        for m in unet.modules() if isinstance(m, Attention)
     )
 
 

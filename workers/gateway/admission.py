@@ -45,34 +45,55 @@ class Admission:
 
     def check(self, spec: Graph | Loop, limits: TenantLimits) -> RunCost:
         """The run's cost; ``GraphError`` listing every problem if the spec may not run."""
-        graph = spec.compile() if isinstance(spec, Loop) else spec
+        is_loop = isinstance(spec, Loop)
+        graph = spec.compile() if is_loop else spec
         problems = graph_problems(graph, self.ops.catalogue())
-        for node in graph.nodes:
+        if is_loop:  # named where the author wrote them, not in the compiled nodes
+            problems.extend(self._loop_name_problems(spec, limits))
+        for i, node in enumerate(graph.nodes):
             problems.extend(value_problems(node, self.max_prompt_chars))
-            problems.extend(self._name_problems(node, limits))
+            if not is_loop:
+                problems.extend(self._name_problems(i, node, limits))
             problems.extend(self._queue_problems(node))
         if problems:
             raise GraphError(_unique(problems))
         return run_cost(graph, self.ops, self.size_of)
 
-    def _name_problems(self, node: Node, limits: TenantLimits) -> list[GraphProblem]:
+    def _allowed(self, field: str, limits: TenantLimits) -> list[str]:
+        if field == "model":
+            return _narrow(self.models.names(), limits.models)
+        if field == "evaluator":
+            return _narrow(self.evaluators(), limits.evaluators)
+        return sorted(self.strategies())
+
+    def _loop_name_problems(self, loop: Loop, limits: TenantLimits) -> list[GraphProblem]:
+        found = [("model", loop.model, "model"), ("evaluator", loop.evaluator, "evaluator"),
+                 ("refiner", loop.refiner, "strategy")]
+        return [
+            GraphProblem(node_id=None, message=f"unknown {field} {value!r}; allowed: "
+                         f"{', '.join(allowed) or 'none'}", path=field, received=value,
+                         allowed=allowed)
+            for field, value, kind in found
+            if value is not None and value not in (allowed := self._allowed(kind, limits))
+        ]
+
+    def _name_problems(self, index: int, node: Node,
+                       limits: TenantLimits) -> list[GraphProblem]:
+        """Names outside the operator's (and the tenant's) lists. A name left out is the back
+        end's default, which the operator chose, so it needs no check here."""
         if node.op not in BUILTIN_PARAMS:
             return []
         params = node.params
-        found: list[tuple[str, object, Sequence[str]]] = []
-        if node.op == "generate":
-            models = _narrow(self.models.names(), limits.models)
-            found.append(("model", params.get("model", "tiny"), models))
-        elif node.op == "score":
-            evaluators = _narrow(self.evaluators(), limits.evaluators)
-            found.append(("evaluator", params.get("evaluator", "clip"), evaluators))
-        elif node.op == "refine":
-            found.append(("strategy", params.get("strategy", "seed-search"),
-                          sorted(self.strategies())))
+        field = {"generate": "model", "score": "evaluator", "refine": "strategy"}.get(node.op)
+        found = [] if field is None else [(field, params.get(field),
+                                           self._allowed(field, limits))]
         return [
             GraphProblem(node_id=node.id, message=f"params.{field}: unknown {field} "
-                         f"{value!r}; allowed: {', '.join(allowed) or 'none'}")
-            for field, value, allowed in found if not isinstance(value, str) or value not in allowed
+                         f"{value!r}; allowed: {', '.join(allowed) or 'none'}",
+                         path=f"nodes[{index}].params.{field}", received=value,
+                         allowed=list(allowed))
+            for field, value, allowed in found
+            if value is not None and (not isinstance(value, str) or value not in allowed)
         ]
 
     def _queue_problems(self, node: Node) -> list[GraphProblem]:
