@@ -103,6 +103,7 @@ def _slice(scores: Scores, start: int, stop: int) -> Scores:
         values=scores.values[start:stop],
         embeddings=scores.embeddings[start:stop] if scores.embeddings is not None else None,
         evaluator=scores.evaluator,
+        details=scores.details[start:stop] if scores.details is not None else None,
     )
 
 

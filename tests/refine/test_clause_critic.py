@@ -12,6 +12,25 @@ from genloop.workers import shapes
 CAPTION = "a small green star on the left, gray background"
 
 
+def _shipped_render(attrs):
+    """``attrs`` drawn in the world the shipped shapes-clip was trained on (v1: 32x32, its
+    radii and offsets); the v2 world's renders (64x64, other proportions) are not it."""
+    import numpy as np
+    from PIL import Image
+
+    from genloop.workers.shapes import dataset, scene
+
+    size, radius, offset = 32, {"small": 5.0, "large": 9.0}, {"small": 8.0, "large": 4.5}
+    ux, uy = {"centre": (0, 0), "left": (-1, 0), "right": (1, 0), "top": (0, -1),
+              "bottom": (0, 1)}[attrs.position]
+    alpha = dataset.coverage(attrs.shape, size / 2 + ux * offset[attrs.size],
+                             size / 2 + uy * offset[attrs.size], radius[attrs.size],
+                             size=size)[..., None]
+    pixels = (alpha * np.asarray(scene.COLOURS[attrs.colour], dtype=np.float32)
+              + (1 - alpha) * np.asarray(scene.BACKGROUNDS[attrs.background], dtype=np.float32))
+    return Image.fromarray(np.round(pixels).astype(np.uint8))
+
+
 def test_a_shapes_caption_splits_into_its_attributes_with_one_clause_changed_alternatives():
     clauses = split_clauses(CAPTION)
 
@@ -41,8 +60,9 @@ def test_the_critic_names_the_clause_an_image_gets_wrong():
     wrong_colour = truth.attributes.model_copy(
         update={"colour": "blue" if truth.attributes.colour != "blue" else "red"})
 
-    right = critic.score([truth.image], truth.caption)
-    wrong = critic.score([truth.image], wrong_colour.caption())
+    image = _shipped_render(truth.attributes)
+    right = critic.score([image], truth.caption)
+    wrong = critic.score([image], wrong_colour.caption())
 
     assert right.values[0] > 90 > 50 > wrong.values[0]
     assert wrong.details[0].weakest == "colour"
@@ -54,14 +74,14 @@ def test_the_critic_ranks_a_right_image_above_one_wrong_in_a_single_attribute():
     critic = get_evaluator("shapes-critic", device="cpu")
     plain = get_evaluator("shapes-clip", device="cpu")
     truth = shapes.sample(shapes.heldout_seeds(1, start=3)[0])
-    images = [truth.image]
+    images = [_shipped_render(truth.attributes)]
     for name in ("shape", "position", "size"):
         other = truth.attributes.model_copy(
             update={name: next(v for v in {"shape": shapes.dataset.SHAPES,
                                             "position": shapes.dataset.POSITIONS,
                                             "size": shapes.dataset.SIZES}[name]
                                if v != getattr(truth.attributes, name))})
-        images.append(shapes.dataset.render(other))
+        images.append(_shipped_render(other))
 
     scores = critic.score(images, truth.caption)
 

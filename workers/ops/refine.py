@@ -55,8 +55,16 @@ def refiner(name: str) -> Callable[[Refiner], Refiner]:
 
 
 def refiners() -> dict[str, str]:
-    """Registered strategy names and the first line of each one's docstring."""
-    return {name: (fn.__doc__ or "").strip().split("\n")[0] for name, fn in _REFINERS.items()}
+    """Strategy names and the first line of each one's docstring; ``agent`` (built into the
+    refine op, not a registered function) among them."""
+    named = {name: (fn.__doc__ or "").strip().split("\n")[0] for name, fn in _REFINERS.items()}
+    return {**named, "agent": AGENT_DESCRIPTION}
+
+
+#: What ``agent`` does (``refine.requested`` events, answered with ``run.refine``).
+AGENT_DESCRIPTION = ("The loop pauses for an agent's answer (run.refine / POST "
+                     "/v1/runs/{id}/refine) each round; the fallback strategy decides when none "
+                     "comes in refine_timeout seconds.")
 
 
 def _best(scored: list[ScoredCandidate], keep: int) -> list[ScoredCandidate]:
@@ -202,7 +210,7 @@ def refine(params: RefineParams, inputs: list, ctx: OpContext) -> list[Generatio
     strategy = _REFINERS.get(params.strategy)
     if strategy is None and params.strategy != "agent":
         raise Permanent(f"unknown refine strategy {params.strategy!r} "
-                        f"(known: agent, {', '.join(sorted(_REFINERS))})")
+                        f"(known: {', '.join(sorted(refiners()))})")
     scored = [ScoredCandidate.model_validate(i, from_attributes=True) for i in inputs]
     if not scored:
         raise Permanent("refine got no scored candidates")
