@@ -32,3 +32,31 @@ def test_an_agent_answers_over_http_and_a_second_answer_is_409(stack):
         pass
     else:
         raise AssertionError("a third answer was accepted")
+
+
+def test_a_graph_cannot_edit_another_tenants_image(stack):
+    from genloop.sdk import Graph
+    from genloop.sdk.errors import NotFound
+
+    # Given tenant A made an image
+    _, key_a = stack.tenant()
+    a = stack.client(key_a)
+    g = Graph()
+    g.generate("a red sneaker", n=1, steps=2, id="gen")
+    made = a.submit(g).wait(timeout=120).items("gen")[0]
+    _, key_b = stack.tenant()
+    b = stack.client(key_b)
+
+    # When tenant B submits an edit of it, Then it is refused as an unknown artifact
+    edit = Graph()
+    edit.generate("a blue sneaker", n=1, steps=2, init_image=made.artifact, id="gen")
+    try:
+        b.submit(edit)
+    except NotFound:
+        pass
+    else:
+        raise AssertionError("tenant B edited tenant A's image")
+    # while A may edit its own
+    mine = Graph()
+    mine.generate("a blue sneaker", n=1, steps=2, init_image=made.artifact, id="gen")
+    assert a.submit(mine).wait(timeout=120).status == RunStatus.SUCCEEDED
