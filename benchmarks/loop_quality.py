@@ -1,16 +1,21 @@
-"""Does a genloop Loop find better images than best-of-N, at the same number of images?
+"""Does a genloop Loop find better images than best-of-N, at the same denoising-step budget?
 
-    python benchmarks/loop_quality.py [--prompts 50] [--rounds 3] [--candidates 8] [--json]
+    python benchmarks/loop_quality.py [--prompts 100] [--rounds 3] [--candidates 8]
+        [--modes best-of-n,draft,critic-edit,seed-search,best-of-n-critic] [--json]
 
-On held-out shapes prompts, with the shipped ``shapes`` generator and ``shapes-clip`` judge:
+On held-out shapes prompts, three in four of them hard (a small shape off the centre), with the
+shipped ``shapes`` generator at ``--steps``, every mode gets the same budget of
+``rounds x candidates x steps`` denoising steps:
 
-- best-of-N: one round of ``rounds * candidates`` images, the best by CLIP score kept;
-- loop: ``rounds`` rounds of ``candidates`` images (refine strategy ``--refiner``).
+- ``best-of-n``: one round of ``rounds x candidates`` images, the best by ``shapes-clip`` kept;
+- ``best-of-n-critic``: the same images judged by ``shapes-critic`` (the clause critic);
+- ``seed-search`` / ``draft`` / ``critic-edit``: Loops with that refiner and ``Loop.budget``
+  set to the same budget (the critic refiners judge with ``shapes-critic``).
 
-For the kept image of each prompt it reports the rate at which the ground-truth checker finds
-every prompted attribute (not CLIP's opinion), the mean CLIP score, and wall time per mode.
-Everything runs through ``Client.local`` like any user program, using the model registry's
-``shapes`` and the evaluator registry's ``shapes-clip`` at their defaults.
+The kept image of each prompt is graded by the pixel checker, which no mode optimises: the
+all-correct rate with a 95% bootstrap interval over prompts, the paired difference against
+``best-of-n`` (bootstrap over prompts, same resamples), the steps each mode actually spent and
+its wall time. Each mode runs in a home of its own, so none reuses another's stored images.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import random
 import tempfile
 import time
 from pathlib import Path
@@ -28,82 +34,125 @@ from pydantic import BaseModel
 from genloop.sdk import Client, Loop
 from genloop.workers import shapes
 
+BASELINE = "best-of-n"
+MODES = ("best-of-n", "draft", "critic-edit", "seed-search", "best-of-n-critic")
+
 
 class ModeReport(BaseModel):
     mode: str
-    images_per_prompt: int
+    evaluator: str
     all_correct: float
-    #: the same rate over every generated image, i.e. with no selection at all
-    any_image_all_correct: float
-    mean_clip_score: float
+    ci95: tuple[float, float]
+    diff_vs_best_of_n: float | None = None
+    diff_ci95: tuple[float, float] | None = None
+    steps_per_prompt: float
+    images_per_prompt: float
     wall_s: float
+    #: per prompt, whether the kept image was all-correct (for paired comparisons)
+    correct: list[bool]
 
 
-def _all_correct(client: Client, artifact: str, wanted: shapes.Attributes) -> bool:
+def hard_weighted_prompts(n: int, hard_share: float = 0.75) -> list[str]:
+    """``n`` held-out captions, ``hard_share`` of them a small shape off the centre."""
+    hard, easy = [], []
+    for a in shapes.heldout_prompts(8 * n):
+        (hard if a.size == "small" and a.position != "centre" else easy).append(a.caption())
+    n_hard = round(n * hard_share)
+    return hard[:n_hard] + easy[:n - n_hard]
+
+
+def loop_for(mode: str, prompt: str, rounds: int, candidates: int, steps: int) -> Loop:
+    budget = rounds * candidates * steps
+    common = dict(prompt=prompt, seed=0, model=shapes.PIPELINE_NAME, steps=steps)
+    if mode.startswith("best-of-n"):
+        evaluator = "shapes-critic" if mode == "best-of-n-critic" else shapes.CLIP_MODEL_NAME
+        return Loop(rounds=1, candidates=rounds * candidates, evaluator=evaluator, **common)
+    evaluator = shapes.CLIP_MODEL_NAME if mode == "seed-search" else "shapes-critic"
+    return Loop(rounds=rounds, candidates=candidates, refiner=mode, evaluator=evaluator,
+                budget=budget, **common)
+
+
+def _all_correct(client: Client, artifact: str, prompt: str) -> bool:
     image = Image.open(io.BytesIO(client.read_artifact(artifact)))
-    return shapes.compare(wanted, shapes.check(image)).all_correct
+    return shapes.compare(shapes.parse_caption(prompt), shapes.check(image)).all_correct
 
 
 def run_mode(client: Client, mode: str, prompts: list[str], rounds: int, candidates: int,
-             refiner: str) -> ModeReport:
+             steps: int) -> ModeReport:
     began = time.monotonic()
-    runs = [
-        client.submit(Loop(
-            prompt=p, rounds=rounds, candidates=candidates, refiner=refiner, seed=0,
-            model=shapes.PIPELINE_NAME, evaluator=shapes.CLIP_MODEL_NAME,
-        ))
-        for p in prompts
-    ]
-    correct, scores, every = 0, [], []
+    loops = [loop_for(mode, p, rounds, candidates, steps) for p in prompts]
+    runs = [client.submit(loop) for loop in loops]
+    correct, spent, images = [], 0, 0
     for prompt, run in zip(prompts, runs, strict=True):
-        result = run.wait(timeout=1800)
-        best = result.best
-        if best is None:
+        result = run.wait(timeout=3600)
+        if result.best is None:
             raise RuntimeError(f"run {result.run_id} for {prompt!r} has no best: {result.error}")
-        wanted = shapes.parse_caption(prompt)
-        correct += int(_all_correct(client, best.artifact, wanted))
-        scores.append(best.score)
-        every += [_all_correct(client, c.artifact, wanted) for c in result.scored]
-    return ModeReport(mode=mode, images_per_prompt=rounds * candidates,
-                      all_correct=correct / len(prompts),
-                      any_image_all_correct=sum(every) / len(every),
-                      mean_clip_score=sum(scores) / len(scores),
-                      wall_s=time.monotonic() - began)
+        correct.append(_all_correct(client, result.best.artifact, prompt))
+        spent += result.compute.steps
+        images += result.compute.images
+    wall = time.monotonic() - began
+    return ModeReport(mode=mode, evaluator=loops[0].evaluator,
+                      all_correct=sum(correct) / len(correct), ci95=bootstrap(correct),
+                      steps_per_prompt=spent / len(prompts),
+                      images_per_prompt=images / len(prompts), wall_s=wall, correct=correct)
+
+
+def bootstrap(values: list[bool], base: list[bool] | None = None, samples: int = 10000,
+              seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of the mean (of ``values - base`` when paired), over prompts."""
+    rng = random.Random(seed)
+    n = len(values)
+    diffs = [v - (base[i] if base is not None else 0) for i, v in enumerate(values)]
+    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(samples))
+    return means[int(0.025 * samples)], means[int(0.975 * samples) - 1]
 
 
 def main(argv: list[str] | None = None) -> None:
     import torch
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=50)
+    parser.add_argument("--prompts", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--candidates", type=int, default=8)
-    parser.add_argument("--refiner", default="seed-search")
+    parser.add_argument("--steps", type=int, default=shapes.DEFAULT_STEPS)
+    parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--workers", type=int, default=2, help="worker threads")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    prompts = [a.caption() for a in shapes.heldout_prompts(args.prompts)]
-    n_images = args.rounds * args.candidates
+    modes = args.modes.split(",")
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        parser.error(f"unknown modes {sorted(unknown)}; known: {', '.join(MODES)}")
+    prompts = hard_weighted_prompts(args.prompts)
+    reports: list[ModeReport] = []
     with tempfile.TemporaryDirectory() as home:
-        # One home per mode, so neither mode reuses the other's stored images.
-        reports = []
-        for mode, rounds, candidates in [("best-of-n", 1, n_images),
-                                         ("loop", args.rounds, args.candidates)]:
+        for mode in modes:
             with Client.local(home=Path(home) / mode, threads=args.workers) as client:
-                reports.append(run_mode(client, mode, prompts, rounds, candidates,
-                                        args.refiner))
+                report = run_mode(client, mode, prompts, args.rounds, args.candidates,
+                                  args.steps)
+            base = next((r for r in reports if r.mode == BASELINE), None)
+            if base is not None:
+                report.diff_vs_best_of_n = report.all_correct - base.all_correct
+                report.diff_ci95 = bootstrap(report.correct, base.correct)
+            reports.append(report)
+            if not args.json:  # one line per mode as it ends: a long run shows its progress
+                print(_line(report, base), flush=True)
     if args.json:
-        print(json.dumps({"prompts": args.prompts, "refiner": args.refiner,
+        print(json.dumps({"prompts": args.prompts, "rounds": args.rounds,
+                          "candidates": args.candidates, "steps": args.steps,
                           "modes": [r.model_dump() for r in reports]}))
-    else:
-        for r in reports:
-            print(f"{r.mode:10s} images/prompt={r.images_per_prompt:3d} "
-                  f"all-correct={r.all_correct:.3f} (any image {r.any_image_all_correct:.3f}) "
-                  f"clip={r.mean_clip_score:.2f} "
-                  f"wall={r.wall_s:.1f}s")
 
+
+def _line(r: ModeReport, base: ModeReport | None) -> str:
+    diff = ("" if r.diff_ci95 is None else
+            f" vs best-of-n {r.diff_vs_best_of_n:+.3f} "
+            f"[{r.diff_ci95[0]:+.3f}, {r.diff_ci95[1]:+.3f}]")
+    ratio = f" ({r.wall_s / base.wall_s:.2f}x)" if base is not None else ""
+    return (f"{r.mode:17s} {r.evaluator:13s} all-correct={r.all_correct:.3f} "
+            f"[{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]{diff} steps/prompt={r.steps_per_prompt:.0f} "
+            f"images/prompt={r.images_per_prompt:.1f} wall={r.wall_s:.1f}s{ratio}")
 
 if __name__ == "__main__":
     main()

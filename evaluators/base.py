@@ -19,6 +19,7 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from genloop.sdk.errors import Permanent
+from genloop.sdk.ops import Critique
 
 
 class Scores(BaseModel):
@@ -35,11 +36,15 @@ class Scores(BaseModel):
     values: list[float]
     embeddings: list[list[float]] | None = None
     evaluator: str
+    #: Per-clause scores of each image, from critic evaluators; ``None`` from plain judges.
+    details: list[Critique] | None = None
 
     @model_validator(mode="after")
     def _shapes_agree(self) -> Scores:
         if self.embeddings is not None:
             check_embeddings(self.embeddings, len(self.values))
+        if self.details is not None and len(self.details) != len(self.values):
+            raise Permanent(f"got {len(self.details)} critiques for {len(self.values)} scores")
         return self
 
 
@@ -98,6 +103,7 @@ def _slice(scores: Scores, start: int, stop: int) -> Scores:
         values=scores.values[start:stop],
         embeddings=scores.embeddings[start:stop] if scores.embeddings is not None else None,
         evaluator=scores.evaluator,
+        details=scores.details[start:stop] if scores.details is not None else None,
     )
 
 

@@ -10,7 +10,8 @@ importing genloop.evaluators loads no weights and does not even import torch.
 
 Built-in names: ``clip`` (open_clip; the default), ``shapes-clip`` (open_clip trained on the
 shapes world, shipped in the package), ``hf-clip`` (transformers CLIP from a local path),
-``aesthetic`` (a LAION-style head on CLIP image embeddings), ``composite`` (a weighted sum).
+``aesthetic`` (a LAION-style head on CLIP image embeddings), ``composite`` (a weighted sum),
+``clause-critic`` / ``shapes-critic`` (per-clause scores over ``clip`` / ``shapes-clip``).
 """
 
 from __future__ import annotations
@@ -231,6 +232,13 @@ def _composite(registry: EvaluatorRegistry, device: str, **options: Any) -> Eval
     return CompositeEvaluator.from_registry(registry, device, **options)
 
 
+def _clause_critic(registry: EvaluatorRegistry, default_base: str, name: str, device: str,
+                   base: str | None = None, **options: Any) -> Evaluator:
+    from .critic import ClauseCritic
+
+    return ClauseCritic(registry.get(base or default_base, device, **options), name=name)
+
+
 def _brand_palette(device: str, **options: Any) -> Evaluator:
     from .palette import BrandPaletteEvaluator
 
@@ -238,14 +246,19 @@ def _brand_palette(device: str, **options: Any) -> Evaluator:
 
 
 def register_builtins(registry: EvaluatorRegistry) -> EvaluatorRegistry:
-    """Register ``clip``, ``shapes-clip``, ``hf-clip``, ``aesthetic``, ``composite`` and
-    ``brand-palette`` (factories only)."""
+    """Register ``clip``, ``shapes-clip``, ``hf-clip``, ``aesthetic``, ``composite``,
+    ``brand-palette``, ``clause-critic`` (over ``clip``, or ``base=...``) and ``shapes-critic``
+    (the clause critic over ``shapes-clip``) (factories only)."""
     registry.register("clip", _clip)
     registry.register("shapes-clip", _shapes_clip)
     registry.register("hf-clip", _hf_clip)
     registry.register("aesthetic", functools.partial(_aesthetic, registry))
     registry.register("composite", functools.partial(_composite, registry))
     registry.register("brand-palette", _brand_palette)
+    registry.register("clause-critic",
+                      functools.partial(_clause_critic, registry, "clip", "clause-critic"))
+    registry.register("shapes-critic",
+                      functools.partial(_clause_critic, registry, "shapes-clip", "shapes-critic"))
     return registry
 
 

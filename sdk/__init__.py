@@ -16,6 +16,7 @@ from .errors import (
     OpError,
     Permanent,
     QuorumError,
+    RefineConflict,
     RunError,
     RunTimeout,
     StoreError,
@@ -26,6 +27,7 @@ from .graph import Graph, Node, NodeRef
 from .http import HttpBackend
 from .loop import Loop
 from .models import (
+    Compute,
     Event,
     EventData,
     Failure,
@@ -40,9 +42,13 @@ from .models import (
 )
 from .ops import (
     Candidate,
+    ClauseScore,
+    Critique,
     GenerateParams,
     GenerationRequest,
+    RefineAnswer,
     RefineParams,
+    RefineRequest,
     ScoredCandidate,
     ScoreParams,
     SelectParams,
@@ -58,8 +64,11 @@ __all__ = [
     "Backend",
     "Cancelled",
     "Candidate",
+    "ClauseScore",
     "Client",
     "ClientError",
+    "Compute",
+    "Critique",
     "Event",
     "EventData",
     "Failure",
@@ -81,7 +90,10 @@ __all__ = [
     "OpError",
     "Permanent",
     "QuorumError",
+    "RefineAnswer",
+    "RefineConflict",
     "RefineParams",
+    "RefineRequest",
     "RoundSummary",
     "Run",
     "RunError",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Self
 
 from .backend import AsyncBackend, Backend
@@ -25,6 +25,8 @@ from .client import _ClientBase
 from .errors import RunTimeout
 from .http import AsyncHttpBackend, HttpConfig
 from .models import Event, RunInfo, RunResult, RunSpec
+from .ops import GenerationRequest, RefineAnswer
+from .run import refine_answer
 from .schema import SpecSchema
 
 
@@ -55,6 +57,8 @@ class ThreadedBackend(AsyncBackend):
     async def read_artifact(self, key: str) -> bytes:
         return await asyncio.to_thread(self.sync.read_artifact, key)
 
+    async def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
+        return await asyncio.to_thread(self.sync.refine, run_id, answer)
     async def schema(self) -> SpecSchema:
         return await asyncio.to_thread(self.sync.schema)
 
@@ -112,6 +116,11 @@ class AsyncRun:
 
     async def read_artifact(self, key: str) -> bytes:
         return await self._backend.read_artifact(key)
+
+    async def refine(self, requests: Sequence[GenerationRequest] | RefineAnswer,
+                     node_id: str | None = None) -> RefineAnswer:
+        """:meth:`Run.refine <genloop.sdk.run.Run.refine>`, awaited."""
+        return await self._backend.refine(self.id, refine_answer(requests, node_id))
 
 
 class AsyncClient(_ClientBase):

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 
 from .errors import ClientError, NotFound
 from .models import Event, RunInfo, RunResult, RunSpec
+from .ops import RefineAnswer
 from .schema import SpecSchema
 
 #: Event types after which a run has nothing more to say.
@@ -52,6 +53,10 @@ class Backend(ABC):
     @abstractmethod
     def read_artifact(self, key: str) -> bytes:
         """The bytes of an artifact (``NotFound`` if absent)."""
+
+    def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
+        """Answer the run's waiting ``agent`` refine (``RefineConflict`` if none waits)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot answer refine requests")
 
     def follow(self, run_id: str, after: int = 0, poll: float = 0.05) -> Iterator[Event]:
         """Events after ``after`` as they happen, ending with the run's last event.
@@ -111,6 +116,10 @@ class AsyncBackend(ABC):
 
     @abstractmethod
     async def read_artifact(self, key: str) -> bytes: ...
+
+    async def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
+        """Answer the run's waiting ``agent`` refine (``RefineConflict`` if none waits)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot answer refine requests")
 
     async def follow(self, run_id: str, after: int = 0, poll: float = 0.05) -> AsyncIterator[Event]:
         """Events as they happen, ending with the run's last event (polls by default)."""

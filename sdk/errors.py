@@ -14,7 +14,8 @@ Every error genloop raises derives from :class:`GenloopError`::
     ├── NotFound              no run / artifact with that id (for this tenant)
     ├── StoreError            the state or artifact store failed underneath
     └── ClientError           the SDK could not talk to its back end
-        └── TransportError    connection failures, retried by the HTTP client
+        ├── TransportError    connection failures, retried by the HTTP client
+        └── RefineConflict    a refine answer came when none was awaited (HTTP 409)
 
 Errors from lower libraries (sqlite3, redis, httpx, torch) are translated into these where they
 enter genloop, so callers only ever catch genloop's own types.
@@ -116,3 +117,11 @@ class ClientError(GenloopError):
 
 class TransportError(ClientError):
     """The back end could not be reached (connection refused, reset, timed out)."""
+
+
+class RefineConflict(ClientError):
+    """A refine answer that cannot count: the node already has one, timed out, or is not
+    waiting for one."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status_code=409, code="refine_conflict")

@@ -30,6 +30,7 @@ from tenacity import (
 from .backend import TERMINAL_EVENTS, AsyncBackend, Backend
 from .errors import ClientError, TransportError
 from .models import Event, RunInfo, RunResult, RunSpec
+from .ops import RefineAnswer
 from .schema import SpecSchema
 from .wire import (
     IDEMPOTENCY_HEADER,
@@ -140,6 +141,11 @@ class HttpBackend(_HttpBase, Backend):
         response = self._send("GET", f"/v1/runs/{run_id}/result")
         return RunResult.model_validate_json(response.content)
 
+    def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
+        response = self._send("POST", f"/v1/runs/{run_id}/refine",
+                              **_refine_request(answer))
+        return RefineAnswer.model_validate_json(response.content)
+
     def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
         params = {"after": after, "limit": limit, "follow": "false"}
         response = self._send("GET", f"/v1/runs/{run_id}/events", params=params)
@@ -225,6 +231,11 @@ class AsyncHttpBackend(_HttpBase, AsyncBackend):
         response = await self._send("GET", f"/v1/runs/{run_id}/result")
         return RunResult.model_validate_json(response.content)
 
+    async def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
+        response = await self._send("POST", f"/v1/runs/{run_id}/refine",
+                                    **_refine_request(answer))
+        return RefineAnswer.model_validate_json(response.content)
+
     async def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
         params = {"after": after, "limit": limit, "follow": "false"}
         response = await self._send("GET", f"/v1/runs/{run_id}/events", params=params)
@@ -277,3 +288,8 @@ class AsyncHttpBackend(_HttpBase, AsyncBackend):
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+
+def _refine_request(answer: RefineAnswer) -> dict[str, Any]:
+    return {"content": answer.model_dump_json(),
+            "headers": {"Content-Type": "application/json"}}

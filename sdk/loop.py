@@ -2,7 +2,8 @@
 
 A :class:`Loop` compiles to a plain :class:`~genloop.sdk.graph.Graph` with its rounds unrolled::
 
-    round-1/generate  (n = candidates, seeds seed .. seed + candidates - 1)
+    round-1/generate  (n = candidates, seeds seed .. seed + candidates - 1; or
+                       n = draft_candidates at draft_steps, when drafting)
     round-1/score     (against the loop's prompt)
     round-1/refine    (inputs: every score node so far; outputs the next round's requests)
     round-2/generate  (map=True over round-1/refine: one image per request)
@@ -10,8 +11,13 @@ A :class:`Loop` compiles to a plain :class:`~genloop.sdk.graph.Graph` with its r
     ...
     round-R/score     (the last round has no refine)
 
-The stop guard is the refine op: when a score reaches ``target`` it halts, and every node
-downstream of it is skipped, so the run ends early and succeeds. Each refine tolerates failed
+With ``refiner="agent"`` each refine pauses: the run emits ``refine.requested`` (a
+:class:`~genloop.sdk.ops.RefineRequest` as its message) and waits up to ``refine_timeout`` s for
+``run.refine(...)``, then lets ``fallback`` decide.
+
+The stop guard is the refine op: when a score reaches ``target``, or the denoising-step
+``budget`` has nothing left for another image, it halts, and every node downstream of it is
+skipped, so the run ends early and succeeds. Each refine tolerates failed
 candidates (``min_success=1``): one broken image never breaks the loop.
 """
 
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .graph import Graph
 from .ops import BACKEND_DEFAULT, MAX_CANDIDATES_PER_NODE
@@ -85,6 +91,56 @@ class Loop(BaseModel):
     namespace: str | None = Field(
         None, max_length=200, description="Result namespace of the compiled graph (see Graph): "
         "results are shared only within one namespace. The gateway sets it to the tenant.")
+    budget: int | None = Field(
+        None, ge=1,
+        description="Total denoising steps the loop may spend (sum over every image of its "
+        "steps); later rounds are cut to fit. Needs steps. Compare loops with best-of-N at "
+        "equal budget.")
+    draft_candidates: int | None = Field(
+        None, ge=1, le=MAX_CANDIDATES_PER_NODE,
+        description="Round 1 makes this many cheap drafts instead of `candidates` images. "
+        "Default with refiner 'draft': what budget leaves after the finishing rounds, else "
+        "4 x candidates.")
+    draft_steps: int | None = Field(
+        None, ge=1, le=200,
+        description="Denoising steps of a draft. Default with refiner 'draft': steps // 4 "
+        "(at least 1), or 5 when steps is the model's default.")
+    refine_timeout: float = Field(
+        300.0, gt=0, le=3000, allow_inf_nan=False,
+        description="Refiner 'agent': seconds each refine waits for the agent's answer "
+        "(run.refine) before the fallback strategy decides.")
+    fallback: str = Field(
+        "seed-search", description="Refiner 'agent': the strategy used when no answer comes.")
+
+    @model_validator(mode="after")
+    def _plan(self) -> Loop:
+        if self.budget is not None and self.steps is None:
+            raise ValueError("a budget is counted in denoising steps: give steps too")
+        if self.refiner == "draft":
+            if self.draft_steps is None:
+                self.draft_steps = max(1, self.steps // 4) if self.steps else 5
+            if self.draft_candidates is None:
+                self.draft_candidates = self._default_drafts()
+        elif (self.draft_candidates is None) != (self.draft_steps is None):
+            raise ValueError("give both draft_candidates and draft_steps, or neither")
+        if self.budget is not None and self._round_one_cost() > self.budget:
+            raise ValueError(
+                f"round 1 alone costs {self._round_one_cost()} denoising steps, over the "
+                f"budget of {self.budget}; lower candidates, draft_candidates or steps"
+            )
+        return self
+
+    def _default_drafts(self) -> int:
+        if self.budget is None or self.steps is None or self.draft_steps is None:
+            return min(4 * self.candidates, MAX_CANDIDATES_PER_NODE)
+        finishing = (self.rounds - 1) * self.candidates * self.steps
+        return max(1, min((self.budget - finishing) // self.draft_steps,
+                          MAX_CANDIDATES_PER_NODE))
+
+    def _round_one_cost(self) -> int:
+        if self.draft_candidates is not None and self.draft_steps is not None:
+            return self.draft_candidates * self.draft_steps
+        return self.candidates * (self.steps or 0)
 
     def compile(self) -> Graph:
         """The graph this loop runs as (see the module docstring)."""
@@ -104,9 +160,13 @@ class Loop(BaseModel):
         refine: str | None = None
         for r in range(1, self.rounds + 1):
             if refine is None:
+                first = dict(image_opts)
+                n = self.candidates
+                if self.draft_candidates is not None and self.draft_steps is not None:
+                    first["steps"], n = self.draft_steps, self.draft_candidates
                 gen = g.generate(
-                    self.prompt, n=self.candidates, seed=self.seed, model=self.model,
-                    id=f"round-{r}/generate", round=r, **image_opts, **retry,
+                    self.prompt, n=n, seed=self.seed, model=self.model,
+                    id=f"round-{r}/generate", round=r, **first, **retry,
                 )
             else:
                 gen = g.generate(
@@ -121,6 +181,8 @@ class Loop(BaseModel):
                 refine = g.refine(
                     scores, prompt=self.prompt, candidates=self.candidates,
                     strategy=self.refiner, id=f"round-{r}/refine", round=r, target=self.target,
-                    keep=min(self.keep, self.candidates), min_success=1, **retry,
+                    keep=min(self.keep, self.candidates), min_success=1, steps=self.steps,
+                    budget=self.budget, timeout=self.refine_timeout, fallback=self.fallback,
+                    **retry,
                 )
         return g

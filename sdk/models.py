@@ -5,11 +5,11 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, Field, JsonValue
+from pydantic import BaseModel, Field, JsonValue, computed_field
 
 from .graph import Graph
 from .loop import Loop
-from .ops import BUILTIN_OUTPUTS, ScoredCandidate
+from .ops import BUILTIN_OUTPUTS, Candidate, ScoredCandidate
 
 #: What a client submits: a graph or a loop, told apart by their ``kind``.
 RunSpec = Annotated[Graph | Loop, Field(discriminator="kind")]
@@ -107,6 +107,16 @@ class RoundSummary(BaseModel):
     candidates: list[ScoredCandidate]
 
 
+class Compute(BaseModel):
+    """What a run spent: the unit loops and best-of-N are compared in."""
+
+    steps: int = Field(description="denoising steps of every image the run generated")
+    images: int = Field(description="images the run generated")
+    wall_s: float | None = Field(
+        None, description="seconds from submission to the end (None while it runs)"
+    )
+
+
 class NodeOutput(BaseModel):
     node_id: str
     op: str
@@ -127,6 +137,21 @@ class RunResult(BaseModel):
     outputs: dict[str, NodeOutput] = Field(default_factory=dict)
     failures: list[Failure] = Field(default_factory=list)
     error: str | None = None
+    created_at: float | None = Field(None, description="when the run was submitted (epoch s)")
+    finished_at: float | None = Field(None, description="when it ended (epoch s)")
+
+    @computed_field(description="denoising steps, images and wall time the run spent")  # type: ignore[prop-decorator]
+    @property
+    def compute(self) -> Compute:
+        """Steps and images of every generate node's output (an image reused from the result
+        store counts as if it were made: the figure is the run's cost on an empty store)."""
+        made = [
+            c for node_id, out in self.outputs.items() if out.op == "generate"
+            for c in self.items(node_id, Candidate)
+        ]
+        wall = (None if self.finished_at is None or self.created_at is None
+                else self.finished_at - self.created_at)
+        return Compute(steps=sum(c.cost for c in made), images=len(made), wall_s=wall)
 
     def items(self, node_id: str, model: type[M] | None = None) -> list[Any]:
         """The output items of ``node_id``, parsed as ``model`` (built-in ops know their own)."""

@@ -27,6 +27,9 @@ class GenerateParams(_Params):
 
     A generate node that takes an input (``map=True`` over a refine node) reads its prompt and
     seed from each :class:`GenerationRequest` instead; ``prompt``, ``n`` and ``seed`` are ignored.
+    With ``init_image`` the node edits that image (every candidate, each with its own seed),
+    and with ``mask`` too it repaints the mask's white part; both keys are part of the result
+    key, so an edit of another image is another result.
     """
 
     model_config = ConfigDict(json_schema_extra={"examples": [
@@ -66,6 +69,16 @@ class GenerateParams(_Params):
     round: int = Field(
         1, ge=1, description="The loop round these candidates belong to (reporting only; "
         "a Loop sets it).")
+    init_image: str | None = Field(
+        None, description="Artifact key of an image to edit (img2img, SDEdit) instead of "
+        "drawing from noise. Usually set by a refiner ('critic-edit', 'agent'), not by hand.")
+    strength: float = Field(
+        0.6, gt=0.0, le=1.0, allow_inf_nan=False,
+        description="How far an edit departs from init_image: it is noised this far (1 = pure "
+        "noise) and runs int(steps x strength) steps. Only used with init_image. Typical 0.3-0.8.")
+    mask: str | None = Field(
+        None, description="Artifact key of a mask for init_image (white: repaint, black: "
+        "keep): inpainting. Only used with init_image.")
     cache: str = Field(
         "default",
         pattern=r"^(default|off|deepcache(:\d+)?|fbcache(:\d+(\.\d+)?)?|taylorseer)$",
@@ -151,6 +164,22 @@ class RefineParams(_Params):
     keep: int = Field(
         2, ge=1, description="How many of the best candidates seed the next round. 1 "
         "exploits, larger explores. Typical 1-4, at most `candidates`.")
+    steps: int | None = Field(
+        None, ge=1, le=200,
+        description="Denoising steps of a full-quality image in the next round; needed to plan "
+        "within budget.")
+    budget: int | None = Field(
+        None, ge=1,
+        description="Total denoising steps the loop may spend; the next round is cut to what "
+        "is left, and the loop halts when nothing is.")
+    timeout: float = Field(
+        300.0, gt=0, le=3000, allow_inf_nan=False,
+        description="Strategy 'agent': seconds to wait for the agent's answer before falling "
+        "back.")
+    fallback: str = Field(
+        "seed-search", description="Strategy 'agent': the strategy used when no answer comes.")
+    rewriter: str = Field(
+        "rules", description="Strategy 'prompt-history': the registered PromptRewriter.")
 
 
 class Candidate(BaseModel):
@@ -165,6 +194,36 @@ class Candidate(BaseModel):
     width: int
     height: int
     steps: int
+    denoised_steps: int | None = Field(
+        None, ge=0,
+        description="denoising steps this image actually ran (an edit runs steps x strength); "
+        "None means all of steps",
+    )
+    init_image: str | None = Field(None, description="artifact key of the image this one edits")
+    mask: str | None = Field(None, description="artifact key of the inpainting mask")
+    strength: float | None = Field(None, description="edit strength (None: not an edit)")
+
+    @property
+    def cost(self) -> int:
+        """Denoising steps this image cost: what compute accounting adds up."""
+        return self.steps if self.denoised_steps is None else self.denoised_steps
+
+
+class ClauseScore(BaseModel):
+    """How well an image shows one clause of its prompt, as a critic judged it."""
+
+    clause: str = Field(description="what the clause is about: 'colour', 'shape', or the "
+                        "clause's own text for free prompts")
+    text: str = Field(description="the clause's words in the prompt, e.g. 'red'")
+    score: float = Field(description="0-100; for shapes prompts, the probability (x100) that "
+                         "the image shows this clause rather than one of its alternatives")
+
+
+class Critique(BaseModel):
+    """A critic's per-clause view of one image; ``weakest`` names the clause to fix first."""
+
+    clauses: list[ClauseScore] = Field(description="one entry per clause, in prompt order")
+    weakest: str | None = Field(None, description="the clause with the lowest score")
 
 
 class ScoredCandidate(Candidate):
@@ -175,6 +234,9 @@ class ScoredCandidate(Candidate):
     embedding: list[float] | None = Field(
         None, repr=False, description="image embedding the score came from; reused for diversity"
     )
+    details: Critique | None = Field(
+        None, description="per-clause scores, from critic evaluators (clause-critic)"
+    )
 
 
 class GenerationRequest(BaseModel):
@@ -183,6 +245,59 @@ class GenerationRequest(BaseModel):
     prompt: str
     seed: int = Field(ge=0)
     round: int = Field(ge=1)
+    steps: int | None = Field(
+        None, ge=1, le=200,
+        description="denoising steps for this image; None: the generate node's own (a draft "
+        "refiner finishes drafts at full steps this way)",
+    )
+    reason: str | None = Field(
+        None, description="why the refiner asked for this image (which clause, which parent)"
+    )
+    init_image: str | None = Field(
+        None, description="artifact key of an image to edit (img2img, SDEdit) instead of "
+        "drawing from noise",
+    )
+    strength: float | None = Field(
+        None, gt=0.0, le=1.0,
+        description="how far an edit departs from init_image: it is noised this far (1 = "
+        "pure noise); None: the generate node's",
+    )
+    mask: str | None = Field(
+        None, description="artifact key of a mask for init_image (white: repaint, black: "
+        "keep); inpainting",
+    )
+
+
+class RefineRequest(BaseModel):
+    """What a loop paused for an agent shows it (the ``refine.requested`` event's message):
+    the scored candidates so far, with their critiques and artifact keys, never a checker's
+    verdict. Answer with ``run.refine(...)`` or ``POST /v1/runs/{id}/refine``."""
+
+    node_id: str = Field(description="the refine node waiting; name it in the answer")
+    round: int = Field(description="the round just scored; answers are for round + 1")
+    prompt: str
+    candidates: int = Field(description="how many images the next round may have")
+    timeout: float = Field(description="seconds the loop waits before it falls back")
+    fallback: str = Field(description="the strategy it falls back to")
+    scored: list[ScoredCandidate] = Field(description="every candidate so far (no embeddings)")
+
+
+class RefineAnswer(BaseModel):
+    """An agent's answer to ``refine.requested``: the next round's images.
+
+    Only one answer counts: a second one (or one after the timeout) is refused with
+    :class:`~genloop.sdk.errors.RefineConflict` (HTTP 409)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node_id: str | None = Field(
+        None, description="the refine node answered; None: the one waiting now"
+    )
+    requests: list[GenerationRequest] = Field(
+        min_length=1, max_length=MAX_CANDIDATES_PER_NODE,
+        description="the images to make next (prompts, seeds, edits of artifact keys); "
+        "their round is set by the loop",
+    )
 
 
 #: The parameter model of each built-in op, by op name.

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from .backend import Backend
 from .errors import RunTimeout
 from .models import Event, RunInfo, RunResult
+from .ops import GenerationRequest, RefineAnswer
 
 
 class Run:
@@ -63,3 +64,19 @@ class Run:
 
     def read_artifact(self, key: str) -> bytes:
         return self._backend.read_artifact(key)
+
+    def refine(self, requests: Sequence[GenerationRequest] | RefineAnswer,
+               node_id: str | None = None) -> RefineAnswer:
+        """Answer this run's waiting ``agent`` refine with the next round's ``requests``.
+
+        ``node_id`` names the refine node (from the ``refine.requested`` event); ``None`` means
+        the one waiting now. A second answer raises ``RefineConflict`` (HTTP 409)."""
+        return self._backend.refine(self.id, refine_answer(requests, node_id))
+
+
+def refine_answer(requests: Sequence[GenerationRequest] | RefineAnswer,
+                  node_id: str | None) -> RefineAnswer:
+    """The :class:`RefineAnswer` for ``Run.refine``'s arguments (shared with ``AsyncRun``)."""
+    if isinstance(requests, RefineAnswer):
+        return requests
+    return RefineAnswer(node_id=node_id, requests=list(requests))

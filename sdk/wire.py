@@ -13,7 +13,15 @@ import time
 import httpx
 from pydantic import BaseModel, Field, JsonValue, ValidationError
 
-from .errors import ClientError, GenloopError, GraphError, GraphProblem, NotFound, TransportError
+from .errors import (
+    ClientError,
+    GenloopError,
+    GraphError,
+    GraphProblem,
+    NotFound,
+    RefineConflict,
+    TransportError,
+)
 from .models import Event
 
 #: Header that makes ``POST /v1/runs`` idempotent.
@@ -66,6 +74,8 @@ def error_from_response(response: httpx.Response) -> GenloopError:
                           or [GraphProblem(node_id=None, message=body.message)])
     if status == 404:
         return NotFound(body.message)
+    if body.code == "refine_conflict":
+        return RefineConflict(body.message)
     return ClientError(
         f"{status} {body.code}: {body.message}", status_code=status, code=body.code,
         retry_after=retry_after(response),

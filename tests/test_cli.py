@@ -32,6 +32,8 @@ def test_demo_writes_result_and_contact_sheet(tmp_path):
     assert all(len(r["candidates"]) == 3 for r in report["rounds"])
     assert all(r["best_score"] == max(c["score"] for c in r["candidates"])
                for r in report["rounds"])
+    assert all("verdict" in c["checker"] for r in report["rounds"] for c in r["candidates"])
+    assert report["compute"]["images"] == 6
     sheet = Image.open(out / "contact_sheet.png")
     assert sheet.width > 3 * 128 and sheet.height > 2 * 128
 

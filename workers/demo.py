@@ -1,15 +1,39 @@
-"""``genloop demo``: one loop, embedded, with a progress bar; writes result.json and a sheet."""
+"""``genloop demo``: one loop, embedded, with a progress bar; writes result.json and a sheet.
+
+When the prompt is a shapes caption, every candidate is graded by the shapes pixel checker (which
+the loop never sees): result.json carries each verdict and the contact sheet prints it beside
+the score."""
 
 from __future__ import annotations
 
+import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+from PIL import Image
 from tqdm import tqdm
 
 from genloop.sdk import Client, Loop
 
-from .contact_sheet import contact_sheet
+from .contact_sheet import Verdict, contact_sheet
+
+
+def shapes_verdict(prompt: str) -> Callable[[Image.Image], Verdict] | None:
+    """The shapes checker's verdict on images for ``prompt``; ``None`` for other prompts."""
+    from . import shapes
+
+    try:
+        wanted = shapes.parse_caption(prompt)
+    except ValueError:
+        return None
+
+    def grade(image: Image.Image) -> Verdict:
+        match = shapes.compare(wanted, shapes.check(image))
+        wrong = [k for k, ok in match.model_dump().items() if not ok]
+        return Verdict(not wrong, "ok" if not wrong else "wrong " + ",".join(wrong))
+
+    return grade
 
 
 def run_demo(client: Client, loop: Loop, out: Path, progress: bool = True) -> str:
@@ -29,6 +53,15 @@ def run_demo(client: Client, loop: Loop, out: Path, progress: bool = True) -> st
     rounds = result.rounds
     out.mkdir(parents=True, exist_ok=True)
     no_embeddings = {"embedding"}
+    verdict = shapes_verdict(loop.prompt)
+
+    def candidate(c) -> dict:
+        out = c.model_dump(mode="json", exclude=no_embeddings)
+        if verdict is not None:
+            said = verdict(Image.open(io.BytesIO(client.read_artifact(c.artifact))))
+            out["checker"] = {"all_correct": said.ok, "verdict": said.label}
+        return out
+
     report = {
         "run_id": result.run_id,
         "status": result.status,
@@ -38,14 +71,19 @@ def run_demo(client: Client, loop: Loop, out: Path, progress: bool = True) -> st
                 "round": r.round,
                 "best_score": r.best_score,
                 "best": r.best.model_dump(mode="json", exclude=no_embeddings) if r.best else None,
-                "candidates": [c.model_dump(mode="json", exclude=no_embeddings)
-                               for c in r.candidates],
+                "candidates": [candidate(c) for c in r.candidates],
             }
             for r in rounds
         ],
         "failures": [f.model_dump(mode="json") for f in result.failures],
+        "compute": result.compute.model_dump(mode="json"),
     }
     (out / "result.json").write_text(json.dumps(report, indent=2))
-    contact_sheet(rounds, client.read_artifact).save(out / "contact_sheet.png")
+    contact_sheet(rounds, client.read_artifact, verdict).save(out / "contact_sheet.png")
     scores = ", ".join(f"round {r.round}: {r.best_score:.2f}" for r in rounds)
+    if verdict is not None:
+        right = [sum(c["checker"]["all_correct"] for c in r["candidates"])
+                 for r in report["rounds"]]
+        scores += "; checker-correct per round " + ", ".join(
+            f"{k}/{len(r.candidates)}" for k, r in zip(right, rounds, strict=True))
     return f"{result.status}: best per round {scores}; wrote {out}/result.json, contact_sheet.png"

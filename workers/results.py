@@ -55,5 +55,6 @@ def run_result(store: StateStore, run_id: str) -> RunResult:
     )
     ordered = dict(sorted(outputs.items(), key=lambda kv: order[kv[0]]))
     return RunResult(
-        run_id=run_id, status=run.status, outputs=ordered, failures=failures, error=run.error
+        run_id=run_id, status=run.status, outputs=ordered, failures=failures, error=run.error,
+        created_at=run.created_at, finished_at=run.finished_at,
     )

@@ -12,6 +12,7 @@ from genloop.sdk.backend import Backend
 from genloop.sdk.errors import ClientError, GraphError
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
+from genloop.sdk.ops import RefineAnswer
 from genloop.sdk.schema import Served, SpecSchema, fill_defaults, spec_schema
 from genloop.sdk.validation import graph_problems, name_problems
 
@@ -82,3 +83,8 @@ class StoreBackend(Backend):
 
     def read_artifact(self, key: str) -> bytes:
         return self.artifacts.get(key)
+
+    def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
+        from .agent_refine import answer as give
+
+        return give(self.store, run_id, answer)

@@ -51,7 +51,8 @@ def test_default_device_is_cpu_without_cuda(registry, monkeypatch):
 def test_unknown_name_lists_known_ones(registry):
     with pytest.raises(
         Permanent,
-        match=r"unknown evaluator 'clipp'.*aesthetic, brand-palette, clip, composite, hf-clip",
+        match=r"unknown evaluator 'clipp'.*aesthetic, brand-palette, clause-critic, clip, "
+        r"composite, hf-clip",
     ):
         registry.get("clipp")
 

@@ -164,7 +164,10 @@ def test_unknown_evaluator_strategy_and_queue_are_refused_at_submit(stack):
     body = error(post(stack.url, key, g.model_dump_json()), 422, "invalid_graph")
     text = messages(body)
     assert "unknown evaluator 'no-such-evaluator'; allowed: " in text and "clip" in text
-    assert "unknown strategy 'no-such-strategy'; allowed: prompt-variants, seed-search" in text
+    from genloop.workers.ops.refine import refiners
+
+    assert ("unknown strategy 'no-such-strategy'; allowed: " + ", ".join(sorted(refiners()))
+            in text and "agent" in refiners())
     assert "no workers consume queue 'no-such-queue'" in text
     assert set(body.details["node_ids"]) == {"score", "refine", "queued"}
 

@@ -4,9 +4,9 @@ Ops :meth:`Batcher.submit` a :class:`Job` (one generate shard: prompts, seeds, t
 and return; its future resolves later (no thread waits on it, see ``genloop.workers.deferred``).
 One executor thread per batcher takes the oldest waiting candidate, waits up to ``window``
 seconds for more candidates with the same :data:`BatchKey` (model, size, steps, guidance, cache
-mode; prompts, negative prompts and seeds may differ), and hands up to ``cap(key)`` of them to
-``run_batch``. Candidates that arrive while a batch runs are merged into the next one, so under
-load the window costs nothing.
+mode, edit kind and strength; prompts, negative prompts, seeds and init images may differ), and
+hands up to ``cap(key)`` of them to ``run_batch``. Candidates that arrive while a batch runs are
+merged into the next one, so under load the window costs nothing.
 
 A job may name its ``group`` (a node of a run) and the group's size (the node's instances):
 while a group that has candidates waiting is incomplete, the batch waits for its other members
@@ -38,7 +38,7 @@ from genloop.sdk.errors import Transient
 
 log = logging.getLogger(__name__)
 
-BatchKey = tuple  # (model, width, height, steps, guidance, cache)
+BatchKey = tuple  # (model, width, height, steps, guidance, cache, kind, strength)
 
 
 @dataclass(eq=False)
@@ -51,6 +51,9 @@ class Job:
     negative_prompts: Sequence[str | None]
     steps: int
     on_step: Callable[[int, int], None] | None = None
+    #: An edit's PIL init images (and masks, to inpaint), one per candidate.
+    init_images: Sequence[Any] | None = None
+    masks: Sequence[Any] | None = None
     group: Hashable = None
     group_size: int = 1
     check: Callable[[], None] | None = None
@@ -118,6 +121,14 @@ class Slot:
     @property
     def negative_prompt(self) -> str | None:
         return self.job.negative_prompts[self.index]
+
+    @property
+    def init_image(self) -> Any:
+        return None if self.job.init_images is None else self.job.init_images[self.index]
+
+    @property
+    def mask(self) -> Any:
+        return None if self.job.masks is None else self.job.masks[self.index]
 
 
 class Batcher:

@@ -33,7 +33,7 @@ from genloop.sdk.errors import Transient
 
 from .batching import Batcher, BatchKey, Job, Slot
 from .compile import Compiler
-from .generate import ImageSettings, call_pipeline
+from .generate import ImageSettings, call_pipeline, edit_pipeline
 from .oom import OomGuard
 from .optimize import KernelOptions, apply_kernels, use_channels_last, use_sdpa
 from .step_cache import parse_cache, prepare_step_cache
@@ -73,6 +73,7 @@ class GenerationEngine:
         self.compiler = (Compiler(self.options.compile_backend, self.options.compile_mode)
                          if self.options.compile else None)
         self._prepared: weakref.WeakSet = weakref.WeakSet()
+        self._edit_pipes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._batcher: Batcher | None = None
         self._closed = False
@@ -91,20 +92,29 @@ class GenerationEngine:
 
     def submit(self, model: str, prompts: Sequence[str], seeds: Sequence[int],
                settings: ImageSettings, on_step: Callable[[int, int], None] | None = None,
-               negative_prompts: Sequence[str | None] | None = None, *,
+               negative_prompts: Sequence[str | None] | None = None,
+               init_images: Sequence | None = None, masks: Sequence | None = None, *,
                group: Hashable = None, group_size: int = 1,
                check: Callable[[], None] | None = None) -> Job:
         """Queue one request; its future resolves to one PIL image per (prompt, seed).
 
-        Nothing blocks: the caller attaches to ``job.future``. ``group``/``group_size`` name the
-        request's siblings (see :mod:`.batching`); ``check()`` runs just before the request's
-        batch starts and may raise (cancellation) to fail the request alone."""
+        Nothing blocks: the caller attaches to ``job.future``. An edit (``settings.kind``
+        img2img / inpaint) gives one init image (and mask) per candidate; edits batch with
+        edits of the same kind and strength only. ``group``/``group_size`` name the request's
+        siblings (see :mod:`.batching`); ``check()`` runs just before the request's batch
+        starts and may raise (cancellation) to fail the request alone."""
         parse_cache(settings.cache)  # a bad mode fails here, in the caller's thread
+        if (settings.kind != "text") != (init_images is not None) or (
+                (settings.kind == "inpaint") != (masks is not None)):
+            raise ValueError(f"a {settings.kind!r} request takes init images "
+                             f"{'and masks ' if settings.kind == 'inpaint' else ''}only then")
         key: BatchKey = (model, settings.width, settings.height, settings.steps,
-                         float(settings.guidance), settings.cache)
+                         float(settings.guidance), settings.cache, settings.kind,
+                         float(settings.strength))
         negatives = (negative_prompts if negative_prompts is not None
                      else [settings.negative_prompt] * len(prompts))
-        job = Job(key, list(prompts), list(seeds), list(negatives), settings.steps, on_step,
+        job = Job(key, list(prompts), list(seeds), list(negatives), settings.denoised_steps,
+                  on_step, init_images=init_images, masks=masks,
                   group=group, group_size=group_size, check=check)
         log.debug("request of %d at %s queued", len(job.prompts), key)
         return self.batcher.submit(job)
@@ -130,9 +140,11 @@ class GenerationEngine:
 
     def generate(self, model: str, prompts: Sequence[str], seeds: Sequence[int],
                  settings: ImageSettings, on_step: Callable[[int, int], None] | None = None,
-                 check: Callable[[], None] | None = None) -> list:
+                 check: Callable[[], None] | None = None, init_images: Sequence | None = None,
+                 masks: Sequence | None = None) -> list:
         """:meth:`submit` then :meth:`wait`."""
-        return self.wait(self.submit(model, prompts, seeds, settings, on_step), check)
+        return self.wait(self.submit(model, prompts, seeds, settings, on_step,
+                                     init_images=init_images, masks=masks), check)
 
     def close(self) -> None:
         """Stop: a running batch ends at its next step, queued requests fail (Transient)."""
@@ -155,12 +167,13 @@ class GenerationEngine:
         self._prepared.add(pipe)
 
     def _run_batch(self, key: BatchKey, slots: list[Slot]) -> None:
-        model, width, height, steps, guidance, cache = key
+        model, width, height, steps, guidance, cache, kind, strength = key
         settings = ImageSettings(steps=steps, guidance=guidance, width=width, height=height,
-                                 cache=cache)
+                                 cache=cache, kind=kind, strength=strength)
         shape_key = (model, width, height)
-        with self.models.acquire(model) as pipe:
-            self.prepare(pipe)
+        with self.models.acquire(model) as resident:
+            self.prepare(resident)
+            pipe = self._edit_pipe(resident, kind)
 
             def run(chunk: Sequence[Slot]) -> list:
                 live = [s for s in chunk if not s.job.failed]
@@ -172,6 +185,15 @@ class GenerationEngine:
         for slot, image in zip(slots, images, strict=True):
             if image is not None:
                 slot.job.deliver(slot.index, image)
+
+    def _edit_pipe(self, pipe, kind: str):
+        """The ``kind`` pipeline on ``pipe``'s resident components, made once per pipeline."""
+        if kind == "text":
+            return pipe
+        derived = self._edit_pipes.setdefault(pipe, {})
+        if kind not in derived:
+            derived[kind] = edit_pipeline(pipe, kind)
+        return derived[kind]
 
     def _call(self, pipe, shape_key: tuple, live: list[Slot], settings: ImageSettings,
               chunk: Sequence[Slot]) -> list:
@@ -190,10 +212,15 @@ class GenerationEngine:
             if all(job.failed for job, _ in by_job.values()):
                 raise _AllFailed()
 
+        edit = settings.kind != "text"
+
         def run() -> list:
-            prepare_step_cache(pipe, settings.cache, settings.steps)
-            return call_pipeline(pipe, [s.prompt for s in live], [s.seed for s in live],
-                                 settings, [s.negative_prompt for s in live], step_end)
+            prepare_step_cache(pipe, settings.cache, settings.denoised_steps)
+            return call_pipeline(
+                pipe, [s.prompt for s in live], [s.seed for s in live], settings,
+                [s.negative_prompt for s in live], step_end,
+                init_images=[s.init_image for s in live] if edit else None,
+                masks=[s.mask for s in live] if settings.kind == "inpaint" else None)
 
         shape = (len(live), settings.width, settings.height)
         try:

@@ -24,7 +24,11 @@ from .step_cache import DEFAULT_CACHE
 
 @dataclass(frozen=True)
 class ImageSettings:
-    """What a call shares across its candidates. ``cache``: see :mod:`.step_cache`."""
+    """What a call shares across its candidates. ``cache``: see :mod:`.step_cache`.
+
+    ``kind`` and ``strength`` belong to edits: an edit starts from its init image noised to
+    ``strength`` (1 = all noise) and runs ``int(steps * strength)`` denoising steps.
+    """
 
     steps: int
     guidance: float
@@ -32,6 +36,15 @@ class ImageSettings:
     height: int
     negative_prompt: str | None = None
     cache: str = DEFAULT_CACHE
+    kind: str = "text"
+    strength: float = 1.0
+
+    @property
+    def denoised_steps(self) -> int:
+        """Steps the call runs per image (diffusers' img2img rounds steps x strength down)."""
+        if self.kind == "text":
+            return self.steps
+        return min(int(self.steps * self.strength), self.steps)
 
 
 def call_pipeline(
@@ -41,10 +54,14 @@ def call_pipeline(
     settings: ImageSettings,
     negative_prompts: Sequence[str | None] | None = None,
     on_step_end: Callable[[int], None] | None = None,
+    init_images: Sequence | None = None,
+    masks: Sequence | None = None,
 ) -> list:
     """PIL images for the candidates, in one pipeline call; caching as already prepared.
 
     ``on_step_end(step)`` runs after denoising step ``step`` (0-based) and may raise to stop.
+    Edits (``settings.kind`` img2img or inpaint) need ``pipe`` to be the matching pipeline
+    (see :func:`edit_pipeline`), one init image per candidate and, to inpaint, one mask each.
     """
     if negative_prompts is None:
         negative_prompts = [settings.negative_prompt] * len(prompts)
@@ -54,22 +71,46 @@ def call_pipeline(
     def callback(_pipe, step, _timestep, kwargs):
         if on_step_end is not None:
             on_step_end(step)
-        if step == settings.steps - 1:
+        if step == settings.denoised_steps - 1:
             check_finite(kwargs.get("latents"))
         return kwargs
 
+    extra: dict = {"width": settings.width, "height": settings.height}
+    if settings.kind != "text":
+        if init_images is None or len(init_images) != len(prompts):
+            raise ValueError("an edit needs one init image per candidate")
+        extra = {"image": list(init_images), "strength": settings.strength}
+        if settings.kind == "inpaint":
+            if masks is None or len(masks) != len(prompts):
+                raise ValueError("inpainting needs one mask per candidate")
+            extra.update(mask_image=list(masks), width=settings.width, height=settings.height)
     out = pipe(
         prompt=list(prompts),
         negative_prompt=negatives if any(negatives) else None,
         num_inference_steps=settings.steps,
         guidance_scale=settings.guidance,
-        width=settings.width,
-        height=settings.height,
         generator=[torch.Generator("cpu").manual_seed(s) for s in seeds],
         output_type="pil",
         callback_on_step_end=callback,
+        **extra,
     )
     return list(out.images)
+
+
+def edit_pipeline(pipe, kind: str):
+    """The img2img or inpainting pipeline over ``pipe``'s own components (diffusers'
+    ``from_pipe``: the weights are shared, not copied); ``pipe`` itself for ``text``."""
+    if kind == "text":
+        return pipe
+    from diffusers import AutoPipelineForImage2Image, AutoPipelineForInpainting
+
+    auto = AutoPipelineForImage2Image if kind == "img2img" else AutoPipelineForInpainting
+    try:
+        derived = auto.from_pipe(pipe)
+    except ValueError as exc:
+        raise ValueError(f"{type(pipe).__name__} has no {kind} counterpart: {exc}") from exc
+    derived.set_progress_bar_config(disable=True)
+    return derived
 
 
 def check_finite(latents) -> None:

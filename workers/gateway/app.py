@@ -18,7 +18,9 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from genloop.sdk.backend import Backend
+from genloop.sdk.errors import RefineConflict
 from genloop.sdk.models import RunInfo, RunResult, RunSpec
+from genloop.sdk.ops import RefineAnswer
 from genloop.sdk.schema import SpecSchema
 from genloop.sdk.wire import ApiError
 
@@ -156,6 +158,16 @@ def create_app(backend: Backend, store: GatewayStore,
     @app.post("/v1/runs/{run_id}/cancel", response_model=RunInfo, tags=["runs"])
     def cancel(run_id: str, gateway: Gw, who: Tenant) -> RunInfo:
         return gateway.cancel(who, run_id)
+
+    @app.post("/v1/runs/{run_id}/refine", response_model=RefineAnswer, tags=["runs"],
+              responses={409: {"model": ApiError, "description": "not waiting for an answer"}})
+    def refine(run_id: str, answer: RefineAnswer, gateway: Gw, who: Tenant) -> RefineAnswer:
+        """Answer a paused ``agent`` refine (its ``refine.requested`` event) with the next
+        round's requests. Only one answer counts: another is 409 ``refine_conflict``."""
+        try:
+            return gateway.refine(who, run_id, answer)
+        except RefineConflict as exc:
+            raise errors.ApiProblem(409, "refine_conflict", str(exc)) from exc
 
     @app.post("/v1/runs/{run_id}/resume", response_model=RunInfo, tags=["runs"])
     def resume(run_id: str, gateway: Gw, who: Tenant) -> RunInfo:

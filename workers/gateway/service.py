@@ -24,6 +24,7 @@ from typing import Any
 from genloop.sdk.backend import Backend
 from genloop.sdk.errors import ClientError, GenloopError, NotFound
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
+from genloop.sdk.ops import RefineAnswer
 
 from ..ops.registry import OpRegistry, default_registry
 from .admission import Admission, default_admission
@@ -87,6 +88,7 @@ class Gateway:
     def submit(self, tenant: str, spec: RunSpec, key: str | None) -> tuple[RunInfo, bool]:
         """Start a run for ``tenant``; ``(info, created)``, ``created`` false for a replay."""
         limits = self.limits(tenant)
+        self._own_images(tenant, spec)
         # Whatever namespace the client sent is replaced: it must not read another's cache.
         spec = spec.model_copy(update={"namespace": None if self.share_results
                                        else f"tenant:{tenant}"})
@@ -155,15 +157,37 @@ class Gateway:
         self._own(tenant, run_id)
         return self.backend.resume(run_id)
 
+    def refine(self, tenant: str, run_id: str, answer: RefineAnswer) -> RefineAnswer:
+        """Answer the tenant's waiting refine; images it edits must be the tenant's own."""
+        self._own(tenant, run_id)
+        for r in answer.requests:
+            for key in (r.init_image, r.mask):
+                if key is not None:
+                    self._own_artifact(tenant, key)  # NotFound for another tenant's image
+        return self.backend.refine(run_id, answer)
+
     def artifact(self, tenant: str, key: str) -> bytes:
         """The bytes of ``key`` if it appears in a result of one of the tenant's runs."""
+        self._own_artifact(tenant, key)
+        return self.backend.read_artifact(key)
+
+    def _own_artifact(self, tenant: str, key: str) -> None:
+        """NotFound unless ``key`` appears in a result of one of the tenant's runs."""
         if not self.store.has_artifact(tenant, key):
             # Results a client has not fetched through the gateway are indexed on demand.
             for run_id in self.store.unindexed_runs(tenant):
                 self._index(tenant, run_id, self.backend.result(run_id))
             if not self.store.has_artifact(tenant, key):
                 raise NotFound(f"no artifact {key!r}")
-        return self.backend.read_artifact(key)
+
+    def _own_images(self, tenant: str, spec: RunSpec) -> None:
+        """Images a spec edits (generate's ``init_image`` / ``mask``) must be the tenant's own:
+        an edit of another tenant's image would reveal it."""
+        for node in getattr(spec, "nodes", ()):
+            if node.op == "generate":
+                for field in ("init_image", "mask"):
+                    if isinstance(key := node.params.get(field), str):
+                        self._own_artifact(tenant, key)
 
     def _index(self, tenant: str, run_id: str, result: RunResult) -> None:
         outputs = [out.items for out in result.outputs.values()]

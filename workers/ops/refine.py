@@ -6,7 +6,22 @@ Strategies are pluggable: ``@refiner("name")`` registers ``fn(scored, params) ->
   rerun asks for the same images (and finds them stored).
 - ``prompt-variants``: the best seeds again, each with the prompt plus a modifier, so a round
   measures what the wording changes with the noise held fixed.
-When a score reaches ``target``, refine halts the loop: nodes downstream are skipped.
+- ``prompt-history``: a :class:`~.rewriters.PromptRewriter` (``params.rewriter``; default
+  rule-based) reads every (prompt, score) so far and writes the next prompts; the best seeds
+  are kept so the wording is what changes.
+- ``draft``: round 1 made cheap drafts (few steps); each later round finishes, at full steps
+  and with the same seeds, the best drafts not yet finished. It buys more candidates for the
+  same compute, and works as far as a draft's score ranks like its finished image's.
+- ``critic-edit``: needs a critic evaluator (``shapes-critic``, ``clause-critic``). Half the
+  round edits the best images (img2img at :data:`EDIT_STRENGTH`), each request saying which
+  clause the critic found weakest and why; on free text the weak clause is repeated at the end
+  of the prompt for emphasis (a grammar-bound prompt, like a shapes caption, is kept as it is).
+  The other half are fresh seeds, as ``seed-search`` draws them.
+- ``agent``: the loop pauses and an agent answers (see :mod:`genloop.workers.agent_refine`);
+  with no answer within ``timeout`` s, ``fallback`` decides.
+When a score reaches ``target``, or ``budget`` (denoising steps) leaves room for no request,
+refine halts the loop: nodes downstream are skipped. Otherwise the requests are cut, in the
+order the strategy gave them, to what the budget has left.
 """
 
 from __future__ import annotations
@@ -40,8 +55,16 @@ def refiner(name: str) -> Callable[[Refiner], Refiner]:
 
 
 def refiners() -> dict[str, str]:
-    """Registered strategy names and the first line of each one's docstring."""
-    return {name: (fn.__doc__ or "").strip().split("\n")[0] for name, fn in _REFINERS.items()}
+    """Strategy names and the first line of each one's docstring; ``agent`` (built into the
+    refine op, not a registered function) among them."""
+    named = {name: (fn.__doc__ or "").strip().split("\n")[0] for name, fn in _REFINERS.items()}
+    return {**named, "agent": AGENT_DESCRIPTION}
+
+
+#: What ``agent`` does (``refine.requested`` events, answered with ``run.refine``).
+AGENT_DESCRIPTION = ("The loop pauses for an agent's answer (run.refine / POST "
+                     "/v1/runs/{id}/refine) each round; the fallback strategy decides when none "
+                     "comes in refine_timeout seconds.")
 
 
 def _best(scored: list[ScoredCandidate], keep: int) -> list[ScoredCandidate]:
@@ -80,16 +103,133 @@ def prompt_variants(scored: list[ScoredCandidate],
     ]
 
 
+@refiner("prompt-history")
+def prompt_history(scored: list[ScoredCandidate],
+                   params: RefineParams) -> list[GenerationRequest]:
+    from .rewriters import get_rewriter
+
+    try:
+        rewriter = get_rewriter(params.rewriter)
+    except KeyError as exc:
+        raise Permanent(str(exc)) from exc
+    best = _best(scored, params.keep)
+    prompts = rewriter.rewrite([(c.prompt, c.score) for c in scored], params.candidates)
+    return [
+        GenerationRequest(prompt=p, seed=best[j % len(best)].seed, round=params.round + 1,
+                          reason=f"rewritten by {params.rewriter!r} from the history")
+        for j, p in enumerate(prompts[:params.candidates])
+    ]
+
+
+@refiner("draft")
+def draft(scored: list[ScoredCandidate], params: RefineParams) -> list[GenerationRequest]:
+    full = params.steps or max(c.steps for c in scored)
+    finished = {c.seed for c in scored if c.steps >= full}
+    drafts = sorted((c for c in scored if c.steps < full and c.seed not in finished),
+                    key=lambda c: (-c.score, c.index))
+    requests = [
+        GenerationRequest(
+            prompt=c.prompt, seed=c.seed, round=params.round + 1, steps=full,
+            reason=f"finish draft seed {c.seed}: draft rank {rank + 1} of {len(drafts)}, "
+            f"score {c.score:.2f} at {c.steps} steps",
+        )
+        for rank, c in enumerate(drafts[:params.candidates])
+    ]
+    if len(requests) < params.candidates:  # every draft finished: search fresh seeds
+        requests += seed_search(scored, params)[:params.candidates - len(requests)]
+    return requests
+
+
+#: How far an edit departs from the image it fixes: enough noise to redraw a shape or move it,
+#: little enough that what the critic liked mostly stays.
+EDIT_STRENGTH = 0.6
+
+
+@refiner("critic-edit")
+def critic_edit(scored: list[ScoredCandidate], params: RefineParams) -> list[GenerationRequest]:
+    from genloop.evaluators.clauses import DEFAULT_SPLITTERS
+
+    best = _best(scored, params.keep)
+    structured = any(split(params.prompt) for split in DEFAULT_SPLITTERS)
+    tried = {c.seed for c in scored}
+    n_edits = (params.candidates + 1) // 2
+    requests = []
+    for j in range(n_edits):
+        parent = best[j % len(best)]
+        seed = _fresh_seed(f"edit:{parent.seed}:{params.round}:{j}", tried)
+        prompt, why = parent.prompt, "no critique (the evaluator is not a critic)"
+        if parent.details is not None and parent.details.weakest is not None:
+            weak = next(c for c in parent.details.clauses if c.clause == parent.details.weakest)
+            why = f"its weakest clause is {weak.clause} {weak.text!r} ({weak.score:.1f}/100)"
+            if not structured and weak.text not in prompt.split(", ")[1:]:
+                prompt = f"{prompt}, {weak.text}"
+        requests.append(GenerationRequest(
+            prompt=prompt, seed=seed, round=params.round + 1, init_image=parent.artifact,
+            strength=EDIT_STRENGTH,
+            reason=f"edit of seed {parent.seed} (score {parent.score:.2f}): {why}",
+        ))
+    fresh = seed_search(scored, params)[:params.candidates - n_edits]
+    return requests + [r.model_copy(update={"reason": "fresh seed"}) for r in fresh]
+
+
+def _fresh_seed(key: str, tried: set[int]) -> int:
+    rng = random.Random(key)
+    seed = rng.randrange(2**31)
+    while seed in tried:
+        seed = rng.randrange(2**31)
+    tried.add(seed)
+    return seed
+
+
+def request_cost(request: GenerationRequest, steps: int | None) -> int:
+    """Denoising steps ``request`` will cost when the generate node runs ``steps``."""
+    full = request.steps or steps or 0
+    if request.init_image is None:
+        return full
+    return min(int(full * (request.strength or EDIT_STRENGTH)), full)
+
+
+def within_budget(requests: list[GenerationRequest], scored: list[ScoredCandidate],
+                  params: RefineParams) -> list[GenerationRequest]:
+    """The first requests that fit in what ``params.budget`` has left after ``scored``."""
+    if params.budget is None:
+        return requests
+    left = params.budget - sum(c.cost for c in scored)
+    kept = []
+    for r in requests:
+        cost = request_cost(r, params.steps)
+        if cost > left:
+            break
+        left -= cost
+        kept.append(r)
+    return kept
+
+
 @op("refine", params=RefineParams, output=GenerationRequest)
 def refine(params: RefineParams, inputs: list, ctx: OpContext) -> list[GenerationRequest]:
     strategy = _REFINERS.get(params.strategy)
-    if strategy is None:
+    if strategy is None and params.strategy != "agent":
         raise Permanent(f"unknown refine strategy {params.strategy!r} "
-                        f"(known: {', '.join(sorted(_REFINERS))})")
+                        f"(known: {', '.join(sorted(refiners()))})")
     scored = [ScoredCandidate.model_validate(i, from_attributes=True) for i in inputs]
     if not scored:
         raise Permanent("refine got no scored candidates")
     if params.target is not None and max(c.score for c in scored) >= params.target:
         ctx.halt()
         return []
-    return strategy(scored, params)
+    requests = None
+    if params.strategy == "agent":
+        from ..agent_refine import ask
+
+        requests = ask(ctx, scored, params)
+        if requests is None:
+            strategy = _REFINERS.get(params.fallback)
+            if strategy is None:
+                raise Permanent(f"unknown fallback strategy {params.fallback!r}")
+    if requests is None:
+        requests = strategy(scored, params)
+    requests = within_budget(requests, scored, params)
+    if not requests:
+        ctx.log.info("budget of %s steps spent: the loop stops", params.budget)
+        ctx.halt()
+    return requests

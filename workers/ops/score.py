@@ -39,12 +39,14 @@ def score(params: ScoreParams, inputs: list, ctx: OpContext) -> Deferred | list:
 
     def scored(scores) -> list[ScoredCandidate]:
         embeddings = scores.embeddings or [None] * len(candidates)
+        details = scores.details or [None] * len(candidates)
         return [
             ScoredCandidate(
                 **c.model_dump(include=set(Candidate.model_fields)), score=value,
-                evaluator=params.evaluator, embedding=emb,
+                evaluator=params.evaluator, embedding=emb, details=critique,
             )
-            for c, value, emb in zip(candidates, scores.values, embeddings, strict=True)
+            for c, value, emb, critique in zip(candidates, scores.values, embeddings, details,
+                                               strict=True)
         ]
 
     batcher = getattr(ctx.resources, "scoring", None)

@@ -1,0 +1,147 @@
+"""Can a judge tell a checker-correct shapes image from a wrong one? And does a draft rank like
+its finished image?
+
+    python benchmarks/critic_auc.py [--prompts 60] [--seeds 8] [--draft-steps 5] [--json]
+
+For held-out shapes prompts, ``--seeds`` images each at full steps (and the same seeds as
+drafts at ``--draft-steps``) come from the shipped ``shapes`` model through ``Client.local``.
+The pixel checker grades every finished image. Per judge (``shapes-clip``, ``shapes-critic``):
+
+- mean within-prompt AUC: over prompts with both correct and wrong images, the chance that a
+  correct image outscores a wrong one (ties count half); what selecting among one prompt's
+  candidates depends on. The checker grades; no judge is optimised against it;
+- draft AUC: the same, with each image's *draft* score and its finished image's verdict;
+- draft/finish rank agreement: mean within-prompt Spearman correlation of draft and finished
+  scores, and how often the best draft's finished image is the best finished image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import tempfile
+from pathlib import Path
+
+from PIL import Image
+from pydantic import BaseModel
+
+from genloop.sdk import Client, Graph
+from genloop.workers import shapes
+
+JUDGES = ("shapes-clip", "shapes-critic")
+
+
+class JudgeReport(BaseModel):
+    judge: str
+    auc: float
+    prompts_with_both: int
+    draft_auc: float
+    draft_spearman: float
+    draft_top1_agreement: float
+
+
+def auc(positive: list[float], negative: list[float]) -> float:
+    wins = sum((p > n) + 0.5 * (p == n) for p in positive for n in negative)
+    return wins / (len(positive) * len(negative))
+
+
+def _ranks(values: list[float]) -> list[float]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    for r, i in enumerate(order):
+        ranks[i] = float(r)
+    return ranks
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    ra, rb = _ranks(a), _ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=True))
+    var = (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
+    return cov / var if var else 0.0
+
+
+def mean_auc(scores: list[list[float]], correct: list[list[bool]]) -> tuple[float, int]:
+    """Mean within-prompt AUC over prompts that have both correct and wrong images."""
+    aucs = []
+    for s, ok in zip(scores, correct, strict=True):
+        pos = [v for v, c in zip(s, ok, strict=True) if c]
+        neg = [v for v, c in zip(s, ok, strict=True) if not c]
+        if pos and neg:
+            aucs.append(auc(pos, neg))
+    return (sum(aucs) / len(aucs) if aucs else float("nan")), len(aucs)
+
+
+def _scores(result, node: str) -> list[float]:
+    return [c.score for c in sorted(result.items(node), key=lambda c: c.index)]
+
+
+def measure(client: Client, prompts: list[str], seeds: int, steps: int,
+            draft_steps: int) -> list[JudgeReport]:
+    runs = []
+    for p in prompts:
+        g = Graph()
+        fin = g.generate(p, n=seeds, model=shapes.PIPELINE_NAME, steps=steps, id="final")
+        dra = g.generate(p, n=seeds, model=shapes.PIPELINE_NAME, steps=draft_steps, id="draft")
+        for judge in JUDGES:
+            g.score(fin, text=p, evaluator=judge, id=f"final/{judge}")
+            g.score(dra, text=p, evaluator=judge, id=f"draft/{judge}")
+        runs.append(client.submit(g))
+    correct, finals, drafts = [], {j: [] for j in JUDGES}, {j: [] for j in JUDGES}
+    for p, run in zip(prompts, runs, strict=True):
+        result = run.wait(timeout=3600)
+        wanted = shapes.parse_caption(p)
+        images = sorted(result.items("final"), key=lambda c: c.index)
+        correct.append([
+            shapes.compare(wanted, shapes.check(
+                Image.open(io.BytesIO(client.read_artifact(c.artifact))))).all_correct
+            for c in images
+        ])
+        for j in JUDGES:
+            finals[j].append(_scores(result, f"final/{j}"))
+            drafts[j].append(_scores(result, f"draft/{j}"))
+    reports = []
+    for j in JUDGES:
+        value, both = mean_auc(finals[j], correct)
+        draft_value, _ = mean_auc(drafts[j], correct)
+        rho = [spearman(d, f) for d, f in zip(drafts[j], finals[j], strict=True)]
+        top1 = [max(range(len(d)), key=d.__getitem__) == max(range(len(f)), key=f.__getitem__)
+                for d, f in zip(drafts[j], finals[j], strict=True)]
+        reports.append(JudgeReport(
+            judge=j, auc=value, prompts_with_both=both, draft_auc=draft_value,
+            draft_spearman=sum(rho) / len(rho), draft_top1_agreement=sum(top1) / len(top1),
+        ))
+    return reports
+
+
+def main(argv: list[str] | None = None) -> None:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=60)
+    parser.add_argument("--start", type=int, default=0, help="first held-out prompt")
+    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=shapes.DEFAULT_STEPS)
+    parser.add_argument("--draft-steps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    prompts = [a.caption() for a in shapes.heldout_prompts(args.prompts, args.start)]
+    with tempfile.TemporaryDirectory() as home, \
+            Client.local(home=Path(home), threads=2) as client:
+        reports = measure(client, prompts, args.seeds, args.steps, args.draft_steps)
+    if args.json:
+        print(json.dumps({"prompts": args.prompts, "seeds": args.seeds,
+                          "draft_steps": args.draft_steps,
+                          "judges": [r.model_dump() for r in reports]}))
+        return
+    for r in reports:
+        print(f"{r.judge:14s} AUC={r.auc:.3f} (prompts with both: {r.prompts_with_both}) "
+              f"draft AUC={r.draft_auc:.3f} draft/finish spearman={r.draft_spearman:.3f} "
+              f"top-1 agreement={r.draft_top1_agreement:.3f}")
+
+
+if __name__ == "__main__":
+    main()

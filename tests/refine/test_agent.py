@@ -1,0 +1,91 @@
+"""Agent-driven refine over the SDK: the loop pauses, shows the agent its scored candidates,
+and makes what the agent asks; one answer only; no answer falls back."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from genloop.sdk import (
+    GenerationRequest,
+    Loop,
+    RefineConflict,
+    RefineRequest,
+    RunStatus,
+)
+from genloop.sdk.aio import AsyncRun, ThreadedBackend
+
+
+def agent_loop(timeout: float = 120.0) -> Loop:
+    return Loop(prompt="a red sneaker, white background", candidates=2, rounds=2, steps=2,
+                refiner="agent", evaluator="clause-critic", refine_timeout=timeout)
+
+
+def asked(run) -> RefineRequest:
+    for event in run.events():
+        if event.type == "refine.requested":
+            return RefineRequest.model_validate_json(event.message)
+    raise AssertionError("the run ended without asking")
+
+
+def test_an_agent_answers_and_the_loop_makes_what_it_asked(client):
+    run = client.submit(agent_loop())
+
+    request = asked(run)
+    assert request.node_id == "round-1/refine" and len(request.scored) == 2
+    assert all(c.details is not None and c.embedding is None for c in request.scored)
+    best = max(request.scored, key=lambda c: c.score)
+    answer = run.refine([
+        GenerationRequest(prompt=request.prompt, seed=1234, round=99),
+        GenerationRequest(prompt=request.prompt + ", red", seed=5, round=99,
+                          init_image=best.artifact, strength=0.5,
+                          reason=f"fix {best.details.weakest}"),
+    ])
+    with pytest.raises(RefineConflict, match="already has its answer"):
+        run.refine([GenerationRequest(prompt="x", seed=1, round=2)], node_id=answer.node_id)
+    with pytest.raises(RefineConflict, match="0 refine nodes waiting"):
+        run.refine([GenerationRequest(prompt="x", seed=1, round=2)])
+    result = run.wait(timeout=120)
+
+    assert answer.node_id == "round-1/refine"
+    assert result.status == RunStatus.SUCCEEDED
+    made = sorted(result.rounds[1].candidates, key=lambda c: c.index)
+    assert [(c.seed, c.round, c.init_image) for c in made] == [
+        (1234, 2, None), (5, 2, best.artifact)]
+    assert result.compute.steps == 2 * 2 + 2 + 1  # the edit ran 2 x 0.5 steps
+
+
+def test_no_answer_within_the_timeout_falls_back(client):
+    run = client.submit(agent_loop(timeout=0.5))
+
+    result = run.wait(timeout=120)
+
+    assert result.status == RunStatus.SUCCEEDED
+    assert len(result.rounds[1].candidates) == 2  # seed-search decided
+    with pytest.raises(RefineConflict):
+        run.refine([GenerationRequest(prompt="late", seed=1, round=2)])
+
+
+def test_an_answer_nobody_asked_for_is_refused(client):
+    run = client.submit(Loop(prompt="a cat", candidates=1, rounds=2, steps=2))
+    run.wait(timeout=120)
+
+    with pytest.raises(RefineConflict, match="has not asked"):
+        run.refine([GenerationRequest(prompt="a cat", seed=1, round=2)],
+                   node_id="round-1/refine")
+
+
+def test_an_async_agent_answers(client):
+    async def main():
+        backend = ThreadedBackend(client.backend)
+        run = AsyncRun(backend, await backend.submit(agent_loop(), None))
+        async for event in run.events():
+            if event.type == "refine.requested":
+                break
+        await run.refine([GenerationRequest(prompt="a red sneaker", seed=77, round=2)])
+        return await run.wait(timeout=120)
+
+    result = asyncio.run(main())
+
+    assert [c.seed for c in result.rounds[1].candidates] == [77]

@@ -1,0 +1,120 @@
+"""Agent-driven refine: a loop pauses at its refine node until an agent answers.
+
+The refine op (strategy ``agent``) appends a ``refine.requested`` event whose message is a
+:class:`~genloop.sdk.ops.RefineRequest` (the scored candidates with their critiques), then
+waits. An agent answers through any back end (:func:`answer`): the answer is appended as a
+``refine.answered`` event, which the waiting op reads.
+
+Exactly one answer counts. Whoever answers first, the agent or the op giving up at its timeout,
+takes a lease on ``refine-answer:{run}:{node}`` (the store's ``SET NX`` claim, held far longer
+than any run); the loser is refused. So a second answer, or one after the fallback began, is a
+:class:`~genloop.sdk.errors.RefineConflict` (HTTP 409), and an answer that won the lease just as
+the op timed out is still used: the op, losing the lease, goes on waiting for its event.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from genloop.sdk.errors import RefineConflict
+from genloop.sdk.ops import (
+    GenerationRequest,
+    RefineAnswer,
+    RefineParams,
+    RefineRequest,
+    ScoredCandidate,
+)
+
+from .context import OpContext
+from .stores.base import StateStore
+from .stores.records import EventRecord
+
+REQUESTED, ANSWERED = "refine.requested", "refine.answered"
+#: The answer's lease outlives any run; it only has to stop a second answer.
+_LEASE_TTL = 30 * 24 * 3600.0
+_POLL = 0.1
+
+
+def _lease(run_id: str, node_id: str) -> str:
+    return f"refine-answer:{run_id}:{node_id}"
+
+
+def _events(store: StateStore, run_id: str, after: int, kind: str):
+    while batch := store.events(run_id, after, 500):
+        for event in batch:
+            if event.type == kind:
+                yield event
+        after = batch[-1].id
+
+
+def answer(store: StateStore, run_id: str, reply: RefineAnswer) -> RefineAnswer:
+    """Hand ``reply`` to the refine node waiting in ``run_id``; ``RefineConflict`` if none is
+    waiting for it (never asked, already answered, or fallen back)."""
+    store.get_run(run_id)  # NotFound for an unknown run
+    asked = {e.node_id for e in _events(store, run_id, 0, REQUESTED)}
+    answered = {e.node_id for e in _events(store, run_id, 0, ANSWERED)}
+    node_id = reply.node_id
+    if node_id is None:
+        waiting = sorted(asked - answered)
+        if len(waiting) != 1:
+            raise RefineConflict(f"run {run_id} has {len(waiting)} refine nodes waiting "
+                                 f"({', '.join(waiting) or 'none'}); name one with node_id")
+        node_id = waiting[0]
+    if node_id not in asked:
+        raise RefineConflict(f"refine node {node_id!r} of run {run_id} has not asked for an "
+                             "answer")
+    if not store.claim(_lease(run_id, node_id), f"agent:{uuid.uuid4().hex}", _LEASE_TTL):
+        raise RefineConflict(f"refine node {node_id!r} of run {run_id} already has its answer "
+                             "(or timed out and fell back)")
+    reply = reply.model_copy(update={"node_id": node_id})
+    store.append_event(run_id, EventRecord(type=ANSWERED, time=time.time(), node_id=node_id,
+                                           message=reply.model_dump_json()))
+    return reply
+
+
+def ask(ctx: OpContext, scored: list[ScoredCandidate],
+        params: RefineParams) -> list[GenerationRequest] | None:
+    """Ask the agent and wait; its requests, or ``None`` when the timeout passed first.
+
+    A retried attempt finds the answer an earlier attempt got, instead of asking again."""
+    earlier = _reply(ctx, 0)
+    if earlier is not None:
+        return _for_round(earlier, params)
+    request = RefineRequest(
+        node_id=ctx.node_id, round=params.round, prompt=params.prompt,
+        candidates=params.candidates, timeout=params.timeout, fallback=params.fallback,
+        scored=[c.model_copy(update={"embedding": None}) for c in scored],
+    )
+    after = ctx.store.append_event(ctx.run_id, EventRecord(
+        type=REQUESTED, time=time.time(), node_id=ctx.node_id,
+        message=request.model_dump_json()))
+    deadline = time.monotonic() + params.timeout
+    gave_up = False
+    while True:
+        reply = _reply(ctx, after)
+        if reply is not None:
+            ctx.log.info("agent answered with %d requests", len(reply.requests))
+            return _for_round(reply, params)
+        ctx.check_cancelled()
+        if not gave_up and time.monotonic() >= deadline:
+            if ctx.store.claim(_lease(ctx.run_id, ctx.node_id), "timeout", _LEASE_TTL):
+                ctx.log.info("no answer in %.0fs: falling back to %s", params.timeout,
+                             params.fallback)
+                return None
+            gave_up = True  # an answer won the lease: its event is on its way
+        time.sleep(_POLL)
+
+
+def _reply(ctx: OpContext, after: int) -> RefineAnswer | None:
+    for event in _events(ctx.store, ctx.run_id, after, ANSWERED):
+        if event.node_id == ctx.node_id and event.message:
+            return RefineAnswer.model_validate_json(event.message)
+    return None
+
+
+def _for_round(reply: RefineAnswer, params: RefineParams) -> list[GenerationRequest]:
+    """The answer as this loop's next round: its round number, at most ``candidates`` images
+    (what the loop was costed for)."""
+    return [r.model_copy(update={"round": params.round + 1})
+            for r in reply.requests[:params.candidates]]
