@@ -162,3 +162,16 @@ def test_hopper_keeps_sdpa_cudnn_attention(monkeypatch):
     capability["value"] = (8, 0)
     assert not dispatch.sdpa_beats_int8(torch.device("cuda"))
     assert not dispatch.sdpa_beats_int8(torch.device("cpu"))
+
+
+def test_the_blocker_applies_the_hopper_rule_unless_forced(monkeypatch):
+    from genloop.kernels import dispatch
+
+    # Given a device the kernel runs on where SDPA's cuDNN attention wins (pretended)
+    monkeypatch.setattr(dispatch, "_device_blocker", lambda *args: None)
+    monkeypatch.setattr(dispatch, "sdpa_beats_int8", lambda device: True)
+    q = torch.randn(1, 2, 64, 64).half()
+    long_kv = torch.randn(1, 2, dispatch.INT8_ATTENTION_MIN_KV_TOKENS, 64).half()
+    # Then even long self-attention stays on SDPA, and force still runs the kernel
+    assert "cuDNN" in dispatch.int8_attention_blocker(q, long_kv, long_kv)
+    assert dispatch.int8_attention_blocker(q, long_kv, long_kv, force=True) is None
