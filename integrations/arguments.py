@@ -25,9 +25,35 @@ _STEPS = (int | None, Field(None, ge=1, le=100,
 
 
 class ToolArguments(BaseModel):
-    """Base of every tool's arguments: unknown fields are refused."""
+    """Base of every tool's arguments: unknown fields are refused.
+
+    ``None`` stands for "the default" on fields that do not accept null themselves: strict
+    JSON schemas (OpenAI's) make every field required, so models send null for "unset".
+    """
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {k: v for k, v in data.items()
+                if not (v is None and k in fields and fields[k].default is not None)}
+
+
+class NextImage(ToolArguments):
+    """One image an agent asks a paused loop to make next: drawn anew, or an edit of one."""
+
+    prompt: str = _PROMPT[1]
+    seed: int = _SEED[1]
+    init_image: str | None = Field(None, max_length=200, description=(
+        "artifact key of a candidate the paused run showed, to edit it (img2img) instead of "
+        "drawing from noise; null to draw anew"))
+    strength: float | None = Field(None, gt=0, le=1, description=(
+        "with init_image: how far the edit departs from it (small keeps the layout, 1 is a "
+        "fresh image); null for the model's default"))
 
 
 class _EnoughImages(ToolArguments):
@@ -36,6 +62,25 @@ class _EnoughImages(ToolArguments):
         if self.top_k > self.n:  # type: ignore[attr-defined]
             raise ValueError("top_k must not exceed n (you cannot keep more images than made)")
         return self
+
+
+def field_schemas(model: type[BaseModel]) -> dict[str, Any]:
+    """Each field's JSON schema, self-contained: ``$ref`` to a nested model inlined, titles
+    dropped (the field name says it), for adapters that take one schema per argument."""
+    schema = model.model_json_schema()
+    defs = schema.get("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, list):
+            return [inline(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            return {**inline(defs[node["$ref"].rsplit("/", 1)[-1]]), **inline(rest)}
+        return {k: inline(v) for k, v in node.items() if k != "title"}
+
+    return {name: inline(prop) for name, prop in schema["properties"].items()}
 
 
 def _choice(names: tuple[str, ...], what: str) -> tuple[Any, Any]:
@@ -101,5 +146,17 @@ def argument_models(catalog: Catalog) -> dict[str, type[ToolArguments]]:
         "CancelRunArguments", __base__=ToolArguments, __doc__="cancel_run arguments",
         run_id=_RUN_ID,
     )
+    refine = create_model(
+        "RefineRunArguments", __base__=ToolArguments, __doc__="refine_run arguments",
+        run_id=_RUN_ID,
+        node_id=(str | None, Field(None, max_length=200, description=(
+            "the refine node you answer, as the paused run named it; null for the one "
+            "waiting now"))),
+        requests=(list[NextImage], Field(min_length=1, max_length=catalog.max_images,
+                                         description=(
+            "the next round's images, one entry each (at most the number the paused run "
+            "asked for; extra ones are dropped)"))),
+        wait_seconds=_wait(120, "the loop to finish or pause again"),
+    )
     return {"generate_images": generate, "run_loop": loop, "get_run": get_run,
-            "get_result": get_result, "cancel_run": cancel}
+            "get_result": get_result, "cancel_run": cancel, "refine_run": refine}

@@ -1,20 +1,26 @@
 """What the tools may name: the models, evaluators and refiners an agent can choose from.
 
-The back ends do not (yet) publish what they serve, so the operator says it once, here, and the
-tools' JSON schemas carry the names as enums: an LLM picks from a list instead of guessing, and
-a name outside it is refused before anything is submitted. The first name of each list is the
-default the tools use.
+:meth:`Catalog.served` takes the names from what the back end serves (``client.schema()``);
+an operator may narrow them further by building a ``Catalog`` by hand. The tools' JSON schemas
+carry the names as enums: an LLM picks from a list instead of guessing, and a name outside it
+is refused before anything is submitted. The first name of each list is the default the tools
+use.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from genloop.sdk import Loop, Named, SpecSchema
 
 #: What every genloop install serves: the random-weight test model, the shipped shapes model,
 #: their evaluators and the built-in refine strategies.
 DEFAULT_MODELS = ("shapes", "tiny")
 DEFAULT_EVALUATORS = ("shapes-clip", "clip")
-DEFAULT_REFINERS = ("seed-search", "prompt-variants")
+DEFAULT_REFINERS = ("seed-search", "prompt-variants", "critic-edit", "draft", "prompt-history",
+                    "agent")
 
 
 class Catalog(BaseModel):
@@ -35,3 +41,18 @@ class Catalog(BaseModel):
         if len(set(names)) != len(names) or not all(names):
             raise ValueError("names must be distinct and non-empty")
         return names
+
+    @classmethod
+    def served(cls, schema: SpecSchema, **limits: Any) -> Catalog:
+        """The names ``schema`` (a back end's ``client.schema()``) serves, each list led by the
+        back end's default; ``limits`` set the size limits."""
+        s = schema.served
+        loop_refiner = Loop.model_fields["refiner"].default
+        return cls(models=_led_by(s.models, s.default_model),
+                   evaluators=_led_by(s.evaluators, s.default_evaluator),
+                   refiners=_led_by(s.refiners, loop_refiner), **limits)
+
+
+def _led_by(names: list[Named], default: str | None) -> tuple[str, ...]:
+    listed = [n.name for n in names]
+    return tuple(sorted(listed, key=lambda n: n != default))

@@ -8,11 +8,22 @@ import importlib
 import os
 import sys
 
-from .catalog import DEFAULT_EVALUATORS, DEFAULT_MODELS, DEFAULT_REFINERS, Catalog
+from .catalog import Catalog
 
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+def _catalog(served: Catalog, args: argparse.Namespace) -> Catalog:
+    """What the back end serves, narrowed to the names given on the command line."""
+    chosen = {field: _names(getattr(args, field)) for field in ("models", "evaluators", "refiners")
+              if getattr(args, field)}
+    unknown = sorted(n for field, names in chosen.items() for n in names
+                     if n not in getattr(served, field))
+    if unknown:
+        raise SystemExit(f"genloop mcp: the back end does not serve {', '.join(unknown)}")
+    return Catalog.model_validate({**served.model_dump(), **chosen})
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -28,8 +39,6 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     for module in args.imports:  # custom ops register on import
         importlib.import_module(module)
-    catalog = Catalog(models=_names(args.models), evaluators=_names(args.evaluators),
-                      refiners=_names(args.refiners))
     aclient = None
     if args.gateway:
         key = args.api_key or os.environ.get("GENLOOP_API_KEY")
@@ -40,6 +49,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     else:
         client = Client.local(home=args.local, threads=args.threads)
     with client:
+        catalog = _catalog(Catalog.served(client.schema()), args)
         server = build_server(GenloopTools(client, aclient=aclient, catalog=catalog))
         if args.transport == "stdio":
             server.run("stdio")
@@ -61,10 +71,10 @@ def setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                   help="comma-separated models the tools offer; the first is the default")
-    p.add_argument("--evaluators", default=",".join(DEFAULT_EVALUATORS))
-    p.add_argument("--refiners", default=",".join(DEFAULT_REFINERS))
+    p.add_argument("--models", help="comma-separated models the tools offer, the first the "
+                   "default (default: every model the back end serves, its default first)")
+    p.add_argument("--evaluators", help="likewise for evaluators")
+    p.add_argument("--refiners", help="likewise for refine strategies")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="import a module first (custom ops, evaluators); repeatable")
     p.set_defaults(fn=cmd_mcp)

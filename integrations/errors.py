@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from genloop.sdk import ClientError, GenloopError, GraphError, NotFound, TransportError
+from genloop.sdk import (
+    ClientError,
+    GenloopError,
+    GraphError,
+    NotFound,
+    RefineConflict,
+    TransportError,
+)
 
 
 class ToolCallError(GenloopError, ValueError):
@@ -43,6 +50,9 @@ def from_genloop(tool: str, exc: GenloopError) -> ToolCallError:
     if isinstance(exc, NotFound):
         return ToolCallError(tool, f"{exc}. Check the run_id: it must be one that "
                                    "generate_images or run_loop returned.")
+    if isinstance(exc, RefineConflict):
+        return ToolCallError(tool, f"{exc}. Nothing was changed: the run is not waiting for "
+                                   "this answer. Call get_run to see where it stands.")
     if isinstance(exc, TransportError):
         return ToolCallError(tool, f"The genloop back end could not be reached ({exc}). It may "
                                    "be down or restarting; try again in a minute.")

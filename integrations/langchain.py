@@ -84,8 +84,12 @@ class CancelRunTool(GenloopTool):
     operation = "cancel_run"
 
 
+class RefineRunTool(GenloopTool):
+    operation = "refine_run"
+
+
 TOOL_CLASSES: tuple[type[GenloopTool], ...] = (
-    GenerateImagesTool, RunLoopTool, GetRunTool, GetResultTool, CancelRunTool,
+    GenerateImagesTool, RunLoopTool, GetRunTool, GetResultTool, CancelRunTool, RefineRunTool,
 )
 
 

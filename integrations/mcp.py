@@ -23,6 +23,7 @@ from pydantic import WithJsonSchema
 
 from genloop.sdk import GenloopError
 
+from .arguments import field_schemas
 from .errors import ToolCallError, from_genloop
 from .progress import Progress
 from .tools import GenloopTools, ToolSpec
@@ -38,10 +39,10 @@ def _parameters(spec: ToolSpec) -> list[inspect.Parameter]:
     """The tool's signature as MCPServer reads it: one keyword per field, whose JSON schema is
     our model's (names, enums, limits, descriptions). The values are left untyped (``Any``)
     there, so that genloop's own validation, with its readable messages, judges them."""
-    schema = spec.arguments.model_json_schema()
+    schema = field_schemas(spec.arguments)
     params = []
     for name, field in spec.arguments.model_fields.items():
-        prop = {k: v for k, v in schema["properties"][name].items() if k != "title"}
+        prop = schema[name]
         default = inspect.Parameter.empty if field.is_required() else field.default
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                         annotation=Annotated[Any, WithJsonSchema(prop)]))

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .arguments import argument_models
+from .arguments import argument_models, field_schemas
 from .catalog import Catalog
 from .errors import ToolCallError
 from .outcome import ToolOutput
@@ -25,25 +25,43 @@ from .tools import DESCRIPTIONS, GenloopTools
 
 
 def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """``model``'s JSON schema in the strict subset (see the module docstring)."""
-    schema = model.model_json_schema()
+    """``model``'s JSON schema in the strict subset (see the module docstring); nested models
+    (a list of objects) are made strict the same way."""
+    return _strict_object(field_schemas(model), model.__doc__ or "")
+
+
+def _strict_object(fields: dict[str, Any], description: str) -> dict[str, Any]:
     properties: dict[str, Any] = {}
-    for name, prop in schema["properties"].items():
-        prop = {k: v for k, v in copy.deepcopy(prop).items() if k != "title"}
+    for name, prop in fields.items():
+        prop = _strict(prop)
         if "default" in prop:
             default = prop.pop("default")
             if default is not None:  # a nullable field's description already says what null is
-                description = prop.pop("description", "")
+                text = prop.pop("description", "")
                 prop = {"anyOf": [prop, {"type": "null"}], "description":
-                        f"{description} (null means the default, {json.dumps(default)})"}
+                        f"{text} (null means the default, {json.dumps(default)})"}
         properties[name] = prop
     return {
         "type": "object",
-        "description": schema.get("description", ""),
+        "description": description,
         "properties": properties,
         "required": list(properties),
         "additionalProperties": False,
     }
+
+
+def _strict(prop: dict[str, Any]) -> dict[str, Any]:
+    """A property's schema with every object in it strict (a list of nested models)."""
+    prop = copy.deepcopy(prop)
+    if "properties" in prop:
+        extra = {k: v for k, v in prop.items()
+                 if k not in ("properties", "required", "additionalProperties", "type")}
+        return {**_strict_object(prop["properties"], prop.get("description", "")), **extra}
+    if "items" in prop:
+        prop["items"] = _strict(prop["items"])
+    if "anyOf" in prop:
+        prop["anyOf"] = [_strict(p) for p in prop["anyOf"]]
+    return prop
 
 
 def openai_tools(catalog: Catalog | None = None) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from genloop.sdk import Failure, RunInfo, RunResult, RunStatus, ScoredCandidate
+from genloop.sdk import Failure, RefineRequest, RunInfo, RunResult, RunStatus, ScoredCandidate
 
 
 class ToolImage(BaseModel):
@@ -43,6 +43,8 @@ class ToolOutput(BaseModel):
     images: list[ToolImage] = Field(default_factory=list)
     rounds: list[RoundBest] = Field(default_factory=list)
     failures: list[Failure] = Field(default_factory=list)
+    refine: RefineRequest | None = Field(None, description=(
+        "the loop is paused for the agent's refinement: answer with refine_run"))
 
 
 def pending(info: RunInfo, waited: float) -> ToolOutput:
@@ -52,6 +54,39 @@ def pending(info: RunInfo, waited: float) -> ToolOutput:
               f"Call get_run with run_id={info.id!r} to wait for it, or cancel_run to stop it."),
         run_id=info.id, status=info.status, done=False,
     )
+
+
+def awaiting_refine(info: RunInfo, request: RefineRequest,
+                    images: list[ToolImage]) -> ToolOutput:
+    """A loop paused for the agent: the candidates so far, best first, and how to answer."""
+    lines = [
+        f"Run {info.id} is paused after round {request.round}, waiting for you to choose round "
+        f"{request.round + 1}'s images (refine node {request.node_id!r}). If you have not "
+        f"answered within {request.timeout:g}s of the pause, it falls back to "
+        f"'{request.fallback}'.",
+        f"Prompt: {request.prompt!r}. Candidates so far, best first:",
+    ]
+    for c in ranked(request.scored)[:_LISTED]:
+        line = (f"- {c.artifact}: score {c.score:.2f}, seed {c.seed}, round {c.round}, "
+                f"prompt {c.prompt!r}")
+        if c.details is not None and c.details.weakest:
+            line += f"; weakest clause: {c.details.weakest!r}"
+        lines.append(line)
+    lines.append(
+        f"Call refine_run with run_id={info.id!r} and up to {request.candidates} requests, each "
+        "a prompt and a seed; to edit a candidate instead of drawing anew, give its artifact key "
+        "as init_image (and a strength below 1 to keep its layout).")
+    return ToolOutput(text="\n".join(lines), run_id=info.id, status=info.status, done=False,
+                      images=images, refine=request)
+
+
+#: Candidates a paused loop lists in its text (the images returned are fewer).
+_LISTED = 12
+
+
+def ranked(scored: list[ScoredCandidate]) -> list[ScoredCandidate]:
+    """Best first; ties keep their order."""
+    return sorted(scored, key=lambda c: -c.score)
 
 
 def cancelled(info: RunInfo) -> ToolOutput:

@@ -1,4 +1,4 @@
-"""The framework-neutral tool surface: five operations an agent needs, over any genloop client.
+"""The framework-neutral tool surface: the six operations an agent needs, over any client.
 
 :class:`GenloopTools` validates a call's arguments against the catalog's models (nothing is
 submitted for an invalid call), builds the run, waits up to the call's ``wait_seconds`` while
@@ -15,12 +15,24 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from contextlib import aclosing
 from typing import Any, NamedTuple, TypeVar
 
 from pydantic import ValidationError
 
-from genloop.sdk import AsyncClient, AsyncRun, Client, GenloopError, Graph, Loop, RunSpec
+from genloop.sdk import (
+    AsyncClient,
+    AsyncRun,
+    Client,
+    Event,
+    GenerationRequest,
+    GenloopError,
+    Graph,
+    Loop,
+    RunSpec,
+    ScoredCandidate,
+)
 from genloop.sdk.aio import ThreadedBackend
 
 from . import outcome
@@ -29,6 +41,7 @@ from .catalog import Catalog
 from .errors import ToolCallError, from_genloop, invalid_arguments
 from .outcome import ToolImage, ToolOutput
 from .progress import ProgressMeter, ProgressSink
+from .refines import RefineWatch
 
 T = TypeVar("T")
 
@@ -48,7 +61,9 @@ DESCRIPTIONS = {
         "Run a generate -> score -> refine loop: each round generates candidates, scores them "
         "against the prompt, and uses the best to choose the next round's images; stops early "
         "once an image reaches target. Returns the best image and each round's best score. If "
-        "the loop is not done within wait_seconds, returns a run_id: call get_run with it."),
+        "the loop is not done within wait_seconds, returns a run_id: call get_run with it. "
+        "With refiner 'agent' you choose each next round yourself: the loop pauses and shows "
+        "its candidates; answer with refine_run."),
     "get_run": (
         "Wait up to wait_seconds for a run started by generate_images or run_loop. Returns its "
         "status, and once it has finished its best images and scores."),
@@ -56,6 +71,11 @@ DESCRIPTIONS = {
         "The images and scores a run has produced so far, without waiting; works on a run "
         "that is still going."),
     "cancel_run": "Stop a run that is no longer needed; its finished images stay readable.",
+    "refine_run": (
+        "Answer a loop that is paused for you (run_loop with refiner 'agent' pauses after each "
+        "round and shows its candidates): give the next round's images, each a prompt and a "
+        "seed, or an edit of a shown candidate (init_image, strength). Then waits like get_run: "
+        "returns the result, the next pause, or the run id if it is still working."),
 }
 
 
@@ -94,11 +114,7 @@ class GenloopTools:
 
     # -- arguments ----------------------------------------------------------------------------
     def parse(self, name: str, arguments: Mapping[str, Any] | ToolArguments) -> ToolArguments:
-        """``arguments`` checked against tool ``name``'s model (``ToolCallError`` if invalid).
-
-        ``None`` stands for "the default" on fields that do not accept null themselves: strict
-        JSON schemas (OpenAI's) make every field required, so models send null for "unset".
-        """
+        """``arguments`` checked against tool ``name``'s model (``ToolCallError`` if invalid)."""
         spec = self.specs.get(name)
         if spec is None:
             raise ToolCallError(name, f"There is no tool {name!r}; the tools are: "
@@ -109,11 +125,8 @@ class GenloopTools:
             arguments = arguments.model_dump()
         if not isinstance(arguments, Mapping):
             raise ToolCallError(name, f"Arguments for {name} must be a JSON object.")
-        fields = spec.arguments.model_fields
-        given = {k: v for k, v in arguments.items()
-                 if not (v is None and k in fields and fields[k].default is not None)}
         try:
-            return spec.arguments.model_validate(given)
+            return spec.arguments.model_validate(dict(arguments))
         except ValidationError as exc:
             raise invalid_arguments(name, exc) from None
 
@@ -142,7 +155,9 @@ class GenloopTools:
                 return await self._wait(aclient, run, args.wait_seconds, progress,
                                         limit=args.top_k if name == "generate_images" else 4)
             run = await aclient.get(args.run_id)
-            if name == "get_run":
+            if name == "refine_run":
+                await run.refine([self._request(r) for r in args.requests], node_id=args.node_id)
+            if name in ("get_run", "refine_run"):
                 return await self._wait(aclient, run, args.wait_seconds, progress, limit=4)
             if name == "get_result":
                 return await self._render(aclient, run, args.max_images)
@@ -164,32 +179,61 @@ class GenloopTools:
         g.select(scores, top_k=a.top_k, id="best")
         return g
 
+    @staticmethod
+    def _request(image: Any) -> GenerationRequest:
+        # The loop sets the round; 1 only satisfies the model.
+        return GenerationRequest(round=1, reason="agent", **image.model_dump())
+
     async def _wait(self, aclient: AsyncClient, run: AsyncRun, wait_seconds: float,
                     progress: ProgressSink | None, limit: int) -> ToolOutput:
+        """Until the run ends, pauses for an agent refine, or ``wait_seconds`` pass.
+
+        The events so far are read first (without waiting), so a pause that began before this
+        call is seen even with ``wait_seconds=0``."""
         start = time.monotonic()
         info = await run.status()
-        if not info.status.terminal and wait_seconds > 0:
-            meter = ProgressMeter(len(info.nodes))
+        meter, watch = ProgressMeter(len(info.nodes)), RefineWatch()
+        last = 0
+
+        async def read(events: AsyncIterator[Event], until_paused: bool) -> None:
+            nonlocal last
+            async with aclosing(events):
+                async for event in events:
+                    last = event.id
+                    watch.read(event)
+                    report = meter.read(event)
+                    if report is not None and progress is not None:
+                        await progress(report)
+                    if until_paused and watch.waiting is not None:
+                        return
+
+        await read(run.events(follow=False), until_paused=False)
+        if watch.waiting is None and not info.status.terminal and wait_seconds > 0:
             try:
                 async with asyncio.timeout(wait_seconds):
-                    async for event in run.events():
-                        report = meter.read(event)
-                        if report is not None and progress is not None:
-                            await progress(report)
+                    await read(run.events(last), until_paused=True)
             except TimeoutError:
                 pass
-            info = await run.status()
+        info = await run.status()
+        if watch.waiting is not None and not info.status.terminal:
+            request = watch.waiting
+            shown = outcome.ranked(request.scored)[:limit]
+            images = [await self._image(aclient, c, "best" if i == 0 else f"top {i + 1}")
+                      for i, c in enumerate(shown)]
+            return outcome.awaiting_refine(info, request, images)
         if not info.status.terminal:
             return outcome.pending(info, round(time.monotonic() - start, 1))
         return await self._render(aclient, run, limit)
 
     @staticmethod
-    async def _render(aclient: AsyncClient, run: AsyncRun, limit: int) -> ToolOutput:
+    async def _image(aclient: AsyncClient, c: ScoredCandidate, label: str) -> ToolImage:
+        return ToolImage(artifact=c.artifact, png=await aclient.read_artifact(c.artifact),
+                         score=c.score, evaluator=c.evaluator, prompt=c.prompt, seed=c.seed,
+                         round=c.round, label=label)
+
+    @classmethod
+    async def _render(cls, aclient: AsyncClient, run: AsyncRun, limit: int) -> ToolOutput:
         result = await run.result()
-        images = [
-            ToolImage(artifact=c.artifact, png=await aclient.read_artifact(c.artifact),
-                      score=c.score, evaluator=c.evaluator, prompt=c.prompt, seed=c.seed,
-                      round=c.round, label=label)
-            for label, c in outcome.chosen(result, limit)
-        ]
+        images = [await cls._image(aclient, c, label)
+                  for label, c in outcome.chosen(result, limit)]
         return outcome.describe(result, images)

@@ -14,10 +14,13 @@ the op timed out is still used: the op, losing the lease, goes on waiting for it
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 
-from genloop.sdk.errors import RefineConflict
+from genloop.sdk.errors import Cancelled, RefineConflict, Transient
 from genloop.sdk.ops import (
     GenerationRequest,
     RefineAnswer,
@@ -73,14 +76,17 @@ def answer(store: StateStore, run_id: str, reply: RefineAnswer) -> RefineAnswer:
     return reply
 
 
-def ask(ctx: OpContext, scored: list[ScoredCandidate],
-        params: RefineParams) -> list[GenerationRequest] | None:
-    """Ask the agent and wait; its requests, or ``None`` when the timeout passed first.
+def ask(ctx: OpContext, scored: list[ScoredCandidate], params: RefineParams) -> Future:
+    """Ask the agent; a future of its requests for the next round, or of ``None`` when the
+    timeout passed first. The op returns it as a :class:`~.deferred.Deferred`, so a loop
+    waiting for its agent holds no worker thread: the process's :class:`AnswerWatch` polls.
 
     A retried attempt finds the answer an earlier attempt got, instead of asking again."""
     earlier = _reply(ctx, 0)
     if earlier is not None:
-        return _for_round(earlier, params)
+        done: Future = Future()
+        done.set_result(_for_round(earlier, params))
+        return done
     request = RefineRequest(
         node_id=ctx.node_id, round=params.round, prompt=params.prompt,
         candidates=params.candidates, timeout=params.timeout, fallback=params.fallback,
@@ -89,21 +95,88 @@ def ask(ctx: OpContext, scored: list[ScoredCandidate],
     after = ctx.store.append_event(ctx.run_id, EventRecord(
         type=REQUESTED, time=time.time(), node_id=ctx.node_id,
         message=request.model_dump_json()))
-    deadline = time.monotonic() + params.timeout
-    gave_up = False
-    while True:
-        reply = _reply(ctx, after)
+    return _watch().wait(_Waiter(ctx, params, after, time.monotonic() + params.timeout))
+
+
+@dataclass
+class _Waiter:
+    ctx: OpContext
+    params: RefineParams
+    after: int
+    deadline: float
+    future: Future = field(default_factory=Future)
+    gave_up: bool = False
+
+    def poll(self) -> bool:
+        """Look once; True when the future is settled."""
+        ctx = self.ctx
+        reply = _reply(ctx, self.after)
         if reply is not None:
             ctx.log.info("agent answered with %d requests", len(reply.requests))
-            return _for_round(reply, params)
-        ctx.check_cancelled()
-        if not gave_up and time.monotonic() >= deadline:
+            self.future.set_result(_for_round(reply, self.params))
+            return True
+        if ctx.cancelled:
+            self.future.set_exception(Cancelled(f"run {ctx.run_id} was cancelled"))
+            return True
+        if not self.gave_up and time.monotonic() >= self.deadline:
             if ctx.store.claim(_lease(ctx.run_id, ctx.node_id), "timeout", _LEASE_TTL):
-                ctx.log.info("no answer in %.0fs: falling back to %s", params.timeout,
-                             params.fallback)
-                return None
-            gave_up = True  # an answer won the lease: its event is on its way
-        time.sleep(_POLL)
+                ctx.log.info("no answer in %.0fs: falling back to %s", self.params.timeout,
+                             self.params.fallback)
+                self.future.set_result(None)
+                return True
+            self.gave_up = True  # an answer won the lease: its event is on its way
+        return False
+
+
+class AnswerWatch:
+    """One thread per process looks for the answers of every refine waiting in it.
+
+    Hand-written: the answer arrives as an event in the state store, which has no
+    notification channel on every back end (SQLite), so it is polled, once per waiter every
+    ``_POLL`` s, from one thread however many loops wait."""
+
+    def __init__(self) -> None:
+        self._waiters: list[_Waiter] = []
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def wait(self, waiter: _Waiter) -> Future:
+        with self._lock:
+            self._waiters.append(waiter)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="genloop-agent-answers")
+                self._thread.start()
+        return waiter.future
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(_POLL)
+            with self._lock:
+                waiting = list(self._waiters)
+            settled = []
+            for waiter in waiting:
+                try:
+                    if waiter.poll():
+                        settled.append(waiter)
+                except Exception as exc:  # noqa: BLE001  (a store outage: the op retries)
+                    waiter.future.set_exception(Transient(f"waiting for the agent: {exc}"))
+                    settled.append(waiter)
+            if settled:
+                with self._lock:
+                    self._waiters = [w for w in self._waiters if w not in settled]
+
+
+_WATCH: AnswerWatch | None = None
+_WATCH_LOCK = threading.Lock()
+
+
+def _watch() -> AnswerWatch:
+    global _WATCH
+    with _WATCH_LOCK:
+        if _WATCH is None:
+            _WATCH = AnswerWatch()
+        return _WATCH
 
 
 def _reply(ctx: OpContext, after: int) -> RefineAnswer | None:

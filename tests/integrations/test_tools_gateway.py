@@ -53,6 +53,25 @@ def test_tools_over_the_gateway_sync_and_native_async(gateway):
     assert again.run_id == out.run_id and again.images[0].png == out.images[0].png
 
 
+@pytest.mark.slow
+def test_an_agent_refines_a_loop_over_the_gateway_natively_async(gateway):
+    url, key = gateway
+
+    async def main():
+        async with AsyncClient.http(url, api_key=key) as aclient:
+            tools = GenloopTools(aclient, catalog=CATALOG)
+            paused = await tools.acall("run_loop", {**LOOP, "refiner": "agent", "seed": 77})
+            assert paused.refine is not None, paused.text
+            answer = {"run_id": paused.run_id, "node_id": paused.refine.node_id,
+                      "requests": [{"prompt": "a green triangle", "seed": 9}]}
+            return await tools.acall("refine_run", answer)
+
+    out = asyncio.run(main())
+
+    assert out.status == RunStatus.SUCCEEDED, out.text
+    assert out.rounds[1].candidates == 1 and out.images[0].png.startswith(PNG)
+
+
 def test_a_gateway_that_is_down_is_a_tool_error_after_the_retries():
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))

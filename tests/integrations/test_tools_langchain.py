@@ -4,6 +4,7 @@ do not cover: the artifact, async over a native AsyncClient, error tool messages
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from genloop.integrations.langchain import (  # noqa: E402
     GenloopToolkit,
     GetResultTool,
     GetRunTool,
+    RefineRunTool,
     RunLoopTool,
 )
 from genloop.sdk import AsyncClient, RunStatus  # noqa: E402
@@ -76,6 +78,26 @@ class _CancelRun(_Standard):
     tool_class = CancelRunTool
 
 
+class _RefineRun(_Standard):
+    tool_class = RefineRunTool
+    example = {"run_id": "r1", "requests": [{"prompt": "a red circle", "seed": 5}]}
+
+
+class _RefineRunPaused(_RefineRun):
+    """Each invocation answers a loop of its own, paused for the agent: only one answer to a
+    pause counts (a second is a tool error). Each loop has a seed of its own, or it would be
+    the stored run of the one before."""
+
+    seeds = itertools.count(1000)
+
+    @pytest.fixture(autouse=True)
+    def _paused(self, shared_tools):
+        out = shared_tools.call("run_loop", {**LOOP, "refiner": "agent", "wait_seconds": 300,
+                                             "seed": next(self.seeds)})
+        assert out.refine is not None, out.text
+        self.example = {**self.example, "run_id": out.run_id, "wait_seconds": 120}
+
+
 class TestGenerateImagesUnit(_GenerateImages, ToolsUnitTests): ...
 class TestGenerateImagesIntegration(_GenerateImages, ToolsIntegrationTests): ...
 class TestRunLoopUnit(_RunLoop, ToolsUnitTests): ...
@@ -86,6 +108,8 @@ class TestGetResultUnit(_GetResult, ToolsUnitTests): ...
 class TestGetResultIntegration(_GetResult, ToolsIntegrationTests): ...
 class TestCancelRunUnit(_CancelRun, ToolsUnitTests): ...
 class TestCancelRunIntegration(_CancelRun, ToolsIntegrationTests): ...
+class TestRefineRunUnit(_RefineRun, ToolsUnitTests): ...
+class TestRefineRunIntegration(_RefineRunPaused, ToolsIntegrationTests): ...
 
 
 def _call(tool, args: dict[str, Any]) -> ToolMessage:

@@ -7,7 +7,7 @@ import base64
 import json
 
 import pytest
-from agent_tools import GENERATE, LOOP, run_count
+from agent_tools import CATALOG, GENERATE, LOOP, run_count
 
 pytest.importorskip("mcp")
 
@@ -39,10 +39,13 @@ def test_lists_every_tool_with_genloops_schema(tools):
     assert list(listed) == list(tools.specs)
     loop = listed["run_loop"].input_schema
     assert loop["required"] == ["prompt"]
-    assert loop["properties"]["refiner"]["enum"] == ["seed-search", "prompt-variants"]
+    assert loop["properties"]["refiner"]["enum"] == list(CATALOG.refiners)
     assert loop["properties"]["rounds"]["maximum"] == 10
     assert all(p.get("description") for p in loop["properties"].values())
     assert "get_run" in listed["run_loop"].description
+    requests = listed["refine_run"].input_schema["properties"]["requests"]
+    assert "$ref" not in json.dumps(requests)  # the nested model travels inlined
+    assert {"prompt", "seed", "init_image", "strength"} <= set(requests["items"]["properties"])
 
 
 @pytest.mark.slow
@@ -80,6 +83,22 @@ def test_resources_serve_a_runs_result_and_its_images(tools):
 
     assert doc["status"] == "succeeded"
     assert image.mime_type == "image/png" and base64.b64decode(image.blob).startswith(PNG)
+
+
+@pytest.mark.slow
+def test_an_mcp_client_steers_a_loop_with_refine_run(tools):
+    async def body(session):
+        paused = await session.call_tool("run_loop", {**LOOP, "refiner": "agent"})
+        run_id = paused.content[0].text.split()[1]
+        answered = await session.call_tool("refine_run", {
+            "run_id": run_id, "requests": [{"prompt": "a red circle", "seed": 4}]})
+        return paused, answered
+
+    paused, answered = _session(tools, body)
+
+    assert not paused.is_error and "paused after round 1" in paused.content[0].text
+    assert _pngs(paused)  # the candidates to choose from, as images
+    assert not answered.is_error and "succeeded" in answered.content[0].text
 
 
 def test_bad_arguments_are_an_error_result_naming_the_field(tools, client):

@@ -89,3 +89,20 @@ def test_an_async_agent_answers(client):
     result = asyncio.run(main())
 
     assert [c.seed for c in result.rounds[1].candidates] == [77]
+
+
+def test_loops_waiting_for_their_agents_hold_no_worker_thread(tmp_path, resources):
+    """With one worker thread, a second loop still runs and pauses while the first waits."""
+    from genloop.sdk import Client
+
+    with Client.local(home=tmp_path / "home", threads=1, resources=resources,
+                      lease_ttl=5.0) as one_thread:
+        runs = [one_thread.submit(agent_loop().model_copy(update={"seed": seed}))
+                for seed in (1, 2)]
+        requests = [asked(run) for run in runs]  # both pause: the first holds no thread
+        for run, request in zip(runs, requests, strict=True):
+            run.refine([GenerationRequest(prompt=request.prompt, seed=9, round=2)])
+        results = [run.wait(timeout=120) for run in runs]
+
+    assert [r.status for r in results] == [RunStatus.SUCCEEDED] * 2
+    assert [c.seed for r in results for c in r.rounds[1].candidates] == [9, 9]

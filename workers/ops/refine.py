@@ -33,6 +33,7 @@ from genloop.sdk.errors import Permanent
 from genloop.sdk.ops import GenerationRequest, RefineParams, ScoredCandidate
 
 from ..context import OpContext
+from ..deferred import Deferred
 from .registry import op
 
 Refiner = Callable[[list[ScoredCandidate], RefineParams], list[GenerationRequest]]
@@ -206,7 +207,8 @@ def within_budget(requests: list[GenerationRequest], scored: list[ScoredCandidat
 
 
 @op("refine", params=RefineParams, output=GenerationRequest)
-def refine(params: RefineParams, inputs: list, ctx: OpContext) -> list[GenerationRequest]:
+def refine(params: RefineParams, inputs: list,
+           ctx: OpContext) -> list[GenerationRequest] | Deferred:
     strategy = _REFINERS.get(params.strategy)
     if strategy is None and params.strategy != "agent":
         raise Permanent(f"unknown refine strategy {params.strategy!r} "
@@ -217,17 +219,24 @@ def refine(params: RefineParams, inputs: list, ctx: OpContext) -> list[Generatio
     if params.target is not None and max(c.score for c in scored) >= params.target:
         ctx.halt()
         return []
-    requests = None
     if params.strategy == "agent":
         from ..agent_refine import ask
 
-        requests = ask(ctx, scored, params)
-        if requests is None:
-            strategy = _REFINERS.get(params.fallback)
-            if strategy is None:
-                raise Permanent(f"unknown fallback strategy {params.fallback!r}")
-    if requests is None:
-        requests = strategy(scored, params)
+        def answered(requests: list[GenerationRequest] | None) -> list[GenerationRequest]:
+            if requests is None:
+                fallback = _REFINERS.get(params.fallback)
+                if fallback is None:
+                    raise Permanent(f"unknown fallback strategy {params.fallback!r}")
+                requests = fallback(scored, params)
+            return _spend(requests, scored, params, ctx)
+
+        return Deferred(ask(ctx, scored, params), then=answered)
+    return _spend(strategy(scored, params), scored, params, ctx)
+
+
+def _spend(requests: list[GenerationRequest], scored: list[ScoredCandidate],
+           params: RefineParams, ctx: OpContext) -> list[GenerationRequest]:
+    """The requests the budget allows; none left halts the loop."""
     requests = within_budget(requests, scored, params)
     if not requests:
         ctx.log.info("budget of %s steps spent: the loop stops", params.budget)
