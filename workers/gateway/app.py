@@ -25,7 +25,7 @@ from genloop.sdk.schema import SpecSchema
 from genloop.sdk.wire import ApiError
 
 from ..models_config import ModelsConfig
-from . import errors
+from . import errors, ui
 from .admission import DEFAULT_MAX_PROMPT_CHARS, default_admission
 from .auth import tenant
 from .body_limit import BodyLimit
@@ -119,6 +119,7 @@ def create_app(backend: Backend, store: GatewayStore,
     app.state.settings = settings
     errors.install(app, settings.retry_after)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    ui.install(app)
 
     @app.get("/healthz", response_model=Health, tags=["ops"])
     def healthz() -> Health:
