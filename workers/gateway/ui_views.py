@@ -78,7 +78,7 @@ def run_rows(gateway: Gateway, tenant: str, status: RunStatus | None = None,
 
 
 # -- the graph ---------------------------------------------------------------------------------
-BOX_W, BOX_H, GAP_X, GAP_Y, PAD = 170, 52, 36, 14, 8
+BOX_W, BOX_H, GAP_X, GAP_Y, PAD = 190, 52, 30, 14, 8
 
 
 @dataclass
