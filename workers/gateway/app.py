@@ -15,6 +15,7 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
 from genloop.sdk.backend import Backend
@@ -24,6 +25,7 @@ from genloop.sdk.ops import RefineAnswer
 from genloop.sdk.schema import SpecSchema
 from genloop.sdk.wire import ApiError
 
+from ..metrics import metrics
 from ..models_config import ModelsConfig
 from . import errors, ui
 from .admission import DEFAULT_MAX_PROMPT_CHARS, default_admission
@@ -125,6 +127,13 @@ def create_app(backend: Backend, store: GatewayStore,
     def healthz() -> Health:
         """The process is up."""
         return Health(status="ok")
+
+    @app.get("/metrics", tags=["ops"], response_class=Response,
+             responses={200: {"content": {"text/plain": {}}}})
+    def prometheus_metrics() -> Response:
+        """This process's metrics in Prometheus' text format (with ``genloop serve --local``,
+        its embedded workers' too). No tenant data: no run ids or tenants as labels."""
+        return Response(generate_latest(metrics().registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/readyz", response_model=Health, tags=["ops"])
     def readyz(gateway: Gw) -> Health:
