@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from scrape import label_problems, moved, scrape, value
+from metrics_util import label_problems, moved, scrape, value
 
 from genloop.sdk import Client, Graph, RunStatus
 from genloop.workers.gateway import GatewaySettings, SqliteGatewayStore, create_app

@@ -1,6 +1,10 @@
-"""Reading a /metrics page the way Prometheus does, and comparing two scrapes."""
+"""Reading a /metrics page the way Prometheus does, comparing two scrapes, and ports for
+worker processes' metrics."""
 
 from __future__ import annotations
+
+import socket
+import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -39,3 +43,35 @@ def label_problems(samples: Samples, forbidden: set[str]) -> list[str]:
             if any(f in val for f in forbidden):
                 problems.append(f"{name}: {key}={val} names an id")
     return problems
+
+
+def free_ports(n: int) -> int:
+    """The first of ``n`` consecutive free loopback ports."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            first = s.getsockname()[1]
+        if first + n > 65535:
+            continue
+        try:
+            socks = []
+            for port in range(first, first + n):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+def wait_scrape(url: str, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return scrape(url)
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, f"no metrics at {url}"
+            time.sleep(0.2)
