@@ -78,7 +78,7 @@ def run_rows(gateway: Gateway, tenant: str, status: RunStatus | None = None,
 
 
 # -- the graph ---------------------------------------------------------------------------------
-BOX_W, BOX_H, GAP_X, GAP_Y, PAD = 190, 52, 30, 14, 8
+BOX_W, BOX_H, GAP_X, GAP_Y, PAD = 214, 52, 30, 14, 8
 
 
 @dataclass
@@ -97,6 +97,7 @@ class Dag:
     edges: list[tuple[int, int, int, int]] = field(default_factory=list)
     width: int = 0
     height: int = 0
+    box_w: int = BOX_W
 
 
 def dag(graph: Graph, states: list[NodeState]) -> Dag:

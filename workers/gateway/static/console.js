@@ -52,7 +52,7 @@ function followRun(section) {
     if (ev.node_id) text += `  ${ev.instance_id || ev.node_id}`;
     if (ev.attempt) text += `  attempt ${ev.attempt}`;
     if (ev.step != null && ev.total) text += `  ${ev.step}/${ev.total}`;
-    if (ev.message) text += `  ${ev.message}`;
+    if (ev.message) text += `  ${ev.message.length > 160 ? ev.message.slice(0, 160) + "…" : ev.message}`;
     if (ev.error) text += `  ${ev.error}`;
     li.textContent = text;
     li.dataset.id = ev.id;
