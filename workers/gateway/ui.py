@@ -133,11 +133,12 @@ def rounds_fragment(request: Request, run_id: str, gateway: Gw, who: DataTenant)
 
 @router.get("/runs/{run_id}/events")
 async def events(request: Request, run_id: str, gateway: Gw, who: DataTenant,
-                 after: Annotated[int, Query(ge=0)] = 0) -> StreamingResponse:
+                 after: Annotated[int, Query(ge=0, le=2**62)] = 0) -> StreamingResponse:
     """The run's events as server-sent events, like ``/v1/runs/{id}/events``."""
     settings = request.app.state.settings
-    last_id = request.headers.get("last-event-id", "")
-    after = int(last_id) if last_id.isdigit() else after
+    last_id = request.headers.get("last-event-id", "").strip()
+    if last_id.isascii() and last_id.isdigit() and len(last_id) <= 18:  # ids fit in 62 bits
+        after = int(last_id)
     await asyncio.to_thread(gateway.events, who, run_id, after, 1)  # 404 before the stream
 
     async def fetch(last: int) -> list:
