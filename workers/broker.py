@@ -22,7 +22,10 @@ from genloop.sdk.errors import Cancelled, Permanent
 from .artifacts.base import ArtifactStore
 from .executor import Executor
 from .fair_queue import FairEnqueuer, FairRelease
+from .metrics import metrics
+from .metrics_tap import MeteredStore
 from .middleware.attempts import AttemptOutcomes
+from .middleware.metrics import QueueWait
 from .middleware.sweeper import OutboxSweeper
 from .ops.registry import OpRegistry
 from .scheduler import Scheduler
@@ -118,7 +121,18 @@ def wire(
 
         fair = FairEnqueuer(enqueue.send, fair_window, tenant_of)
         broker.add_middleware(FairRelease(fair))
-    scheduler = Scheduler(store, registry, fair or enqueue, queues=queues,
+    meter = metrics()
+
+    def op_of(run_id: str, node_id: str) -> tuple[str, str]:
+        node = scheduler.topology(run_id).nodes.get(node_id)
+        if node is None:
+            return "unknown", "unknown"
+        spec = registry.get(node.op)
+        return node.op, node.queue or (spec.queue if spec is not None else "unknown")
+
+    # The scheduler's committed events feed the metrics (see genloop.workers.metrics).
+    metered = MeteredStore(store, lambda run_id, event: meter.observe(run_id, event, op_of))
+    scheduler = Scheduler(metered, registry, fair or enqueue, queues=queues,
                           backlog=enqueue.backlog)
     executor = Executor(
         scheduler, artifacts, registry, resources=resources, lease_ttl=lease_ttl,
@@ -134,6 +148,7 @@ def wire(
     # Dramatiq runs after_* hooks in reverse order: placed before Retries, AttemptOutcomes sees
     # each message after Retries has decided between a retry and a failure.
     broker.add_middleware(AttemptOutcomes(scheduler, ACTOR_PREFIX), before=Retries)
+    broker.add_middleware(QueueWait(meter))
     broker.add_middleware(OutboxSweeper(
         scheduler, every=sweep_every, grace=lease_ttl if grace is None else grace))
     for queue in queues:

@@ -27,6 +27,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         w.ENV_IMPORTS: ",".join(args.imports), w.ENV_PRELOAD: ",".join(args.preload),
         w.ENV_LEASE_TTL: str(args.lease_ttl), w.ENV_HEARTBEAT_MS: str(args.heartbeat_timeout_ms),
         w.ENV_MODELS: str(Path(args.models).resolve()) if args.models else "",
+        w.ENV_METRICS_PORT: str(args.metrics_port or ""), w.ENV_METRICS_HOST: args.metrics_host,
+        w.ENV_PROCESSES: str(args.processes),
     })
     argv = [sys.executable, "-m", "dramatiq", "genloop.workers.worker_main",
             "--processes", str(args.processes), "--threads", str(args.threads),
@@ -52,6 +54,10 @@ def setup_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lease-ttl", type=float, default=15.0,
                    help="claim lease, seconds (renewed every third); a dead worker's work "
                    "is re-sent about a lease plus a sweep tick after it died")
+    p.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve Prometheus metrics at /metrics: process i of --processes N on "
+                   "the first free port of PORT .. PORT+N-1")
+    p.add_argument("--metrics-host", default="127.0.0.1", help="address the metrics bind to")
     p.add_argument("--heartbeat-timeout-ms", type=int, default=60_000,
                    help="requeue a dead worker's messages after this long")
 

@@ -28,6 +28,7 @@ from dramatiq.brokers.redis import RedisBroker
 from .artifacts import open_artifact_store
 from .broker import wire
 from .catalogue import publish
+from .metrics import serve_metrics
 from .models_config import models_config
 from .ops.registry import default_registry
 from .redis_backend import artifacts_key
@@ -47,6 +48,9 @@ ENV_HEARTBEAT_MS = "GENLOOP_HEARTBEAT_TIMEOUT_MS"
 ENV_MAINTENANCE = "GENLOOP_MAINTENANCE_CHANCE"
 ENV_SWEEP_EVERY = "GENLOOP_SWEEP_EVERY"
 ENV_MODELS = "GENLOOP_MODELS"
+ENV_METRICS_PORT = "GENLOOP_METRICS_PORT"
+ENV_METRICS_HOST = "GENLOOP_METRICS_HOST"
+ENV_PROCESSES = "GENLOOP_PROCESSES"
 
 
 def _list(name: str) -> list[str]:
@@ -82,6 +86,11 @@ def build():
         sweep_every=float(os.environ.get(ENV_SWEEP_EVERY, "5")),
     )
     publish(client, default_registry, queues, prefix, models=resources.models.builtin())
+    if os.environ.get(ENV_METRICS_PORT):
+        port = serve_metrics(int(os.environ[ENV_METRICS_PORT]),
+                             int(os.environ.get(ENV_PROCESSES, "1")),
+                             os.environ.get(ENV_METRICS_HOST) or "127.0.0.1")
+        log.info("metrics on port %d (/metrics)", port)
     for name in _list(ENV_PRELOAD):
         log.info("preloading model %s", name)
         resources.models.preload(name)

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from genloop.sdk.errors import NotFound
 from genloop.sdk.models import NodeStatus
 
+from .metrics import metrics
 from .scheduler import NODE_MARK, Scheduler
 from .stores.records import InstanceRecord
 
@@ -38,6 +39,7 @@ def sweep(scheduler: Scheduler, older_than: float = 10.0, grace: float | None = 
     scheduler.enqueue(live, 0.0)
     scheduler.store.clear_outbox(entries)
     sent = len(live)
+    metrics().sweeper_resends.labels("outbox").inc(sent)
     for run_id, mark in marks:
         try:
             scheduler.finish_node(run_id, mark.removeprefix(NODE_MARK))
@@ -77,6 +79,10 @@ def recover(scheduler: Scheduler, grace: float, limit: int = 1000) -> int:
                 seen.append((inst.run_id, inst.instance_id))
                 continue
         resend.append(inst)
+    takeovers = sum(i.status == NodeStatus.RUNNING for i in resend)
+    metrics().lease_takeovers.inc(takeovers)
+    metrics().sweeper_resends.labels("lease_ended").inc(takeovers)
+    metrics().sweeper_resends.labels("message_lost").inc(len(resend) - takeovers)
     if resend:
         log.warning("re-sending %d instance(s) with no live lease for %.0fs", len(resend),
                     grace)

@@ -60,6 +60,10 @@ def test_serve_local_answers_with_the_keys_made_by_keys_create(tmp_path, capsys)
         auth = {"Authorization": f"Bearer {key}"}
         assert httpx.get(f"{url}/v1/runs/{'0' * 32}", headers=auth).status_code == 404
         assert httpx.get(f"{url}/v1/runs/{'0' * 32}").status_code == 401
+        # the console and the metrics come with it
+        console = httpx.post(f"{url}/ui/login", data={"api_key": key}, follow_redirects=True)
+        assert console.status_code == 200 and "acme" in console.text
+        assert "genloop_runs_total" in httpx.get(f"{url}/metrics").text
     finally:
         proc.terminate()
         proc.wait(timeout=20)

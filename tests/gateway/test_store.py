@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import redis
 from gateway_settings import STORE_DB, redis_url
@@ -84,3 +86,17 @@ def test_artifacts_are_visible_per_tenant(store):
     assert store.has_artifact("acme", "a.png")
     assert not store.has_artifact("other", "a.png")
     store.ping()
+
+
+def test_a_tenants_runs_are_listed_newest_first_a_page_at_a_time(store):
+    for i in range(5):
+        store.add_run(f"a{i}", "acme")
+        time.sleep(0.002)  # distinct creation times
+    store.add_run("b0", "other")
+
+    first = store.runs("acme", limit=3)
+    rest = store.runs("acme", before=first[-1][1], limit=3)
+
+    assert [r for r, _ in first] == ["a4", "a3", "a2"]
+    assert [r for r, _ in rest] == ["a1", "a0"]
+    assert [r for r, _ in store.runs("other")] == ["b0"] and store.runs("nobody") == []

@@ -25,14 +25,15 @@ class Pool:
 
     def start(self, processes: int = 1, threads: int = 2, queues: str = "gpu,cpu",
               heartbeat_ms: int = 1500, lease_ttl: float = 1.5,
-              env: dict | None = None) -> subprocess.Popen:
+              env: dict | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen:
         full_env = {**os.environ, "PYTHONPATH": str(TESTS), "GENLOOP_MAINTENANCE_CHANCE": "1000000",
                     "GENLOOP_SWEEP_EVERY": "1", **(env or {})}
         proc = subprocess.Popen(
             [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", self.url,
              "--artifacts", self.artifacts, "--queues", queues, "--processes", str(processes),
              "--threads", str(threads), "--import", "genloop_test_ops",
-             "--heartbeat-timeout-ms", str(heartbeat_ms), "--lease-ttl", str(lease_ttl)],
+             "--heartbeat-timeout-ms", str(heartbeat_ms), "--lease-ttl", str(lease_ttl),
+             *args],
             env=full_env, start_new_session=True, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from metrics_util import free_ports, scrape, value
 from redis_util import POOL_DB
 from redis_util import redis_url as _url
 
@@ -38,7 +39,9 @@ def test_sigkill_a_worker_mid_generation_loses_nothing(pool, redis_client):
     within 30 s of the kill (its lease ends, the sweeper re-sends it), and every op body is
     completed once."""
     victim = pool.start(threads=2, lease_ttl=3.0, **NO_DRAMATIQ_REQUEUE)
-    survivor = pool.start(threads=2, lease_ttl=3.0, **NO_DRAMATIQ_REQUEUE)
+    metrics_port = free_ports(1)
+    survivor = pool.start(threads=2, lease_ttl=3.0, args=("--metrics-port", str(metrics_port)),
+                          **NO_DRAMATIQ_REQUEUE)
     pool.wait_ready(redis_client)
     with Client.connect(redis_url()) as client:
         run = client.submit(_render_graph("kill", n=32, seconds=0.15))
@@ -67,6 +70,10 @@ def test_sigkill_a_worker_mid_generation_loses_nothing(pool, redis_client):
     assert writes == [1] * 32, writes
     assert int(redis_client.get("kill:bodies")) > bodies_at_kill  # the lost shard ran again
     assert survivor.poll() is None
+    # the survivor's sweeper took the dead worker's lease over, and says so in its metrics
+    metrics = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
+    assert value(metrics, "genloop_lease_takeovers_total") >= 1
+    assert value(metrics, "genloop_sweeper_resends_total", reason="lease_ended") >= 1
 
 
 def test_the_same_message_twice_to_two_workers_runs_once(pool, redis_client):

@@ -31,8 +31,10 @@ from typing import Any
 
 from genloop.sdk.errors import Transient
 
+from ..metrics import metrics
 from .batching import Batcher, BatchKey, Job, Slot
 from .compile import Compiler
+from .deepcache import deepcache_stats
 from .generate import ImageSettings, call_pipeline, edit_pipeline
 from .oom import OomGuard
 from .optimize import KernelOptions, apply_kernels, use_channels_last, use_sdpa
@@ -181,10 +183,12 @@ class GenerationEngine:
                     return [None] * len(chunk)
                 return self._call(pipe, shape_key, live, settings, chunk)
 
+            metrics().engine_batch(kind, len(slots))
             images = self.oom.run_split(shape_key, slots, run)
         for slot, image in zip(slots, images, strict=True):
             if image is not None:
                 slot.job.deliver(slot.index, image)
+        metrics().images.inc(sum(image is not None for image in images))
 
     def _edit_pipe(self, pipe, kind: str):
         """The ``kind`` pipeline on ``pipe``'s resident components, made once per pipeline."""
@@ -215,12 +219,15 @@ class GenerationEngine:
         edit = settings.kind != "text"
 
         def run() -> list:
-            prepare_step_cache(pipe, settings.cache, settings.denoised_steps)
-            return call_pipeline(
+            plan = prepare_step_cache(pipe, settings.cache, settings.denoised_steps)
+            images = call_pipeline(
                 pipe, [s.prompt for s in live], [s.seed for s in live], settings,
                 [s.negative_prompt for s in live], step_end,
                 init_images=[s.init_image for s in live] if edit else None,
                 masks=[s.mask for s in live] if settings.kind == "inpaint" else None)
+            if plan.kind == "deepcache":
+                metrics().step_cache_skips.inc(deepcache_stats(pipe.unet)[1])
+            return images
 
         shape = (len(live), settings.width, settings.height)
         try:

@@ -26,6 +26,7 @@ import torch
 from genloop.sdk.errors import Permanent
 
 from ..fingerprint import fingerprint
+from ..metrics import metrics
 from ..models_config import ModelsConfig
 from .residency import Residency, Resident, default_budget, pipeline_bytes
 from .tiny import TINY_VERSION, build_tiny_pipeline
@@ -76,6 +77,7 @@ class ModelRegistry:
                       ModelDefaults(steps=4, guidance=5.0, width=32, height=32),
                       "random weights, 32 px: for tests, draws noise")
         _register_shapes(self)
+        metrics().watch_models(self)
 
     def register(self, name: str, build: Callable[[], Any], identity: str,
                  defaults: ModelDefaults, description: str = "") -> None:

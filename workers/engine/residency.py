@@ -80,6 +80,11 @@ class Residency:
         with self._lock:
             return sum(e.nbytes for e in self._entries.values())
 
+    def sizes(self) -> dict[str, int]:
+        """Resident names and their bytes, least recently used first (for metrics)."""
+        with self._lock:
+            return {name: e.nbytes for name, e in self._entries.items()}
+
     def names(self) -> list[str]:
         """Resident names, least recently used first."""
         with self._lock:

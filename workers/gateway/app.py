@@ -15,6 +15,7 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
 from genloop.sdk.backend import Backend
@@ -24,8 +25,9 @@ from genloop.sdk.ops import RefineAnswer
 from genloop.sdk.schema import SpecSchema
 from genloop.sdk.wire import ApiError
 
+from ..metrics import metrics
 from ..models_config import ModelsConfig
-from . import errors
+from . import errors, ui
 from .admission import DEFAULT_MAX_PROMPT_CHARS, default_admission
 from .auth import tenant
 from .body_limit import BodyLimit
@@ -119,11 +121,19 @@ def create_app(backend: Backend, store: GatewayStore,
     app.state.settings = settings
     errors.install(app, settings.retry_after)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    ui.install(app)
 
     @app.get("/healthz", response_model=Health, tags=["ops"])
     def healthz() -> Health:
         """The process is up."""
         return Health(status="ok")
+
+    @app.get("/metrics", tags=["ops"], response_class=Response,
+             responses={200: {"content": {"text/plain": {}}}})
+    def prometheus_metrics() -> Response:
+        """This process's metrics in Prometheus' text format (with ``genloop serve --local``,
+        its embedded workers' too). No tenant data: no run ids or tenants as labels."""
+        return Response(generate_latest(metrics().registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/readyz", response_model=Health, tags=["ops"])
     def readyz(gateway: Gw) -> Health:

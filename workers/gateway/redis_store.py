@@ -15,7 +15,7 @@ from .store import GatewayStore, KeyInfo, hash_key
 class RedisGatewayStore(GatewayStore):
     """Keys under ``prefix``: ``key:<hash>`` (hash), ``keyid:<id>``, ``tenant:<name>``,
     ``run:<id>`` (owner), ``cost:<id>``, and per tenant the sets ``open:``, ``unindexed:``
-    and ``art:``."""
+    and ``art:``, and ``runs:`` (run ids by creation time)."""
 
     def __init__(self, url: str, prefix: str = "genloop:gw") -> None:
         self.r = redis.Redis.from_url(url, decode_responses=True)
@@ -75,6 +75,7 @@ class RedisGatewayStore(GatewayStore):
         if idempotency_key is not None:
             pipe.set(f"{self.p}:idem:{idempotency_key}", run_id)
         pipe.sadd(f"{self.p}:open:{tenant}", run_id)
+        pipe.zadd(f"{self.p}:runs:{tenant}", {run_id: time.time()})
         pipe.sadd(f"{self.p}:unindexed:{tenant}", run_id)
         pipe.execute()
         return True
@@ -93,6 +94,13 @@ class RedisGatewayStore(GatewayStore):
     def owner(self, run_id: str) -> str | None:
         value = self.r.get(f"{self.p}:run:{run_id}")
         return None if value is None else str(value)
+
+    @translate_redis_errors
+    def runs(self, tenant: str, before: float | None = None,
+             limit: int = 50) -> list[tuple[str, float]]:
+        top = "+inf" if before is None else f"({before!r}"
+        return [(str(m), float(s)) for m, s in self.r.zrevrangebyscore(
+            f"{self.p}:runs:{tenant}", top, "-inf", start=0, num=limit, withscores=True)]
 
     @translate_redis_errors
     def open_runs(self, tenant: str) -> list[str]:

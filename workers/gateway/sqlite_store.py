@@ -121,6 +121,14 @@ class SqliteGatewayStore(GatewayStore):
             row = db.execute("SELECT tenant FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return None if row is None else str(row[0])
 
+    def runs(self, tenant: str, before: float | None = None,
+             limit: int = 50) -> list[tuple[str, float]]:
+        with self._sql() as db:
+            rows = db.execute("SELECT run_id, created_at FROM runs WHERE tenant = ? AND "
+                              "created_at < ? ORDER BY created_at DESC LIMIT ?",
+                              (tenant, float("inf") if before is None else before, limit))
+            return [(r[0], r[1]) for r in rows.fetchall()]
+
     def _run_ids(self, tenant: str, flag: str) -> list[str]:
         with self._sql() as db:
             rows = db.execute(f"SELECT run_id FROM runs WHERE tenant = ? AND {flag} = 0 "

@@ -96,6 +96,12 @@ class GatewayStore(ABC):
     def owner(self, run_id: str) -> str | None: ...
 
     @abstractmethod
+    def runs(self, tenant: str, before: float | None = None,
+             limit: int = 50) -> list[tuple[str, float]]:
+        """The tenant's runs newest first, as ``(run id, created at)``, those created strictly
+        before ``before`` when it is given (the console's pages)."""
+
+    @abstractmethod
     def open_runs(self, tenant: str) -> list[str]:
         """The tenant's runs not yet seen to end (for the concurrency limit)."""
 

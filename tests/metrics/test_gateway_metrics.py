@@ -1,0 +1,102 @@
+"""/metrics of `genloop serve --local`: the gateway with its embedded workers. A scrape after a
+run shows each counter moved by what the run did, and no label names a run or a tenant."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from metrics_util import label_problems, moved, scrape, value
+
+from genloop.sdk import Client, Graph, RunStatus
+from genloop.workers.gateway import GatewaySettings, SqliteGatewayStore, create_app
+from genloop.workers.metrics import MAX_ERROR_TYPES, Metrics
+from genloop.workers.stores.records import EventRecord
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
+from server import LiveServer  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory, resources):
+    from genloop.workers.embedded import EmbeddedBackend
+
+    tmp = tmp_path_factory.mktemp("metrics")
+    backend = EmbeddedBackend(tmp / "home", threads=2, resources=resources, lease_ttl=5.0)
+    store = SqliteGatewayStore(tmp / "gateway.db")
+    with LiveServer(create_app(backend, store, GatewaySettings())) as server:
+        yield server.url, store
+    backend.close()
+    store.close()
+
+
+def test_a_scrape_after_a_run_shows_what_the_run_did(gateway, tmp_path):
+    import genloop_test_ops  # noqa: F401  (test-count: fails as told)
+
+    url, store = gateway
+    tenant = "metered"
+    client = Client.http(url, api_key=store.create_key(tenant))
+    log = str(tmp_path / "count.log")
+    g = Graph()
+    gen = g.generate("a red circle", n=4, steps=2, model="tiny", id="gen")
+    g.score(gen, text="a red circle", evaluator="clip", id="score")
+    g.add("test-count", id="flaky", params={"log": log, "fail_times": 1}, max_retries=2)
+    g.add("test-count", id="broken", params={"log": log, "value": 7, "fail_times": 9,
+                                             "permanent": True})
+    before = scrape(f"{url}/metrics")
+
+    run = client.submit(g)
+    result = run.wait(timeout=120)
+    after = scrape(f"{url}/metrics")
+
+    assert result.status == RunStatus.FAILED  # 'broken' failed for good
+    assert moved(before, after, "genloop_runs_total", status="submitted") == 1
+    assert moved(before, after, "genloop_runs_total", status="failed") == 1
+    assert moved(before, after, "genloop_runs_total", status="succeeded") == 0
+    assert moved(before, after, "genloop_nodes_total", op="generate", status="succeeded") == 1
+    assert moved(before, after, "genloop_nodes_total", op="test-count", status="succeeded") == 1
+    assert moved(before, after, "genloop_nodes_total", op="test-count", status="failed") == 1
+    assert moved(before, after, "genloop_retries_total", op="test-count",
+                 error_type="Transient") == 1
+    assert moved(before, after, "genloop_failures_total", op="test-count",
+                 error_type="Permanent") == 1
+    assert moved(before, after, "genloop_instances_total", op="test-count",
+                 status="succeeded") == 1
+    assert moved(before, after, "genloop_images_generated_total") == 4
+    assert moved(before, after, "genloop_engine_batch_size_sum", kind="text") == 4
+    # one duration per attempt that started: flaky twice, broken once, gen and score
+    assert moved(before, after, "genloop_op_duration_seconds_count",
+                 op="test-count", queue="cpu") == 3
+    assert moved(before, after, "genloop_op_duration_seconds_count", op="generate",
+                 queue="gpu") >= 1
+    assert moved(before, after, "genloop_queue_wait_seconds_count", queue="cpu") >= 3
+    assert value(after, "genloop_resident_models") >= 1
+    assert value(after, "genloop_resident_model_bytes", model="tiny") > 0
+    assert label_problems(after, {run.id, tenant}) == []
+
+    # The same run again reuses every stored result: nothing generated, nothing timed.
+    again = client.submit(g.model_copy(deep=True))
+    again.wait(timeout=120)
+    last = scrape(f"{url}/metrics")
+    assert moved(after, last, "genloop_images_generated_total") == 0
+    assert moved(after, last, "genloop_result_reuses_total", op="generate") >= 1
+
+
+def test_error_types_stay_a_bounded_label_set():
+    metrics = Metrics()
+
+    def op_of(run_id: str, node_id: str) -> tuple[str, str]:
+        return "op", "cpu"
+
+    for i in range(MAX_ERROR_TYPES + 30):
+        metrics.observe(f"run-{i}", EventRecord(type="instance.failed", time=0.0,
+                                                node_id="n", instance_id=f"n[{i}]",
+                                                error=f"Error{i}: boom {i}"), op_of)
+    metrics.observe("run-x", EventRecord(type="instance.failed", time=0.0, node_id="n",
+                                         instance_id="n", error="not a class name: x"), op_of)
+    kinds = {s.labels["error_type"] for fam in metrics.failures.collect() for s in fam.samples
+             if s.name.endswith("_total")}
+    assert len(kinds) == MAX_ERROR_TYPES + 1 and "other" in kinds
+    assert sum(s.value for fam in metrics.failures.collect() for s in fam.samples
+               if s.name.endswith("_total")) == MAX_ERROR_TYPES + 31

@@ -1,0 +1,82 @@
+"""The state store as the metrics see it: every event it commits, once committed.
+
+:class:`MeteredStore` wraps any :class:`~.stores.base.StateStore` and passes everything through;
+it reads the events a transaction writes and hands them to the metrics after the transaction
+commits (a rolled-back one counts nothing), and likewise the events of the scripted start and
+finish of an instance (a Redis store's) when the script says it wrote them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .stores.base import RunTx, StateStore
+from .stores.records import EventRecord
+
+Observe = Callable[[str, EventRecord], None]
+
+
+class _TxTap:
+    """A transaction that remembers the events written in it."""
+
+    def __init__(self, tx: RunTx, events: list[EventRecord]) -> None:
+        self._tx, self._events = tx, events
+
+    def event(self, event: EventRecord) -> None:
+        self._tx.event(event)
+        self._events.append(event)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tx, name)
+
+
+class MeteredStore:
+    """``store`` with its committed events reported to ``observe(run_id, event)``."""
+
+    def __init__(self, store: StateStore, observe: Observe) -> None:
+        self._store, self._observe = store, observe
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)  # AttributeError where the store has no such script
+        if name == "start_instance":
+            return self._start_instance(attr)
+        if name == "finish_instance":
+            return self._finish_instance(attr)
+        return attr
+
+    def create_run(self, run, spec, nodes, instances):
+        stored, created = self._store.create_run(run, spec, nodes, instances)
+        if created:
+            self._observe(stored.id, EventRecord(type="run.submitted", time=stored.created_at))
+        return stored, created
+
+    @contextmanager
+    def transaction(self, run_id: str, *, shared: bool = False) -> Iterator[_TxTap]:
+        events: list[EventRecord] = []
+        with self._store.transaction(run_id, shared=shared) as tx:
+            yield _TxTap(tx, events)
+        for event in events:
+            self._observe(run_id, event)
+
+    def append_event(self, run_id: str, event: EventRecord) -> int:
+        event_id = self._store.append_event(run_id, event)
+        self._observe(run_id, event)
+        return event_id
+
+    def _start_instance(self, start: Callable[..., tuple[str, float]]) -> Callable:
+        def started(running, key, owner, ttl, started_event, run_running):
+            outcome, lease = start(running, key, owner, ttl, started_event, run_running)
+            if outcome == "started":
+                self._observe(running.run_id, started_event)
+            return outcome, lease
+        return started
+
+    def _finish_instance(self, finish: Callable[..., int]) -> Callable:
+        def finished(done, event, result, lease):
+            left = finish(done, event, result, lease)
+            if left >= 0:  # negative: nothing written (ended already, missing, lost the race)
+                self._observe(done.run_id, event)
+            return left
+        return finished
