@@ -52,5 +52,6 @@ def test_mcp_client_over_stdio_with_genloop_mcp_as_a_subprocess(tmp_path):
 
     names, saved = example.main(str(tmp_path / "home"), tmp_path / "out", "tiny", "clip", 2)
 
-    assert names == ["generate_images", "run_loop", "get_run", "get_result", "cancel_run"]
+    assert names == ["generate_images", "run_loop", "get_run", "get_result", "cancel_run",
+                     "refine_run"]
     assert saved.read_bytes().startswith(PNG)
