@@ -20,8 +20,8 @@ from genloop.sdk import (
     RunStatus,
     Served,
 )
-from genloop.sdk.ops import GenerateParams, RefineParams, ScoreParams, SelectParams
-from genloop.sdk.validation import builtin_ops, graph_problems
+from genloop.sdk.ops import BUILTIN_PARAMS, GenerateParams, RefineParams, ScoreParams, SelectParams
+from genloop.sdk.validation import graph_problems
 from genloop.workers import default_registry
 from genloop.workers.ops.refine import refiners
 
@@ -130,9 +130,9 @@ def test_unset_names_need_a_default_and_paths_are_left_to_trusted_callers():
     g.score(g.generate("p", id="two"), text="p")  # unset: the back end's default
     served = Served(models=[], evaluators=[], refiners=[], ops=[], default_model="m",
                     default_evaluator="e")
-    assert graph_problems(g, builtin_ops(), served) == []
+    assert graph_problems(g, dict(BUILTIN_PARAMS), served) == []
     no_defaults = served.model_copy(update={"default_model": None, "default_evaluator": None})
-    assert {p.path for p in graph_problems(g, builtin_ops(), no_defaults)} == {
+    assert {p.path for p in graph_problems(g, dict(BUILTIN_PARAMS), no_defaults)} == {
         "nodes[1].params.model", "nodes[2].params.evaluator"}
 
 
