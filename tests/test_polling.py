@@ -1,11 +1,14 @@
-"""The SDK's sans-I/O waiting loops (``genloop.sdk.polling``), driven with a fake clock."""
+"""The SDK's sans-I/O waiting loops (``genloop.sdk.polling``, the HTTP stream's reconnect
+policy), driven without I/O: a fake clock, events and errors handed in."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from genloop.sdk import RunStatus
-from genloop.sdk.errors import RunTimeout
+from genloop.sdk.errors import ClientError, RunTimeout, TransportError
+from genloop.sdk.http import HttpConfig, StreamResume
 from genloop.sdk.models import Event, RunInfo
 from genloop.sdk.polling import MAX_POLL, Backoff, FollowByPolling, WaitForEnd
 
@@ -69,3 +72,23 @@ def test_backoff_resets_when_something_arrives():
     assert [backoff.next(), backoff.next()] == pytest.approx([0.2, 0.3])
     assert backoff.next(progressed=True) == 0.0
     assert backoff.next() == 0.2
+
+
+def test_a_dropped_stream_resumes_after_the_last_event_until_attempts_drops_in_a_row():
+    # Given a stream policy allowing 3 tries
+    resume = StreamResume("r", after=0, config=HttpConfig("http://gateway", attempts=3))
+    # When the stream drops, an event comes, then it drops three times in a row
+    assert resume.dropped(httpx.ConnectError("refused")) == pytest.approx(0.2)
+    assert not resume.seen(_event(7)) and resume.last == 7
+    assert resume.dropped(None) == pytest.approx(0.2)
+    assert resume.dropped(ClientError("busy", status_code=503)) == pytest.approx(0.4)
+    # Then the third drop in a row ends the follow with a genloop error
+    with pytest.raises(TransportError, match="ended early"):
+        resume.dropped(None)
+    assert resume.seen(_event(8, "run.failed"))
+
+
+def test_a_stream_refused_for_good_is_not_retried():
+    resume = StreamResume("r", after=0, config=HttpConfig("http://gateway"))
+    with pytest.raises(ClientError, match="no such run"):
+        resume.dropped(ClientError("no such run", status_code=404))
