@@ -22,7 +22,7 @@ from genloop.sdk.errors import Cancelled, Permanent
 from .artifacts.base import ArtifactStore
 from .executor import Executor
 from .fair_queue import FairEnqueuer, FairRelease
-from .middleware.attempts import AttemptOutcomes
+from .middleware.attempts import AttemptOutcomes, retry_transients
 from .middleware.sweeper import OutboxSweeper
 from .ops.registry import OpRegistry
 from .scheduler import Scheduler
@@ -138,8 +138,8 @@ def wire(
         scheduler, every=sweep_every, grace=lease_ttl if grace is None else grace))
     for queue in queues:
         enqueue.actors[queue] = dramatiq.actor(
-            executor, actor_name=actor_name(queue), queue_name=queue, broker=broker,
-            throws=(Permanent, Cancelled), time_limit=time_limit_ms,
+            retry_transients(executor), actor_name=actor_name(queue), queue_name=queue,
+            broker=broker, throws=(Permanent, Cancelled), time_limit=time_limit_ms,
         )
     return Wiring(broker=broker, scheduler=scheduler, executor=executor, enqueue=enqueue,
                   fair=fair)
