@@ -7,7 +7,14 @@ import logging
 import pytest
 from genloop_test_ops import executions
 
-from genloop.sdk import Graph, GraphError, NodeStatus, RunStatus
+from genloop.sdk import (
+    GenloopError,
+    Graph,
+    GraphError,
+    IdempotencyConflict,
+    NodeStatus,
+    RunStatus,
+)
 
 
 def test_nodes_run_after_their_inputs_and_see_their_outputs(client, tmp_path):
@@ -74,6 +81,18 @@ def test_a_retried_transient_failure_is_one_warning_line_with_its_attempt(client
     assert all("Transient: planned failure" in r.getMessage() and r.exc_info is None
                for r in retried)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_reused_idempotency_key_with_another_spec_is_a_genloop_409(client, tmp_path):
+    log = str(tmp_path / "log")
+    one, two = Graph(), Graph()
+    one.add("test-count", params={"log": log, "value": 1})
+    two.add("test-count", params={"log": log, "value": 2})
+    first = client.submit(one, idempotency_key="k")
+    with pytest.raises(IdempotencyConflict) as caught:
+        client.submit(two, idempotency_key="k")
+    assert isinstance(caught.value, GenloopError) and caught.value.status_code == 409
+    assert caught.value.run_id == first.id and caught.value.code == "idempotency_conflict"
 
 
 def test_permanent_error_is_not_retried(client, tmp_path):

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from genloop.sdk.backend import Backend
-from genloop.sdk.errors import ClientError, GraphError
+from genloop.sdk.errors import GraphError
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
@@ -20,7 +20,6 @@ from .artifacts.base import ArtifactStore
 from .results import run_info, run_result
 from .scheduler import Scheduler
 from .served import served
-from .stores.base import IdempotencyConflict
 
 _SPEC: TypeAdapter[Any] = TypeAdapter(RunSpec)
 
@@ -57,10 +56,7 @@ class StoreBackend(Backend):
         if names := name_problems(spec, offer):
             graph = spec.compile() if isinstance(spec, Loop) else spec
             raise GraphError(names + graph_problems(graph, self.scheduler.registry.catalogue()))
-        try:
-            run = self.scheduler.submit(spec, idempotency_key)
-        except IdempotencyConflict as exc:
-            raise ClientError(str(exc), status_code=409, code="idempotency_conflict") from exc
+        run = self.scheduler.submit(spec, idempotency_key)  # IdempotencyConflict: a 409
         return run_info(self.store, run.id)
 
     def get(self, run_id: str) -> RunInfo:
