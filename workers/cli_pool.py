@@ -16,7 +16,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """Exec Dramatiq's own CLI on genloop's worker module, configured through the environment."""
     import os
 
-    from . import pool as w
+    from . import worker_process as w
     from .models_config import models_config
 
     if args.models:

@@ -1,7 +1,8 @@
 """``Client.connect(redis_url)``'s back end: submit to, and follow, a Redis worker pool.
 
 The submitting process runs no op: it validates, plans and enqueues (Dramatiq's RedisBroker),
-then reads the shared Redis store. It imports neither torch nor any model code.
+then reads the shared Redis store. It declares no actor and builds no executor or worker
+middleware (:func:`~.broker.submitter`), and imports neither torch nor any model code.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dramatiq.brokers.redis import RedisBroker
 from genloop.sdk.errors import ClientError, GenloopError
 
 from .artifacts import open_artifact_store
-from .broker import DEFAULT_QUEUES, wire
+from .broker import DEFAULT_QUEUES, submitter
 from .catalogue import published_models, published_queues, with_published
 from .ops.registry import OpRegistry, default_registry
 from .store_backend import StoreBackend
@@ -47,8 +48,8 @@ class RedisBackend(StoreBackend):
         queues = sorted(set(DEFAULT_QUEUES) | {s.queue for s in registry.values()}
                         | published_queues(self.client, prefix))
         self.broker = RedisBroker(client=self.client)
-        self.wiring = wire(self.broker, store, artifacts, registry, queues=queues)
-        super().__init__(self.wiring.scheduler, artifacts,
+        scheduler = submitter(self.broker, store, registry, queues=queues)
+        super().__init__(scheduler, artifacts,
                          models=lambda: published_models(self.client, prefix),
                          default_model=default_model, default_evaluator=default_evaluator)
 

@@ -75,7 +75,7 @@ def test_the_same_message_twice_to_two_workers_runs_once(pool, redis_client):
     with Client.connect(redis_url()) as client:
         run = client.submit(_render_graph("dup", n=1, seconds=1.0))
         inst = client.backend.store.instance(run.id, "render#0")
-        client.backend.wiring.enqueue([inst])  # a second delivery, picked up by the other worker
+        client.backend.scheduler.enqueue([inst])  # a second delivery, picked up by the other worker
         result = run.wait(timeout=60)
         time.sleep(1.5)  # let the duplicate finish backing off
 
