@@ -10,11 +10,14 @@ from __future__ import annotations
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
+from genloop.evaluators import EvaluatorRegistry
+from genloop.evaluators import default_registry as default_evaluators
 from genloop.sdk.errors import ClientError, GenloopError
 
 from .artifacts import open_artifact_store
 from .broker import DEFAULT_QUEUES, submitter
 from .catalogue import published_models, published_queues, with_published
+from .ops.refine import RefinerRegistry, default_refiners
 from .ops.registry import OpRegistry, default_registry
 from .store_backend import StoreBackend
 from .stores.redis import RedisStateStore
@@ -28,8 +31,13 @@ class RedisBackend(StoreBackend):
     """Talks to the pool through Redis alone. ``artifacts`` defaults to what the workers use."""
 
     def __init__(self, url: str, artifacts: str | None = None, *, prefix: str = "genloop",
-                 registry: OpRegistry | None = None, default_model: str | None = None,
+                 registry: OpRegistry | None = None,
+                 evaluators: EvaluatorRegistry | None = None,
+                 refiners: RefinerRegistry | None = None, default_model: str | None = None,
                  default_evaluator: str | None = None) -> None:
+        """``registry``, ``evaluators``, ``refiners``: what this client validates specs against
+        (default: where ``@op``, ``@evaluator`` and ``@refiner`` register; the ops the workers
+        published are added)."""
         from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 
         self.client = redis.Redis.from_url(url)
@@ -51,6 +59,8 @@ class RedisBackend(StoreBackend):
         scheduler = submitter(self.broker, store, registry, queues=queues)
         super().__init__(scheduler, artifacts,
                          models=lambda: published_models(self.client, prefix),
+                         evaluators=evaluators if evaluators is not None else default_evaluators,
+                         refiners=refiners if refiners is not None else default_refiners,
                          default_model=default_model, default_evaluator=default_evaluator)
 
     def close(self) -> None:
