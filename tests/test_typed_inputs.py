@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # two fresh interpreters, each importing torch: 13 s of CPU
+
 TESTS = Path(__file__).resolve().parent
 
 _RUN = """
