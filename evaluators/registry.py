@@ -5,8 +5,8 @@ and need the loaded model behind it without loading it twice. A registry maps na
 (cheap, registered at import) and caches the instances (expensive, built on first ``get`` and kept
 per ``(name, device, options)``).
 
-The module-level default registry holds only factories until something asks for a model, so
-importing genloop.evaluators loads no weights and does not even import torch.
+The default registry (:data:`default_registry`) holds only factories until something asks for a
+model, so importing genloop.evaluators loads no weights and does not even import torch.
 
 Built-in names: ``clip`` (open_clip; the default), ``shapes-clip`` (open_clip trained on the
 shapes world, shipped in the package), ``hf-clip`` (transformers CLIP from a local path),
@@ -178,7 +178,7 @@ def evaluator(
                 )
         else:
             raise Permanent(f"@evaluator({name!r}) needs an Evaluator subclass or a function")
-        (registry or default_registry()).register(name, factory)
+        (registry if registry is not None else default_registry).register(name, factory)
         return target
 
     return register
@@ -262,19 +262,17 @@ def register_builtins(registry: EvaluatorRegistry) -> EvaluatorRegistry:
     return registry
 
 
-_default = register_builtins(EvaluatorRegistry())
-
-
-def default_registry() -> EvaluatorRegistry:
-    """The registry that :func:`get_evaluator` and the ``@evaluator`` decorator use."""
-    return _default
+#: Where ``@evaluator`` and :func:`register_evaluator` register by default, with the built-ins:
+#: what a runtime uses unless given another registry (``Resources(evaluators=...)``,
+#: ``Client.local(evaluators=...)``), like :data:`genloop.workers.default_registry` for ops.
+default_registry = register_builtins(EvaluatorRegistry())
 
 
 def get_evaluator(name: str = "clip", device: str | None = None, **options: Any) -> Evaluator:
-    """``default_registry().get(name, device, **options)``."""
-    return _default.get(name, device, **options)
+    """``default_registry.get(name, device, **options)``."""
+    return default_registry.get(name, device, **options)
 
 
 def register_evaluator(name: str, factory: Factory, *, replace: bool = False) -> None:
-    """``default_registry().register(name, factory, replace=replace)``."""
-    _default.register(name, factory, replace=replace)
+    """``default_registry.register(name, factory, replace=replace)``."""
+    default_registry.register(name, factory, replace=replace)

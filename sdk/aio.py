@@ -16,16 +16,15 @@ the event loop free while the store or Redis answers.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Self
 
 from .backend import AsyncBackend, Backend
 from .client import _ClientBase
-from .errors import RunTimeout
 from .http import AsyncHttpBackend, HttpConfig
 from .models import Event, RunInfo, RunResult, RunSpec
 from .ops import GenerationRequest, RefineAnswer
+from .polling import WaitForEnd
 from .run import refine_answer
 from .schema import SpecSchema
 
@@ -96,15 +95,9 @@ class AsyncRun:
 
     async def wait(self, timeout: float | None = None) -> RunResult:
         """Wait until the run ends and return its result (``RunTimeout`` after ``timeout`` s)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        delay = self._poll
-        while not (await self.status()).status.terminal:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise RunTimeout(f"run {self.id} still {self.info.status} after {timeout}s")
-            await asyncio.sleep(
-                delay if deadline is None else min(delay, deadline - time.monotonic())
-            )
-            delay = min(delay * 1.5, 1.0)
+        waiting = WaitForEnd(self.id, timeout, self._poll)
+        while (pause := waiting.pause(await self.status())) is not None:
+            await asyncio.sleep(pause)
         return await self._backend.result(self.id)
 
     async def result(self) -> RunResult:

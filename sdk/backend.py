@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator, Iterator
 from .errors import ClientError, NotFound
 from .models import Event, RunInfo, RunResult, RunSpec
 from .ops import RefineAnswer
+from .polling import TERMINAL_EVENTS as TERMINAL_EVENTS  # re-exported (the gateway's SSE)
+from .polling import FollowByPolling
 from .schema import SpecSchema
 
-#: Event types after which a run has nothing more to say.
-TERMINAL_EVENTS = frozenset({"run.succeeded", "run.failed", "run.cancelled"})
 #: A run id no back end ever issues; ``ping`` asks for it to touch the store.
 _PROBE_ID = "0" * 32
 
@@ -64,19 +64,13 @@ class Backend(ABC):
         The default polls :meth:`events` with a growing delay (``poll`` up to 1 s); a back end
         that can push (the HTTP one, over server-sent events) overrides it.
         """
-        last, delay = after, poll
+        following = FollowByPolling(after, poll)
         while True:
-            batch = self.events(run_id, after=last)
-            for event in batch:
-                last = event.id
-                yield event
-                if event.type in TERMINAL_EVENTS:
-                    return
-            if batch:
-                delay = poll
-            else:
-                time.sleep(delay)
-                delay = min(delay * 1.5, 1.0)
+            yield from following.take(self.events(run_id, after=following.last))
+            if following.done:
+                return
+            if pause := following.pause():
+                time.sleep(pause)
 
     def schema(self) -> SpecSchema:
         """Graph and Loop JSON Schema narrowed to the names this back end serves."""
@@ -123,19 +117,14 @@ class AsyncBackend(ABC):
 
     async def follow(self, run_id: str, after: int = 0, poll: float = 0.05) -> AsyncIterator[Event]:
         """Events as they happen, ending with the run's last event (polls by default)."""
-        last, delay = after, poll
+        following = FollowByPolling(after, poll)
         while True:
-            batch = await self.events(run_id, after=last)
-            for event in batch:
-                last = event.id
+            for event in following.take(await self.events(run_id, after=following.last)):
                 yield event
-                if event.type in TERMINAL_EVENTS:
-                    return
-            if batch:
-                delay = poll
-            else:
-                await asyncio.sleep(delay)
-                delay = min(delay * 1.5, 1.0)
+            if following.done:
+                return
+            if pause := following.pause():
+                await asyncio.sleep(pause)
 
     async def schema(self) -> SpecSchema:
         """Graph and Loop JSON Schema narrowed to the names this back end serves."""

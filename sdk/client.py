@@ -44,7 +44,11 @@ class _ClientBase:
         cls, home: str | PathLike[str] = ".genloop", *, threads: int = 4, **options: Any
     ) -> Self:
         """Run everything in this process: Dramatiq's StubBroker with in-process worker threads,
-        a SQLite state store and artifacts under ``home``. Needs the ``workers`` extra."""
+        a SQLite state store and artifacts under ``home``. Needs the ``workers`` extra.
+
+        ``options`` go to :class:`~genloop.workers.embedded.EmbeddedRuntime`, among them the
+        registries this runtime uses instead of the process-wide defaults: ``registry`` (ops),
+        ``evaluators`` (an ``EvaluatorRegistry``), ``refiners`` (a ``RefinerRegistry``)."""
         embedded = _workers_module("embedded", "Client.local() runs workers in this process and")
         return cls._on_backend(embedded.EmbeddedBackend(home, threads=threads, **options))
 

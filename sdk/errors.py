@@ -15,6 +15,7 @@ Every error genloop raises derives from :class:`GenloopError`::
     ├── StoreError            the state or artifact store failed underneath
     └── ClientError           the SDK could not talk to its back end
         ├── TransportError    connection failures, retried by the HTTP client
+        ├── IdempotencyConflict  the idempotency key names a run of another spec (HTTP 409)
         └── RefineConflict    a refine answer came when none was awaited (HTTP 409)
 
 Errors from lower libraries (sqlite3, redis, httpx, torch) are translated into these where they
@@ -117,6 +118,20 @@ class ClientError(GenloopError):
 
 class TransportError(ClientError):
     """The back end could not be reached (connection refused, reset, timed out)."""
+
+
+class IdempotencyConflict(ClientError):
+    """The idempotency key was already used for a different spec: use a new key for it.
+
+    Raised by the state stores where they find the key, and by the HTTP client for a gateway's
+    409 ``idempotency_conflict``; ``run_id`` is the run that holds the key, when known."""
+
+    def __init__(self, run_id: str | None, message: str | None = None) -> None:
+        super().__init__(
+            message or f"idempotency key already used by run {run_id} with another spec",
+            status_code=409, code="idempotency_conflict",
+        )
+        self.run_id = run_id
 
 
 class RefineConflict(ClientError):

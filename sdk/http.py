@@ -27,10 +27,11 @@ from tenacity import (
     wait_random,
 )
 
-from .backend import TERMINAL_EVENTS, AsyncBackend, Backend
+from .backend import AsyncBackend, Backend
 from .errors import ClientError, TransportError
 from .models import Event, RunInfo, RunResult, RunSpec
 from .ops import RefineAnswer
+from .polling import TERMINAL_EVENTS
 from .schema import SpecSchema
 from .wire import (
     IDEMPOTENCY_HEADER,
@@ -113,6 +114,41 @@ class _HttpBase:
         raise error_from_response(response)
 
 
+class StreamResume:
+    """An event stream's reconnect policy, without I/O (both back ends drive it).
+
+    A dropped stream is opened again after the last event seen (``Last-Event-ID``), so nothing
+    is missed and nothing repeats; ``attempts`` drops in a row without an event in between end
+    the follow with the last error.
+    """
+
+    def __init__(self, run_id: str, after: int, config: HttpConfig) -> None:
+        self.run_id, self.last, self.config = run_id, after, config
+        self.drops = 0
+
+    def seen(self, event: Event) -> bool:
+        """Note ``event``; true when it is the run's last."""
+        self.last, self.drops = event.id, 0
+        return event.type in TERMINAL_EVENTS
+
+    def dropped(self, exc: Exception | None) -> float:
+        """The pause before reconnecting after the stream failed with ``exc`` (``None``: it
+        ended before the run's last event). Raises what cannot or should no longer be retried.
+        """
+        if isinstance(exc, httpx.TransportError):
+            error: ClientError = transport_error(exc, f"events of run {self.run_id}")
+        elif isinstance(exc, ClientError):
+            if not retryable(exc):
+                raise exc
+            error = exc
+        else:
+            error = TransportError(f"event stream of run {self.run_id} ended early")
+        self.drops += 1
+        if self.drops >= self.config.attempts:
+            raise error
+        return min(self.config.max_backoff, 0.1 * 2**self.drops)
+
+
 class HttpBackend(_HttpBase, Backend):
     """``Client.http(...)``'s back end: a gateway over httpx, with safe retries."""
 
@@ -155,33 +191,24 @@ class HttpBackend(_HttpBase, Backend):
     def follow(self, run_id: str, after: int = 0, poll: float = 0.05) -> Iterator[Event]:
         """Follow the run's event stream; a dropped connection resumes after the last event
         seen (``Last-Event-ID``), so nothing is missed and nothing repeats."""
-        last, drops = after, 0
+        resume = StreamResume(run_id, after, self.config)
         while True:
+            error: Exception | None = None
             try:
-                with self._http.stream("GET", **self._stream_request(run_id, last)) as response:
+                request = self._stream_request(run_id, resume.last)
+                with self._http.stream("GET", **request) as response:
                     if not response.is_success:
                         response.read()
                         self._check(response)
                     decoder = SseDecoder()
                     for line in response.iter_lines():
-                        if (event := decoder.feed(line)) is None:
-                            continue
-                        last, drops = event.id, 0
-                        yield event
-                        if event.type in TERMINAL_EVENTS:
-                            return
-            except httpx.TransportError as exc:
-                error: ClientError = transport_error(exc, f"events of run {run_id}")
-            except ClientError as exc:
-                if not retryable(exc):
-                    raise
+                        if (event := decoder.feed(line)) is not None:
+                            yield event
+                            if resume.seen(event):
+                                return
+            except (httpx.TransportError, ClientError) as exc:
                 error = exc
-            else:
-                error = TransportError(f"event stream of run {run_id} ended early")
-            drops += 1
-            if drops >= self.config.attempts:
-                raise error
-            time.sleep(min(self.config.max_backoff, 0.1 * 2**drops))
+            time.sleep(resume.dropped(error))
 
     def cancel(self, run_id: str) -> RunInfo:
         return RunInfo.model_validate_json(self._send("POST", f"/v1/runs/{run_id}/cancel").content)
@@ -243,34 +270,24 @@ class AsyncHttpBackend(_HttpBase, AsyncBackend):
         return [e for line in response.text.splitlines() + [""] if (e := decoder.feed(line))]
 
     async def follow(self, run_id: str, after: int = 0, poll: float = 0.05) -> AsyncIterator[Event]:
-        last, drops = after, 0
+        resume = StreamResume(run_id, after, self.config)
         while True:
+            error: Exception | None = None
             try:
-                request = self._stream_request(run_id, last)
+                request = self._stream_request(run_id, resume.last)
                 async with self._http.stream("GET", **request) as response:
                     if not response.is_success:
                         await response.aread()
                         self._check(response)
                     decoder = SseDecoder()
                     async for line in response.aiter_lines():
-                        if (event := decoder.feed(line)) is None:
-                            continue
-                        last, drops = event.id, 0
-                        yield event
-                        if event.type in TERMINAL_EVENTS:
-                            return
-            except httpx.TransportError as exc:
-                error: ClientError = transport_error(exc, f"events of run {run_id}")
-            except ClientError as exc:
-                if not retryable(exc):
-                    raise
+                        if (event := decoder.feed(line)) is not None:
+                            yield event
+                            if resume.seen(event):
+                                return
+            except (httpx.TransportError, ClientError) as exc:
                 error = exc
-            else:
-                error = TransportError(f"event stream of run {run_id} ended early")
-            drops += 1
-            if drops >= self.config.attempts:
-                raise error
-            await asyncio.sleep(min(self.config.max_backoff, 0.1 * 2**drops))
+            await asyncio.sleep(resume.dropped(error))
 
     async def cancel(self, run_id: str) -> RunInfo:
         response = await self._send("POST", f"/v1/runs/{run_id}/cancel")

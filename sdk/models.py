@@ -30,10 +30,13 @@ class RunStatus(StrEnum):
 
 
 class NodeStatus(StrEnum):
-    """A node's (or a node instance's) life: pending -> ready -> queued -> running -> end."""
+    """A node's (or a node instance's) life: pending -> queued -> running -> end.
+
+    A node waits ``pending`` until its inputs end; its instances are created ``queued``, in the
+    same transaction that puts their messages in the outbox.
+    """
 
     PENDING = "pending"
-    READY = "ready"
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"

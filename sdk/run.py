@@ -6,9 +6,9 @@ import time
 from collections.abc import Iterator, Sequence
 
 from .backend import Backend
-from .errors import RunTimeout
 from .models import Event, RunInfo, RunResult
 from .ops import GenerationRequest, RefineAnswer
+from .polling import WaitForEnd
 
 
 class Run:
@@ -44,13 +44,9 @@ class Run:
         A failed or cancelled run is returned, not raised: look at ``result.status`` and
         ``result.failures``.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        delay = self._poll
-        while not self.status().status.terminal:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise RunTimeout(f"run {self.id} still {self.info.status} after {timeout}s")
-            time.sleep(delay if deadline is None else min(delay, deadline - time.monotonic()))
-            delay = min(delay * 1.5, 1.0)
+        waiting = WaitForEnd(self.id, timeout, self._poll)
+        while (pause := waiting.pause(self.status())) is not None:
+            time.sleep(pause)
         return self._backend.result(self.id)
 
     def result(self) -> RunResult:

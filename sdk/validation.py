@@ -20,7 +20,6 @@ from pydantic_core import to_jsonable_python
 from .errors import GraphError, GraphProblem
 from .graph import Graph, Node
 from .loop import Loop
-from .ops import BUILTIN_PARAMS
 from .schema import Named, Served
 
 #: Largest graph genloop accepts in one submission.
@@ -258,8 +257,3 @@ def _cycles(graph: Graph) -> list[list[str]]:
                 state[node] = 2
                 path.pop()
     return found
-
-
-def builtin_ops() -> dict[str, type[BaseModel]]:
-    """The catalogue of built-in ops, for client-side validation."""
-    return dict(BUILTIN_PARAMS)

@@ -18,6 +18,7 @@ from .errors import (
     GenloopError,
     GraphError,
     GraphProblem,
+    IdempotencyConflict,
     NotFound,
     RefineConflict,
     TransportError,
@@ -76,6 +77,10 @@ def error_from_response(response: httpx.Response) -> GenloopError:
         return NotFound(body.message)
     if body.code == "refine_conflict":
         return RefineConflict(body.message)
+    if body.code == "idempotency_conflict":
+        run_id = body.details.get("run_id")
+        return IdempotencyConflict(run_id if isinstance(run_id, str) else None,
+                                   f"{status} {body.code}: {body.message}")
     return ClientError(
         f"{status} {body.code}: {body.message}", status_code=status, code=body.code,
         retry_after=retry_after(response),

@@ -38,6 +38,7 @@ def test_demo_writes_result_and_contact_sheet(tmp_path):
     assert sheet.width > 3 * 128 and sheet.height > 2 * 128
 
 
+@pytest.mark.slow  # a fresh interpreter per command: 8 s of CPU
 def test_run_status_and_events_from_a_json_spec(tmp_path):
     g = Graph()
     g.add("test-count", id="only", params={"log": str(tmp_path / "log"), "value": 4})

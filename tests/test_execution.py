@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from genloop_test_ops import executions
 
-from genloop.sdk import Graph, GraphError, NodeStatus, RunStatus
+from genloop.sdk import (
+    GenloopError,
+    Graph,
+    GraphError,
+    IdempotencyConflict,
+    NodeStatus,
+    RunStatus,
+)
 
 
 def test_nodes_run_after_their_inputs_and_see_their_outputs(client, tmp_path):
@@ -51,6 +60,39 @@ def test_flaky_op_succeeds_after_two_retry_events(client, tmp_path):
     assert [e.attempt for e in retries] == [1, 2]
     assert all("planned failure" in e.error for e in retries)
     assert executions(log) == 3
+
+
+def test_a_retried_transient_failure_is_one_warning_line_with_its_attempt(client, tmp_path,
+                                                                           caplog):
+    # Given an op that fails transiently twice, then succeeds
+    log = str(tmp_path / "log")
+    g = Graph()
+    g.add("test-count", id="flaky", params={"log": log, "fail_times": 2}, max_retries=3)
+    # When it runs
+    with caplog.at_level(logging.INFO):
+        result = client.submit(g).wait(timeout=30)
+    # Then each retried attempt is one WARNING line naming its attempt, with no traceback,
+    # and nothing is logged at ERROR
+    assert result.status == RunStatus.SUCCEEDED
+    retried = [r for r in caplog.records if "failed, retrying" in r.getMessage()]
+    assert [r.levelno for r in retried] == [logging.WARNING] * 2
+    assert [r.getMessage().split(" failed")[0].rsplit(" ", 2)[1:] for r in retried] == [
+        ["attempt", "1"], ["attempt", "2"]]
+    assert all("Transient: planned failure" in r.getMessage() and r.exc_info is None
+               for r in retried)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_reused_idempotency_key_with_another_spec_is_a_genloop_409(client, tmp_path):
+    log = str(tmp_path / "log")
+    one, two = Graph(), Graph()
+    one.add("test-count", params={"log": log, "value": 1})
+    two.add("test-count", params={"log": log, "value": 2})
+    first = client.submit(one, idempotency_key="k")
+    with pytest.raises(IdempotencyConflict) as caught:
+        client.submit(two, idempotency_key="k")
+    assert isinstance(caught.value, GenloopError) and caught.value.status_code == 409
+    assert caught.value.run_id == first.id and caught.value.code == "idempotency_conflict"
 
 
 def test_permanent_error_is_not_retried(client, tmp_path):

@@ -55,6 +55,7 @@ def test_candidates_are_byte_identical_however_the_node_is_sharded_without_batch
     assert whole == sharded
 
 
+@pytest.mark.slow  # two shardings of the same images: 12 s of CPU
 def test_candidates_match_however_the_node_is_sharded_with_batching(client):
     # Batched calls are merged differently for different shardings; on CPU, oneDNN picks
     # convolution kernels by batch size, so a pixel may move by one 8-bit level, no more.

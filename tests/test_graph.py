@@ -6,7 +6,8 @@ import pytest
 from pydantic import TypeAdapter
 
 from genloop.sdk import Graph, GraphError, Loop, RunSpec, graph_problems, validate_graph
-from genloop.sdk.validation import MAX_NODES_PER_GRAPH, builtin_ops
+from genloop.sdk.ops import BUILTIN_PARAMS
+from genloop.sdk.validation import MAX_NODES_PER_GRAPH
 
 
 def test_builder_graph_round_trips_through_json():
@@ -33,7 +34,7 @@ def test_run_spec_tells_graphs_and_loops_apart():
 def test_valid_graph_has_no_problems():
     g = Graph()
     g.select(g.score(g.generate("p", n=4), text="p"), top_k=1)
-    assert graph_problems(g, builtin_ops()) == []
+    assert graph_problems(g, dict(BUILTIN_PARAMS)) == []
 
 
 def test_every_problem_is_reported_at_once_with_its_node():
@@ -48,7 +49,7 @@ def test_every_problem_is_reported_at_once_with_its_node():
     g.nodes.append(g.node("c").model_copy())
 
     with pytest.raises(GraphError) as err:
-        validate_graph(g, builtin_ops())
+        validate_graph(g, dict(BUILTIN_PARAMS))
 
     by_node = {(p.node_id, p.message.split(":")[0]) for p in err.value.problems}
     paths = {(p.node_id, p.path) for p in err.value.problems}
@@ -74,7 +75,7 @@ def test_limits_are_enforced():
 
     many = Graph()
     many.generate("p", n=10_000)
-    assert any(p.path == "nodes[0].params.n" for p in graph_problems(many, builtin_ops()))
+    assert any(p.path == "nodes[0].params.n" for p in graph_problems(many, dict(BUILTIN_PARAMS)))
 
 
 def test_self_reference_is_a_problem():
@@ -97,4 +98,4 @@ def test_loop_compiles_to_unrolled_rounds():
     assert g.node("round-2/refine").inputs == ["round-1/score", "round-2/score"]
     assert g.node("round-1/refine").params["target"] == 30.0
     assert g.node("round-1/refine").min_success == 1
-    assert graph_problems(g, builtin_ops()) == []
+    assert graph_problems(g, dict(BUILTIN_PARAMS)) == []

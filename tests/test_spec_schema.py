@@ -20,10 +20,10 @@ from genloop.sdk import (
     RunStatus,
     Served,
 )
-from genloop.sdk.ops import GenerateParams, RefineParams, ScoreParams, SelectParams
-from genloop.sdk.validation import builtin_ops, graph_problems
+from genloop.sdk.ops import BUILTIN_PARAMS, GenerateParams, RefineParams, ScoreParams, SelectParams
+from genloop.sdk.validation import graph_problems
 from genloop.workers import default_registry
-from genloop.workers.ops.refine import refiners
+from genloop.workers.ops.refine import default_refiners
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_SPECS = [Graph, Node, Loop, GenerateParams, ScoreParams, SelectParams, RefineParams]
@@ -64,8 +64,8 @@ def test_the_schema_lists_what_the_local_back_end_serves(client):
     # Then every enum is exactly what the registries hold
     loop = schema.loop["properties"]
     assert loop["model"]["enum"] == sorted(models) + [None]
-    assert loop["evaluator"]["enum"] == evaluator_registry().names() + [None]
-    assert loop["refiner"]["enum"] == sorted(refiners())
+    assert loop["evaluator"]["enum"] == evaluator_registry.names() + [None]
+    assert loop["refiner"]["enum"] == default_refiners.names()
     assert "'shapes':" in loop["model"]["description"]
     defs = schema.graph["$defs"]
     variants = [v["$ref"].rsplit("/", 1)[1] for v in
@@ -74,8 +74,8 @@ def test_the_schema_lists_what_the_local_back_end_serves(client):
     assert ops == sorted(default_registry) and "test-count" in ops
     assert defs["params_generate"]["properties"]["model"]["enum"] == sorted(models) + [None]
     assert defs["params_score"]["properties"]["evaluator"]["enum"][:-1] == \
-        evaluator_registry().names()
-    assert defs["params_refine"]["properties"]["strategy"]["enum"] == sorted(refiners())
+        evaluator_registry.names()
+    assert defs["params_refine"]["properties"]["strategy"]["enum"] == default_refiners.names()
     assert set(defs["params_test-count"]["properties"]) >= {"log", "value"}
     assert (schema.served.default_model, schema.served.default_evaluator) == \
         ("shapes", "shapes-clip")
@@ -110,7 +110,7 @@ def test_every_problem_comes_with_its_path_what_was_received_and_what_is_allowed
     assert problems["nodes[0].params.n"].allowed == ">= 1"
     assert problems["nodes[0].params.model"].allowed == sorted(
         client.backend.runtime.resources.models.builtin())
-    assert problems["nodes[1].params.evaluator"].allowed == evaluator_registry().names()
+    assert problems["nodes[1].params.evaluator"].allowed == evaluator_registry.names()
     assert "evaluator" in problems["nodes[1].params.weight"].allowed
     assert "select" in problems["nodes[2].op"].allowed
     assert problems["nodes[2].inputs[0]"].received == "scores"
@@ -130,9 +130,9 @@ def test_unset_names_need_a_default_and_paths_are_left_to_trusted_callers():
     g.score(g.generate("p", id="two"), text="p")  # unset: the back end's default
     served = Served(models=[], evaluators=[], refiners=[], ops=[], default_model="m",
                     default_evaluator="e")
-    assert graph_problems(g, builtin_ops(), served) == []
+    assert graph_problems(g, dict(BUILTIN_PARAMS), served) == []
     no_defaults = served.model_copy(update={"default_model": None, "default_evaluator": None})
-    assert {p.path for p in graph_problems(g, builtin_ops(), no_defaults)} == {
+    assert {p.path for p in graph_problems(g, dict(BUILTIN_PARAMS), no_defaults)} == {
         "nodes[1].params.model", "nodes[2].params.evaluator"}
 
 

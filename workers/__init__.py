@@ -1,6 +1,8 @@
 """genloop workers: the runtime that executes graphs on Dramatiq.
 
-Register custom ops with :func:`op`; raise :class:`Permanent` for failures a retry cannot fix
+Register custom ops with :func:`op` (and refine strategies with :func:`refiner`) in the default
+registries, or give a runtime registries of its own (``Client.local(registry=..., refiners=...)``,
+``evaluators=...``); raise :class:`Permanent` for failures a retry cannot fix
 and :class:`Transient` for ones it can. An op that hands its work to a batched resource returns
 a :class:`Deferred` instead of waiting for it (see :mod:`genloop.workers.deferred`).
 """
@@ -9,7 +11,15 @@ from genloop.sdk.errors import Cancelled, Permanent, Transient
 
 from .context import OpContext
 from .deferred import Deferred
-from .ops import OpRegistry, OpSpec, default_registry, op, refiner
+from .ops import (
+    OpRegistry,
+    OpSpec,
+    RefinerRegistry,
+    default_refiners,
+    default_registry,
+    op,
+    refiner,
+)
 
 __all__ = [
     "Cancelled",
@@ -18,7 +28,9 @@ __all__ = [
     "OpRegistry",
     "OpSpec",
     "Permanent",
+    "RefinerRegistry",
     "Transient",
+    "default_refiners",
     "default_registry",
     "op",
     "refiner",

@@ -24,7 +24,7 @@ from .executor import Executor
 from .fair_queue import FairEnqueuer, FairRelease
 from .metrics import metrics
 from .metrics_tap import MeteredStore
-from .middleware.attempts import AttemptOutcomes
+from .middleware.attempts import AttemptOutcomes, retry_transients
 from .middleware.metrics import QueueWait
 from .middleware.sweeper import OutboxSweeper
 from .ops.registry import OpRegistry
@@ -43,11 +43,14 @@ def actor_name(queue: str) -> str:
 
 
 class Enqueuer:
-    """Sends one message per instance to its queue's actor."""
+    """Sends one message per instance to its queue's actor.
+
+    It builds the messages itself rather than through the actors, so a process that only
+    submits (``Client.connect``) declares no actor: see :func:`submitter`.
+    """
 
     def __init__(self, broker: dramatiq.Broker) -> None:
         self.broker = broker
-        self.actors: dict[str, dramatiq.Actor] = {}
 
     def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
         for inst in instances:
@@ -59,12 +62,15 @@ class Enqueuer:
 
     def send(self, inst: InstanceRecord, delay: float = 0.0, **options: object) -> str:
         """Send one instance's message (with extra message ``options``); its message id."""
-        message = self.actors[inst.queue].message_with_options(
-            args=(inst.run_id, inst.instance_id),
-            max_retries=inst.max_retries,
-            min_backoff=int(inst.min_backoff * 1000),
-            max_backoff=int(inst.max_backoff * 1000),
-            **options,
+        message: dramatiq.Message = dramatiq.Message(
+            queue_name=inst.queue, actor_name=actor_name(inst.queue),
+            args=(inst.run_id, inst.instance_id), kwargs={},
+            options={
+                "max_retries": inst.max_retries,
+                "min_backoff": int(inst.min_backoff * 1000),
+                "max_backoff": int(inst.max_backoff * 1000),
+                **options,
+            },
         )
         self.broker.enqueue(message, delay=int(delay * 1000) or None)
         return message.message_id
@@ -90,6 +96,14 @@ class Wiring:
     executor: Executor
     enqueue: Enqueuer
     fair: FairEnqueuer | None = None
+
+
+def submitter(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, *,
+              queues: Sequence[str] = DEFAULT_QUEUES) -> Scheduler:
+    """A scheduler for a process that plans and enqueues but runs no op (``Client.connect``):
+    its messages go to ``broker``; no actor, executor or middleware is declared."""
+    enqueue = Enqueuer(broker)
+    return Scheduler(store, registry, enqueue, queues=queues, backlog=enqueue.backlog)
 
 
 def wire(
@@ -152,9 +166,9 @@ def wire(
     broker.add_middleware(OutboxSweeper(
         scheduler, every=sweep_every, grace=lease_ttl if grace is None else grace))
     for queue in queues:
-        enqueue.actors[queue] = dramatiq.actor(
-            executor, actor_name=actor_name(queue), queue_name=queue, broker=broker,
-            throws=(Permanent, Cancelled), time_limit=time_limit_ms,
+        dramatiq.actor(
+            retry_transients(executor), actor_name=actor_name(queue), queue_name=queue,
+            broker=broker, throws=(Permanent, Cancelled), time_limit=time_limit_ms,
         )
     return Wiring(broker=broker, scheduler=scheduler, executor=executor, enqueue=enqueue,
                   fair=fair)

@@ -16,7 +16,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """Exec Dramatiq's own CLI on genloop's worker module, configured through the environment."""
     import os
 
-    from . import pool as w
+    from . import worker_process as w
     from .models_config import models_config
 
     if args.models:
@@ -40,10 +40,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def setup_worker(p: argparse.ArgumentParser) -> None:
     import dramatiq  # noqa: F401  (fail at parse time, with the extra named, not after exec)
 
+    from .broker import DEFAULT_QUEUES
+
     p.set_defaults(fn=cmd_worker)
     p.add_argument("--redis", required=True, help="redis://host:6379/0")
     p.add_argument("--artifacts", required=True, help="file:///shared/dir or s3://bucket/prefix")
-    p.add_argument("--queues", default="gpu,cpu", help="comma-separated queues to consume")
+    p.add_argument("--queues", default=",".join(DEFAULT_QUEUES),
+                   help="comma-separated queues to consume")
     p.add_argument("--processes", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--import", dest="imports", action="append", default=[],

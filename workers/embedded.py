@@ -13,9 +13,13 @@ from pathlib import Path
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
+from genloop.evaluators import EvaluatorRegistry
+from genloop.sdk.errors import GenloopError
+
 from .artifacts.local import LocalArtifactStore
 from .broker import DEFAULT_QUEUES, wire
 from .models_config import ModelsConfig, models_config
+from .ops.refine import RefinerRegistry
 from .ops.registry import OpRegistry, default_registry
 from .resources import Resources
 from .store_backend import StoreBackend
@@ -39,20 +43,31 @@ class EmbeddedRuntime:
         lease_ttl: float = 30.0,
         sweep_every: float = 5.0,
         models: str | os.PathLike[str] | ModelsConfig | None = None,
+        evaluators: EvaluatorRegistry | None = None,
+        refiners: RefinerRegistry | None = None,
         fair_window: int | None = None,
     ) -> None:
-        """``models``: the operator's models config (a file or a config); with one, only the
-        built-in and configured model names load. Ignored when ``resources`` is given.
+        """``registry``: the ops this runtime runs (default: :data:`.ops.default_registry`,
+        where ``@op`` registers, with the built-ins).
+        ``models``: the operator's models config (a file or a config); with one, only the
+        built-in and configured model names load. ``evaluators`` and ``refiners``: the
+        registries of the score and refine ops (default: where ``@evaluator`` and ``@refiner``
+        register). These three go to the :class:`Resources` built here: with ``resources``
+        given, pass them to it instead.
         ``fair_window``: tenants take turns, at most this many messages per queue in the
         broker (see :mod:`~genloop.workers.fair_queue`; ``genloop serve --local`` uses it)."""
         from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 
+        if resources is not None and (models, evaluators, refiners) != (None, None, None):
+            raise GenloopError("give models, evaluators and refiners to your Resources, not "
+                               "beside it: Resources(allowed=..., evaluators=..., refiners=...)")
         self.home = Path(home)
         self.store = SqliteStateStore(self.home / "state.db")
         self.artifacts = LocalArtifactStore(self.home / "artifacts")
         self.registry = registry if registry is not None else default_registry
         self.resources = resources if resources is not None else Resources(
-            allowed=None if models is None else models_config(models))
+            allowed=None if models is None else models_config(models),
+            evaluators=evaluators, refiners=refiners)
         self.broker = StubBroker()
         self.broker.emit_after("process_boot")
         self.wiring = wire(
@@ -80,8 +95,10 @@ class EmbeddedBackend(StoreBackend):
     def __init__(self, home: str | os.PathLike[str], *, default_model: str | None = None,
                  default_evaluator: str | None = None, **options) -> None:
         self.runtime = EmbeddedRuntime(home, **options)
+        resources = self.runtime.resources
         super().__init__(self.runtime.scheduler, self.runtime.artifacts,
-                         models=lambda: self.runtime.resources.models.builtin(),
+                         models=lambda: resources.models.builtin(),
+                         evaluators=resources.evaluators, refiners=resources.refiners,
                          default_model=default_model, default_evaluator=default_evaluator)
 
     def close(self) -> None:

@@ -39,6 +39,7 @@ from .context import OpContext
 from .deferred import Deferred
 from .keys import result_key
 from .ops.registry import OpRegistry, OpSpec
+from .ops.typed_inputs import model_path, output_model
 from .scheduler import Scheduler
 from .stores.base import StateStore
 from .stores.records import InstanceRecord, ItemRef, ResultRecord
@@ -266,7 +267,7 @@ class Executor:
                                 "expected a pydantic model or a list of them")
         return ResultRecord(
             key=key, op=spec.name, items=[i.model_dump(mode="json") for i in items],
-            halt=ctx.halted, created_at=time.time(),
+            output=model_path(spec.output), halt=ctx.halted, created_at=time.time(),
         )
 
     def _load_inputs(self, refs: Sequence[ItemRef]) -> tuple[list, dict[str, ResultRecord]]:
@@ -279,7 +280,7 @@ class Executor:
                 if result is None:
                     raise Permanent(f"input result {ref.key} is missing from the store")
                 results[ref.key] = result
-            model = self.registry[result.op].output if result.op in self.registry else None
+            model = output_model(self.registry, result)
             raw = result.items[ref.index]
             items.append(model.model_validate(raw) if model is not None else raw)
         return items, results

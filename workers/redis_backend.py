@@ -1,7 +1,8 @@
 """``Client.connect(redis_url)``'s back end: submit to, and follow, a Redis worker pool.
 
 The submitting process runs no op: it validates, plans and enqueues (Dramatiq's RedisBroker),
-then reads the shared Redis store. It imports neither torch nor any model code.
+then reads the shared Redis store. It declares no actor and builds no executor or worker
+middleware (:func:`~.broker.submitter`), and imports neither torch nor any model code.
 """
 
 from __future__ import annotations
@@ -9,11 +10,14 @@ from __future__ import annotations
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
+from genloop.evaluators import EvaluatorRegistry
+from genloop.evaluators import default_registry as default_evaluators
 from genloop.sdk.errors import ClientError, GenloopError
 
 from .artifacts import open_artifact_store
-from .broker import DEFAULT_QUEUES, wire
+from .broker import DEFAULT_QUEUES, submitter
 from .catalogue import published_models, published_queues, with_published
+from .ops.refine import RefinerRegistry, default_refiners
 from .ops.registry import OpRegistry, default_registry
 from .store_backend import StoreBackend
 from .stores.redis import RedisStateStore
@@ -27,8 +31,13 @@ class RedisBackend(StoreBackend):
     """Talks to the pool through Redis alone. ``artifacts`` defaults to what the workers use."""
 
     def __init__(self, url: str, artifacts: str | None = None, *, prefix: str = "genloop",
-                 registry: OpRegistry | None = None, default_model: str | None = None,
+                 registry: OpRegistry | None = None,
+                 evaluators: EvaluatorRegistry | None = None,
+                 refiners: RefinerRegistry | None = None, default_model: str | None = None,
                  default_evaluator: str | None = None) -> None:
+        """``registry``, ``evaluators``, ``refiners``: what this client validates specs against
+        (default: where ``@op``, ``@evaluator`` and ``@refiner`` register; the ops the workers
+        published are added)."""
         from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 
         self.client = redis.Redis.from_url(url)
@@ -47,9 +56,11 @@ class RedisBackend(StoreBackend):
         queues = sorted(set(DEFAULT_QUEUES) | {s.queue for s in registry.values()}
                         | published_queues(self.client, prefix))
         self.broker = RedisBroker(client=self.client)
-        self.wiring = wire(self.broker, store, artifacts, registry, queues=queues)
-        super().__init__(self.wiring.scheduler, artifacts,
+        scheduler = submitter(self.broker, store, registry, queues=queues)
+        super().__init__(scheduler, artifacts,
                          models=lambda: published_models(self.client, prefix),
+                         evaluators=evaluators if evaluators is not None else default_evaluators,
+                         refiners=refiners if refiners is not None else default_refiners,
                          default_model=default_model, default_evaluator=default_evaluator)
 
     def close(self) -> None:

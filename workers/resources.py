@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .models_config import ModelsConfig
+
+if TYPE_CHECKING:
+    from genloop.evaluators import EvaluatorRegistry
+
+    from .ops.refine import RefinerRegistry
 
 
 class Resources:
@@ -17,16 +22,27 @@ class Resources:
     """
 
     def __init__(self, device: str | None = None, models: Any = None,
-                 allowed: ModelsConfig | None = None, image_cache_size: int = 512) -> None:
+                 allowed: ModelsConfig | None = None, image_cache_size: int = 512, *,
+                 evaluators: EvaluatorRegistry | None = None,
+                 refiners: RefinerRegistry | None = None) -> None:
         """``models`` replaces the registry outright; ``allowed`` is the operator's models
-        config for the registry built here (``None``: trusted code, any local path loads)."""
+        config for the registry built here (``None``: trusted code, any local path loads).
+        ``evaluators`` and ``refiners`` are the registries the score and refine ops use
+        (default: :data:`genloop.evaluators.default_registry`, :data:`.ops.refine.default_refiners`,
+        where ``@evaluator`` and ``@refiner`` register)."""
+        from genloop.evaluators import ScoreBatcher, default_registry
+
+        from .image_cache import ImageCache
+        from .ops.refine import default_refiners
+
         self.device = device
         self.allowed = allowed
         self._models = models
         self._lock = threading.Lock()
-        from genloop.evaluators import ScoreBatcher
-
-        from .image_cache import ImageCache
+        #: Evaluators by name (see :meth:`evaluator`).
+        self.evaluators = evaluators if evaluators is not None else default_registry
+        #: Refine strategies by name, for the refine op.
+        self.refiners = refiners if refiners is not None else default_refiners
 
         #: Merges this process's score requests per evaluator (see genloop.evaluators.batcher).
         self.scoring = ScoreBatcher()
@@ -44,7 +60,6 @@ class Resources:
             return self._models
 
     def evaluator(self, name: str):
-        """The evaluator registered as ``name`` (loaded once per process)."""
-        from genloop.evaluators import get_evaluator
-
-        return get_evaluator(name, device=self.device)
+        """The evaluator registered as ``name`` in :attr:`evaluators` (loaded once per
+        process)."""
+        return self.evaluators.get(name, device=self.device)

@@ -1,17 +1,22 @@
 """What a back end in this process serves, for the spec schema and for filling in defaults.
 
-Names come from the live registries: the op registry (custom ops included), the model
-registry's built-ins, the evaluator registry, the refine strategies. The defaults are the
-operator's choice; unset, the shipped trained ``shapes`` / ``shapes-clip`` when present (they
-draw and judge something recognisable), else the first model / evaluator served.
+Names come from the live registries the back end was given: the op registry (custom ops
+included), the model registry's built-ins, the evaluator registry, the refine strategies. The
+defaults are the operator's choice; unset, the shipped trained ``shapes`` / ``shapes-clip`` when
+present (they draw and judge something recognisable), else the first model / evaluator served.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from genloop.sdk.schema import Named, Served
 
-from .ops.refine import refiners
+from .ops.refine import RefinerRegistry
 from .ops.registry import OpRegistry
+
+if TYPE_CHECKING:
+    from genloop.evaluators import EvaluatorRegistry
 
 #: Preferred defaults, best first; the random-weight test models come last.
 PREFERRED_MODELS = ("shapes", "tiny")
@@ -28,17 +33,16 @@ def _pick(choice: str | None, preferred: tuple[str, ...], names: list[str]) -> s
     return next((n for n in preferred if n in names), names[0] if names else None)
 
 
-def served(registry: OpRegistry, model_names: dict[str, str], default_model: str | None = None,
+def served(registry: OpRegistry, model_names: dict[str, str], evaluators: EvaluatorRegistry,
+           refiners: RefinerRegistry, default_model: str | None = None,
            default_evaluator: str | None = None) -> Served:
     """``model_names``: the built-in models (name -> description) of the model registry."""
-    from genloop.evaluators import default_registry as evaluators
-
-    evaluator_names = evaluators().names()
+    evaluator_names = evaluators.names()
     return Served(
         models=[Named(name=n, description=d) for n, d in sorted(model_names.items())],
-        evaluators=[Named(name=n, description=evaluators().describe(n))
+        evaluators=[Named(name=n, description=evaluators.describe(n))
                     for n in evaluator_names],
-        refiners=[Named(name=n, description=d) for n, d in sorted(refiners().items())],
+        refiners=[Named(name=n, description=d) for n, d in sorted(refiners.describe().items())],
         ops=[Named(name=n, description=_first_line(registry[n].params.__doc__
                                                    or registry[n].fn.__doc__))
              for n in sorted(registry)],

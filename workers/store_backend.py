@@ -4,12 +4,12 @@ store: what the embedded runtime and the Redis pool share. Only how they are bui
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 
 from genloop.sdk.backend import Backend
-from genloop.sdk.errors import ClientError, GraphError
+from genloop.sdk.errors import GraphError
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
@@ -20,7 +20,11 @@ from .artifacts.base import ArtifactStore
 from .results import run_info, run_result
 from .scheduler import Scheduler
 from .served import served
-from .stores.base import IdempotencyConflict
+
+if TYPE_CHECKING:
+    from genloop.evaluators import EvaluatorRegistry
+
+    from .ops.refine import RefinerRegistry
 
 _SPEC: TypeAdapter[Any] = TypeAdapter(RunSpec)
 
@@ -30,23 +34,27 @@ class StoreBackend(Backend):
 
     ``models`` returns the model names this back end serves and their descriptions (called
     when they are asked for: the model registry's built-ins, or what a pool's workers
-    published); ``default_model`` / ``default_evaluator`` are the
+    published); ``evaluators`` and ``refiners`` are the registries whose names it serves;
+    ``default_model`` / ``default_evaluator`` are the
     operator's defaults for specs that name none (see :mod:`.served`).
     """
 
     def __init__(self, scheduler: Scheduler, artifacts: ArtifactStore, *,
-                 models: Callable[[], dict[str, str]], default_model: str | None = None,
+                 models: Callable[[], dict[str, str]], evaluators: EvaluatorRegistry,
+                 refiners: RefinerRegistry, default_model: str | None = None,
                  default_evaluator: str | None = None) -> None:
         self.scheduler = scheduler
         self.store = scheduler.store
         self.artifacts = artifacts
         self._models = models
+        self.evaluators = evaluators
+        self.refiners = refiners
         self.default_model = default_model
         self.default_evaluator = default_evaluator
 
     def served(self) -> Served:
-        return served(self.scheduler.registry, self._models(), self.default_model,
-                      self.default_evaluator)
+        return served(self.scheduler.registry, self._models(), self.evaluators, self.refiners,
+                      self.default_model, self.default_evaluator)
 
     def schema(self) -> SpecSchema:
         return spec_schema(self.served(), self.scheduler.registry.catalogue())
@@ -57,10 +65,7 @@ class StoreBackend(Backend):
         if names := name_problems(spec, offer):
             graph = spec.compile() if isinstance(spec, Loop) else spec
             raise GraphError(names + graph_problems(graph, self.scheduler.registry.catalogue()))
-        try:
-            run = self.scheduler.submit(spec, idempotency_key)
-        except IdempotencyConflict as exc:
-            raise ClientError(str(exc), status_code=409, code="idempotency_conflict") from exc
+        run = self.scheduler.submit(spec, idempotency_key)  # IdempotencyConflict: a 409
         return run_info(self.store, run.id)
 
     def get(self, run_id: str) -> RunInfo:

@@ -1,5 +1,5 @@
 """Imported by Dramatiq's CLI in each process of ``genloop worker``: builds the worker."""
 
-from .pool import build
+from .worker_process import build
 
 wiring = build()

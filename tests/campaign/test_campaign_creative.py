@@ -96,7 +96,7 @@ def test_palette_compliance_counts_the_brand_share_of_the_pixels():
 
 
 def test_the_brand_palette_evaluator_is_registered_and_scores_0_to_100():
-    judge = default_registry().get("brand-palette", "cpu", palette=["#e62828"])
+    judge = default_registry.get("brand-palette", "cpu", palette=["#e62828"])
     half = Image.new("RGB", (10, 10), "white")
     ImageDraw.Draw(half).rectangle((0, 0, 4, 9), fill=(230, 40, 40))
     scores = judge.score([half, Image.new("RGB", (10, 10), "white")], "ignored")

@@ -69,3 +69,21 @@ def test_concurrent_writers_of_one_image_leave_it_whole(artifacts):
     for t in threads:
         t.join()
     assert len(set(keys)) == 1 and artifacts.get(keys[0]) == data
+
+
+def test_one_key_pattern_and_media_type_table_serve_stores_and_gateway():
+    from genloop.workers.artifacts.base import ARTIFACT_KEY, CONTENT_TYPES, content_type
+    from genloop.workers.gateway import app, service
+
+    key = artifact_key(b"bytes", "png")
+    assert ARTIFACT_KEY.match(key) and not ARTIFACT_KEY.match("../" + key)
+    assert [content_type(f"{key[:-4]}.{ext}") for ext in ("png", "jpeg", "webp", "bin")] == [
+        "image/png", "image/jpeg", "image/webp", "application/octet-stream"]
+    assert app.CONTENT_TYPES is CONTENT_TYPES and service.ARTIFACT_KEY is ARTIFACT_KEY
+
+
+def test_an_unknown_artifact_store_scheme_is_a_genloop_error_naming_the_choices():
+    from genloop.sdk import GenloopError
+
+    with pytest.raises(GenloopError, match="use file:///dir or s3://bucket/prefix"):
+        open_artifact_store("ftp://host/dir")

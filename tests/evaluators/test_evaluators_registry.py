@@ -107,8 +107,8 @@ def test_default_registry_functions(images):
         register_evaluator(name, lambda device: _Constant(device))
         assert get_evaluator(name, "cpu").score(images[:2], "x").values == [7.0, 7.0]
     finally:
-        default_registry().unregister(name)
-    assert name not in default_registry().names()
+        default_registry.unregister(name)
+    assert name not in default_registry.names()
 
 
 class _Constant(Evaluator):

@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from genloop.sdk import ClientError, Graph, GraphError, Loop, NotFound
+from genloop.sdk import ClientError, Graph, GraphError, IdempotencyConflict, Loop, NotFound
 from genloop.sdk.wire import ApiError
 from genloop.workers.gateway import TenantLimits
 
@@ -60,9 +60,9 @@ def test_409_for_a_reused_idempotency_key_with_another_body(stack):
     assert replay.status_code == 200 and replay.json()["id"] == first.json()["id"]
     error(post(stack, key, wait_graph("two").model_dump_json(), **{"Idempotency-Key": "k"}),
           409, "idempotency_conflict")
-    with pytest.raises(ClientError) as caught:
+    with pytest.raises(IdempotencyConflict) as caught:
         stack.client(key).submit(wait_graph("three"), idempotency_key="k")
-    assert caught.value.status_code == 409
+    assert caught.value.status_code == 409 and caught.value.run_id == first.json()["id"]
 
 
 def test_413_for_a_body_over_the_cap(stack):

@@ -164,10 +164,10 @@ def test_unknown_evaluator_strategy_and_queue_are_refused_at_submit(stack):
     body = error(post(stack.url, key, g.model_dump_json()), 422, "invalid_graph")
     text = messages(body)
     assert "unknown evaluator 'no-such-evaluator'; allowed: " in text and "clip" in text
-    from genloop.workers.ops.refine import refiners
+    from genloop.workers.ops.refine import default_refiners
 
-    assert ("unknown strategy 'no-such-strategy'; allowed: " + ", ".join(sorted(refiners()))
-            in text and "agent" in refiners())
+    assert ("unknown strategy 'no-such-strategy'; allowed: " + ", ".join(default_refiners.names())
+            in text and "agent" in default_refiners.names())
     assert "no workers consume queue 'no-such-queue'" in text
     assert set(body.details["node_ids"]) == {"score", "refine", "queued"}
 

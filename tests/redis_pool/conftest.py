@@ -14,6 +14,8 @@ import redis
 from redis_util import POOL_DB, redis_url
 
 TESTS = Path(__file__).resolve().parents[1]
+#: Where Dramatiq's RedisBroker records a heartbeat per worker process (its broker id).
+HEARTBEATS = "dramatiq:__heartbeats__"
 
 
 class Pool:
@@ -22,10 +24,15 @@ class Pool:
     def __init__(self, url: str, artifacts: str) -> None:
         self.url, self.artifacts = url, artifacts
         self.procs: list[subprocess.Popen] = []
+        #: Worker processes started, and the Dramatiq brokers seen before they were.
+        self.expected, self._before = 0, set()
 
     def start(self, processes: int = 1, threads: int = 2, queues: str = "gpu,cpu",
               heartbeat_ms: int = 1500, lease_ttl: float = 1.5,
               env: dict | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen:
+        with redis.Redis.from_url(self.url) as client:
+            self._before |= set(client.zrange(HEARTBEATS, 0, -1))
+        self.expected += processes
         full_env = {**os.environ, "PYTHONPATH": str(TESTS), "GENLOOP_MAINTENANCE_CHANCE": "1000000",
                     "GENLOOP_SWEEP_EVERY": "1", **(env or {})}
         proc = subprocess.Popen(
@@ -41,12 +48,15 @@ class Pool:
         return proc
 
     def wait_ready(self, client: redis.Redis, timeout: float = 60) -> None:
-        """Until the workers have published their catalogue (they finished importing)."""
+        """Until the workers have published their catalogue (they finished importing) and every
+        process started is in its consumer loop: Dramatiq's broker records a heartbeat for its
+        process with each fetch."""
         deadline = time.monotonic() + timeout
-        while not client.hexists("genloop:ops", "test-render"):
+        while not (client.hexists("genloop:ops", "test-render")
+                   and len(set(client.zrange(HEARTBEATS, 0, -1)) - self._before)
+                   >= self.expected):
             assert time.monotonic() < deadline, "workers did not start"
-            time.sleep(0.1)
-        time.sleep(1.0)  # let every process of the pool reach its consumer loop
+            time.sleep(0.05)
 
     @staticmethod
     def kill(proc: subprocess.Popen) -> None:

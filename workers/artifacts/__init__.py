@@ -3,6 +3,8 @@
 import os
 from urllib import parse as _parse
 
+from genloop.sdk.errors import GenloopError
+
 from .base import ArtifactStore, artifact_key
 from .local import LocalArtifactStore
 
@@ -20,7 +22,7 @@ def open_artifact_store(uri: str) -> ArtifactStore:
 
         return S3ArtifactStore(parsed.netloc, parsed.path,
                                endpoint_url=os.environ.get("AWS_ENDPOINT_URL"))
-    raise ValueError(f"unsupported artifact store {uri!r}: use file:///dir or s3://bucket/prefix")
+    raise GenloopError(f"unsupported artifact store {uri!r}: use file:///dir or s3://bucket/prefix")
 
 
 __all__ = ["ArtifactStore", "LocalArtifactStore", "artifact_key", "open_artifact_store"]

@@ -12,9 +12,17 @@ from abc import ABC, abstractmethod
 
 from genloop.sdk.errors import GenloopError
 
-_KEY = re.compile(r"^[0-9a-f]{64}\.[a-z0-9]{1,8}$")
+#: What every artifact key looks like, wherever it is checked (stores, the gateway).
+ARTIFACT_KEY = re.compile(r"^[0-9a-f]{64}\.[a-z0-9]{1,8}$")
 
-CONTENT_TYPES = {"png": "image/png", "jpg": "image/jpeg", "json": "application/json"}
+#: Media type by key extension, for the stores that keep one (S3) and the gateway's answers.
+CONTENT_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg",
+                 "webp": "image/webp", "json": "application/json"}
+
+
+def content_type(key: str) -> str:
+    """The media type of artifact ``key`` (by its extension; octet-stream when unknown)."""
+    return CONTENT_TYPES.get(key.rsplit(".", 1)[-1], "application/octet-stream")
 
 
 def artifact_key(data: bytes, ext: str) -> str:
@@ -23,7 +31,7 @@ def artifact_key(data: bytes, ext: str) -> str:
 
 def check_key(key: str) -> str:
     """Reject anything that is not a well-formed key (keys become paths and URLs)."""
-    if not _KEY.match(key):
+    if not ARTIFACT_KEY.match(key):
         raise GenloopError(f"malformed artifact key {key!r}: expected '<sha256 hex>.<ext>'")
     return key
 

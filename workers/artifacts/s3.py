@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from genloop.sdk.errors import NotFound, StoreError
 
-from .base import CONTENT_TYPES, ArtifactStore, check_key
+from .base import ArtifactStore, check_key, content_type
 
 
 class S3ArtifactStore(ArtifactStore):
@@ -58,11 +58,9 @@ class S3ArtifactStore(ArtifactStore):
     def _write(self, key: str, data: bytes) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        ext = key.rsplit(".", 1)[-1]
         try:
             self._client.put_object(
-                Bucket=self.bucket, Key=self._key(key), Body=data,
-                ContentType=CONTENT_TYPES.get(ext, "application/octet-stream"),
+                Bucket=self.bucket, Key=self._key(key), Body=data, ContentType=content_type(key),
             )
         except (BotoCoreError, ClientError) as exc:
             raise StoreError(f"s3 put {key!r}: {exc}") from exc

@@ -83,15 +83,3 @@ def apply_kernels(pipe, device: str, options: KernelOptions) -> list[str]:
             log.warning("could not apply %s: %s", name, exc)
     return applied
 
-
-def remove_kernels(pipe) -> None:
-    """Undo :func:`apply_kernels` (no-op where nothing was applied)."""
-    model = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
-    if model is None:
-        return
-    try:
-        from genloop import kernels
-    except ImportError:
-        return
-    kernels.remove_int8_attention(model)
-    kernels.remove_fused_groupnorm_silu(model)

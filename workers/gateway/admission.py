@@ -131,7 +131,7 @@ def default_admission(ops: OpRegistry, models: ModelsConfig | None = None,
     was imported registers more), and ``models`` (the built-ins only by default)."""
     from genloop.evaluators import default_registry as evaluators
 
-    from ..ops.refine import refiners
+    from ..ops.refine import default_refiners
 
-    return Admission(ops, models or ModelsConfig(), lambda: evaluators().names(),
-                     lambda: sorted(refiners()), max_prompt_chars, queues)
+    return Admission(ops, models or ModelsConfig(), lambda: evaluators.names(),
+                     default_refiners.names, max_prompt_chars, queues)

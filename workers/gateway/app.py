@@ -25,6 +25,7 @@ from genloop.sdk.ops import RefineAnswer
 from genloop.sdk.schema import SpecSchema
 from genloop.sdk.wire import ApiError
 
+from ..artifacts.base import CONTENT_TYPES
 from ..metrics import metrics
 from ..models_config import ModelsConfig
 from . import errors, ui
@@ -38,9 +39,6 @@ from .sse import event_stream
 from .store import GatewayStore
 
 log = logging.getLogger(__name__)
-
-CONTENT_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg",
-                 "webp": "image/webp", "json": "application/json"}
 
 
 @dataclass

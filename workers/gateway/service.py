@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import threading
 from collections import defaultdict
 from collections.abc import Collection, Iterator
@@ -26,14 +25,13 @@ from genloop.sdk.errors import ClientError, GenloopError, NotFound
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
 
+from ..artifacts.base import ARTIFACT_KEY
 from ..ops.registry import OpRegistry, default_registry
 from .admission import Admission, default_admission
 from .limits import TenantLimits, check_concurrency, check_run
 from .store import GatewayStore
 
 log = logging.getLogger(__name__)
-
-_ARTIFACT_KEY = re.compile(r"^[0-9a-f]{64}\.[a-z0-9]{1,8}$")
 
 
 def scoped_key(tenant: str, key: str) -> str:
@@ -46,7 +44,7 @@ def artifact_keys(value: Any) -> Iterator[str]:
     """The artifact keys ops wrote into a result's items: values of ``artifact`` fields."""
     if isinstance(value, dict):
         for name, item in value.items():
-            if name == "artifact" and isinstance(item, str) and _ARTIFACT_KEY.match(item):
+            if name == "artifact" and isinstance(item, str) and ARTIFACT_KEY.match(item):
                 yield item
             else:
                 yield from artifact_keys(item)

@@ -4,16 +4,23 @@ Its ``after_process_message`` must run after Retries' one, which marks the messa
 the error is one of the actor's ``throws`` (Permanent, Cancelled) or the retries are used up,
 and otherwise re-enqueues it. Dramatiq calls after-hooks in reverse order, so this middleware is
 added *before* Retries in the list.
+
+A :class:`~genloop.sdk.errors.Transient` failure is expected: Dramatiq's worker would log each
+one at ERROR with its traceback before Retries re-sends it. :func:`retry_transients` raises it
+as Dramatiq's ``Retry`` instead (which the worker does not log), and this middleware logs the
+attempt as one WARNING line; the scheduler still records the op's own error.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import dramatiq
 from dramatiq.middleware import Middleware
 
-from genloop.sdk.errors import Cancelled
+from genloop.sdk.errors import Cancelled, Transient
 
 from ..scheduler import Scheduler
 
@@ -23,6 +30,25 @@ log = logging.getLogger(__name__)
 def attempt_of(message: dramatiq.Message) -> int:
     """1 for the first delivery; Retries counts the re-deliveries in ``options['retries']``."""
     return int(message.options.get("retries", 0)) + 1
+
+
+def retry_transients(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` for an actor, raising its ``Transient`` errors as ``dramatiq.Retry`` (with the
+    op's error as the cause) so that the retry is not logged as an unhandled error."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Transient as exc:
+            raise dramatiq.Retry(str(exc)) from exc
+
+    return run
+
+
+def _op_error(exception: BaseException) -> BaseException:
+    if isinstance(exception, dramatiq.Retry) and isinstance(exception.__cause__, Transient):
+        return exception.__cause__
+    return exception
 
 
 class AttemptOutcomes(Middleware):
@@ -42,6 +68,7 @@ class AttemptOutcomes(Middleware):
             return
         run_id, instance_id = message.args
         attempt = int(message.options.get("genloop_attempt", 1))
+        exception = _op_error(exception)
         if isinstance(exception, Cancelled):
             self.scheduler.cancelled(run_id, instance_id)
         elif message.failed:
@@ -49,4 +76,6 @@ class AttemptOutcomes(Middleware):
                      run_id, instance_id, attempt, exception)
             self.scheduler.failed(run_id, instance_id, exception, attempts=attempt)
         else:
+            log.warning("%s/%s attempt %d failed, retrying: %s: %s", run_id, instance_id,
+                        attempt, type(exception).__name__, exception)
             self.scheduler.retrying(run_id, instance_id, attempt, exception)

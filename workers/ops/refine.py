@@ -1,6 +1,8 @@
 """``refine``: next round's generation requests from the scored candidates seen so far.
 
-Strategies are pluggable: ``@refiner("name")`` registers ``fn(scored, params) -> requests``.
+Strategies are pluggable: ``@refiner("name")`` registers ``fn(scored, params) -> requests`` in
+:data:`default_refiners`; a runtime given its own :class:`RefinerRegistry`
+(``Resources(refiners=...)``, ``Client.local(refiners=...)``) runs the strategies it holds.
 - ``seed-search``: the best ``keep`` candidates stay in the result as they are; the round's
   budget goes to fresh seeds, drawn deterministically from the best seeds and the round, so a
   rerun asks for the same images (and finds them stored).
@@ -27,7 +29,7 @@ order the strategy gave them, to what the budget has left.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 
 from genloop.sdk.errors import Permanent
 from genloop.sdk.ops import GenerationRequest, RefineParams, ScoredCandidate
@@ -37,7 +39,6 @@ from ..deferred import Deferred
 from .registry import op
 
 Refiner = Callable[[list[ScoredCandidate], RefineParams], list[GenerationRequest]]
-_REFINERS: dict[str, Refiner] = {}
 
 PROMPT_MODIFIERS = (
     "highly detailed", "studio lighting", "sharp focus", "vivid colours", "centred composition",
@@ -45,21 +46,52 @@ PROMPT_MODIFIERS = (
 )
 
 
-def refiner(name: str) -> Callable[[Refiner], Refiner]:
-    """Register a refine strategy under ``name``."""
+class RefinerRegistry(Mapping[str, Refiner]):
+    """Refine strategies by name. ``agent`` is built into the refine op rather than held
+    here, but :meth:`describe` lists it with the others (it is a strategy a spec may name)."""
 
-    def register(fn: Refiner) -> Refiner:
-        _REFINERS[name] = fn
+    def __init__(self, strategies: Mapping[str, Refiner] | None = None) -> None:
+        self._strategies: dict[str, Refiner] = dict(strategies or {})
+
+    def register(self, name: str, fn: Refiner) -> Refiner:
+        if name == "agent":
+            raise Permanent("'agent' is built into the refine op; pick another name")
+        self._strategies[name] = fn
         return fn
 
+    def __getitem__(self, name: str) -> Refiner:
+        return self._strategies[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._strategies)
+
+    def __len__(self) -> int:
+        return len(self._strategies)
+
+    def describe(self) -> dict[str, str]:
+        """Strategy names, ``agent`` among them, and the first line of each one's docstring."""
+        named = {name: (fn.__doc__ or "").strip().split("\n")[0]
+                 for name, fn in self._strategies.items()}
+        return {**named, "agent": AGENT_DESCRIPTION}
+
+    def names(self) -> list[str]:
+        """Every name a spec may give as a strategy, sorted."""
+        return sorted(self.describe())
+
+
+#: Where ``@refiner`` registers by default, with the built-in strategies.
+default_refiners = RefinerRegistry()
+
+
+def refiner(name: str, *, registry: RefinerRegistry | None = None
+            ) -> Callable[[Refiner], Refiner]:
+    """Register a refine strategy under ``name`` (in :data:`default_refiners` unless given
+    another ``registry``)."""
+
+    def register(fn: Refiner) -> Refiner:
+        return (registry if registry is not None else default_refiners).register(name, fn)
+
     return register
-
-
-def refiners() -> dict[str, str]:
-    """Strategy names and the first line of each one's docstring; ``agent`` (built into the
-    refine op, not a registered function) among them."""
-    named = {name: (fn.__doc__ or "").strip().split("\n")[0] for name, fn in _REFINERS.items()}
-    return {**named, "agent": AGENT_DESCRIPTION}
 
 
 #: What ``agent`` does (``refine.requested`` events, answered with ``run.refine``).
@@ -209,10 +241,13 @@ def within_budget(requests: list[GenerationRequest], scored: list[ScoredCandidat
 @op("refine", params=RefineParams, output=GenerationRequest)
 def refine(params: RefineParams, inputs: list,
            ctx: OpContext) -> list[GenerationRequest] | Deferred:
-    strategy = _REFINERS.get(params.strategy)
+    """Runs the strategy named in ``params`` from the process's refiners
+    (``ctx.resources.refiners``)."""
+    strategies: RefinerRegistry = ctx.resources.refiners
+    strategy = strategies.get(params.strategy)
     if strategy is None and params.strategy != "agent":
         raise Permanent(f"unknown refine strategy {params.strategy!r} "
-                        f"(known: {', '.join(sorted(refiners()))})")
+                        f"(known: {', '.join(strategies.names())})")
     scored = [ScoredCandidate.model_validate(i, from_attributes=True) for i in inputs]
     if not scored:
         raise Permanent("refine got no scored candidates")
@@ -224,7 +259,7 @@ def refine(params: RefineParams, inputs: list,
 
         def answered(requests: list[GenerationRequest] | None) -> list[GenerationRequest]:
             if requests is None:
-                fallback = _REFINERS.get(params.fallback)
+                fallback = strategies.get(params.fallback)
                 if fallback is None:
                     raise Permanent(f"unknown fallback strategy {params.fallback!r}")
                 requests = fallback(scored, params)

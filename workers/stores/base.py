@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
+from genloop.sdk.errors import IdempotencyConflict as IdempotencyConflict  # re-exported
 from genloop.sdk.models import Event
 
 from .records import (
@@ -24,14 +25,6 @@ from .records import (
     RunRecord,
     RunSpecRecord,
 )
-
-
-class IdempotencyConflict(Exception):
-    """The idempotency key was already used for a different spec."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"idempotency key already used by run {run_id} with another spec")
-        self.run_id = run_id
 
 
 class RunTx(ABC):

@@ -91,6 +91,8 @@ class ResultRecord(BaseModel):
     key: str
     op: str
     items: list[JsonValue]
+    output: str | None = Field(None, description="the op's declared output model of the items, "
+                               "as module:QualName (see genloop.workers.ops.typed_inputs)")
     halt: bool = False
     created_at: float
 

@@ -26,7 +26,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from .artifacts import open_artifact_store
-from .broker import wire
+from .broker import DEFAULT_QUEUES, wire
 from .catalogue import publish
 from .metrics import serve_metrics
 from .models_config import models_config
@@ -75,7 +75,7 @@ def build():
     dramatiq.set_broker(broker)
     artifacts_uri = os.environ[ENV_ARTIFACTS]
     client.set(artifacts_key(prefix), artifacts_uri)
-    queues = _list(ENV_QUEUES) or ["gpu", "cpu"]
+    queues = _list(ENV_QUEUES) or list(DEFAULT_QUEUES)
     # A pool serves whatever submits to it (a gateway's tenants included), so its models are
     # always an allow-list: the built-ins, plus the config file's names if there is one.
     resources = Resources(allowed=models_config(os.environ.get(ENV_MODELS) or None))
