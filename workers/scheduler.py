@@ -41,6 +41,7 @@ from .stores.records import (
     RunRecord,
     RunSpecRecord,
 )
+from .stores.redis_scripts import FinishOutcome, ScriptedCompletion
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ Enqueue = Callable[[Sequence[InstanceRecord], float], None]
 #: Messages waiting, not yet fetched by any worker, on a queue.
 Backlog = Callable[[str], int]
 _SPEC = TypeAdapter(RunSpec)
+_REFS = TypeAdapter(list[ItemRef])
 
 
 #: Outbox entries ``(run id, NODE_MARK + node id)`` stand for a node whose instances all ended
@@ -206,12 +208,14 @@ class Scheduler:
                          attempt=attempt, error=f"{type(error).__name__}: {error}"))
 
     def succeeded(self, run_id: str, instance_id: str, result: ResultRecord,
-                  cached: bool = False, lease: tuple[str, str] | None = None) -> None:
+                  cached: bool = False, lease: tuple[str, str] | None = None,
+                  started: InstanceRecord | None = None) -> None:
         """The instance produced ``result`` (or found it stored, ``cached``). A new result is
         stored in the same transaction that completes the instance and releases its children,
-        and the ``(key, owner)`` lease that guarded the work is dropped with it."""
+        and the ``(key, owner)`` lease that guarded the work is dropped with it. ``started``:
+        the instance as :meth:`claim_and_start` stored it, which spares reading it again."""
         self._complete(run_id, instance_id, NodeStatus.SUCCEEDED, result=result, cached=cached,
-                       lease=lease)
+                       lease=lease, started=started)
 
     def failed(self, run_id: str, instance_id: str, error: BaseException, attempts: int) -> None:
         self._complete(run_id, instance_id, NodeStatus.FAILED, error=error, attempts=attempts)
@@ -239,10 +243,12 @@ class Scheduler:
     def _complete_once(self, run_id: str, instance_id: str, status: NodeStatus, *,
                        result: ResultRecord | None = None, cached: bool = False,
                        error: BaseException | None = None, attempts: int = 1,
-                       lease: tuple[str, str] | None = None) -> None:
+                       lease: tuple[str, str] | None = None,
+                       started: InstanceRecord | None = None) -> None:
         fast = getattr(self.store, "finish_instance", None)
         if fast is not None and result is not None:
-            return self._finish_scripted(fast, run_id, instance_id, result, cached, lease)
+            inst = started or self.store.instance(run_id, instance_id)
+            return self._finish_scripted(fast, inst, result, cached, lease)
         with self.store.transaction(run_id) as tx:
             if lease is not None:
                 tx.release(*lease)
@@ -264,31 +270,55 @@ class Scheduler:
             tx.put_run(run)
         self.flush([(run_id, i.instance_id) for i in released], released)
 
-    def _finish_scripted(self, finish: Callable[..., int], run_id: str, instance_id: str,
+    def _finish_scripted(self, finish: Callable[..., FinishOutcome], inst: InstanceRecord,
                          result: ResultRecord, cached: bool,
                          lease: tuple[str, str] | None) -> None:
-        """A success in one script; the node's completion follows in a run transaction only
-        when this was its last pending instance (see ``stores/redis_scripts.py``)."""
-        inst = self.store.instance(run_id, instance_id)
-        inst.status = NodeStatus.SUCCEEDED
-        inst.result_key, inst.outputs, inst.halted = result.key, len(result.items), result.halt
-        left = finish(inst, _instance_event(inst, cached), None if cached else result, lease)
-        if left == -4:  # another execution stored first: complete with its result
+        """A success in one script, which also completes a node of one instance (see
+        ``stores/redis_scripts.py``); otherwise, or for the children that became ready, a run
+        transaction follows."""
+        run_id, node_id = inst.run_id, inst.node_id
+        done = inst.model_copy(update={
+            "status": NodeStatus.SUCCEEDED, "result_key": result.key,
+            "outputs": len(result.items), "halted": result.halt})
+        completion = None
+        if not result.halt:  # a halt skips descendants: the transaction does that
+            completion = ScriptedCompletion(
+                outputs_json=_REFS.dump_json(
+                    [ItemRef(key=result.key, index=i) for i in range(len(result.items))]
+                ).decode(),
+                node_event=_ev(f"node.{NodeStatus.SUCCEEDED.value}", node_id=node_id,
+                               status=NodeStatus.SUCCEEDED.value),
+                run_event=_ev(f"run.{RunStatus.SUCCEEDED.value}",
+                              status=RunStatus.SUCCEEDED.value),
+                children=self.topology(run_id).children[node_id])
+        out = finish(done, _instance_event(done, cached), None if cached else result, lease,
+                     completion)
+        if out.code == -4:  # another execution stored first: complete with its result
             stored = self.store.get_result(result.key)
-            return self._finish_scripted(finish, run_id, instance_id, stored, True, None)
-        if left == -3:
-            raise NotFound(f"no instance {instance_id!r} in run {run_id!r}")
-        if left == 0:
-            self.finish_node(run_id, inst.node_id)
+            return self._finish_scripted(finish, inst, stored, True, None)
+        if out.code == -3:
+            raise NotFound(f"no instance {inst.instance_id!r} in run {run_id!r}")
+        if out.code == 0:
+            self.finish_node(run_id, node_id)
+        if out.run_ended:
+            log.info("run %s %s", run_id, RunStatus.SUCCEEDED.value)
+        for child in out.ready:
+            self.finish_node(run_id, child)
 
     def finish_node(self, run_id: str, node_id: str) -> None:
-        """Complete a node whose instances have all ended (after a scripted completion, or from
-        the sweeper when the worker that counted it down died), then clear its marker."""
+        """Take a node through the transition that may be due, then clear its outbox mark:
+        complete it when its instances have all ended (after a scripted completion, or from the
+        sweeper when the worker that counted it down died), or expand it into instances when
+        its parents have all ended (released by a script)."""
         released: list[InstanceRecord] = []
         with self.store.transaction(run_id, shared=True) as tx:
             node = tx.node(node_id)
-            if not node.status.terminal and node.pending_instances <= 0:
-                run = tx.run()
+            run = tx.run()
+            if node.status == NodeStatus.PENDING:
+                if node.waiting <= 0 and not run.status.terminal:
+                    released = self._node_ready(tx, run, self.topology(run_id), node)
+                    tx.put_run(run)
+            elif not node.status.terminal and node.pending_instances <= 0:
                 if run.status == RunStatus.PENDING:  # every completion so far was cached
                     run.status = RunStatus.RUNNING
                 released = self._node_done(tx, run, node)

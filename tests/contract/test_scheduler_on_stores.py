@@ -68,19 +68,28 @@ def test_a_map_completes_with_every_item_counted_once(pool, store):
     assert store.outbox() == []
 
 
-def test_a_node_left_half_done_by_a_crash_is_finished_by_the_sweeper(pool, store):
+def test_node_transitions_left_by_a_crash_are_finished_by_the_sweeper(pool, store):
+    """The scripts leave two kinds of step to a run transaction: expanding a child they
+    released, and completing a node of many instances. A worker that dies before either (every
+    first attempt here) leaves an outbox mark, and the sweeper finishes the step from it."""
     if not isinstance(store, RedisStateStore):
         pytest.skip("only the scripted completion leaves a node to finish in a second step")
-    scheduler, real, crashed = pool.scheduler, pool.scheduler.finish_node, []
+    scheduler, real, calls, crashed = pool.scheduler, pool.scheduler.finish_node, {}, []
 
-    def crash_once(run_id, node_id):
-        if not crashed:
+    def crash_every_other(run_id, node_id):
+        calls[node_id] = calls.get(node_id, 0) + 1
+        if calls[node_id] % 2:
             crashed.append(node_id)
-            raise RuntimeError("worker died between counting the node down and completing it")
+            raise RuntimeError("worker died before the node's transition")
         real(run_id, node_id)
 
-    scheduler.finish_node = crash_once
+    scheduler.finish_node = crash_every_other
     run = scheduler.submit(_map_graph(3))
 
     assert _wait(store, run.id).status == "succeeded"
-    assert crashed == ["spread"]
+    # each: expanded after the script completed spread (crash, sweep), then completed with
+    # total expanded in the same transaction (crash, sweep); the script completes total.
+    assert crashed == ["each", "each"]
+    nodes = {n.node_id: n for n in store.nodes(run.id)}
+    assert store.get_result(nodes["total"].outputs[0].key).items == [{"n": 6}]
+    assert store.outbox() == []
