@@ -14,6 +14,7 @@ no-op.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -87,6 +88,8 @@ class Scheduler:
         self.backlog = backlog
         self.complete_patience = complete_patience
         self._topologies: OrderedDict[str, Topology] = OrderedDict()
+        self._topology_lock = threading.Lock()
+        self._loading: dict[str, threading.Lock] = {}
 
     # -- submit -----------------------------------------------------------------------------
     def submit(self, spec: Graph | Loop, idempotency_key: str | None = None) -> RunRecord:
@@ -128,13 +131,24 @@ class Scheduler:
             raise GraphError(problems)
 
     def topology(self, run_id: str) -> Topology:
-        """The run's graph, indexed; cached, since a run's graph never changes."""
+        """The run's graph, indexed; cached, since a run's graph never changes. One thread
+        reads and parses it while the others wait: every worker thread gets its first message
+        of a new run at once, and a 2,000-node graph parsed by each of them at the same time
+        cost seconds."""
         topo = self._topologies.get(run_id)
-        if topo is None:
-            topo = Topology(Graph.model_validate(self.store.run_spec(run_id).graph))
-            self._topologies[run_id] = topo
-            if len(self._topologies) > 512:
-                self._topologies.popitem(last=False)
+        if topo is not None:
+            return topo
+        with self._topology_lock:
+            loading = self._loading.setdefault(run_id, threading.Lock())
+        with loading:
+            topo = self._topologies.get(run_id)
+            if topo is None:
+                topo = Topology(Graph.model_validate(self.store.run_spec(run_id).graph))
+                with self._topology_lock:
+                    self._topologies[run_id] = topo
+                    self._loading.pop(run_id, None)
+                    while len(self._topologies) > 512:
+                        self._topologies.popitem(last=False)
         return topo
 
     # -- one instance's life ------------------------------------------------------------------
