@@ -111,24 +111,32 @@ class InputResults:
     """Recently read input results, parsed, by key. A stored result never changes, so keeping
     one is always right; without it every item of a map over N items reads and parses its
     parent's whole N-item result, N times (quadratic: a 10,000-item map spent most of its time
-    there)."""
+    there). One thread loads a key while the others wait for it: a map's first items reach
+    every worker thread at once."""
 
     def __init__(self, store: StateStore, size: int = 32) -> None:
         self.store, self.size = store, size
         self._kept: OrderedDict[str, ResultRecord] = OrderedDict()
         self._lock = threading.Lock()
+        self._loading: dict[str, threading.Lock] = {}
 
     def get(self, key: str) -> ResultRecord | None:
         with self._lock:
             if key in self._kept:
                 self._kept.move_to_end(key)
                 return self._kept[key]
-        result = self.store.get_result(key)
-        if result is not None:
+            loading = self._loading.setdefault(key, threading.Lock())
+        with loading:
             with self._lock:
-                self._kept[key] = result
-                while len(self._kept) > self.size:
-                    self._kept.popitem(last=False)
+                if key in self._kept:
+                    return self._kept[key]
+            result = self.store.get_result(key)
+            with self._lock:
+                self._loading.pop(key, None)
+                if result is not None:
+                    self._kept[key] = result
+                    while len(self._kept) > self.size:
+                        self._kept.popitem(last=False)
         return result
 
 

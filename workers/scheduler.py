@@ -326,16 +326,19 @@ class Scheduler:
         its parents have all ended (released by a script)."""
         released: list[InstanceRecord] = []
         with self.store.transaction(run_id, shared=True) as tx:
-            node = tx.node(node_id)
-            run = tx.run()
-            if node.status == NodeStatus.PENDING:
-                if node.waiting <= 0 and not run.status.terminal:
-                    released = self._node_ready(tx, run, self.topology(run_id), node)
-                    tx.put_run(run)
-            elif not node.status.terminal and node.pending_instances <= 0:
-                if run.status == RunStatus.PENDING:  # every completion so far was cached
+            node, run = tx.node(node_id), tx.run()
+            ready = node.status == NodeStatus.PENDING and node.waiting <= 0
+            done = not node.status.terminal and node.status != NodeStatus.PENDING \
+                and node.pending_instances <= 0
+            if (ready or done) and not run.status.terminal:
+                # A script may start the run's first instance meanwhile; this write of the run
+                # must not take it back to pending. (Every completion so far was cached.)
+                if run.status == RunStatus.PENDING:
                     run.status = RunStatus.RUNNING
-                released = self._node_done(tx, run, node)
+                if ready:
+                    released = self._node_ready(tx, run, self.topology(run_id), node)
+                else:
+                    released = self._node_done(tx, run, node)
                 tx.put_run(run)
         self.flush([(run_id, NODE_MARK + node_id)] + [(run_id, i.instance_id) for i in released],
                    released)
