@@ -11,6 +11,7 @@ from dramatiq.brokers.stub import StubBroker
 from pydantic import BaseModel
 
 from genloop.sdk import Graph
+from genloop.sdk.errors import Permanent
 from genloop.workers import OpRegistry, op
 from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.broker import wire
@@ -28,6 +29,13 @@ def pool(store, tmp_path):
         lambda p, inputs, ctx: [N(n=i) for i in range(p.n)])
     op("double", output=N, registry=registry)(lambda p, inputs, ctx: N(n=2 * inputs[0].n))
     op("total", output=N, registry=registry)(lambda p, inputs, ctx: N(n=sum(i.n for i in inputs)))
+    op("slow", params=N, output=N, registry=registry)(lambda p, inputs, ctx: time.sleep(p.n / 10)
+                                                      or N(n=p.n))
+
+    def bad(p, inputs, ctx):
+        raise Permanent("this node fails")
+
+    op("bad", output=N, registry=registry)(bad)
     broker = StubBroker()
     broker.emit_after("process_boot")
     wiring = wire(broker, store, LocalArtifactStore(tmp_path / "art"), registry,
@@ -66,6 +74,21 @@ def test_a_map_completes_with_every_item_counted_once(pool, store):
     assert sum(e.type == "instance.succeeded" for e in events) == 42
     assert [e.type for e in events].count("run.succeeded") == 1
     assert store.outbox() == []
+
+
+def test_the_last_node_succeeding_after_another_failed_ends_the_run_failed(pool, store):
+    """The script that completes the last node must not end the run as succeeded when an
+    earlier node failed (it leaves that ending to the run transaction)."""
+    g = Graph()
+    g.add("bad", id="bad")
+    g.add("slow", id="last", params={"n": 3})
+    run = pool.scheduler.submit(g)
+
+    ended = _wait(store, run.id)
+    assert ended.status == "failed" and "this node fails" in ended.error
+    nodes = {n.node_id: n.status for n in store.nodes(run.id)}
+    assert nodes == {"bad": "failed", "last": "succeeded"}
+    assert [e.type for e in store.events(run.id)].count("run.failed") == 1
 
 
 def test_node_transitions_left_by_a_crash_are_finished_by_the_sweeper(pool, store):
