@@ -1,14 +1,16 @@
 """Redis state store for the worker pool: every worker process on every host shares it.
 
-The hot path, starting and completing an instance, is one server-side script each
-(``redis_scripts.py``): no lock, one round trip. Everything else (a node's completion and the
-release of its children, failures, retries, cancel) is a run transaction: it holds a per-run lock
-(``SET NX PX`` with a random token) while it reads, and buffers its writes into one
-commit script that applies them only if the lock is still its own, and drops the lock.
-Writes therefore land all together or not at all, and two workers completing the last two
-parents of a child at the same instant take turns: the second one sees the first one's counters.
-The scripts wait while an exclusive transaction holds the lock; a ``shared`` one (a node's
-completion) lets them run, since they cannot touch the records it writes.
+The hot path is one server-side script per step (``redis_scripts.py``): starting an instance,
+and completing it together with its node when the node has one instance (its outputs, its
+children's counters, the run's end), with no lock and one round trip each; a new run is one
+script too. The rest (completing a node of many instances, expanding released children,
+failures, retries, cancel) is a run transaction: it holds a per-run lock (``SET NX PX`` with a
+random token) while it reads, and buffers its writes into one commit script that applies them
+only if the lock is still its own, and drops the lock. Writes therefore land all together or
+not at all, and two workers completing the last two parents of a child at the same instant
+take turns: the second one sees the first one's counters. The scripts wait while an exclusive
+transaction holds the lock; a ``shared`` one (a node's completion) lets them start and end
+instances, since those parts cannot touch the records it writes.
 
 Events are a Redis list per run: an event's id is its position, so ids increase without gaps and
 a follower resumes with ``LRANGE`` after the last id it saw. (A Stream's ids are timestamps,
