@@ -30,10 +30,9 @@ from genloop.sdk.validation import validate_graph
 
 from .keys import spec_hash
 from .ops.registry import OpRegistry
-from .planner import Topology, expand, is_elementwise, op_spec, quorum_problem
+from .planner import Topology, expand
 from .stores.base import RunTx, StateStore
 from .stores.records import (
-    EventRecord,
     FailedItem,
     InstanceRecord,
     ItemRef,
@@ -43,6 +42,7 @@ from .stores.records import (
     RunSpecRecord,
 )
 from .stores.redis_scripts import FinishOutcome, ScriptedCompletion
+from .transitions import Transitions, instance_event, new_event
 
 log = logging.getLogger(__name__)
 
@@ -58,22 +58,7 @@ _REFS = TypeAdapter(list[ItemRef])
 NODE_MARK = "@"
 
 
-def _ev(type_: str, **fields) -> EventRecord:
-    return EventRecord(type=type_, time=time.time(), **fields)
-
-
-def _instance_event(inst: InstanceRecord, cached: bool = False) -> EventRecord:
-    status = inst.status
-    return _ev(
-        f"instance.{status.value}", node_id=inst.node_id, instance_id=inst.instance_id,
-        status=status.value, attempt=inst.attempts or None,
-        error=f"{inst.failure.error_type}: {inst.failure.message}" if inst.failure else None,
-        message=(f"{inst.outputs} item(s)" + (", cached" if cached else ""))
-        if status == NodeStatus.SUCCEEDED else None,
-    )
-
-
-class Scheduler:
+class Scheduler(Transitions):
     """Drives runs through their life. ``enqueue(instances, delay_seconds)`` sends messages."""
 
     def __init__(
@@ -167,7 +152,7 @@ class Scheduler:
         inst.status, inst.attempts = NodeStatus.RUNNING, attempt
         inst.result_key = key
         tx.put_instance(inst)
-        tx.event(_ev("instance.started", node_id=inst.node_id, instance_id=instance_id,
+        tx.event(new_event("instance.started", node_id=inst.node_id, instance_id=instance_id,
                      attempt=attempt, status="running"))
         node = tx.node(inst.node_id)
         if node.status != NodeStatus.RUNNING:
@@ -176,7 +161,7 @@ class Scheduler:
         if run.status == RunStatus.PENDING:
             run.status = RunStatus.RUNNING
             tx.put_run(run)
-            tx.event(_ev("run.running", status="running"))
+            tx.event(new_event("run.running", status="running"))
         return inst
 
     def claim_and_start(self, inst: InstanceRecord, attempt: int, key: str, owner: str,
@@ -191,9 +176,9 @@ class Scheduler:
                 "status": NodeStatus.RUNNING, "attempts": attempt, "result_key": key})
             outcome, lease = fast(
                 running, key, owner, ttl,
-                _ev("instance.started", node_id=inst.node_id, instance_id=inst.instance_id,
+                new_event("instance.started", node_id=inst.node_id, instance_id=inst.instance_id,
                     attempt=attempt, status="running"),
-                _ev("run.running", status="running"))
+                new_event("run.running", status="running"))
             if outcome == "missing":
                 raise NotFound(f"no instance {inst.instance_id!r} in run {inst.run_id!r}")
             if outcome != "cancelling":
@@ -218,7 +203,7 @@ class Scheduler:
                 return
             inst.status = NodeStatus.QUEUED
             tx.put_instance(inst)
-            tx.event(_ev("instance.retry", node_id=inst.node_id, instance_id=instance_id,
+            tx.event(new_event("instance.retry", node_id=inst.node_id, instance_id=instance_id,
                          attempt=attempt, error=f"{type(error).__name__}: {error}"))
 
     def succeeded(self, run_id: str, instance_id: str, result: ResultRecord,
@@ -300,12 +285,12 @@ class Scheduler:
                 outputs_json=_REFS.dump_json(
                     [ItemRef(key=result.key, index=i) for i in range(len(result.items))]
                 ).decode(),
-                node_event=_ev(f"node.{NodeStatus.SUCCEEDED.value}", node_id=node_id,
+                node_event=new_event(f"node.{NodeStatus.SUCCEEDED.value}", node_id=node_id,
                                status=NodeStatus.SUCCEEDED.value),
-                run_event=_ev(f"run.{RunStatus.SUCCEEDED.value}",
+                run_event=new_event(f"run.{RunStatus.SUCCEEDED.value}",
                               status=RunStatus.SUCCEEDED.value),
                 children=self.topology(run_id).children[node_id])
-        out = finish(done, _instance_event(done, cached), None if cached else result, lease,
+        out = finish(done, instance_event(done, cached), None if cached else result, lease,
                      completion)
         if out.code == -4:  # another execution stored first: complete with its result
             stored = self.store.get_result(result.key)
@@ -343,117 +328,6 @@ class Scheduler:
         self.flush([(run_id, NODE_MARK + node_id)] + [(run_id, i.instance_id) for i in released],
                    released)
 
-    # -- node and run transitions (inside a transaction) -------------------------------------
-    def _instance_done(self, tx: RunTx, run: RunRecord, inst: InstanceRecord,
-                       status: NodeStatus, cached: bool = False) -> list[InstanceRecord]:
-        inst.status = status
-        tx.put_instance(inst)
-        tx.event(_instance_event(inst, cached))
-        node = tx.node(inst.node_id)
-        node.pending_instances -= 1
-        if node.pending_instances > 0:
-            tx.put_node(node)
-            return []
-        return self._node_done(tx, run, node)
-
-    def _node_done(self, tx: RunTx, run: RunRecord, node: NodeRecord) -> list[InstanceRecord]:
-        """All instances of ``node`` ended: collect its output, then release its children."""
-        instances = tx.instances(node.node_id)
-        for inst in instances:
-            if inst.status == NodeStatus.SUCCEEDED:
-                node.outputs.extend(
-                    ItemRef(key=inst.result_key, index=i) for i in range(inst.outputs)
-                )
-                node.halted = node.halted or inst.halted
-            elif inst.status == NodeStatus.FAILED and inst.failure is not None:
-                node.failures.append(inst.failure)
-        if run.cancel_requested:
-            status = NodeStatus.CANCELLED
-        elif not instances or any(i.status == NodeStatus.SUCCEEDED for i in instances):
-            status = NodeStatus.SUCCEEDED
-        else:
-            status = NodeStatus.FAILED
-            failure = next(i.failure for i in instances if i.failure is not None)
-            node.error = f"{failure.error_type}: {failure.message}"
-        return self._node_ended(tx, run, node, status)
-
-    def _node_ended(self, tx: RunTx, run: RunRecord, node: NodeRecord,
-                    status: NodeStatus) -> list[InstanceRecord]:
-        node.status = status
-        tx.put_node(node)
-        tx.event(_ev(
-            f"node.{status.value}", node_id=node.node_id, status=status.value, error=node.error,
-            message="halted: later rounds skipped" if node.halted else None,
-        ))
-        run.pending_nodes -= 1
-        if status == NodeStatus.FAILED and run.error is None:
-            run.error = f"node {node.node_id}: {node.error}"
-        topo = self.topology(run.id)
-        released: list[InstanceRecord] = []
-        if status != NodeStatus.SUCCEEDED or node.halted:
-            reason = "halted upstream" if node.halted else f"input {node.node_id} {status.value}"
-            self._skip_descendants(tx, run, topo, node.node_id, reason)
-        else:
-            for child_id in topo.children[node.node_id]:
-                child = tx.node(child_id)
-                if child.status.terminal:
-                    continue
-                child.waiting -= 1
-                if child.waiting > 0:
-                    tx.put_node(child)
-                else:
-                    released.extend(self._node_ready(tx, run, topo, child))
-        if run.pending_nodes == 0:
-            self._run_ended(tx, run)
-        return released
-
-    def _node_ready(self, tx: RunTx, run: RunRecord, topo: Topology,
-                    node: NodeRecord) -> list[InstanceRecord]:
-        graph_node = topo.nodes[node.node_id]
-        spec = op_spec(self.registry, graph_node)
-        parents = [tx.node(p) for p in graph_node.inputs]
-        ok = [ref for p in parents for ref in p.outputs]
-        failed = [f for p in parents for f in p.failures]
-        problem = quorum_problem(graph_node, spec, ok, failed)
-        if problem is not None:
-            node.error = f"QuorumError: {problem}"
-            return self._node_ended(tx, run, node, NodeStatus.FAILED)
-        if is_elementwise(graph_node, spec):
-            node.failures = list(failed)
-        instances = expand(run.id, graph_node, spec, ok)
-        if not instances:
-            return self._node_ended(tx, run, node, NodeStatus.SUCCEEDED)
-        for inst in instances:
-            tx.put_instance(inst)
-        tx.add_outbox([i.instance_id for i in instances])
-        node.status, node.pending_instances = NodeStatus.QUEUED, len(instances)
-        tx.put_node(node)
-        tx.event(_ev("node.queued", node_id=node.node_id, status="queued",
-                     message=f"{len(instances)} instance(s)"))
-        return instances
-
-    def _skip_descendants(self, tx: RunTx, run: RunRecord, topo: Topology, node_id: str,
-                          reason: str) -> None:
-        for nid in topo.descendants(node_id):
-            node = tx.node(nid)
-            if node.status.terminal:
-                continue
-            node.status, node.error = NodeStatus.SKIPPED, reason
-            tx.put_node(node)
-            tx.event(_ev("node.skipped", node_id=nid, status="skipped", message=reason))
-            run.pending_nodes -= 1
-
-    def _run_ended(self, tx: RunTx, run: RunRecord) -> None:
-        if run.cancel_requested:
-            run.status = RunStatus.CANCELLED
-        elif run.error is not None:
-            run.status = RunStatus.FAILED
-        else:
-            run.status = RunStatus.SUCCEEDED
-        run.finished_at = time.time()
-        tx.event(_ev(f"run.{run.status.value}", status=run.status.value, error=run.error))
-        log.info("run %s %s", run.id, run.status.value)
-
     # -- cancel, resume, outbox ----------------------------------------------------------------
     def cancel(self, run_id: str) -> RunRecord:
         """Cancel what has not started; running instances stop at their next check."""
@@ -462,7 +336,7 @@ class Scheduler:
             if run.status.terminal or run.cancel_requested:
                 return run
             run.cancel_requested = True
-            tx.event(_ev("run.cancelling", status="cancelling"))
+            tx.event(new_event("run.cancelling", status="cancelling"))
             for node_id in self.topology(run.id).nodes:
                 node = tx.node(node_id)
                 if node.status.terminal:
@@ -480,7 +354,7 @@ class Scheduler:
                 else:
                     node.status = NodeStatus.CANCELLED
                     tx.put_node(node)
-                    tx.event(_ev("node.cancelled", node_id=node_id, status="cancelled"))
+                    tx.event(new_event("node.cancelled", node_id=node_id, status="cancelled"))
                     run.pending_nodes -= 1
             if run.pending_nodes == 0:
                 self._run_ended(tx, run)
@@ -494,7 +368,8 @@ class Scheduler:
         if run.status.terminal:
             return run
         pending = [i for i in self.store.instances(run_id) if not i.status.terminal]
-        self.store.append_event(run_id, _ev("run.resumed", message=f"{len(pending)} instance(s)"))
+        self.store.append_event(run_id, new_event("run.resumed",
+                                                  message=f"{len(pending)} instance(s)"))
         self.flush([(run_id, i.instance_id) for i in pending], pending)
         return self.store.get_run(run_id)
 
