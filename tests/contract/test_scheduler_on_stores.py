@@ -76,6 +76,25 @@ def test_a_map_completes_with_every_item_counted_once(pool, store):
     assert store.outbox() == []
 
 
+def test_a_map_reads_its_parents_result_once_per_process(pool, store):
+    """Every item of a map takes one item of its parent's result; reading (and parsing) the
+    whole result for each item made a big map quadratic. A stored result never changes, so a
+    worker process reads it once, even when all its threads ask for it at the same moment."""
+    reads: list[str] = []
+    real = store.get_result
+
+    def counted(key):
+        reads.append(key)
+        return real(key)
+
+    store.get_result = counted
+    run = pool.scheduler.submit(_map_graph(40))
+
+    assert _wait(store, run.id).status == "succeeded"
+    spread = next(n for n in store.nodes(run.id) if n.node_id == "spread")
+    assert reads.count(spread.outputs[0].key) == 1
+
+
 def test_the_last_node_succeeding_after_another_failed_ends_the_run_failed(pool, store):
     """The script that completes the last node must not end the run as succeeded when an
     earlier node failed (it leaves that ending to the run transaction)."""
