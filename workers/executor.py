@@ -178,7 +178,8 @@ class Executor:
         self._inputs = InputResults(self.store)
 
     def __call__(self, run_id: str, instance_id: str) -> None:
-        inst = self.store.instance(run_id, instance_id)
+        inst = self.scheduler.just_sent.take(run_id, instance_id) \
+            or self.store.instance(run_id, instance_id)
         if inst.status.terminal:
             return
         node = self.scheduler.topology(run_id).nodes[inst.node_id]

@@ -58,6 +58,31 @@ _REFS = TypeAdapter(list[ItemRef])
 NODE_MARK = "@"
 
 
+class JustSent:
+    """Instances this process just enqueued, for its own worker threads to take instead of
+    reading them back from the store: a round trip less per message when the process that
+    releases work also runs it (the embedded runtime, a map expanded by a worker). A copy is
+    taken once, so a redelivery reads the store. It is as good as the stored record for
+    starting: what a start reads from it (op, params, inputs, retry policy) never changes, and
+    the start itself checks the stored status (an instance cancelled meanwhile does not run)."""
+
+    def __init__(self, size: int = 20_000) -> None:
+        self.size = size
+        self._kept: OrderedDict[tuple[str, str], InstanceRecord] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, instances: Sequence[InstanceRecord]) -> None:
+        with self._lock:
+            for inst in instances:
+                self._kept[inst.run_id, inst.instance_id] = inst
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+
+    def take(self, run_id: str, instance_id: str) -> InstanceRecord | None:
+        with self._lock:
+            return self._kept.pop((run_id, instance_id), None)
+
+
 class Scheduler(Transitions):
     """Drives runs through their life. ``enqueue(instances, delay_seconds)`` sends messages."""
 
@@ -73,6 +98,7 @@ class Scheduler(Transitions):
         self.backlog = backlog
         self.complete_patience = complete_patience
         self._topologies: OrderedDict[str, Topology] = OrderedDict()
+        self.just_sent = JustSent()
         self._topology_lock = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}
 
@@ -380,6 +406,7 @@ class Scheduler(Transitions):
             return
         if instances is None:
             instances = [self.store.instance(r, i) for r, i in entries]
+        self.just_sent.add(instances)
         self.enqueue(instances, 0.0)
         self.store.clear_outbox(entries)
 

@@ -95,6 +95,22 @@ def test_a_map_reads_its_parents_result_once_per_process(pool, store):
     assert reads.count(spread.outputs[0].key) == 1
 
 
+def test_instances_this_process_sent_start_without_being_read_back(pool, store):
+    """The process that enqueued an instance hands its worker threads the record it sent."""
+    reads: list[str] = []
+    real = store.instance
+
+    def counted(run_id, instance_id):
+        reads.append(instance_id)
+        return real(run_id, instance_id)
+
+    store.instance = counted
+    run = pool.scheduler.submit(_map_graph(10))
+
+    assert _wait(store, run.id).status == "succeeded"
+    assert reads == []
+
+
 def test_the_last_node_succeeding_after_another_failed_ends_the_run_failed(pool, store):
     """The script that completes the last node must not end the run as succeeded when an
     earlier node failed (it leaves that ending to the run transaction)."""
