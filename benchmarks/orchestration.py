@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -233,6 +234,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
+    load_before = os.getloadavg()[0]
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     redis_client = redis.Redis.from_url(args.redis) if args.redis else None
     with tempfile.TemporaryDirectory() as home:
@@ -258,6 +260,8 @@ def main() -> None:
     report = {
         "backend": "redis" if args.redis else "embedded",
         "nodes": args.nodes, "threads": args.threads, "repeats": args.repeats,
+        # Both sides share the machine's load; on a busy one only the ratio is worth quoting.
+        "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
         "raw_dramatiq_msgs_per_s": statistics.median(raw),
         "genloop_nodes_per_s": statistics.median(gl),
         "ratio": statistics.median(gl) / statistics.median(raw),
@@ -269,7 +273,8 @@ def main() -> None:
         print(json.dumps(report, indent=2))
         return
     print(f"{report['backend']}: {args.nodes} no-op nodes, {args.threads} worker threads, "
-          f"median of {args.repeats}")
+          f"median of {args.repeats}, load average {load_before:.1f} -> "
+          f"{report['load_average_1m']['after']:.1f}")
     print(f"  raw Dramatiq : {report['raw_dramatiq_msgs_per_s']:9.0f} messages/s")
     print(f"  genloop      : {report['genloop_nodes_per_s']:9.0f} nodes/s")
     print(f"  ratio        : {report['ratio']:.2f}x")

@@ -31,6 +31,7 @@ from .ops.registry import OpRegistry
 from .scheduler import Scheduler
 from .stores.base import StateStore
 from .stores.records import InstanceRecord
+from .stores.redis_keys import PoolKeys
 
 ACTOR_PREFIX = "genloop.execute."
 DEFAULT_QUEUES = ("gpu", "cpu")
@@ -81,7 +82,8 @@ class Enqueuer:
         turn, not lost."""
         names = (queue, dq_name(queue))
         if isinstance(self.broker, RedisBroker):
-            return sum(self.broker.client.llen(f"{self.broker.namespace}:{q}") for q in names)
+            return sum(self.broker.client.llen(PoolKeys.dramatiq_queue(self.broker.namespace, q))
+                       for q in names)
         if isinstance(self.broker, StubBroker):
             return sum(self.broker.queues[q].qsize() for q in names if q in self.broker.queues)
         return 0

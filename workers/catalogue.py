@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 from pydantic_core import to_jsonable_python
 
 from .ops.registry import OpRegistry, OpSpec
+from .stores.redis_keys import PoolKeys
 
 
 def _fields(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
@@ -53,10 +54,10 @@ def publish(client: redis.Redis, registry: OpRegistry, queues: list[str],
     """Record this worker's ops, the queues it consumes and its built-in models (name ->
     description, for the spec schema a submitting client publishes)."""
     if queues:
-        client.sadd(f"{prefix}:queues", *queues)
+        client.sadd(PoolKeys(prefix).queues, *queues)
     if models:
-        client.hset(f"{prefix}:models", mapping=models)
-    client.hset(f"{prefix}:ops", mapping={
+        client.hset(PoolKeys(prefix).models, mapping=models)
+    client.hset(PoolKeys(prefix).ops, mapping={
         name: json.dumps({
             "queue": spec.queue, "version": spec.version, "elementwise": spec.elementwise,
             "max_retries": spec.max_retries, "min_backoff": spec.min_backoff,
@@ -67,11 +68,11 @@ def publish(client: redis.Redis, registry: OpRegistry, queues: list[str],
 
 
 def published_models(client: redis.Redis, prefix: str = "genloop") -> dict[str, str]:
-    return {k.decode(): v.decode() for k, v in client.hgetall(f"{prefix}:models").items()}
+    return {k.decode(): v.decode() for k, v in client.hgetall(PoolKeys(prefix).models).items()}
 
 
 def published_queues(client: redis.Redis, prefix: str = "genloop") -> set[str]:
-    return {q.decode() for q in client.smembers(f"{prefix}:queues")}
+    return {q.decode() for q in client.smembers(PoolKeys(prefix).queues)}
 
 
 def with_published(client: redis.Redis, local: OpRegistry, prefix: str = "genloop") -> OpRegistry:
@@ -79,7 +80,7 @@ def with_published(client: redis.Redis, local: OpRegistry, prefix: str = "genloo
     merged = OpRegistry()
     for spec in local.values():
         merged.register(spec)
-    for name, raw in client.hgetall(f"{prefix}:ops").items():
+    for name, raw in client.hgetall(PoolKeys(prefix).ops).items():
         name = name.decode()
         if name not in merged:
             entry = json.loads(raw)

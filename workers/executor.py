@@ -24,6 +24,7 @@ import math
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -107,6 +108,39 @@ class LeaseKeeper:
                     log.exception("renewing the lease on %s failed", key)
 
 
+class InputResults:
+    """Recently read input results, parsed, by key. A stored result never changes, so keeping
+    one is always right; without it every item of a map over N items reads and parses its
+    parent's whole N-item result, N times (quadratic: a 10,000-item map spent most of its time
+    there). One thread loads a key while the others wait for it: a map's first items reach
+    every worker thread at once."""
+
+    def __init__(self, store: StateStore, size: int = 32) -> None:
+        self.store, self.size = store, size
+        self._kept: OrderedDict[str, ResultRecord] = OrderedDict()
+        self._lock = threading.Lock()
+        self._loading: dict[str, threading.Lock] = {}
+
+    def get(self, key: str) -> ResultRecord | None:
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key]
+            loading = self._loading.setdefault(key, threading.Lock())
+        with loading:
+            with self._lock:
+                if key in self._kept:
+                    return self._kept[key]
+            result = self.store.get_result(key)
+            with self._lock:
+                self._loading.pop(key, None)
+                if result is not None:
+                    self._kept[key] = result
+                    while len(self._kept) > self.size:
+                        self._kept.popitem(last=False)
+        return result
+
+
 class Executor:
     """Runs instances. One per worker process; called from many worker threads.
 
@@ -142,9 +176,11 @@ class Executor:
         self.watch_deferred = watch_deferred
         self._completions = ThreadPoolExecutor(completion_threads,
                                                thread_name_prefix="genloop-complete")
+        self._inputs = InputResults(self.store)
 
     def __call__(self, run_id: str, instance_id: str) -> None:
-        inst = self.store.instance(run_id, instance_id)
+        inst = self.scheduler.just_sent.take(run_id, instance_id) \
+            or self.store.instance(run_id, instance_id)
         if inst.status.terminal:
             return
         node = self.scheduler.topology(run_id).nodes[inst.node_id]
@@ -170,7 +206,7 @@ class Executor:
         if outcome == "stored":
             stored = self.store.get_result(key)
             if stored is not None:  # results are never deleted; None only if the store lost it
-                self.scheduler.succeeded(run_id, instance_id, stored, cached=True)
+                self.scheduler.succeeded(run_id, instance_id, stored, cached=True, started=inst)
                 return
             outcome, lease = "leased", 0.0
         if outcome == "leased":
@@ -204,7 +240,8 @@ class Executor:
         # on the lease finds the result the moment the lease is gone. (Should it fail, the
         # lease runs out unrenewed and the sweeper re-sends the instance.)
         self.leases.forget(owner)
-        self.scheduler.succeeded(run_id, instance_id, result, lease=(key, owner))
+        self.scheduler.succeeded(run_id, instance_id, result, lease=(key, owner),
+                                 started=inst.model_copy(update={"attempts": attempt}))
 
     def close(self) -> None:
         """Stop the completion pool (deferred work still in flight is abandoned: its lease
@@ -276,7 +313,7 @@ class Executor:
         for ref in refs:
             result = results.get(ref.key)
             if result is None:
-                result = self.store.get_result(ref.key)
+                result = self._inputs.get(ref.key)
                 if result is None:
                     raise Permanent(f"input result {ref.key} is missing from the store")
                 results[ref.key] = result

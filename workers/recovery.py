@@ -25,7 +25,9 @@ def sweep(scheduler: Scheduler, older_than: float = 10.0, grace: float | None = 
     """Re-send what a fault left behind; returns how many messages were sent.
 
     - Outbox entries older than ``older_than``: a worker committed a completion and died
-      before enqueuing the children it released.
+      before enqueuing the children it released; or, for a node mark (``@node``), before a
+      node's transition that a Redis script left to it (completing a node of many instances,
+      or expanding a child the script released).
     - With ``grace``, unfinished instances nothing has written for that long (see
       :func:`recover`).
 

@@ -21,10 +21,11 @@ from .ops.refine import RefinerRegistry, default_refiners
 from .ops.registry import OpRegistry, default_registry
 from .store_backend import StoreBackend
 from .stores.redis import RedisStateStore
+from .stores.redis_keys import PoolKeys
 
 
 def artifacts_key(prefix: str) -> str:
-    return f"{prefix}:config:artifacts"
+    return PoolKeys(prefix).artifacts_config
 
 
 class RedisBackend(StoreBackend):

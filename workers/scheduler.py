@@ -14,6 +14,7 @@ no-op.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -29,10 +30,9 @@ from genloop.sdk.validation import validate_graph
 
 from .keys import spec_hash
 from .ops.registry import OpRegistry
-from .planner import Topology, expand, is_elementwise, op_spec, quorum_problem
+from .planner import Topology, expand
 from .stores.base import RunTx, StateStore
 from .stores.records import (
-    EventRecord,
     FailedItem,
     InstanceRecord,
     ItemRef,
@@ -41,6 +41,8 @@ from .stores.records import (
     RunRecord,
     RunSpecRecord,
 )
+from .stores.redis_scripts import FinishOutcome, ScriptedCompletion
+from .transitions import Transitions, instance_event, new_event
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,7 @@ Enqueue = Callable[[Sequence[InstanceRecord], float], None]
 #: Messages waiting, not yet fetched by any worker, on a queue.
 Backlog = Callable[[str], int]
 _SPEC = TypeAdapter(RunSpec)
+_REFS = TypeAdapter(list[ItemRef])
 
 
 #: Outbox entries ``(run id, NODE_MARK + node id)`` stand for a node whose instances all ended
@@ -55,22 +58,32 @@ _SPEC = TypeAdapter(RunSpec)
 NODE_MARK = "@"
 
 
-def _ev(type_: str, **fields) -> EventRecord:
-    return EventRecord(type=type_, time=time.time(), **fields)
+class JustSent:
+    """Instances this process just enqueued, for its own worker threads to take instead of
+    reading them back from the store: a round trip less per message when the process that
+    releases work also runs it (the embedded runtime, a map expanded by a worker). A copy is
+    taken once, so a redelivery reads the store. It is as good as the stored record for
+    starting: what a start reads from it (op, params, inputs, retry policy) never changes, and
+    the start itself checks the stored status (an instance cancelled meanwhile does not run)."""
+
+    def __init__(self, size: int = 20_000) -> None:
+        self.size = size
+        self._kept: OrderedDict[tuple[str, str], InstanceRecord] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, instances: Sequence[InstanceRecord]) -> None:
+        with self._lock:
+            for inst in instances:
+                self._kept[inst.run_id, inst.instance_id] = inst
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+
+    def take(self, run_id: str, instance_id: str) -> InstanceRecord | None:
+        with self._lock:
+            return self._kept.pop((run_id, instance_id), None)
 
 
-def _instance_event(inst: InstanceRecord, cached: bool = False) -> EventRecord:
-    status = inst.status
-    return _ev(
-        f"instance.{status.value}", node_id=inst.node_id, instance_id=inst.instance_id,
-        status=status.value, attempt=inst.attempts or None,
-        error=f"{inst.failure.error_type}: {inst.failure.message}" if inst.failure else None,
-        message=(f"{inst.outputs} item(s)" + (", cached" if cached else ""))
-        if status == NodeStatus.SUCCEEDED else None,
-    )
-
-
-class Scheduler:
+class Scheduler(Transitions):
     """Drives runs through their life. ``enqueue(instances, delay_seconds)`` sends messages."""
 
     def __init__(
@@ -85,6 +98,9 @@ class Scheduler:
         self.backlog = backlog
         self.complete_patience = complete_patience
         self._topologies: OrderedDict[str, Topology] = OrderedDict()
+        self.just_sent = JustSent()
+        self._topology_lock = threading.Lock()
+        self._loading: dict[str, threading.Lock] = {}
 
     # -- submit -----------------------------------------------------------------------------
     def submit(self, spec: Graph | Loop, idempotency_key: str | None = None) -> RunRecord:
@@ -126,13 +142,24 @@ class Scheduler:
             raise GraphError(problems)
 
     def topology(self, run_id: str) -> Topology:
-        """The run's graph, indexed; cached, since a run's graph never changes."""
+        """The run's graph, indexed; cached, since a run's graph never changes. One thread
+        reads and parses it while the others wait: every worker thread gets its first message
+        of a new run at once, and a 2,000-node graph parsed by each of them at the same time
+        cost seconds."""
         topo = self._topologies.get(run_id)
-        if topo is None:
-            topo = Topology(Graph.model_validate(self.store.run_spec(run_id).graph))
-            self._topologies[run_id] = topo
-            if len(self._topologies) > 512:
-                self._topologies.popitem(last=False)
+        if topo is not None:
+            return topo
+        with self._topology_lock:
+            loading = self._loading.setdefault(run_id, threading.Lock())
+        with loading:
+            topo = self._topologies.get(run_id)
+            if topo is None:
+                topo = Topology(Graph.model_validate(self.store.run_spec(run_id).graph))
+                with self._topology_lock:
+                    self._topologies[run_id] = topo
+                    self._loading.pop(run_id, None)
+                    while len(self._topologies) > 512:
+                        self._topologies.popitem(last=False)
         return topo
 
     # -- one instance's life ------------------------------------------------------------------
@@ -151,7 +178,7 @@ class Scheduler:
         inst.status, inst.attempts = NodeStatus.RUNNING, attempt
         inst.result_key = key
         tx.put_instance(inst)
-        tx.event(_ev("instance.started", node_id=inst.node_id, instance_id=instance_id,
+        tx.event(new_event("instance.started", node_id=inst.node_id, instance_id=instance_id,
                      attempt=attempt, status="running"))
         node = tx.node(inst.node_id)
         if node.status != NodeStatus.RUNNING:
@@ -160,7 +187,7 @@ class Scheduler:
         if run.status == RunStatus.PENDING:
             run.status = RunStatus.RUNNING
             tx.put_run(run)
-            tx.event(_ev("run.running", status="running"))
+            tx.event(new_event("run.running", status="running"))
         return inst
 
     def claim_and_start(self, inst: InstanceRecord, attempt: int, key: str, owner: str,
@@ -175,9 +202,9 @@ class Scheduler:
                 "status": NodeStatus.RUNNING, "attempts": attempt, "result_key": key})
             outcome, lease = fast(
                 running, key, owner, ttl,
-                _ev("instance.started", node_id=inst.node_id, instance_id=inst.instance_id,
+                new_event("instance.started", node_id=inst.node_id, instance_id=inst.instance_id,
                     attempt=attempt, status="running"),
-                _ev("run.running", status="running"))
+                new_event("run.running", status="running"))
             if outcome == "missing":
                 raise NotFound(f"no instance {inst.instance_id!r} in run {inst.run_id!r}")
             if outcome != "cancelling":
@@ -202,16 +229,18 @@ class Scheduler:
                 return
             inst.status = NodeStatus.QUEUED
             tx.put_instance(inst)
-            tx.event(_ev("instance.retry", node_id=inst.node_id, instance_id=instance_id,
+            tx.event(new_event("instance.retry", node_id=inst.node_id, instance_id=instance_id,
                          attempt=attempt, error=f"{type(error).__name__}: {error}"))
 
     def succeeded(self, run_id: str, instance_id: str, result: ResultRecord,
-                  cached: bool = False, lease: tuple[str, str] | None = None) -> None:
+                  cached: bool = False, lease: tuple[str, str] | None = None,
+                  started: InstanceRecord | None = None) -> None:
         """The instance produced ``result`` (or found it stored, ``cached``). A new result is
         stored in the same transaction that completes the instance and releases its children,
-        and the ``(key, owner)`` lease that guarded the work is dropped with it."""
+        and the ``(key, owner)`` lease that guarded the work is dropped with it. ``started``:
+        the instance as :meth:`claim_and_start` stored it, which spares reading it again."""
         self._complete(run_id, instance_id, NodeStatus.SUCCEEDED, result=result, cached=cached,
-                       lease=lease)
+                       lease=lease, started=started)
 
     def failed(self, run_id: str, instance_id: str, error: BaseException, attempts: int) -> None:
         self._complete(run_id, instance_id, NodeStatus.FAILED, error=error, attempts=attempts)
@@ -239,10 +268,12 @@ class Scheduler:
     def _complete_once(self, run_id: str, instance_id: str, status: NodeStatus, *,
                        result: ResultRecord | None = None, cached: bool = False,
                        error: BaseException | None = None, attempts: int = 1,
-                       lease: tuple[str, str] | None = None) -> None:
+                       lease: tuple[str, str] | None = None,
+                       started: InstanceRecord | None = None) -> None:
         fast = getattr(self.store, "finish_instance", None)
         if fast is not None and result is not None:
-            return self._finish_scripted(fast, run_id, instance_id, result, cached, lease)
+            inst = started or self.store.instance(run_id, instance_id)
+            return self._finish_scripted(fast, inst, result, cached, lease)
         with self.store.transaction(run_id) as tx:
             if lease is not None:
                 tx.release(*lease)
@@ -264,148 +295,64 @@ class Scheduler:
             tx.put_run(run)
         self.flush([(run_id, i.instance_id) for i in released], released)
 
-    def _finish_scripted(self, finish: Callable[..., int], run_id: str, instance_id: str,
+    def _finish_scripted(self, finish: Callable[..., FinishOutcome], inst: InstanceRecord,
                          result: ResultRecord, cached: bool,
                          lease: tuple[str, str] | None) -> None:
-        """A success in one script; the node's completion follows in a run transaction only
-        when this was its last pending instance (see ``stores/redis_scripts.py``)."""
-        inst = self.store.instance(run_id, instance_id)
-        inst.status = NodeStatus.SUCCEEDED
-        inst.result_key, inst.outputs, inst.halted = result.key, len(result.items), result.halt
-        left = finish(inst, _instance_event(inst, cached), None if cached else result, lease)
-        if left == -4:  # another execution stored first: complete with its result
+        """A success in one script, which also completes a node of one instance (see
+        ``stores/redis_scripts.py``); otherwise, or for the children that became ready, a run
+        transaction follows."""
+        run_id, node_id = inst.run_id, inst.node_id
+        done = inst.model_copy(update={
+            "status": NodeStatus.SUCCEEDED, "result_key": result.key,
+            "outputs": len(result.items), "halted": result.halt})
+        completion = None
+        if not result.halt:  # a halt skips descendants: the transaction does that
+            completion = ScriptedCompletion(
+                outputs_json=_REFS.dump_json(
+                    [ItemRef(key=result.key, index=i) for i in range(len(result.items))]
+                ).decode(),
+                node_event=new_event(f"node.{NodeStatus.SUCCEEDED.value}", node_id=node_id,
+                               status=NodeStatus.SUCCEEDED.value),
+                run_event=new_event(f"run.{RunStatus.SUCCEEDED.value}",
+                              status=RunStatus.SUCCEEDED.value),
+                children=self.topology(run_id).children[node_id])
+        out = finish(done, instance_event(done, cached), None if cached else result, lease,
+                     completion)
+        if out.code == -4:  # another execution stored first: complete with its result
             stored = self.store.get_result(result.key)
-            return self._finish_scripted(finish, run_id, instance_id, stored, True, None)
-        if left == -3:
-            raise NotFound(f"no instance {instance_id!r} in run {run_id!r}")
-        if left == 0:
-            self.finish_node(run_id, inst.node_id)
+            return self._finish_scripted(finish, inst, stored, True, None)
+        if out.code == -3:
+            raise NotFound(f"no instance {inst.instance_id!r} in run {run_id!r}")
+        if out.code == 0:
+            self.finish_node(run_id, node_id)
+        if out.run_ended:
+            log.info("run %s %s", run_id, RunStatus.SUCCEEDED.value)
+        for child in out.ready:
+            self.finish_node(run_id, child)
 
     def finish_node(self, run_id: str, node_id: str) -> None:
-        """Complete a node whose instances have all ended (after a scripted completion, or from
-        the sweeper when the worker that counted it down died), then clear its marker."""
+        """Take a node through the transition that may be due, then clear its outbox mark:
+        complete it when its instances have all ended (after a scripted completion, or from the
+        sweeper when the worker that counted it down died), or expand it into instances when
+        its parents have all ended (released by a script)."""
         released: list[InstanceRecord] = []
         with self.store.transaction(run_id, shared=True) as tx:
-            node = tx.node(node_id)
-            if not node.status.terminal and node.pending_instances <= 0:
-                run = tx.run()
-                if run.status == RunStatus.PENDING:  # every completion so far was cached
+            node, run = tx.node(node_id), tx.run()
+            ready = node.status == NodeStatus.PENDING and node.waiting <= 0
+            done = not node.status.terminal and node.status != NodeStatus.PENDING \
+                and node.pending_instances <= 0
+            if (ready or done) and not run.status.terminal:
+                # A script may start the run's first instance meanwhile; this write of the run
+                # must not take it back to pending. (Every completion so far was cached.)
+                if run.status == RunStatus.PENDING:
                     run.status = RunStatus.RUNNING
-                released = self._node_done(tx, run, node)
+                if ready:
+                    released = self._node_ready(tx, run, self.topology(run_id), node)
+                else:
+                    released = self._node_done(tx, run, node)
                 tx.put_run(run)
         self.flush([(run_id, NODE_MARK + node_id)] + [(run_id, i.instance_id) for i in released],
                    released)
-
-    # -- node and run transitions (inside a transaction) -------------------------------------
-    def _instance_done(self, tx: RunTx, run: RunRecord, inst: InstanceRecord,
-                       status: NodeStatus, cached: bool = False) -> list[InstanceRecord]:
-        inst.status = status
-        tx.put_instance(inst)
-        tx.event(_instance_event(inst, cached))
-        node = tx.node(inst.node_id)
-        node.pending_instances -= 1
-        if node.pending_instances > 0:
-            tx.put_node(node)
-            return []
-        return self._node_done(tx, run, node)
-
-    def _node_done(self, tx: RunTx, run: RunRecord, node: NodeRecord) -> list[InstanceRecord]:
-        """All instances of ``node`` ended: collect its output, then release its children."""
-        instances = tx.instances(node.node_id)
-        for inst in instances:
-            if inst.status == NodeStatus.SUCCEEDED:
-                node.outputs.extend(
-                    ItemRef(key=inst.result_key, index=i) for i in range(inst.outputs)
-                )
-                node.halted = node.halted or inst.halted
-            elif inst.status == NodeStatus.FAILED and inst.failure is not None:
-                node.failures.append(inst.failure)
-        if run.cancel_requested:
-            status = NodeStatus.CANCELLED
-        elif not instances or any(i.status == NodeStatus.SUCCEEDED for i in instances):
-            status = NodeStatus.SUCCEEDED
-        else:
-            status = NodeStatus.FAILED
-            failure = next(i.failure for i in instances if i.failure is not None)
-            node.error = f"{failure.error_type}: {failure.message}"
-        return self._node_ended(tx, run, node, status)
-
-    def _node_ended(self, tx: RunTx, run: RunRecord, node: NodeRecord,
-                    status: NodeStatus) -> list[InstanceRecord]:
-        node.status = status
-        tx.put_node(node)
-        tx.event(_ev(
-            f"node.{status.value}", node_id=node.node_id, status=status.value, error=node.error,
-            message="halted: later rounds skipped" if node.halted else None,
-        ))
-        run.pending_nodes -= 1
-        if status == NodeStatus.FAILED and run.error is None:
-            run.error = f"node {node.node_id}: {node.error}"
-        topo = self.topology(run.id)
-        released: list[InstanceRecord] = []
-        if status != NodeStatus.SUCCEEDED or node.halted:
-            reason = "halted upstream" if node.halted else f"input {node.node_id} {status.value}"
-            self._skip_descendants(tx, run, topo, node.node_id, reason)
-        else:
-            for child_id in topo.children[node.node_id]:
-                child = tx.node(child_id)
-                if child.status.terminal:
-                    continue
-                child.waiting -= 1
-                if child.waiting > 0:
-                    tx.put_node(child)
-                else:
-                    released.extend(self._node_ready(tx, run, topo, child))
-        if run.pending_nodes == 0:
-            self._run_ended(tx, run)
-        return released
-
-    def _node_ready(self, tx: RunTx, run: RunRecord, topo: Topology,
-                    node: NodeRecord) -> list[InstanceRecord]:
-        graph_node = topo.nodes[node.node_id]
-        spec = op_spec(self.registry, graph_node)
-        parents = [tx.node(p) for p in graph_node.inputs]
-        ok = [ref for p in parents for ref in p.outputs]
-        failed = [f for p in parents for f in p.failures]
-        problem = quorum_problem(graph_node, spec, ok, failed)
-        if problem is not None:
-            node.error = f"QuorumError: {problem}"
-            return self._node_ended(tx, run, node, NodeStatus.FAILED)
-        if is_elementwise(graph_node, spec):
-            node.failures = list(failed)
-        instances = expand(run.id, graph_node, spec, ok)
-        if not instances:
-            return self._node_ended(tx, run, node, NodeStatus.SUCCEEDED)
-        for inst in instances:
-            tx.put_instance(inst)
-        tx.add_outbox([i.instance_id for i in instances])
-        node.status, node.pending_instances = NodeStatus.QUEUED, len(instances)
-        tx.put_node(node)
-        tx.event(_ev("node.queued", node_id=node.node_id, status="queued",
-                     message=f"{len(instances)} instance(s)"))
-        return instances
-
-    def _skip_descendants(self, tx: RunTx, run: RunRecord, topo: Topology, node_id: str,
-                          reason: str) -> None:
-        for nid in topo.descendants(node_id):
-            node = tx.node(nid)
-            if node.status.terminal:
-                continue
-            node.status, node.error = NodeStatus.SKIPPED, reason
-            tx.put_node(node)
-            tx.event(_ev("node.skipped", node_id=nid, status="skipped", message=reason))
-            run.pending_nodes -= 1
-
-    def _run_ended(self, tx: RunTx, run: RunRecord) -> None:
-        if run.cancel_requested:
-            run.status = RunStatus.CANCELLED
-        elif run.error is not None:
-            run.status = RunStatus.FAILED
-        else:
-            run.status = RunStatus.SUCCEEDED
-        run.finished_at = time.time()
-        tx.event(_ev(f"run.{run.status.value}", status=run.status.value, error=run.error))
-        log.info("run %s %s", run.id, run.status.value)
 
     # -- cancel, resume, outbox ----------------------------------------------------------------
     def cancel(self, run_id: str) -> RunRecord:
@@ -415,7 +362,7 @@ class Scheduler:
             if run.status.terminal or run.cancel_requested:
                 return run
             run.cancel_requested = True
-            tx.event(_ev("run.cancelling", status="cancelling"))
+            tx.event(new_event("run.cancelling", status="cancelling"))
             for node_id in self.topology(run.id).nodes:
                 node = tx.node(node_id)
                 if node.status.terminal:
@@ -433,7 +380,7 @@ class Scheduler:
                 else:
                     node.status = NodeStatus.CANCELLED
                     tx.put_node(node)
-                    tx.event(_ev("node.cancelled", node_id=node_id, status="cancelled"))
+                    tx.event(new_event("node.cancelled", node_id=node_id, status="cancelled"))
                     run.pending_nodes -= 1
             if run.pending_nodes == 0:
                 self._run_ended(tx, run)
@@ -447,7 +394,8 @@ class Scheduler:
         if run.status.terminal:
             return run
         pending = [i for i in self.store.instances(run_id) if not i.status.terminal]
-        self.store.append_event(run_id, _ev("run.resumed", message=f"{len(pending)} instance(s)"))
+        self.store.append_event(run_id, new_event("run.resumed",
+                                                  message=f"{len(pending)} instance(s)"))
         self.flush([(run_id, i.instance_id) for i in pending], pending)
         return self.store.get_run(run_id)
 
@@ -458,6 +406,7 @@ class Scheduler:
             return
         if instances is None:
             instances = [self.store.instance(r, i) for r, i in entries]
+        self.just_sent.add(instances)
         self.enqueue(instances, 0.0)
         self.store.clear_outbox(entries)
 

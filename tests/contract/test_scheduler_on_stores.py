@@ -11,6 +11,7 @@ from dramatiq.brokers.stub import StubBroker
 from pydantic import BaseModel
 
 from genloop.sdk import Graph
+from genloop.sdk.errors import Permanent
 from genloop.workers import OpRegistry, op
 from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.broker import wire
@@ -28,6 +29,13 @@ def pool(store, tmp_path):
         lambda p, inputs, ctx: [N(n=i) for i in range(p.n)])
     op("double", output=N, registry=registry)(lambda p, inputs, ctx: N(n=2 * inputs[0].n))
     op("total", output=N, registry=registry)(lambda p, inputs, ctx: N(n=sum(i.n for i in inputs)))
+    op("slow", params=N, output=N, registry=registry)(lambda p, inputs, ctx: time.sleep(p.n / 10)
+                                                      or N(n=p.n))
+
+    def bad(p, inputs, ctx):
+        raise Permanent("this node fails")
+
+    op("bad", output=N, registry=registry)(bad)
     broker = StubBroker()
     broker.emit_after("process_boot")
     wiring = wire(broker, store, LocalArtifactStore(tmp_path / "art"), registry,
@@ -68,19 +76,78 @@ def test_a_map_completes_with_every_item_counted_once(pool, store):
     assert store.outbox() == []
 
 
-def test_a_node_left_half_done_by_a_crash_is_finished_by_the_sweeper(pool, store):
+def test_a_map_reads_its_parents_result_once_per_process(pool, store):
+    """Every item of a map takes one item of its parent's result; reading (and parsing) the
+    whole result for each item made a big map quadratic. A stored result never changes, so a
+    worker process reads it once, even when all its threads ask for it at the same moment."""
+    reads: list[str] = []
+    real = store.get_result
+
+    def counted(key):
+        reads.append(key)
+        return real(key)
+
+    store.get_result = counted
+    run = pool.scheduler.submit(_map_graph(40))
+
+    assert _wait(store, run.id).status == "succeeded"
+    spread = next(n for n in store.nodes(run.id) if n.node_id == "spread")
+    assert reads.count(spread.outputs[0].key) == 1
+
+
+def test_instances_this_process_sent_start_without_being_read_back(pool, store):
+    """The process that enqueued an instance hands its worker threads the record it sent."""
+    reads: list[str] = []
+    real = store.instance
+
+    def counted(run_id, instance_id):
+        reads.append(instance_id)
+        return real(run_id, instance_id)
+
+    store.instance = counted
+    run = pool.scheduler.submit(_map_graph(10))
+
+    assert _wait(store, run.id).status == "succeeded"
+    assert reads == []
+
+
+def test_the_last_node_succeeding_after_another_failed_ends_the_run_failed(pool, store):
+    """The script that completes the last node must not end the run as succeeded when an
+    earlier node failed (it leaves that ending to the run transaction)."""
+    g = Graph()
+    g.add("bad", id="bad")
+    g.add("slow", id="last", params={"n": 3})
+    run = pool.scheduler.submit(g)
+
+    ended = _wait(store, run.id)
+    assert ended.status == "failed" and "this node fails" in ended.error
+    nodes = {n.node_id: n.status for n in store.nodes(run.id)}
+    assert nodes == {"bad": "failed", "last": "succeeded"}
+    assert [e.type for e in store.events(run.id)].count("run.failed") == 1
+
+
+def test_node_transitions_left_by_a_crash_are_finished_by_the_sweeper(pool, store):
+    """The scripts leave two kinds of step to a run transaction: expanding a child they
+    released, and completing a node of many instances. A worker that dies before either (every
+    first attempt here) leaves an outbox mark, and the sweeper finishes the step from it."""
     if not isinstance(store, RedisStateStore):
         pytest.skip("only the scripted completion leaves a node to finish in a second step")
-    scheduler, real, crashed = pool.scheduler, pool.scheduler.finish_node, []
+    scheduler, real, calls, crashed = pool.scheduler, pool.scheduler.finish_node, {}, []
 
-    def crash_once(run_id, node_id):
-        if not crashed:
+    def crash_every_other(run_id, node_id):
+        calls[node_id] = calls.get(node_id, 0) + 1
+        if calls[node_id] % 2:
             crashed.append(node_id)
-            raise RuntimeError("worker died between counting the node down and completing it")
+            raise RuntimeError("worker died before the node's transition")
         real(run_id, node_id)
 
-    scheduler.finish_node = crash_once
+    scheduler.finish_node = crash_every_other
     run = scheduler.submit(_map_graph(3))
 
     assert _wait(store, run.id).status == "succeeded"
-    assert crashed == ["spread"]
+    # each: expanded after the script completed spread (crash, sweep), then completed with
+    # total expanded in the same transaction (crash, sweep); the script completes total.
+    assert crashed == ["each", "each"]
+    nodes = {n.node_id: n for n in store.nodes(run.id)}
+    assert store.get_result(nodes["total"].outputs[0].key).items == [{"n": 6}]
+    assert store.outbox() == []

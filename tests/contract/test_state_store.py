@@ -133,6 +133,40 @@ def test_transactions_on_one_run_are_serializable(store):
     assert store.nodes("r1")[0].pending_instances == 2 - 40
 
 
+def test_concurrent_transactions_commit_before_returning_and_fail_alone(store):
+    """Given threads committing at once (SQLite shares their commits), when some raise, then
+    only those writes are gone, and every transaction that returned is visible to any reader
+    at once."""
+    _create(store)
+    seen_late: list[str] = []
+
+    def work(t: int):
+        for j in range(8):
+            entry = f"t{t}-{j}"
+            try:
+                with store.transaction("r1") as tx:
+                    node = tx.node("a")
+                    node.pending_instances -= 1
+                    tx.put_node(node)
+                    tx.add_outbox([entry])
+                    if j % 3 == 0:
+                        raise RuntimeError("this one fails")
+            except RuntimeError:
+                continue
+            if ("r1", entry) not in store.outbox():
+                seen_late.append(entry)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    committed = {i for r, i in store.outbox() if r == "r1" and i.startswith("t")}
+    assert committed == {f"t{t}-{j}" for t in range(4) for j in range(8) if j % 3}
+    assert store.nodes("r1")[0].pending_instances == 2 - len(committed)
+    assert seen_late == []
+
+
 def test_first_result_wins(store):
     a = ResultRecord(key="k", op="x", items=[1], created_at=1.0)
     b = ResultRecord(key="k", op="x", items=[2], created_at=2.0)

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import redis
 
 from ..stores.redis import translate_redis_errors
+from ..stores.redis_keys import GatewayKeys
 from .limits import TenantLimits
 from .store import GatewayStore, KeyInfo, hash_key
 
@@ -19,38 +20,38 @@ class RedisGatewayStore(GatewayStore):
 
     def __init__(self, url: str, prefix: str = "genloop:gw") -> None:
         self.r = redis.Redis.from_url(url, decode_responses=True)
-        self.p = prefix
+        self.k = GatewayKeys(prefix)
 
     @translate_redis_errors
     def _put_key(self, key_hash: str, info: KeyInfo) -> None:
         pipe = self.r.pipeline()
-        pipe.set(f"{self.p}:key:{key_hash}", info.model_dump_json())
-        pipe.set(f"{self.p}:keyid:{info.id}", key_hash)
-        pipe.sadd(f"{self.p}:keys", key_hash)
+        pipe.set(self.k.key(key_hash), info.model_dump_json())
+        pipe.set(self.k.key_id(info.id), key_hash)
+        pipe.sadd(self.k.all_keys, key_hash)
         pipe.execute()
 
     @translate_redis_errors
     def _revoke(self, key_hash: str | None, key_id: str | None) -> KeyInfo | None:
-        key_hash = key_hash or self.r.get(f"{self.p}:keyid:{key_id}")
-        raw = self.r.get(f"{self.p}:key:{key_hash}") if key_hash else None
+        key_hash = key_hash or self.r.get(self.k.key_id(key_id))
+        raw = self.r.get(self.k.key(key_hash)) if key_hash else None
         if raw is None:
             return None
         info = KeyInfo.model_validate_json(raw)
         if info.revoked_at is None:
             info.revoked_at = time.time()
-            self.r.set(f"{self.p}:key:{key_hash}", info.model_dump_json())
+            self.r.set(self.k.key(key_hash), info.model_dump_json())
         return info
 
     @translate_redis_errors
     def keys(self) -> list[KeyInfo]:
-        hashes = sorted(self.r.smembers(f"{self.p}:keys"))
-        raws = self.r.mget([f"{self.p}:key:{h}" for h in hashes]) if hashes else []
+        hashes = sorted(self.r.smembers(self.k.all_keys))
+        raws = self.r.mget([self.k.key(h) for h in hashes]) if hashes else []
         infos = [KeyInfo.model_validate_json(raw) for raw in raws if raw]
         return sorted(infos, key=lambda k: k.created_at)
 
     @translate_redis_errors
     def tenant_of(self, key: str) -> str | None:
-        raw = self.r.get(f"{self.p}:key:{hash_key(key)}")
+        raw = self.r.get(self.k.key(hash_key(key)))
         if raw is None:
             return None
         info = KeyInfo.model_validate_json(raw)
@@ -58,41 +59,41 @@ class RedisGatewayStore(GatewayStore):
 
     @translate_redis_errors
     def set_limits(self, tenant: str, limits: TenantLimits) -> None:
-        self.r.set(f"{self.p}:tenant:{tenant}", limits.model_dump_json())
+        self.r.set(self.k.tenant(tenant), limits.model_dump_json())
 
     @translate_redis_errors
     def limits(self, tenant: str) -> TenantLimits | None:
-        raw = self.r.get(f"{self.p}:tenant:{tenant}")
+        raw = self.r.get(self.k.tenant(tenant))
         return None if raw is None else TenantLimits.model_validate_json(raw)
 
     @translate_redis_errors
     def add_run(self, run_id: str, tenant: str, idempotency_key: str | None = None,
                 cost: float = 0.0) -> bool:
-        if not self.r.set(f"{self.p}:run:{run_id}", tenant, nx=True):
+        if not self.r.set(self.k.run_owner(run_id), tenant, nx=True):
             return False
         pipe = self.r.pipeline()
-        pipe.set(f"{self.p}:cost:{run_id}", repr(float(cost)))
+        pipe.set(self.k.cost(run_id), repr(float(cost)))
         if idempotency_key is not None:
-            pipe.set(f"{self.p}:idem:{idempotency_key}", run_id)
-        pipe.sadd(f"{self.p}:open:{tenant}", run_id)
-        pipe.zadd(f"{self.p}:runs:{tenant}", {run_id: time.time()})
-        pipe.sadd(f"{self.p}:unindexed:{tenant}", run_id)
+            pipe.set(self.k.idem(idempotency_key), run_id)
+        pipe.sadd(self.k.tenant_set("open", tenant), run_id)
+        pipe.zadd(self.k.tenant_set("runs", tenant), {run_id: time.time()})
+        pipe.sadd(self.k.tenant_set("unindexed", tenant), run_id)
         pipe.execute()
         return True
 
     @translate_redis_errors
     def run_cost(self, run_id: str) -> float:
-        value = self.r.get(f"{self.p}:cost:{run_id}")
+        value = self.r.get(self.k.cost(run_id))
         return 0.0 if value is None else float(value)
 
     @translate_redis_errors
     def run_for_key(self, idempotency_key: str) -> str | None:
-        value = self.r.get(f"{self.p}:idem:{idempotency_key}")
+        value = self.r.get(self.k.idem(idempotency_key))
         return None if value is None else str(value)
 
     @translate_redis_errors
     def owner(self, run_id: str) -> str | None:
-        value = self.r.get(f"{self.p}:run:{run_id}")
+        value = self.r.get(self.k.run_owner(run_id))
         return None if value is None else str(value)
 
     @translate_redis_errors
@@ -100,20 +101,20 @@ class RedisGatewayStore(GatewayStore):
              limit: int = 50) -> list[tuple[str, float]]:
         top = "+inf" if before is None else f"({before!r}"
         return [(str(m), float(s)) for m, s in self.r.zrevrangebyscore(
-            f"{self.p}:runs:{tenant}", top, "-inf", start=0, num=limit, withscores=True)]
+            self.k.tenant_set("runs", tenant), top, "-inf", start=0, num=limit, withscores=True)]
 
     @translate_redis_errors
     def open_runs(self, tenant: str) -> list[str]:
-        return sorted(self.r.smembers(f"{self.p}:open:{tenant}"))
+        return sorted(self.r.smembers(self.k.tenant_set("open", tenant)))
 
     @translate_redis_errors
     def unindexed_runs(self, tenant: str) -> list[str]:
-        return sorted(self.r.smembers(f"{self.p}:unindexed:{tenant}"))
+        return sorted(self.r.smembers(self.k.tenant_set("unindexed", tenant)))
 
     def _drop(self, kind: str, run_id: str) -> None:
         tenant = self.owner(run_id)
         if tenant is not None:
-            self.r.srem(f"{self.p}:{kind}:{tenant}", run_id)
+            self.r.srem(self.k.tenant_set(kind, tenant), run_id)
 
     @translate_redis_errors
     def mark_ended(self, run_id: str) -> None:
@@ -127,11 +128,11 @@ class RedisGatewayStore(GatewayStore):
     def add_artifacts(self, tenant: str, keys: Iterable[str]) -> None:
         keys = list(keys)
         if keys:
-            self.r.sadd(f"{self.p}:art:{tenant}", *keys)
+            self.r.sadd(self.k.tenant_set("art", tenant), *keys)
 
     @translate_redis_errors
     def has_artifact(self, tenant: str, key: str) -> bool:
-        return bool(self.r.sismember(f"{self.p}:art:{tenant}", key))
+        return bool(self.r.sismember(self.k.tenant_set("art", tenant), key))
 
     @translate_redis_errors
     def ping(self) -> None:

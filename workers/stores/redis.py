@@ -1,14 +1,16 @@
 """Redis state store for the worker pool: every worker process on every host shares it.
 
-The hot path, starting and completing an instance, is one server-side script each
-(``redis_scripts.py``): no lock, one round trip. Everything else (a node's completion and the
-release of its children, failures, retries, cancel) is a run transaction: it holds a per-run lock
-(``SET NX PX`` with a random token) while it reads, and buffers its writes into one
-commit script that applies them only if the lock is still its own, and drops the lock.
-Writes therefore land all together or not at all, and two workers completing the last two
-parents of a child at the same instant take turns: the second one sees the first one's counters.
-The scripts wait while an exclusive transaction holds the lock; a ``shared`` one (a node's
-completion) lets them run, since they cannot touch the records it writes.
+The hot path is one server-side script per step (``redis_scripts.py``): starting an instance,
+and completing it together with its node when the node has one instance (its outputs, its
+children's counters, the run's end), with no lock and one round trip each; a new run is one
+script too. The rest (completing a node of many instances, expanding released children,
+failures, retries, cancel) is a run transaction: it holds a per-run lock (``SET NX PX`` with a
+random token) while it reads, and buffers its writes into one commit script that applies them
+only if the lock is still its own, and drops the lock. Writes therefore land all together or
+not at all, and two workers completing the last two parents of a child at the same instant
+take turns: the second one sees the first one's counters. The scripts wait while an exclusive
+transaction holds the lock; a ``shared`` one (a node's completion) lets them start and end
+instances, since those parts cannot touch the records it writes.
 
 Events are a Redis list per run: an event's id is its position, so ids increase without gaps and
 a follower resumes with ``LRANGE`` after the last id it saw. (A Stream's ids are timestamps,
@@ -19,13 +21,12 @@ Redis errors are translated to :class:`~genloop.sdk.errors.StoreError` where the
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
 
@@ -42,9 +43,11 @@ from .records import (
     RunRecord,
     RunSpecRecord,
 )
-from .redis_tx import Keys, RedisTx, event_json, write_instance
+from .redis_keys import PoolKeys
+from .redis_scripts import FinishOutcome, ScriptedCompletion
+from .redis_tx import RedisTx, Writes, event_json, translate_redis_errors, write_instances
 
-T = TypeVar("T")
+__all__ = ["RedisStateStore", "translate_redis_errors"]
 
 # Compare-and-act on a lease: only its holder may extend or drop it.
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then " \
@@ -59,25 +62,12 @@ _TAKE = "local v = redis.call('get', KEYS[1]) " \
 _TX_LOCK_MS = 30_000
 
 
-def translate_redis_errors(fn: Callable[..., T]) -> Callable[..., T]:
-    """Re-raise redis-py's errors as :class:`StoreError`, where they enter genloop."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> T:
-        try:
-            return fn(*args, **kwargs)
-        except redis.RedisError as exc:
-            raise StoreError(f"redis: {type(exc).__name__}: {exc}") from exc
-
-    return wrapper
-
-
 def _until_not_busy(call: Callable[[], Any]) -> Any:
     """Run a transition script until no run transaction holds the run's lock (milliseconds)."""
     delay = 0.0005
     while True:
         out = call()
-        if out not in (-2, [b"busy", 0]):
+        if out not in ([-2], [b"busy", 0]):
             return out
         time.sleep(delay)
         delay = min(delay * 2, 0.01)
@@ -89,48 +79,37 @@ class RedisStateStore(StateStore):
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, prefix: str = "genloop",
                  client: redis.Redis | None = None) -> None:
         self.client = client or redis.Redis.from_url(url)
-        self.keys = Keys(prefix)
+        self.keys = PoolKeys(prefix)
         self._renew = self.client.register_script(_RENEW)
         self._release = self.client.register_script(_RELEASE)
         self._take = self.client.register_script(_TAKE)
         self._start = self.client.register_script(redis_scripts.START)
         self._finish = self.client.register_script(redis_scripts.FINISH)
         self._commit_script = self.client.register_script(redis_scripts.COMMIT)
+        self._create = self.client.register_script(redis_scripts.CREATE)
 
     # -- runs -------------------------------------------------------------------------------
     @translate_redis_errors
     def create_run(self, run, spec, nodes, instances):
-        k = self.keys
-        with self.client.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    if run.idempotency_key is not None:
-                        pipe.watch(k.idem(run.idempotency_key))
-                        existing = pipe.get(k.idem(run.idempotency_key))
-                        if existing is not None:
-                            found = self.get_run(existing.decode())
-                            if found.spec_hash != run.spec_hash:
-                                raise IdempotencyConflict(found.id)
-                            return found, False
-                    pipe.multi()
-                    if run.idempotency_key is not None:
-                        pipe.set(k.idem(run.idempotency_key), run.id)
-                    pipe.set(k.run(run.id), run.model_dump_json())
-                    pipe.set(k.spec(run.id), spec.model_dump_json())
-                    if nodes:
-                        pipe.hset(k.nodes(run.id), mapping={
-                            n.node_id: n.model_dump_json() for n in nodes})
-                    for inst in instances:
-                        write_instance(pipe, k, inst)
-                    if instances:
-                        pipe.hset(k.outbox, mapping={
-                            f"{run.id}|{i.instance_id}": time.time() for i in instances})
-                    pipe.rpush(k.events(run.id), event_json(
-                        EventRecord(type="run.submitted", time=run.created_at, status="pending")))
-                    pipe.execute()
-                    return run, True
-                except redis.WatchError:
-                    continue  # someone used the same key meanwhile: look again
+        k, writes = self.keys, Writes()
+        writes.set(k.run(run.id), run.model_dump_json())
+        writes.set(k.spec(run.id), spec.model_dump_json())
+        if nodes:
+            writes.hset(k.nodes(run.id), mapping={n.node_id: n.model_dump_json() for n in nodes})
+        write_instances(writes, k, instances)
+        if instances:
+            writes.hset(k.outbox, mapping={
+                f"{run.id}|{i.instance_id}": time.time() for i in instances})
+        writes.rpush(k.events(run.id), event_json(
+            EventRecord(type="run.submitted", time=run.created_at, status="pending")))
+        idem = [k.idem(run.idempotency_key)] if run.idempotency_key is not None else []
+        holder = self._create(keys=idem, args=[run.id, json.dumps(writes.commands)]).decode()
+        if holder == run.id:
+            return run, True
+        found = self.get_run(holder)
+        if found.spec_hash != run.spec_hash:
+            raise IdempotencyConflict(found.id)
+        return found, False
 
     @translate_redis_errors
     def get_run(self, run_id: str) -> RunRecord:
@@ -164,6 +143,20 @@ class RedisStateStore(StateStore):
             raise NotFound(f"no instance {instance_id!r} in run {run_id!r}")
         return InstanceRecord.model_validate_json(raw)
 
+    @translate_redis_errors
+    def node(self, run_id: str, node_id: str) -> NodeRecord:
+        raw = self.client.hget(self.keys.nodes(run_id), node_id)
+        if raw is None:
+            raise NotFound(f"no node {node_id!r} in run {run_id!r}")
+        return NodeRecord.model_validate_json(raw)
+
+    @translate_redis_errors
+    def node_instances(self, run_id: str, node_id: str) -> list[InstanceRecord]:
+        """A node's instances, in ``seq`` order."""
+        ids = self.client.zrange(self.keys.node_instances(run_id, node_id), 0, -1)
+        raws = self.client.hmget(self.keys.instances(run_id), ids) if ids else []
+        return [InstanceRecord.model_validate_json(raw) for raw in raws if raw is not None]
+
     @contextmanager
     def transaction(self, run_id: str, *, shared: bool = False) -> Iterator[RunTx]:
         # The token's first letter tells the transition scripts whether they must wait.
@@ -193,7 +186,7 @@ class RedisStateStore(StateStore):
     def _commit(self, tx: RedisTx, lock: str, token: str) -> None:
         """Apply the buffered writes and drop the lock in one script, only if the lock is still
         this transaction's: one round trip instead of WATCH, GET, MULTI/EXEC and a release."""
-        if not self._commit_script(keys=[lock], args=[token, json.dumps(tx._pipe.commands)]):
+        if not self._commit_script(keys=[lock], args=[token, json.dumps(tx.writes())]):
             raise StoreError("run lock expired before the transaction committed")
 
     # -- hot transitions as scripts (see redis_scripts) --------------------------------------
@@ -214,19 +207,27 @@ class RedisStateStore(StateStore):
 
     @translate_redis_errors
     def finish_instance(self, done: InstanceRecord, event: EventRecord,
-                        result: ResultRecord | None, lease: tuple[str, str] | None) -> int:
+                        result: ResultRecord | None, lease: tuple[str, str] | None,
+                        completion: ScriptedCompletion | None = None) -> FinishOutcome:
         """Store ``result`` (unless ``None``) and ``done``, count its node down and drop the
-        ``(key, owner)`` lease, in one step. Returns the node's pending instances left (0: the
-        caller completes the node), -1 if the instance had ended already, -3 if it is missing,
-        -4 if another result is stored under the key."""
+        ``(key, owner)`` lease, in one step; with ``completion``, also complete a node of one
+        instance when nothing stands in the way (see ``redis_scripts.FINISH``)."""
         k, r = self.keys, done.run_id
-        return int(_until_not_busy(lambda: self._finish(
+        more = [] if completion is None else [
+            "1", completion.outputs_json, event_json(completion.node_event),
+            event_json(completion.run_event), *completion.children]
+        out = _until_not_busy(lambda: self._finish(
             keys=[k.instances(r), k.nodes(r), k.events(r), k.live, k.lock(r),
                   k.result(result.key if result else ""), k.outbox,
-                  k.claim(lease[0] if lease else "")],
+                  k.claim(lease[0] if lease else ""), k.run(r),
+                  k.node_instances(r, done.node_id)],
             args=[done.instance_id, done.model_dump_json(), done.node_id, event_json(event),
                   result.model_dump_json() if result else "", f"{r}|{done.instance_id}",
-                  time.time(), f"{r}|@{done.node_id}", lease[1] if lease else ""])))
+                  time.time(), f"{r}|@", lease[1] if lease else "", *more]))
+        code = int(out[0])
+        if code != -5:
+            return FinishOutcome(code)
+        return FinishOutcome(code, run_ended=bool(out[1]), ready=[c.decode() for c in out[2:]])
 
     # -- results ----------------------------------------------------------------------------
     @translate_redis_errors

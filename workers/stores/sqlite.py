@@ -1,9 +1,10 @@
 """SQLite state store for the embedded runtime: one file under the client's home, WAL mode, so
 runs survive a crash of the process and ``resume`` can finish them.
 
-Each thread gets its own connection. A run transaction is ``BEGIN IMMEDIATE``: SQLite takes the
-database's write lock up front, which makes every transaction serializable (one writer at a time
-is plenty for one process).
+Each thread reads on its own connection. Writes go through one connection in ``BEGIN
+IMMEDIATE`` transactions (SQLite takes the database's write lock up front, which makes every
+transaction serializable; one writer at a time is plenty for one process), and concurrent ones
+share a commit (``sqlite_commit.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from genloop.sdk.errors import NotFound, StoreError
@@ -27,6 +28,7 @@ from .records import (
     RunRecord,
     RunSpecRecord,
 )
+from .sqlite_commit import GroupCommit
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -164,47 +166,34 @@ class SqliteStateStore(StateStore):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
-        # Writers of this process queue on a Python lock rather than in SQLite's busy handler,
-        # which sleeps in growing steps and would stall threads that could run at once.
-        self._write_lock = threading.Lock()
         conn = self._conn()
         conn.execute("PRAGMA journal_mode=WAL")
         conn.executescript(_SCHEMA)
+        # Writers of this process take turns on one connection and share commits (see
+        # sqlite_commit.py) rather than queueing in SQLite's busy handler, which sleeps in
+        # growing steps and would stall threads that could run at once.
+        self._commits = GroupCommit(self._connect)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, timeout=60.0, check_same_thread=False
+        )
+        # NORMAL is durable across process crashes in WAL mode (only an OS crash can lose
+        # the last transactions), which is the failure the embedded runtime must survive.
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=60000")
+        with self._all_lock:
+            self._all.append(conn)
+        return conn
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(
-                self.path, isolation_level=None, timeout=60.0, check_same_thread=False
-            )
-            # NORMAL is durable across process crashes in WAL mode (only an OS crash can lose
-            # the last transactions), which is the failure the embedded runtime must survive.
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=60000")
-            self._local.conn = conn
-            with self._all_lock:
-                self._all.append(conn)
+            conn = self._local.conn = self._connect()
         return conn
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        with self._write_lock:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise StoreError(f"sqlite: {exc}") from exc
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            else:
-                try:
-                    conn.execute("COMMIT")
-                except sqlite3.Error as exc:
-                    conn.execute("ROLLBACK")
-                    raise StoreError(f"sqlite: {exc}") from exc
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._commits.write()
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
         try:

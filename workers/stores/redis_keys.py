@@ -1,0 +1,126 @@
+"""Every Redis key genloop writes, named in one place.
+
+A pool's keys live under one prefix (``genloop`` by default, so several pools can share a
+Redis); the gateway's under its own (``genloop:gw``). Dramatiq's queues are named by Dramatiq
+(``<namespace>:<queue>``, see :meth:`PoolKeys.dramatiq_queue`). Nothing else in genloop spells
+a key: the state store, its scripts' callers, the op catalogue, the pool's published config and
+the gateway store all ask here, so a layout change is one edit and two modules cannot disagree.
+"""
+
+from __future__ import annotations
+
+
+class PoolKeys:
+    """Keys of one worker pool: the state store's and what its workers publish."""
+
+    def __init__(self, prefix: str = "genloop") -> None:
+        self.p = prefix
+
+    # -- a run ------------------------------------------------------------------------------
+    def run(self, r: str) -> str:
+        return f"{self.p}:run:{r}"
+
+    def spec(self, r: str) -> str:
+        return f"{self.p}:run:{r}:spec"
+
+    def nodes(self, r: str) -> str:
+        return f"{self.p}:run:{r}:nodes"
+
+    def instances(self, r: str) -> str:
+        return f"{self.p}:run:{r}:instances"
+
+    def node_instances(self, r: str, node_id: str) -> str:
+        """A node's instance ids, scored by ``seq``."""
+        return f"{self.p}:run:{r}:node:{node_id}"
+
+    def events(self, r: str) -> str:
+        return f"{self.p}:run:{r}:events"
+
+    def lock(self, r: str) -> str:
+        """The run transaction's lock (its token says exclusive ``x:`` or shared ``s:``)."""
+        return f"{self.p}:run:{r}:lock"
+
+    # -- shared by all runs -------------------------------------------------------------------
+    def idem(self, key: str) -> str:
+        return f"{self.p}:idem:{key}"
+
+    def result(self, key: str) -> str:
+        return f"{self.p}:result:{key}"
+
+    def claim(self, key: str) -> str:
+        return f"{self.p}:claim:{key}"
+
+    def named_lock(self, name: str) -> str:
+        return f"{self.p}:lock:{name}"
+
+    @property
+    def outbox(self) -> str:
+        """``run|instance`` (or ``run|@node``, a node transition that may be due) -> when."""
+        return f"{self.p}:outbox"
+
+    @property
+    def quarantine(self) -> str:
+        """Unreadable instances taken out of recovery: member -> why."""
+        return f"{self.p}:quarantine"
+
+    @property
+    def live(self) -> str:
+        """Unfinished instances, scored by when they last changed."""
+        return f"{self.p}:live"
+
+    # -- what workers publish ---------------------------------------------------------------
+    @property
+    def artifacts_config(self) -> str:
+        """The artifact store's URI, so a client can use the workers' own."""
+        return f"{self.p}:config:artifacts"
+
+    @property
+    def queues(self) -> str:
+        return f"{self.p}:queues"
+
+    @property
+    def models(self) -> str:
+        return f"{self.p}:models"
+
+    @property
+    def ops(self) -> str:
+        return f"{self.p}:ops"
+
+    @staticmethod
+    def dramatiq_queue(namespace: str, queue: str) -> str:
+        """The list Dramatiq's RedisBroker keeps a queue's messages in (Dramatiq's layout)."""
+        return f"{namespace}:{queue}"
+
+
+class GatewayKeys:
+    """Keys of the gateway's store (API keys, tenants, run ownership)."""
+
+    def __init__(self, prefix: str = "genloop:gw") -> None:
+        self.p = prefix
+
+    def key(self, key_hash: str) -> str:
+        return f"{self.p}:key:{key_hash}"
+
+    def key_id(self, key_id: str) -> str:
+        return f"{self.p}:keyid:{key_id}"
+
+    @property
+    def all_keys(self) -> str:
+        return f"{self.p}:keys"
+
+    def tenant(self, tenant: str) -> str:
+        return f"{self.p}:tenant:{tenant}"
+
+    def run_owner(self, run_id: str) -> str:
+        return f"{self.p}:run:{run_id}"
+
+    def cost(self, run_id: str) -> str:
+        return f"{self.p}:cost:{run_id}"
+
+    def idem(self, key: str) -> str:
+        return f"{self.p}:idem:{key}"
+
+    def tenant_set(self, kind: str, tenant: str) -> str:
+        """A tenant's ``open`` or ``unindexed`` runs, its ``runs`` by submission time (a sorted
+        set, for the console's list), or its ``art`` (artifact keys)."""
+        return f"{self.p}:{kind}:{tenant}"

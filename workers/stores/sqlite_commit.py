@@ -1,0 +1,119 @@
+"""Group commit for the SQLite store: write transactions of many threads share one COMMIT.
+
+Worker threads that complete instances at the same time queue for SQLite's single writer
+anyway. Instead of each paying for its own ``BEGIN IMMEDIATE`` / ``COMMIT`` (a WAL append
+each), the transactions that are queued run one after another inside one SQLite transaction,
+each in its own ``SAVEPOINT`` (so one that raises rolls back only its own writes), and the last
+one in line commits for all. Nobody returns before the COMMIT that holds its writes: a caller
+that enqueues what its transaction released (the outbox) never sends a message for a record
+that could still be rolled back, and a crash loses only transactions whose callers had not
+returned. A batch is committed at :attr:`GroupCommit.max_batch` members at the latest, so
+callers at the head of a long queue are not kept waiting.
+
+Seen from a caller, each transaction is serializable and atomic, as before: bodies run one at
+a time on one connection, and each sees the writes of those before it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from genloop.sdk.errors import StoreError
+
+
+class _Batch:
+    def __init__(self) -> None:
+        self.members = 0
+        self.error: StoreError | None = None
+        self._done = threading.Event()
+
+    def finish(self, error: StoreError | None) -> None:
+        self.error = error
+        self._done.set()
+
+    def wait(self) -> None:
+        self._done.wait()
+        if self.error is not None:
+            raise self.error
+
+
+class GroupCommit:
+    """One writer connection; :meth:`write` is a transaction that may share its COMMIT."""
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection], max_batch: int = 32) -> None:
+        self.max_batch = max_batch
+        self._conn = connect()
+        self._turn = threading.Lock()  # one body at a time
+        self._count = threading.Lock()
+        self._waiting = 0
+        self._batch: _Batch | None = None
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        with self._count:
+            self._waiting += 1
+        self._turn.acquire()
+        with self._count:
+            self._waiting -= 1
+        try:
+            batch = self._begin()
+        except BaseException:
+            self._turn.release()
+            raise
+        try:
+            yield self._conn
+        except BaseException:
+            self._end(batch, ok=False)
+            raise
+        self._end(batch, ok=True)
+        batch.wait()
+
+    def _begin(self) -> _Batch:
+        try:
+            if self._batch is None:
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._batch = _Batch()
+            self._conn.execute("SAVEPOINT genloop_tx")
+        except sqlite3.Error as exc:
+            self._abandon(f"sqlite: {exc}")
+            raise StoreError(f"sqlite: {exc}") from exc
+        return self._batch
+
+    def _end(self, batch: _Batch, ok: bool) -> None:
+        """Close this body's savepoint; commit the batch if nobody else is in line."""
+        try:
+            if not ok:
+                self._conn.execute("ROLLBACK TO genloop_tx")
+            self._conn.execute("RELEASE genloop_tx")
+            batch.members += ok
+            with self._count:
+                others = self._waiting
+            if others == 0 or batch.members >= self.max_batch:
+                self._batch = None
+                if batch.members:
+                    self._conn.execute("COMMIT")
+                else:
+                    self._conn.execute("ROLLBACK")
+                batch.finish(None)
+        except sqlite3.Error as exc:
+            # SQLite may have rolled the whole transaction back (a full disk, an I/O error):
+            # every body of the batch lost its writes and hears so.
+            self._abandon(f"sqlite: {exc}")
+        finally:
+            self._turn.release()
+
+    def _abandon(self, why: str) -> None:
+        if self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        if self._batch is not None:
+            self._batch.finish(StoreError(why))
+            self._batch = None
+
+    def close(self) -> None:
+        self._conn.close()
