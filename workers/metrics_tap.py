@@ -14,6 +14,7 @@ from typing import Any
 
 from .stores.base import RunTx, StateStore
 from .stores.records import EventRecord
+from .stores.redis_scripts import FinishOutcome
 
 Observe = Callable[[str, EventRecord], None]
 
@@ -73,10 +74,16 @@ class MeteredStore:
             return outcome, lease
         return started
 
-    def _finish_instance(self, finish: Callable[..., int]) -> Callable:
-        def finished(done, event, result, lease):
-            left = finish(done, event, result, lease)
-            if left >= 0:  # negative: nothing written (ended already, missing, lost the race)
+    def _finish_instance(self, finish: Callable[..., FinishOutcome]) -> Callable:
+        def finished(done, event, result, lease, completion=None):
+            out = finish(done, event, result, lease, completion)
+            # code >= 0: the instance's event written; -5: so were its node's (and the run's,
+            # if that ended it); other negatives wrote nothing (see redis_scripts.FINISH)
+            if out.code >= 0 or out.code == -5:
                 self._observe(done.run_id, event)
-            return left
+            if out.code == -5 and completion is not None:
+                self._observe(done.run_id, completion.node_event)
+                if out.run_ended:
+                    self._observe(done.run_id, completion.run_event)
+            return out
         return finished
