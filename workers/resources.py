@@ -43,8 +43,16 @@ class Resources:
                 self._models = ModelRegistry(device=self.device, models=self.allowed)
             return self._models
 
-    def evaluator(self, name: str):
-        """The evaluator registered as ``name`` (loaded once per process)."""
+    def evaluator(self, name: str, options: dict[str, Any] | None = None):
+        """The evaluator registered as ``name``, built with ``options`` (loaded once per
+        process for each distinct set of options)."""
         from genloop.evaluators import get_evaluator
+        from genloop.sdk.errors import Permanent
 
-        return get_evaluator(name, device=self.device)
+        try:
+            return get_evaluator(name, device=self.device, **(options or {}))
+        except TypeError as exc:  # a factory given options it does not take
+            if not options:
+                raise
+            raise Permanent(f"evaluator {name!r} does not take options {sorted(options)}: "
+                            f"{exc}") from exc
