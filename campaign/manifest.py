@@ -18,7 +18,10 @@ class FormatOutput(BaseModel):
     """One finished creative file."""
 
     file: str = Field(description="path relative to the campaign folder")
-    method: Literal["crop", "pad"]
+    method: Literal["crop", "pad", "generate"] = Field(
+        description="'generate': drawn at the format's shape; 'crop'/'pad': fitted from the pick")
+    source: str | None = Field(None, description="artifact key of the image it was made from")
+    note: str | None = Field(None, description="why it was fitted although drawing was asked")
     contrast: float | None = Field(None, description="WCAG contrast of the headline, if any")
     panel: bool = Field(False, description="a backing panel was needed to reach 4.5:1")
     render_key: str = Field(description="hash of what the file was made from; reused if equal")
@@ -34,7 +37,7 @@ class VariantRecord(BaseModel):
     run_id: str | None = None
     status: VariantStatus = "pending"
     error: str | None = None
-    images: int = Field(0, description="images the variant's loop generated")
+    images: int = Field(0, description="images the variant generated (loop and formats)")
     steps: int = Field(0, description="denoising steps those images took")
     seed: int | None = None
     round: int | None = None
