@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 from genloop.sdk import Client, Graph, Run, RunResult, ScoredCandidate
@@ -27,14 +28,22 @@ RUNS_FILE = "format_runs.json"
 
 
 def generation_size(fmt: FormatSpec, pick: ScoredCandidate, size: str) -> tuple[int, int]:
-    """Pixel size to draw ``fmt`` at: its own, or the pick's area at its aspect; each side to
-    the nearest multiple of 8 (what latent diffusion models take)."""
+    """Pixel size to draw ``fmt`` at, in multiples of 8 (what latent diffusion models take): its
+    own size, or about the pick's area in its aspect. At small sizes rounding each side alone
+    would bend the aspect (32 x 40 becomes 32 x 32), so the pair is chosen whose aspect is
+    closest, then whose area is."""
     if size == "format":
-        width, height = float(fmt.width), float(fmt.height)
-    else:
-        height = (pick.width * pick.height / fmt.aspect) ** 0.5
-        width = height * fmt.aspect
-    return max(8, round(width / 8) * 8), max(8, round(height / 8) * 8)
+        return max(8, round(fmt.width / 8) * 8), max(8, round(fmt.height / 8) * 8)
+    area = pick.width * pick.height
+    ideal = (area / fmt.aspect) ** 0.5
+    pairs = [(max(8, round(h * fmt.aspect / 8) * 8), h)
+             for h in range(8, max(16, round(2 * ideal / 8) * 8) + 1, 8)]
+
+    def cost(pair: tuple[int, int]) -> float:
+        w, h = pair
+        return abs(math.log(w / h / fmt.aspect)) + 0.5 * abs(math.log(w * h / area))
+
+    return min(pairs, key=cost)
 
 
 def node_id(fmt: FormatSpec) -> str:
