@@ -91,15 +91,17 @@ def manifest_csv(manifest: Manifest) -> str:
                "brand_compliance", "finalist", "images", "run_id", "error"]
     columns += [f"file:{f}" for f in manifest.formats]
     columns += [f"contrast:{f}" for f in manifest.formats]
+    columns += [f"method:{f}" for f in manifest.formats]
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(columns)
     for v in manifest.variants:
         files = [v.formats[f].file if f in v.formats else "" for f in manifest.formats]
         contrasts = [v.formats[f].contrast if f in v.formats else "" for f in manifest.formats]
+        methods = [v.formats[f].method if f in v.formats else "" for f in manifest.formats]
         writer.writerow([v.key, *(v.values[a] for a in axes), v.prompt, v.status, v.seed,
                          v.round, v.score, v.brand_compliance, v.finalist, v.images, v.run_id,
-                         v.error, *files, *contrasts])
+                         v.error, *files, *contrasts, *methods])
     return buffer.getvalue()
 
 
