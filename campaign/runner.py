@@ -135,7 +135,8 @@ def wait_all(records: list[VariantRecord], runs: dict[str, Run],
         full, going, finished = time.monotonic() - last_full >= FULL_SWEEP, 0, False
         last_full = time.monotonic() if full else last_full
         for key, run in list(pending.items()):
-            if not run.status().status.terminal:
+            # A run found finished when it was looked up (a re-run) needs no second look.
+            if not (run.info.status.terminal or run.status().status.terminal):
                 going += 1
                 if going >= WINDOW and not full:
                     break
