@@ -82,6 +82,8 @@ def test_a_format_that_cannot_be_drawn_is_cropped_from_the_pick_and_says_why(tmp
         assert tall.method in ("crop", "pad") and tall.source == v.artifact
         assert "only square pictures are judged here" in tall.note
         assert Image.open(tmp_path / "out/drawn" / tall.file).size == (54, 96)
+    html = (tmp_path / "out/drawn/report.html").read_text()
+    assert html.count("not drawn: only square pictures are judged here") == 2
 
 
 def test_the_budget_counts_the_formats_drawn():
