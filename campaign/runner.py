@@ -49,6 +49,7 @@ class Progress:
     skipped: int
     images: int
     elapsed: float
+    phase: str = "variants"  # then "formats", while formats are drawn (generate_formats)
 
     @property
     def eta(self) -> float | None:
@@ -118,7 +119,7 @@ def submit(spec: CampaignSpec, client: Client, records: list[VariantRecord],
 
 def wait_all(records: list[VariantRecord], runs: dict[str, Run],
              progress: Callable[[Progress], None] | None = None,
-             timeout: float | None = None) -> dict[str, RunResult]:
+             timeout: float | None = None, phase: str = "variants") -> dict[str, RunResult]:
     """Wait until every run ends; returns their results by variant key.
 
     Runs are served about in the order they were submitted, so a sweep asks for the status of
@@ -149,7 +150,7 @@ def wait_all(records: list[VariantRecord], runs: dict[str, Run],
             failed = sum(r.status != "succeeded" for r in results.values())
             progress(Progress(total=len(records), done=len(results) - failed, failed=failed,
                               skipped=skipped, images=images,
-                              elapsed=time.monotonic() - start))
+                              elapsed=time.monotonic() - start, phase=phase))
         if not pending:
             return results
         if timeout is not None and time.monotonic() - start > timeout:
@@ -180,13 +181,16 @@ def record_result(record: VariantRecord, result: RunResult) -> None:
 
 def _draw_formats(spec: CampaignSpec, client: Client, records: list[VariantRecord],
                   picks: dict[str, ScoredCandidate], folder: Path, start: bool,
+                  progress: Callable[[Progress], None] | None,
                   timeout: float | None) -> dict[str, tuple[dict[str, str], dict[str, str]]]:
     """Each picked variant's formats drawn at their own shape (see :mod:`.reframe`), with the
     images and steps they cost added to its record."""
     if spec.generate_formats is None:
         return {}
     runs = reframe.submit(spec, client, records, picks, folder, start=start)
-    results = wait_all(records, {key: run for key, (run, _) in runs.items()}, None, timeout)
+    drawing = [r for r in records if r.key in runs]
+    results = wait_all(drawing, {key: run for key, (run, _) in runs.items()}, progress, timeout,
+                       phase="formats")
     drawn = {}
     by_key = {r.key: r for r in records}
     for key, result in results.items():
@@ -250,7 +254,7 @@ def _collect(spec: CampaignSpec, client: Client, records: list[VariantRecord],
             picks[record.key] = best
             record.seed, record.round, record.score = best.seed, best.round, best.score
             record.artifact = best.artifact
-    drawn = _draw_formats(spec, client, records, picks, folder, start,
+    drawn = _draw_formats(spec, client, records, picks, folder, start, progress,
                           None if timeout is None else timeout - (time.monotonic() - began))
     for record in records:
         if record.key not in picks:

@@ -45,8 +45,12 @@ def decoded(client: Client, key: str) -> Image.Image:
 
 def test_formats_are_drawn_at_their_own_size_and_a_rerun_draws_nothing(tmp_path, local):
     spec = parse_spec(SPEC)
-    manifest = run(spec, local, out=tmp_path / "out")
+    seen = []
+    manifest = run(spec, local, out=tmp_path / "out", progress=seen.append)
     assert manifest.counts() == {"succeeded": 2}
+    # The progress bar goes on while the formats are drawn.
+    assert [(p.phase, p.done, p.total) for p in seen if p.done == 2] == [
+        ("variants", 2, 2), ("formats", 2, 2)]
     # Each variant: 2 loop images + 2 formats x 2 candidates, all counted.
     assert manifest.spent_images == 2 * (2 + 2 * 2)
     for v in manifest.variants:
