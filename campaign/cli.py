@@ -23,7 +23,7 @@ def _client(args: argparse.Namespace) -> Client:
 
 def _bar(p: Progress) -> None:
     eta = "" if p.eta is None else f", ETA {p.eta:.0f} s"
-    sys.stderr.write(f"\rvariants {p.done + p.failed}/{p.total - p.skipped}: {p.done} done, "
+    sys.stderr.write(f"\r{p.phase} {p.done + p.failed}/{p.total - p.skipped}: {p.done} done, "
                      f"{p.failed} failed, {p.skipped} over budget, {p.images} images{eta}   ")
     sys.stderr.flush()
 

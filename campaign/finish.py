@@ -1,4 +1,10 @@
-"""From finished runs to creatives: each variant's pick, brand compliance, finalists, formats."""
+"""From finished runs to creatives: each variant's brand compliance, finalists, formats.
+
+A variant's pick is the best-scored candidate of its loop; with a brand weight the loop already
+scored brand colours (see ``CampaignSpec.loop_for``), so nothing here re-ranks or re-reads the
+candidates. The pick is decoded at most once per variant (:class:`Source`), and not at all when
+its creatives and compliance are already on disk from an earlier collection.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from genloop.evaluators.palette import palette_compliance, parse_colour
 from genloop.evaluators.selection import select_top_k, select_top_k_diverse
-from genloop.sdk import RunResult, ScoredCandidate
+from genloop.sdk import ScoredCandidate
 
 from .creative import fit, set_headline
 from .manifest import FormatOutput, Manifest, VariantRecord
@@ -24,26 +30,32 @@ def _image(read: Read, key: str) -> Image.Image:
     return Image.open(io.BytesIO(read(key))).convert("RGB")
 
 
-def pick(spec: CampaignSpec, result: RunResult, read: Read) -> ScoredCandidate | None:
-    """The variant's best candidate: by its score, plus the brand weight times its compliance."""
-    scored = result.scored
-    if not scored or spec.brand is None or spec.brand.weight == 0:
-        return result.best
-    palette = [parse_colour(c) for c in spec.brand.palette]
+class Source:
+    """A variant's pick, read and decoded on first use only, then kept."""
 
-    def value(c: ScoredCandidate) -> float:
-        share = palette_compliance(_image(read, c.artifact), palette, spec.brand.max_distance)
-        return c.score + spec.brand.weight * share
+    def __init__(self, read: Read, key: str) -> None:
+        self.read, self.key = read, key
+        self._image: Image.Image | None = None
 
-    return max(scored, key=value)
+    @property
+    def image(self) -> Image.Image:
+        if self._image is None:
+            self._image = _image(self.read, self.key)
+        return self._image
 
 
-def mark_brand(spec: CampaignSpec, record: VariantRecord, read: Read) -> None:
+def mark_brand(spec: CampaignSpec, record: VariantRecord, source: Source,
+               previous: VariantRecord | None) -> None:
+    """The pick's brand compliance (kept from ``previous`` when it measured the same image)."""
     if spec.brand is None or record.artifact is None:
         return
-    palette = [parse_colour(c) for c in spec.brand.palette]
-    share = palette_compliance(_image(read, record.artifact), palette, spec.brand.max_distance)
-    record.brand_compliance = round(share, 4)
+    if (previous is not None and previous.artifact == record.artifact
+            and previous.brand_compliance is not None):
+        share = previous.brand_compliance
+    else:
+        palette = [parse_colour(c) for c in spec.brand.palette]
+        share = round(palette_compliance(source.image, palette, spec.brand.max_distance), 4)
+    record.brand_compliance = share
     record.below_brand_minimum = share < spec.brand.min_compliance
 
 
@@ -66,32 +78,41 @@ def mark_finalists(spec: CampaignSpec, records: list[VariantRecord],
             members[i].finalist = True
 
 
-def render_formats(spec: CampaignSpec, record: VariantRecord, folder: Path, read: Read,
-                   previous: VariantRecord | None) -> None:
-    """Write the variant's pick in every format; files made from the same inputs are kept."""
+def render_formats(spec: CampaignSpec, record: VariantRecord, folder: Path, source: Source,
+                   previous: VariantRecord | None, drawn: dict[str, str] | None = None,
+                   errors: dict[str, str] | None = None) -> None:
+    """Write the variant's pick in every format; files made from the same inputs are kept.
+
+    ``drawn`` maps a format to the artifact drawn at its shape (:mod:`.reframe`): that image is
+    fitted instead of the pick (a uniform scale, and a crop of the few pixels that rounding to
+    multiples of 8 left). A format in ``errors`` could not be drawn: the pick is cropped or
+    padded, and the error noted.
+    """
     if record.artifact is None:
         return
-    source: Image.Image | None = None
+    drawn, errors = drawn or {}, errors or {}
     cta = spec.copy_.cta if spec.copy_ else None
     for fmt in spec.formats:
-        what = f"{record.artifact}|{fmt.width}x{fmt.height}|{record.headline}|{cta}"
+        artifact = drawn.get(fmt.name, record.artifact)
+        what = f"{artifact}|{fmt.width}x{fmt.height}|{record.headline}|{cta}"
         render_key = hashlib.sha256(what.encode()).hexdigest()[:16]
         file = f"formats/{fmt.slug}/{record.key}.png"
         old = previous.formats.get(fmt.name) if previous else None
         if old is not None and old.render_key == render_key and (folder / file).exists():
             record.formats[fmt.name] = old
             continue
-        source = source or _image(read, record.artifact)
-        fitted = fit(source, fmt.width, fmt.height)
+        image = (_image(source.read, artifact) if fmt.name in drawn else source.image)
+        fitted = fit(image, fmt.width, fmt.height)
         image, contrast, panel = fitted.image, None, False
         if record.headline:
             placed = set_headline(image, record.headline, cta)
             image, contrast, panel = placed.image, placed.contrast, placed.panel
         (folder / file).parent.mkdir(parents=True, exist_ok=True)
         image.save(folder / file)
-        record.formats[fmt.name] = FormatOutput(file=file, method=fitted.method,
-                                                contrast=contrast, panel=panel,
-                                                render_key=render_key)
+        record.formats[fmt.name] = FormatOutput(
+            file=file, method="generate" if fmt.name in drawn else fitted.method,
+            source=artifact, contrast=contrast, panel=panel, render_key=render_key,
+            note=errors.get(fmt.name))
 
 
 TILE, LABEL = 160, 34

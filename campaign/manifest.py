@@ -18,7 +18,10 @@ class FormatOutput(BaseModel):
     """One finished creative file."""
 
     file: str = Field(description="path relative to the campaign folder")
-    method: Literal["crop", "pad"]
+    method: Literal["crop", "pad", "generate"] = Field(
+        description="'generate': drawn at the format's shape; 'crop'/'pad': fitted from the pick")
+    source: str | None = Field(None, description="artifact key of the image it was made from")
+    note: str | None = Field(None, description="why it was fitted although drawing was asked")
     contrast: float | None = Field(None, description="WCAG contrast of the headline, if any")
     panel: bool = Field(False, description="a backing panel was needed to reach 4.5:1")
     render_key: str = Field(description="hash of what the file was made from; reused if equal")
@@ -34,7 +37,7 @@ class VariantRecord(BaseModel):
     run_id: str | None = None
     status: VariantStatus = "pending"
     error: str | None = None
-    images: int = Field(0, description="images the variant's loop generated")
+    images: int = Field(0, description="images the variant generated (loop and formats)")
     steps: int = Field(0, description="denoising steps those images took")
     seed: int | None = None
     round: int | None = None
@@ -88,15 +91,17 @@ def manifest_csv(manifest: Manifest) -> str:
                "brand_compliance", "finalist", "images", "run_id", "error"]
     columns += [f"file:{f}" for f in manifest.formats]
     columns += [f"contrast:{f}" for f in manifest.formats]
+    columns += [f"method:{f}" for f in manifest.formats]
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(columns)
     for v in manifest.variants:
         files = [v.formats[f].file if f in v.formats else "" for f in manifest.formats]
         contrasts = [v.formats[f].contrast if f in v.formats else "" for f in manifest.formats]
+        methods = [v.formats[f].method if f in v.formats else "" for f in manifest.formats]
         writer.writerow([v.key, *(v.values[a] for a in axes), v.prompt, v.status, v.seed,
                          v.round, v.score, v.brand_compliance, v.finalist, v.images, v.run_id,
-                         v.error, *files, *contrasts])
+                         v.error, *files, *contrasts, *methods])
     return buffer.getvalue()
 
 

@@ -64,8 +64,9 @@ def render_report(manifest: Manifest) -> str:
         cells = "".join(f"<td>{escape(v.values[a])}</td>" for a in axes)
         figures = "".join(
             f'<figure><img src="{escape(out.file)}" alt="{escape(v.prompt)}, {escape(name)}">'
-            f"<figcaption>{escape(name)}"
+            f"<figcaption>{escape(name)}, {out.method}"
             + (f", contrast {out.contrast:.1f}" if out.contrast is not None else "")
+            + (f'<br><span class="note">not drawn: {escape(out.note)}</span>' if out.note else "")
             + ("</figcaption></figure>")
             for name, out in v.formats.items()
         )

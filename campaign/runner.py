@@ -20,7 +20,7 @@ from pathlib import Path
 
 from genloop.sdk import Client, Loop, Run, RunResult, ScoredCandidate
 
-from . import finish
+from . import finish, reframe
 from .manifest import (
     Manifest,
     VariantRecord,
@@ -32,8 +32,11 @@ from .manifest import (
 from .report import write_report
 from .spec import CampaignSpec
 
-#: Seconds between two status sweeps over the unfinished runs.
-POLL = 0.2
+#: Seconds between two status sweeps over the unfinished runs, growing to POLL_MAX while
+#: nothing finishes.
+POLL, POLL_MAX = 0.2, 1.0
+#: A sweep stops after this many runs still going; every FULL_SWEEP seconds it looks at all.
+WINDOW, FULL_SWEEP = 16, 5.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class Progress:
     skipped: int
     images: int
     elapsed: float
+    phase: str = "variants"  # then "formats", while formats are drawn (generate_formats)
 
     @property
     def eta(self) -> float | None:
@@ -68,7 +72,7 @@ def campaign_folder(spec: CampaignSpec, out: str | Path = "out/campaigns") -> Pa
 
 def plan(spec: CampaignSpec) -> list[VariantRecord]:
     """Every variant, with those past the budget marked ``skipped``."""
-    per_images = spec.loop.images
+    per_images = spec.images_per_variant
     per_steps = per_images * spec.loop.steps if spec.loop.steps else None
     records, images, steps = [], 0, 0
     for values in spec.variants():
@@ -115,29 +119,44 @@ def submit(spec: CampaignSpec, client: Client, records: list[VariantRecord],
 
 def wait_all(records: list[VariantRecord], runs: dict[str, Run],
              progress: Callable[[Progress], None] | None = None,
-             timeout: float | None = None) -> dict[str, RunResult]:
-    """Wait until every run ends; returns their results by variant key."""
-    start = time.monotonic()
+             timeout: float | None = None, phase: str = "variants") -> dict[str, RunResult]:
+    """Wait until every run ends; returns their results by variant key.
+
+    Runs are served about in the order they were submitted, so a sweep asks for the status of
+    the oldest unfinished runs only until ``WINDOW`` of them are still going, and all of them
+    every ``FULL_SWEEP`` s: asking for a thousand statuses five times a second would take the
+    workers' CPU and the store's time from the runs themselves.
+    """
+    start = last_full = time.monotonic()
     pending = dict(runs)
     results: dict[str, RunResult] = {}
     skipped = sum(r.status == "skipped" for r in records)
-    images = 0
+    images, delay = 0, POLL
     while True:
+        full, going, finished = time.monotonic() - last_full >= FULL_SWEEP, 0, False
+        last_full = time.monotonic() if full else last_full
         for key, run in list(pending.items()):
-            if run.status().status.terminal:
-                results[key] = run.result()
-                images += generated(results[key])[0]
-                del pending[key]
+            # A run found finished when it was looked up (a re-run) needs no second look.
+            if not (run.info.status.terminal or run.status().status.terminal):
+                going += 1
+                if going >= WINDOW and not full:
+                    break
+                continue
+            results[key] = run.result()
+            images += generated(results[key])[0]
+            del pending[key]
+            finished = True
         if progress is not None:
             failed = sum(r.status != "succeeded" for r in results.values())
             progress(Progress(total=len(records), done=len(results) - failed, failed=failed,
                               skipped=skipped, images=images,
-                              elapsed=time.monotonic() - start))
+                              elapsed=time.monotonic() - start, phase=phase))
         if not pending:
             return results
         if timeout is not None and time.monotonic() - start > timeout:
             raise TimeoutError(f"{len(pending)} variants still running after {timeout:g} s")
-        time.sleep(POLL)
+        delay = POLL if finished else min(delay * 1.5, POLL_MAX)
+        time.sleep(delay)
 
 
 def generated(result: RunResult) -> tuple[int, int]:
@@ -158,6 +177,28 @@ def record_result(record: VariantRecord, result: RunResult) -> None:
             f"{f.node_id}: {f.message}" for f in result.failures[:3]) or "no image was scored"
         if record.status == "succeeded":
             record.status = "failed"
+
+
+def _draw_formats(spec: CampaignSpec, client: Client, records: list[VariantRecord],
+                  picks: dict[str, ScoredCandidate], folder: Path, start: bool,
+                  progress: Callable[[Progress], None] | None,
+                  timeout: float | None) -> dict[str, tuple[dict[str, str], dict[str, str]]]:
+    """Each picked variant's formats drawn at their own shape (see :mod:`.reframe`), with the
+    images and steps they cost added to its record."""
+    if spec.generate_formats is None:
+        return {}
+    runs = reframe.submit(spec, client, records, picks, folder, start=start)
+    drawing = [r for r in records if r.key in runs]
+    results = wait_all(drawing, {key: run for key, (run, _) in runs.items()}, progress, timeout,
+                       phase="formats")
+    drawn = {}
+    by_key = {r.key: r for r in records}
+    for key, result in results.items():
+        drawn[key] = reframe.generated_formats(spec, runs[key][1], result)
+        images, steps = generated(result)
+        by_key[key].images += images
+        by_key[key].steps += steps
+    return drawn
 
 
 def new_manifest(spec: CampaignSpec, records: list[VariantRecord]) -> Manifest:
@@ -193,30 +234,37 @@ def report(spec: CampaignSpec, client: Client, *, out: str | Path = "out/campaig
         if record.key in known:
             record.run_id = known[record.key]
             runs[record.key] = client.get(record.run_id)
-    return _collect(spec, client, records, runs, folder, progress, timeout)
+    return _collect(spec, client, records, runs, folder, progress, timeout, start=False)
 
 
 def _collect(spec: CampaignSpec, client: Client, records: list[VariantRecord],
              runs: dict[str, Run], folder: Path, progress: Callable[[Progress], None] | None,
-             timeout: float | None) -> Manifest:
+             timeout: float | None, start: bool = True) -> Manifest:
     previous_manifest = read_manifest(folder)
     previous = {v.key: v for v in previous_manifest.variants} if previous_manifest else {}
+    began = time.monotonic()
     results = wait_all(records, runs, progress, timeout)
     picks: dict[str, ScoredCandidate] = {}
     for record in records:
         if record.key not in results:
             continue
         record_result(record, results[record.key])
-        best = finish.pick(spec, results[record.key], client.read_artifact)
-        if best is None:
+        best = results[record.key].best  # brand colours, if weighted, are in its score
+        if best is not None:
+            picks[record.key] = best
+            record.seed, record.round, record.score = best.seed, best.round, best.score
+            record.artifact = best.artifact
+    drawn = _draw_formats(spec, client, records, picks, folder, start, progress,
+                          None if timeout is None else timeout - (time.monotonic() - began))
+    for record in records:
+        if record.key not in picks:
             continue
-        picks[record.key] = best
-        record.seed, record.round, record.score = best.seed, best.round, best.score
-        record.artifact = best.artifact
-        finish.mark_brand(spec, record, client.read_artifact)
+        source = finish.Source(client.read_artifact, record.artifact)  # type: ignore[arg-type]
+        made, errors = drawn.get(record.key, ({}, {}))
         try:
-            finish.render_formats(spec, record, folder, client.read_artifact,
-                                  previous.get(record.key))
+            finish.mark_brand(spec, record, source, previous.get(record.key))
+            finish.render_formats(spec, record, folder, source, previous.get(record.key),
+                                  made, errors)
         except OSError as exc:  # an unreadable image fails this variant, never the campaign
             record.status, record.error = "failed", f"could not make its formats: {exc}"
     finish.mark_finalists(spec, records, picks)

@@ -14,7 +14,7 @@ import string
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -42,7 +42,8 @@ class _Model(BaseModel):
 
 class FormatSpec(_Model):
     """One placement: the finished creative's pixel size. Made from the variant's best image by
-    cropping around the subject (or padding) to this aspect ratio, then scaling; never stretched."""
+    cropping around the subject (or padding) to this aspect ratio, then scaling; never stretched
+    (or drawn again at this size: see :class:`FormatGeneration`)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$", description="e.g. '4:5'")
     width: int = Field(ge=16, le=4096)
@@ -74,8 +75,10 @@ class BrandSpec(_Model):
     min_compliance: float = Field(0.0, ge=0.0, le=1.0, description="finalists below are flagged")
     max_distance: float = Field(20.0, gt=0.0, le=100.0, description="delta E counted as a match")
     weight: float = Field(
-        0.0, ge=0.0, description="score points a fully compliant candidate gains when the campaign "
-        "picks each variant's best image (CLIP scores run 0..100); 0 ranks by the evaluator alone",
+        0.0, ge=0.0, description="score points a fully compliant candidate gains (CLIP scores run "
+        "0..100): with a weight, each loop scores with a composite of loop.evaluator and "
+        "brand-palette, so brand colours steer its rounds and its pick (and loop.target is on "
+        "that sum's scale); 0 ranks by the evaluator alone",
     )
 
 
@@ -100,6 +103,18 @@ class LoopSettings(_Model):
         return self.rounds * self.candidates
 
 
+class FormatGeneration(_Model):
+    """Draw each format again at its own shape, rather than only crop or pad the pick: from the
+    pick's prompt and seed (and the next seeds), the loop's evaluator keeping the best. A format
+    the model cannot draw falls back to cropping or padding."""
+
+    size: Literal["format", "loop"] = Field(
+        "format", description="'format': at the format's pixel size (down to a multiple of 8); "
+        "'loop': at the pick's pixel area in the format's aspect, then scaled up (for models "
+        "that draw well only near their native size)")
+    candidates: int = Field(1, ge=1, le=16, description="images drawn per format")
+
+
 class Budget(_Model):
     """The most a campaign may spend. Variants that would exceed it are not started."""
 
@@ -122,6 +137,8 @@ class CampaignSpec(_Model):
     )
     brand: BrandSpec | None = None
     loop: LoopSettings = Field(default_factory=LoopSettings)
+    generate_formats: FormatGeneration | None = Field(
+        None, description="draw formats at their own shape; None: crop or pad the pick")
     finalists: int = Field(1, ge=1, description="distinct finalists per value of group_by")
     group_by: str | None = Field(None, description="axis finalists are chosen per; default first")
     diversity: float = Field(0.5, ge=0.0, le=1.0, description="MMR trade-off among finalists")
@@ -135,6 +152,12 @@ class CampaignSpec(_Model):
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    @property
+    def images_per_variant(self) -> int:
+        """The most images one variant can cost: its loop, and its formats if they are drawn."""
+        drawn = self.generate_formats
+        return self.loop.images + (len(self.formats) * drawn.candidates if drawn else 0)
 
     @property
     def product_axis(self) -> str:
@@ -161,6 +184,15 @@ class CampaignSpec(_Model):
                     "steps": s.steps, "guidance": s.guidance, "width": s.width,
                     "height": s.height}
         fields.update({k: v for k, v in optional.items() if v is not None})
+        if self.brand is not None and self.brand.weight > 0 and s.evaluator is not None:
+            # Brand colours join the loop's score, so they steer its rounds, not only its pick;
+            # brand-palette scores 0..100, so weight / 100 makes `weight` the points at 100%.
+            fields["evaluator"] = "composite"
+            fields["evaluator_options"] = {
+                "weights": {s.evaluator: 1.0, "brand-palette": self.brand.weight / 100},
+                "options": {"brand-palette": {"palette": self.brand.palette,
+                                              "max_distance": self.brand.max_distance}},
+            }
         return Loop(**fields)
 
     def headline(self, values: dict[str, str]) -> str | None:
@@ -195,6 +227,9 @@ def _cross_field_problems(spec: CampaignSpec) -> list[str]:
         problems += _copy_problems(spec.copy_, spec.axes)
     if spec.brand is not None:
         problems += _palette_problems(spec.brand.palette)
+        if spec.brand.weight > 0 and spec.loop.evaluator is None:
+            problems.append("loop.evaluator: name it when brand.weight > 0, so the loop can "
+                            "score it and the brand colours together")
     for i, fmt in enumerate(spec.formats):
         if max(fmt.aspect, 1 / fmt.aspect) > MAX_ASPECT:
             problems.append(
@@ -236,12 +271,15 @@ def _palette_problems(palette: list[str]) -> list[str]:
 
 
 def _budget_problems(spec: CampaignSpec) -> list[str]:
-    per_variant = spec.loop.images
+    per_variant = spec.images_per_variant
     problems = []
     if spec.budget.images is not None and spec.budget.images < per_variant:
+        drawn = spec.generate_formats
+        formats = (f" + {len(spec.formats)} formats x {drawn.candidates} drawn" if drawn else "")
         problems.append(
             f"budget.images: {spec.budget.images} is less than one variant costs "
-            f"({spec.loop.rounds} rounds x {spec.loop.candidates} candidates = {per_variant})"
+            f"({spec.loop.rounds} rounds x {spec.loop.candidates} candidates{formats} = "
+            f"{per_variant})"
         )
     if spec.budget.steps is not None:
         if spec.loop.steps is None:

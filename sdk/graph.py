@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .ops import GenerateParams, RefineParams, SelectParams
+from .ops import GenerateParams, RefineParams, ScoreParams, SelectParams
 
 
 class NodeRef(str):
@@ -167,11 +167,12 @@ class Graph(BaseModel):
         **options: Any,
     ) -> NodeRef:
         """Score every image of ``images`` against ``text`` (``evaluator=None``: the back
-        end's default)."""
-        params: dict[str, Any] = {"text": text}
+        end's default); ``options={...}`` configures the evaluator (see ScoreParams)."""
+        params, node_opts = _split(ScoreParams, options)
+        params["text"] = text
         if evaluator is not None:
             params["evaluator"] = evaluator
-        return self.add("score", inputs=[images], params=params, id=id, **options)
+        return self.add("score", inputs=[images], params=params, id=id, **node_opts)
 
     def select(
         self, scores: str | Sequence[str], *, top_k: int = 1, id: str | None = None,

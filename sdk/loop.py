@@ -60,6 +60,11 @@ class Loop(BaseModel):
     evaluator: str | None = Field(
         None, description="Name of the evaluator that scores every image against the prompt. "
         + BACKEND_DEFAULT)
+    evaluator_options: dict[str, Any] | None = Field(
+        None, description="Settings for the evaluator (see the score op's `options`), e.g. "
+        "evaluator 'composite' with {'weights': {'clip': 1, 'brand-palette': 0.2}, 'options': "
+        "{'brand-palette': {'palette': ['#e4002b']}}} to score prompt match and brand colours "
+        "together. Usually left out.")
     refiner: str = Field(
         "seed-search", description="Name of the strategy that picks the next round's requests "
         "from the scores so far: 'seed-search' (fresh seeds around the best) is the usual "
@@ -175,6 +180,7 @@ class Loop(BaseModel):
                 )
             scores.append(
                 g.score(gen, text=self.prompt, evaluator=self.evaluator, id=f"round-{r}/score",
+                        **({"options": self.evaluator_options} if self.evaluator_options else {}),
                         **retry)
             )
             if r < self.rounds:

@@ -6,9 +6,15 @@ workers apply, and so ``RunResult`` can hand back typed candidates.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 #: Largest ``n`` a single generate node may ask for.
 MAX_CANDIDATES_PER_NODE = 256
@@ -111,6 +117,20 @@ class ScoreParams(_Params):
     evaluator: str | None = Field(
         None, description="Name of the evaluator that scores the images (CLIP-style "
         "evaluators give 100 * cosine similarity, about 0-40). " + BACKEND_DEFAULT)
+    options: dict[str, Any] | None = Field(
+        None, description="Settings for the evaluator, part of the result key: 'brand-palette' "
+        "takes {'palette': ['#e4002b', ...], 'max_distance': 20}; 'composite' takes "
+        "{'weights': {'clip': 1, 'brand-palette': 0.2}, 'options': {'brand-palette': {...}}}. "
+        "Usually left out.")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_options(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Without options the dump (and so every result key made from it) stays what it was
+        # before options existed: stored scores keep being reused.
+        data = handler(self)
+        if data.get("options") is None:
+            data.pop("options", None)
+        return data
 
 
 class SelectParams(_Params):

@@ -41,6 +41,9 @@ def test_campaign(tmp_path):
     assert out.startswith("{'succeeded': 2}")
     manifest = json.loads((tmp_path / "out/shapes-launch/manifest.json").read_text())
     assert {len(v["formats"]) for v in manifest["variants"]} == {4}
+    # 1:1 is the pick's own shape; the others are drawn at theirs (generate_formats).
+    assert {name: out["method"] for name, out in manifest["variants"][0]["formats"].items()
+            if name != "1:1"} == {"4:5": "generate", "9:16": "generate", "1.91:1": "generate"}
 
 
 @pytest.mark.slow

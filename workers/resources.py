@@ -59,7 +59,15 @@ class Resources:
                 self._models = ModelRegistry(device=self.device, models=self.allowed)
             return self._models
 
-    def evaluator(self, name: str):
-        """The evaluator registered as ``name`` in :attr:`evaluators` (loaded once per
-        process)."""
-        return self.evaluators.get(name, device=self.device)
+    def evaluator(self, name: str, options: dict[str, Any] | None = None):
+        """The evaluator registered as ``name`` in :attr:`evaluators`, built with ``options``
+        (loaded once per process for each distinct set of options)."""
+        from genloop.sdk.errors import Permanent
+
+        try:
+            return self.evaluators.get(name, device=self.device, **(options or {}))
+        except TypeError as exc:  # a factory given options it does not take
+            if not options:
+                raise
+            raise Permanent(f"evaluator {name!r} does not take options {sorted(options)}: "
+                            f"{exc}") from exc

@@ -287,3 +287,24 @@ def test_a_models_config_file_names_what_tenants_may_use(stack, tmp_path):
         g.generate("p", model="house-sd", n=8, id="gen")
         body = error(post(gateway.url, key, g.model_dump_json()), 429, "cost_limit")
         assert body.details["requested"] == pytest.approx(8 * 64 * 64 / 1e6 * 10 * 4)
+
+
+def test_evaluator_options_are_data_only_for_a_tenant(stack):
+    _, key = stack.tenant(TenantLimits(evaluators=["clip", "brand-palette", "composite"]))
+    path = Loop(prompt="p", rounds=1, candidates=1, model="tiny", evaluator="clip",
+                evaluator_options={"pretrained": "/etc/passwd"})
+    assert "evaluator 'clip' takes no options from a tenant" in messages(
+        error(post(stack.url, key, path.model_dump_json()), 422, "invalid_graph"))
+    g = Graph()
+    gen = g.generate("p", model="tiny", id="gen")
+    g.score(gen, text="p", evaluator="composite", id="score", options={
+        "weights": {"clip": 1, "hf-clip": 1},
+        "options": {"clip": {"pretrained": "/etc/passwd"}}})
+    text = messages(error(post(stack.url, key, g.model_dump_json()), 422, "invalid_graph"))
+    assert "nodes[1].params.options.weights.hf-clip: unknown evaluator 'hf-clip'" in text
+    assert "nodes[1].params.options.options.clip: evaluator 'clip' takes no options" in text
+    brand = Loop(prompt="p", rounds=1, candidates=1, model="tiny", evaluator="composite",
+                 evaluator_options={"weights": {"clip": 1, "brand-palette": 0.2},
+                                    "options": {"brand-palette": {"palette": ["#e4002b"]}}})
+    accepted = post(stack.url, key, brand.model_dump_json())
+    assert accepted.status_code in (200, 201, 202), accepted.text

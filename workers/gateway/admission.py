@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from genloop.evaluators.options import tenant_option_problems
 from genloop.sdk.errors import GraphError, GraphProblem
 from genloop.sdk.graph import Graph, Node
 from genloop.sdk.loop import Loop
@@ -50,10 +51,16 @@ class Admission:
         problems = graph_problems(graph, self.ops.catalogue())
         if is_loop:  # named where the author wrote them, not in the compiled nodes
             problems.extend(self._loop_name_problems(spec, limits))
+            problems.extend(self._option_problems(None, spec.evaluator, spec.evaluator_options,
+                                                  "evaluator_options", limits))
         for i, node in enumerate(graph.nodes):
             problems.extend(value_problems(node, self.max_prompt_chars))
             if not is_loop:
                 problems.extend(self._name_problems(i, node, limits))
+                if node.op == "score":
+                    problems.extend(self._option_problems(
+                        node.id, node.params.get("evaluator"), node.params.get("options"),
+                        f"nodes[{i}].params.options", limits))
             problems.extend(self._queue_problems(node))
         if problems:
             raise GraphError(_unique(problems))
@@ -95,6 +102,17 @@ class Admission:
             for field, value, allowed in found
             if value is not None and (not isinstance(value, str) or value not in allowed)
         ]
+
+    def _option_problems(self, node_id: str | None, evaluator: object, options: object,
+                         path: str, limits: TenantLimits) -> list[GraphProblem]:
+        """Evaluator options are data only: no paths reach a factory (see evaluators.options)."""
+        if not options:
+            return []
+        if not isinstance(options, dict) or not (evaluator is None or isinstance(evaluator, str)):
+            return [GraphProblem(node_id=node_id, message=f"{path}: give a mapping", path=path)]
+        allowed = self._allowed("evaluator", limits)
+        return [GraphProblem(node_id=node_id, message=message, path=path)
+                for message in tenant_option_problems(evaluator, options, allowed, path)]
 
     def _queue_problems(self, node: Node) -> list[GraphProblem]:
         spec = self.ops.get(node.op)

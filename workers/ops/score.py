@@ -11,7 +11,7 @@ from .registry import op
 
 
 def _identity(params: ScoreParams, resources) -> str:
-    return resources.evaluator(params.evaluator).identity
+    return resources.evaluator(params.evaluator, params.options).identity
 
 
 @op("score", params=ScoreParams, output=ScoredCandidate, queue="gpu", elementwise=True,
@@ -29,7 +29,7 @@ def score(params: ScoreParams, inputs: list, ctx: OpContext) -> Deferred | list:
         raise Permanent(f"score takes generated candidates as input: {exc}") from exc
     if not candidates:
         return []
-    evaluator = ctx.resources.evaluator(params.evaluator)
+    evaluator = ctx.resources.evaluator(params.evaluator, params.options)
     cache = getattr(ctx.resources, "images", None)
     images = []
     for c in candidates:

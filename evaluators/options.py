@@ -1,0 +1,55 @@
+"""Which evaluator options a tenant may send through the gateway.
+
+Options reach an evaluator's factory as keyword arguments, and some factories take local paths
+(``clip``'s ``pretrained``, ``hf-clip``'s ``path``, ``aesthetic``'s ``head``): trusted code may
+name them, a tenant may not (its spec is data, never a path). So the gateway admits options only
+for evaluators whose options are plain data, listed here, and follows ``composite`` into its parts,
+whose names must be evaluators the tenant may use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+#: Evaluator name -> the options a tenant may give it (every one is data, never a path).
+TENANT_OPTIONS: dict[str, frozenset[str]] = {
+    "brand-palette": frozenset({"palette", "max_distance"}),
+    "composite": frozenset({"weights", "options"}),
+}
+
+
+def tenant_option_problems(name: str | None, options: Mapping[str, Any] | None,
+                           allowed: Collection[str], where: str = "options") -> list[str]:
+    """What is wrong with a tenant giving ``options`` to evaluator ``name``, as
+    ``"field: problem"`` lines; ``allowed`` are the evaluators the tenant may name."""
+    if not options:
+        return []
+    if name is None:
+        return [f"{where}: name the evaluator these options are for"]
+    takes = TENANT_OPTIONS.get(name)
+    if takes is None:
+        return [f"{where}: evaluator {name!r} takes no options from a tenant (those that do: "
+                f"{', '.join(sorted(TENANT_OPTIONS))})"]
+    problems = [f"{where}.{key}: {name!r} takes no such option (it takes "
+                f"{', '.join(sorted(takes))})" for key in sorted(set(options) - takes)]
+    if name == "composite":
+        problems += _composite_problems(options, allowed, where)
+    return problems
+
+
+def _composite_problems(options: Mapping[str, Any], allowed: Collection[str],
+                        where: str) -> list[str]:
+    weights, parts = options.get("weights"), options.get("options") or {}
+    if not isinstance(weights, Mapping) or not isinstance(parts, Mapping):
+        return [f"{where}: composite takes weights={{name: weight}} and options={{name: {{...}}}}"]
+    problems = [f"{where}.weights.{part}: unknown evaluator {part!r}; allowed: "
+                f"{', '.join(sorted(allowed))}"
+                for part in weights if part not in allowed or part == "composite"]
+    for part, part_options in parts.items():
+        if not isinstance(part_options, Mapping):
+            problems.append(f"{where}.options.{part}: give the options as a mapping")
+        else:
+            problems += tenant_option_problems(str(part), part_options, allowed,
+                                               f"{where}.options.{part}")
+    return problems
