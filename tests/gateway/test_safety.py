@@ -287,3 +287,26 @@ def test_a_models_config_file_names_what_tenants_may_use(stack, tmp_path):
         g.generate("p", model="house-sd", n=8, id="gen")
         body = error(post(gateway.url, key, g.model_dump_json()), 429, "cost_limit")
         assert body.details["requested"] == pytest.approx(8 * 64 * 64 / 1e6 * 10 * 4)
+
+
+def test_an_unknown_fallback_strategy_is_refused_at_submit(stack):
+    from genloop.workers.ops.refine import refiners
+
+    allowed = sorted(set(refiners()) - {"agent"})
+    _, key = stack.tenant()
+    # A loop's fallback, and a graph's refine node's: neither may name an unknown strategy,
+    # nor 'agent' (it is what the fallback stands in for)
+    for fallback in ("no-such-strategy", "agent"):
+        loop = Loop(prompt="p", rounds=2, candidates=1, model="tiny", refiner="agent",
+                    fallback=fallback)
+        body = error(post(stack.url, key, loop.model_dump_json()), 422, "invalid_graph")
+        (problem,) = body.details["problems"]
+        assert problem["message"] == (f"unknown fallback {fallback!r}; allowed: "
+                                       + ", ".join(allowed))
+        assert problem["path"] == "fallback" and problem["allowed"] == allowed
+    g = Graph()
+    sc = g.score(g.generate("p", model="tiny", id="gen"), text="p", id="score")
+    g.refine(sc, prompt="p", strategy="agent", fallback="no-such-strategy", id="refine")
+    body = error(post(stack.url, key, g.model_dump_json()), 422, "invalid_graph")
+    assert messages(body) == ("params.fallback: unknown fallback 'no-such-strategy'; allowed: "
+                              + ", ".join(allowed))

@@ -64,11 +64,13 @@ class Admission:
             return _narrow(self.models.names(), limits.models)
         if field == "evaluator":
             return _narrow(self.evaluators(), limits.evaluators)
+        if field == "fallback":  # decides when the agent does not answer: not the agent
+            return [s for s in sorted(self.strategies()) if s != "agent"]
         return sorted(self.strategies())
 
     def _loop_name_problems(self, loop: Loop, limits: TenantLimits) -> list[GraphProblem]:
         found = [("model", loop.model, "model"), ("evaluator", loop.evaluator, "evaluator"),
-                 ("refiner", loop.refiner, "strategy")]
+                 ("refiner", loop.refiner, "strategy"), ("fallback", loop.fallback, "fallback")]
         return [
             GraphProblem(node_id=None, message=f"unknown {field} {value!r}; allowed: "
                          f"{', '.join(allowed) or 'none'}", path=field, received=value,
@@ -84,9 +86,9 @@ class Admission:
         if node.op not in BUILTIN_PARAMS:
             return []
         params = node.params
-        field = {"generate": "model", "score": "evaluator", "refine": "strategy"}.get(node.op)
-        found = [] if field is None else [(field, params.get(field),
-                                           self._allowed(field, limits))]
+        fields = {"generate": ["model"], "score": ["evaluator"],
+                  "refine": ["strategy", "fallback"]}.get(node.op, [])
+        found = [(field, params.get(field), self._allowed(field, limits)) for field in fields]
         return [
             GraphProblem(node_id=node.id, message=f"params.{field}: unknown {field} "
                          f"{value!r}; allowed: {', '.join(allowed) or 'none'}",
