@@ -25,6 +25,7 @@ from .fair_queue import FairEnqueuer, FairRelease
 from .middleware.attempts import AttemptOutcomes
 from .middleware.sweeper import OutboxSweeper
 from .ops.registry import OpRegistry
+from .redis_fair_queue import RedisFairQueue, RedisFairWorker
 from .scheduler import Scheduler
 from .stores.base import StateStore
 from .stores.records import InstanceRecord
@@ -86,7 +87,7 @@ class Wiring:
     scheduler: Scheduler
     executor: Executor
     enqueue: Enqueuer
-    fair: FairEnqueuer | None = None
+    fair: FairEnqueuer | RedisFairQueue | None = None
 
 
 def wire(
@@ -102,24 +103,38 @@ def wire(
     sweep_every: float = 5.0,
     grace: float | None = None,
     fair_window: int | None = None,
+    shared_fair: str | None = None,
 ) -> Wiring:
     """Declare genloop's actors and middleware on ``broker`` and return the wiring.
 
     ``grace`` (default: ``lease_ttl``) is how long the sweeper leaves an instance that nobody
     works on before re-sending it. ``fair_window``: put a :class:`~.fair_queue.FairEnqueuer` in
     front of the broker, with at most this many messages per queue in the broker; only for a
-    process whose workers run everything it sends (the embedded runtime).
+    process whose workers run everything it sends (the embedded runtime). ``shared_fair``: the
+    Redis key prefix of a :class:`~.redis_fair_queue.RedisFairQueue` that every sender and
+    worker of a Redis pool shares (needs a ``RedisBroker``; its window is the live workers'
+    threads).
     """
     enqueue = Enqueuer(broker)
-    fair = None
-    if fair_window is not None:
-        def tenant_of(run_id: str) -> str:
-            return scheduler.topology(run_id).graph.namespace or run_id
 
+    def tenant_of(run_id: str) -> str:
+        return scheduler.topology(run_id).graph.namespace or run_id
+
+    fair: FairEnqueuer | RedisFairQueue | None = None
+    backlog = enqueue.backlog
+    if fair_window is not None:
         fair = FairEnqueuer(enqueue.send, fair_window, tenant_of)
         broker.add_middleware(FairRelease(fair))
-    scheduler = Scheduler(store, registry, fair or enqueue, queues=queues,
-                          backlog=enqueue.backlog)
+    elif shared_fair is not None:
+        if not isinstance(broker, RedisBroker):
+            raise TypeError("shared_fair needs a RedisBroker (its client holds the queue)")
+        shared = fair = RedisFairQueue(broker.client, enqueue.send, tenant_of, prefix=shared_fair)
+        broker.add_middleware(RedisFairWorker(shared, ACTOR_PREFIX))
+
+        def backlog(queue: str) -> int:  # waiting their turn is not lost either
+            return enqueue.backlog(queue) + shared.waiting(queue)
+
+    scheduler = Scheduler(store, registry, fair or enqueue, queues=queues, backlog=backlog)
     executor = Executor(
         scheduler, artifacts, registry, resources=resources, lease_ttl=lease_ttl,
         attempt_of=lambda: int(

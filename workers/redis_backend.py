@@ -28,7 +28,9 @@ class RedisBackend(StoreBackend):
 
     def __init__(self, url: str, artifacts: str | None = None, *, prefix: str = "genloop",
                  registry: OpRegistry | None = None, default_model: str | None = None,
-                 default_evaluator: str | None = None) -> None:
+                 default_evaluator: str | None = None, fair: bool = True) -> None:
+        """``fair``: send through the pool's fair queue (tenants take turns; see
+        :mod:`~.redis_fair_queue`), as the pool's own workers do."""
         from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 
         self.client = redis.Redis.from_url(url)
@@ -47,7 +49,8 @@ class RedisBackend(StoreBackend):
         queues = sorted(set(DEFAULT_QUEUES) | {s.queue for s in registry.values()}
                         | published_queues(self.client, prefix))
         self.broker = RedisBroker(client=self.client)
-        self.wiring = wire(self.broker, store, artifacts, registry, queues=queues)
+        self.wiring = wire(self.broker, store, artifacts, registry, queues=queues,
+                           shared_fair=prefix if fair else None)
         super().__init__(self.wiring.scheduler, artifacts,
                          models=lambda: published_models(self.client, prefix),
                          default_model=default_model, default_evaluator=default_evaluator)

@@ -52,3 +52,24 @@ def wait(params: WaitParams, inputs: list, ctx: OpContext) -> Waited:
         time.sleep(params.sleep / steps)
         ctx.progress(i + 1, steps)
     return Waited(label=params.label)
+
+
+class ShardParams(BaseModel):
+    n: int = 1
+    seed: int = 0
+    shard_size: int = 4
+    first: int = 0
+    salt: str = ""
+    ms: float = 10.0
+
+
+class Made(BaseModel):
+    index: int
+
+
+@op("fair-image", params=ShardParams, output=Made, queue="gpu")
+def fair_image(params: ShardParams, inputs: list, ctx: OpContext) -> list[Made]:
+    """Shards like generate (4 images a message), ``ms`` per image: a 96-image run is 24
+    messages that keep the gpu queue busy for a while."""
+    time.sleep(params.n * params.ms / 1000)
+    return [Made(index=params.first + i) for i in range(params.n)]
