@@ -23,7 +23,7 @@ from .errors import (
     Transient,
     TransportError,
 )
-from .graph import Graph, Node, NodeRef
+from .graph import Graph, Node, NodeRef, RunLimits
 from .http import HttpBackend
 from .loop import Loop
 from .models import (
@@ -98,6 +98,7 @@ __all__ = [
     "Run",
     "RunError",
     "RunInfo",
+    "RunLimits",
     "RunResult",
     "RunSpec",
     "RunStatus",

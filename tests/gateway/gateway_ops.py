@@ -6,6 +6,7 @@ import time
 
 from pydantic import BaseModel
 
+from genloop.sdk.ops import GenerationRequest
 from genloop.workers import OpContext, op
 
 
@@ -73,3 +74,14 @@ def fair_image(params: ShardParams, inputs: list, ctx: OpContext) -> list[Made]:
     messages that keep the gpu queue busy for a while."""
     time.sleep(params.n * params.ms / 1000)
     return [Made(index=params.first + i) for i in range(params.n)]
+
+
+class PromptsParams(BaseModel):
+    prompt: str
+    n: int = 1
+
+
+@op("gw-prompts", params=PromptsParams, output=GenerationRequest)
+def prompts(params: PromptsParams, inputs: list, ctx: OpContext) -> list[GenerationRequest]:
+    """``n`` generation requests: a fan-out no submit-time plan can count (it plans one)."""
+    return [GenerationRequest(prompt=params.prompt, seed=i, round=1) for i in range(params.n)]

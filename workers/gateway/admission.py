@@ -13,14 +13,14 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from genloop.sdk.errors import GraphError, GraphProblem
-from genloop.sdk.graph import Graph, Node
+from genloop.sdk.graph import Graph, Node, RunLimits
 from genloop.sdk.loop import Loop
 from genloop.sdk.ops import BUILTIN_PARAMS
 from genloop.sdk.validation import graph_problems, value_problems
 
 from ..models_config import ModelsConfig
 from ..ops.registry import OpRegistry
-from ..planner import ImageSize, RunCost, run_cost
+from ..planner import ImageSize, RunCost, image_cost, run_cost
 from .limits import TenantLimits
 
 #: A prompt (or any string in a spec) longer than this is refused unless the operator says.
@@ -58,6 +58,21 @@ class Admission:
         if problems:
             raise GraphError(_unique(problems))
         return run_cost(graph, self.ops, self.size_of)
+
+    def run_limits(self, spec: Graph | Loop, limits: TenantLimits) -> RunLimits:
+        """The tenant's per-run limits as the scheduler applies them while the run grows (a
+        fan-out no plan could see), with each generate node's cost of one image. The spec must
+        have passed :meth:`check`."""
+        graph = spec.compile() if isinstance(spec, Loop) else spec
+        image_costs = {}
+        for node in graph.nodes:
+            if node.op == "generate":
+                op = self.ops[node.op]
+                params = op.params.model_validate(node.params)
+                image_costs[node.id] = image_cost(node, op, params, self.size_of)
+        return RunLimits(items=limits.max_candidates_per_run,
+                         images=limits.max_candidates_per_run, cost=limits.max_cost_per_run,
+                         image_costs=image_costs)
 
     def _allowed(self, field: str, limits: TenantLimits) -> list[str]:
         if field == "model":

@@ -89,9 +89,12 @@ class Gateway:
         """Start a run for ``tenant``; ``(info, created)``, ``created`` false for a replay."""
         limits = self.limits(tenant)
         self._own_images(tenant, spec)
-        # Whatever namespace the client sent is replaced: it must not read another's cache.
-        spec = spec.model_copy(update={"namespace": None if self.share_results
-                                       else f"tenant:{tenant}"})
+        planned = self.admission.check(spec, limits)
+        # Whatever namespace and limits the client sent are replaced: it must not read
+        # another's cache, nor let a fan-out grow past its own limits while the run runs.
+        spec = spec.model_copy(update={
+            "namespace": None if self.share_results else f"tenant:{tenant}",
+            "limits": self.admission.run_limits(spec, limits)})
         backend_key = scoped_key(tenant, key) if key is not None else None
         with self._locks[tenant]:
             existing = self.store.run_for_key(backend_key) if backend_key is not None else None
@@ -99,7 +102,6 @@ class Gateway:
             # A retried POST whose run exists is answered with that run (or 409 if the body
             # differs) even when the tenant is at its limit: that run is the one counted.
             if existing is None:
-                planned = self.admission.check(spec, limits)
                 check_run(planned, limits)
                 check_concurrency(*self._open(tenant), planned, limits)
                 cost = planned.cost
