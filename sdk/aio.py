@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
+from os import PathLike
 from typing import Self
 
 from .backend import AsyncBackend, Backend
@@ -28,6 +29,7 @@ from .models import Event, RunInfo, RunResult, RunSpec
 from .ops import GenerationRequest, RefineAnswer
 from .run import refine_answer
 from .schema import SpecSchema
+from .uploads import image_upload
 
 
 class ThreadedBackend(AsyncBackend):
@@ -56,6 +58,9 @@ class ThreadedBackend(AsyncBackend):
 
     async def read_artifact(self, key: str) -> bytes:
         return await asyncio.to_thread(self.sync.read_artifact, key)
+
+    async def write_artifact(self, data: bytes, ext: str) -> str:
+        return await asyncio.to_thread(self.sync.write_artifact, data, ext)
 
     async def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
         return await asyncio.to_thread(self.sync.refine, run_id, answer)
@@ -153,6 +158,10 @@ class AsyncClient(_ClientBase):
 
     async def read_artifact(self, key: str) -> bytes:
         return await self._backend.read_artifact(key)
+
+    async def upload(self, image: bytes | str | PathLike[str]) -> str:
+        """The async twin of :meth:`Client.upload`."""
+        return await self._backend.write_artifact(*image_upload(image))
 
     async def schema(self) -> SpecSchema:
         """The async twin of :meth:`Client.schema`."""

@@ -81,3 +81,31 @@ def test_uploads_are_checked_images_of_the_declared_type_and_size(stack):
     # And a body over the upload cap is 413 before it is read
     too_big = b"\x89PNG" + b"\0" * 8_000_001
     assert code(upload(stack.url, key, too_big)) == (413, "body_too_large")
+
+
+def test_the_sdk_uploads_files_and_bytes_sync_and_async(stack, tmp_path):
+    import asyncio
+
+    import pytest
+
+    from genloop.sdk.errors import ClientError, NotFound
+
+    _, key = stack.tenant()
+    _, other = stack.tenant()
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(image_bytes("JPEG", color="green"))
+    client = stack.client(key)
+    # A file path, sync: the key names a JPEG that reads back as the same bytes
+    jpeg = client.upload(path)
+    assert jpeg.endswith(".jpg") and client.read_artifact(jpeg) == path.read_bytes()
+
+    async def upload_png() -> str:
+        async with stack.aclient(key) as aclient:
+            return await aclient.upload(image_bytes(color="purple"))
+
+    png = asyncio.run(upload_png())
+    assert png.endswith(".png") and client.read_artifact(png) == image_bytes(color="purple")
+    with pytest.raises(NotFound):
+        stack.client(other).read_artifact(png)
+    with pytest.raises(ClientError, match="PNG or JPEG"):
+        client.upload(b"GIF89a...")
