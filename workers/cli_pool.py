@@ -28,6 +28,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
         w.ENV_LEASE_TTL: str(args.lease_ttl), w.ENV_HEARTBEAT_MS: str(args.heartbeat_timeout_ms),
         w.ENV_MODELS: str(Path(args.models).resolve()) if args.models else "",
     })
+    # Fair queuing lets one message per pool thread into a queue (redis_fair_queue); a process
+    # that fetched more than its threads can run (Dramatiq's default is twice) would sit on
+    # messages another process's idle threads could run.
+    env.setdefault("dramatiq_queue_prefetch", str(args.threads))
     argv = [sys.executable, "-m", "dramatiq", "genloop.workers.worker_main",
             "--processes", str(args.processes), "--threads", str(args.threads),
             "--queues", *args.queues.split(",")]

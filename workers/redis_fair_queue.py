@@ -94,10 +94,12 @@ def member(run_id: str, instance_id: str) -> str:
 class RedisFairQueue:
     """``enqueue(instances, delay)`` through per-tenant lists in Redis; :meth:`finished` frees
     a slot and lets the next tenant's message in. ``flight_ttl``: seconds a slot stays taken
-    by a message no worker has reported on (a running one is refreshed by its worker)."""
+    by a message no worker has started (lost with a dead process, or stuck behind retries,
+    which run outside the window: freeing it early lets one message more in, no harm); a
+    running one's slot is kept by its worker's heartbeat, and ends soon after that worker."""
 
     def __init__(self, client: redis.Redis, send: Send, tenant_of: Callable[[str], str], *,
-                 prefix: str = "genloop", flight_ttl: float = 60.0) -> None:
+                 prefix: str = "genloop", flight_ttl: float = 10.0) -> None:
         self.client, self.send, self.tenant_of = client, send, tenant_of
         self.prefix, self.flight_ttl = prefix, flight_ttl
         self._script = client.register_script(_PUSH_AND_TAKE)
@@ -127,10 +129,11 @@ class RedisFairQueue:
         """Fill free slots (a worker joined, or a lost message's slot expired)."""
         self._take(queue)
 
-    def running(self, queue: str, run_id: str, instance_id: str) -> None:
-        """Keep a started message's slot (``XX``: one already finished is not re-added)."""
+    def running(self, queue: str, run_id: str, instance_id: str, ttl: float) -> None:
+        """Keep a started message's slot for ``ttl`` seconds more (``XX``: one already
+        finished is not re-added)."""
         self.client.zadd(self.key(queue, "flight"),
-                         {member(run_id, instance_id): time.time() + self.flight_ttl}, xx=True)
+                         {member(run_id, instance_id): time.time() + ttl}, xx=True)
 
     def waiting(self, queue: str) -> int:
         return int(self.client.scard(self.key(queue, "held")))
@@ -152,7 +155,7 @@ class RedisFairWorker(Middleware):
     """A worker process's part: counts its threads into each queue's window while it lives,
     keeps the slots of the messages it runs, and frees each slot when its message ends."""
 
-    def __init__(self, fair: RedisFairQueue, actor_prefix: str, heartbeat: float = 5.0) -> None:
+    def __init__(self, fair: RedisFairQueue, actor_prefix: str, heartbeat: float = 2.0) -> None:
         self.fair, self.actor_prefix, self.heartbeat = fair, actor_prefix, heartbeat
         self.id = uuid.uuid4().hex[:12]
         self._queues: list[str] = []
@@ -180,7 +183,11 @@ class RedisFairWorker(Middleware):
             queue, (run_id, instance_id) = q_name(message.queue_name), message.args
             with self._lock:
                 self._running[message.message_id] = (queue, run_id, instance_id)
-            self.fair.running(queue, run_id, instance_id)
+            try:
+                self.fair.running(queue, run_id, instance_id, ttl=3 * self.heartbeat)
+            except redis.RedisError:  # the heartbeat keeps the slot once Redis is back
+                log.warning("fair queue: Redis unreachable at the start of %s/%s", run_id,
+                            instance_id)
 
     def after_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message, *,
                               result: object = None, exception: BaseException | None = None
@@ -208,7 +215,7 @@ class RedisFairWorker(Middleware):
         with self._lock:
             running = list(self._running.values())
         for queue, run_id, instance_id in running:
-            self.fair.running(queue, run_id, instance_id)
+            self.fair.running(queue, run_id, instance_id, ttl=3 * self.heartbeat)
         for queue in self._queues:
             self.fair.pump(queue)
 
