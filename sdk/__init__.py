@@ -24,7 +24,7 @@ from .errors import (
     Transient,
     TransportError,
 )
-from .graph import Graph, Node, NodeRef
+from .graph import Graph, Node, NodeRef, RunLimits
 from .http import HttpBackend
 from .loop import Loop
 from .models import (
@@ -100,6 +100,7 @@ __all__ = [
     "Run",
     "RunError",
     "RunInfo",
+    "RunLimits",
     "RunResult",
     "RunSpec",
     "RunStatus",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from os import PathLike
 from typing import Self
 
 from .backend import AsyncBackend, Backend
@@ -27,6 +28,7 @@ from .ops import GenerationRequest, RefineAnswer
 from .polling import WaitForEnd
 from .run import refine_answer
 from .schema import SpecSchema
+from .uploads import image_upload
 
 
 class ThreadedBackend(AsyncBackend):
@@ -55,6 +57,9 @@ class ThreadedBackend(AsyncBackend):
 
     async def read_artifact(self, key: str) -> bytes:
         return await asyncio.to_thread(self.sync.read_artifact, key)
+
+    async def write_artifact(self, data: bytes, ext: str) -> str:
+        return await asyncio.to_thread(self.sync.write_artifact, data, ext)
 
     async def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
         return await asyncio.to_thread(self.sync.refine, run_id, answer)
@@ -146,6 +151,10 @@ class AsyncClient(_ClientBase):
 
     async def read_artifact(self, key: str) -> bytes:
         return await self._backend.read_artifact(key)
+
+    async def upload(self, image: bytes | str | PathLike[str]) -> str:
+        """The async twin of :meth:`Client.upload`."""
+        return await self._backend.write_artifact(*image_upload(image))
 
     async def schema(self) -> SpecSchema:
         """The async twin of :meth:`Client.schema`."""

@@ -54,6 +54,10 @@ class Backend(ABC):
     def read_artifact(self, key: str) -> bytes:
         """The bytes of an artifact (``NotFound`` if absent)."""
 
+    def write_artifact(self, data: bytes, ext: str) -> str:
+        """Store an image (``ext``: ``png`` or ``jpg``) to edit in a graph; its key."""
+        raise NotImplementedError(f"{type(self).__name__} cannot store artifacts")
+
     def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
         """Answer the run's waiting ``agent`` refine (``RefineConflict`` if none waits)."""
         raise NotImplementedError(f"{type(self).__name__} cannot answer refine requests")
@@ -110,6 +114,10 @@ class AsyncBackend(ABC):
 
     @abstractmethod
     async def read_artifact(self, key: str) -> bytes: ...
+
+    async def write_artifact(self, data: bytes, ext: str) -> str:
+        """Store an image (``ext``: ``png`` or ``jpg``) to edit in a graph; its key."""
+        raise NotImplementedError(f"{type(self).__name__} cannot store artifacts")
 
     async def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
         """Answer the run's waiting ``agent`` refine (``RefineConflict`` if none waits)."""

@@ -16,6 +16,7 @@ from .http import HttpBackend, HttpConfig
 from .models import RunSpec
 from .run import Run
 from .schema import SpecSchema
+from .uploads import image_upload
 
 
 def _workers_module(name: str, what: str) -> Any:
@@ -119,6 +120,12 @@ class Client(_ClientBase):
     def read_artifact(self, key: str) -> bytes:
         """The bytes of an artifact (a candidate's ``artifact``), e.g. PNG data."""
         return self._backend.read_artifact(key)
+
+    def upload(self, image: bytes | str | PathLike[str]) -> str:
+        """Store a PNG or JPEG (bytes or a file path) and return its artifact key, to edit it
+        (a generate node's ``init_image`` or ``mask``) and read it back. Through a gateway the
+        image is yours alone, like your runs' images."""
+        return self._backend.write_artifact(*image_upload(image))
 
     def schema(self) -> SpecSchema:
         """JSON Schema of Graph and Loop with ``model``, ``evaluator``, ``refiner`` and ``op``

@@ -20,6 +20,26 @@ from pydantic import BaseModel, ConfigDict, Field
 from .ops import GenerateParams, RefineParams, ScoreParams, SelectParams
 
 
+class RunLimits(BaseModel):
+    """What a run may grow to while it runs, when an op's output count was unknown at submit
+    (a custom op that returns many items feeding a map or a generate node). A node that would
+    take in more than ``items`` items, or take the run past ``images`` images or ``cost``
+    megapixel-steps, fails instead of expanding, and its descendants are skipped. A gateway
+    sets the tenant's limits here (whatever the client sent)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: int = Field(ge=1, description="Items any one node may take in from its inputs.")
+    images: int = Field(ge=1, description="Images the whole run may generate.")
+    cost: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="Megapixel-steps the whole run may cost, retries included.")
+    image_costs: dict[str, float] = Field(
+        default_factory=dict,
+        description="Megapixel-steps of one image of each generate node (by node id), retries "
+        "included: what the run's cost is counted with.")
+
+
 class NodeRef(str):
     """The id of a node in a graph, returned by the builder methods; pass it as an input."""
 
@@ -106,6 +126,9 @@ class Graph(BaseModel):
         description="Stored results are reused only between runs of the same namespace; a "
         "gateway sets it to the tenant (whatever the client sent).",
     )
+    limits: RunLimits | None = Field(
+        None, description="Bounds on what the run may grow to while it runs (see RunLimits); "
+        "a gateway sets the tenant's.")
 
     def add(
         self,

@@ -33,6 +33,7 @@ from .models import Event, RunInfo, RunResult, RunSpec
 from .ops import RefineAnswer
 from .polling import TERMINAL_EVENTS
 from .schema import SpecSchema
+from .uploads import UPLOAD_MEDIA
 from .wire import (
     IDEMPOTENCY_HEADER,
     SseDecoder,
@@ -219,6 +220,9 @@ class HttpBackend(_HttpBase, Backend):
     def read_artifact(self, key: str) -> bytes:
         return self._send("GET", f"/v1/artifacts/{key}").content
 
+    def write_artifact(self, data: bytes, ext: str) -> str:
+        return str(self._send("POST", "/v1/artifacts", **_upload_request(data, ext)).json()["key"])
+
     def schema(self) -> SpecSchema:
         return SpecSchema.model_validate_json(self._send("GET", "/v1/schema").content)
 
@@ -300,6 +304,10 @@ class AsyncHttpBackend(_HttpBase, AsyncBackend):
     async def read_artifact(self, key: str) -> bytes:
         return (await self._send("GET", f"/v1/artifacts/{key}")).content
 
+    async def write_artifact(self, data: bytes, ext: str) -> str:
+        response = await self._send("POST", "/v1/artifacts", **_upload_request(data, ext))
+        return str(response.json()["key"])
+
     async def schema(self) -> SpecSchema:
         return SpecSchema.model_validate_json((await self._send("GET", "/v1/schema")).content)
 
@@ -310,3 +318,8 @@ class AsyncHttpBackend(_HttpBase, AsyncBackend):
 def _refine_request(answer: RefineAnswer) -> dict[str, Any]:
     return {"content": answer.model_dump_json(),
             "headers": {"Content-Type": "application/json"}}
+
+
+def _upload_request(data: bytes, ext: str) -> dict[str, Any]:
+    """An upload is content-addressed, so a retried POST stores nothing twice."""
+    return {"content": data, "headers": {"Content-Type": UPLOAD_MEDIA[ext]}}

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .graph import Graph
+from .graph import Graph, RunLimits
 from .ops import BACKEND_DEFAULT, MAX_CANDIDATES_PER_NODE
 
 
@@ -96,6 +96,9 @@ class Loop(BaseModel):
     namespace: str | None = Field(
         None, max_length=200, description="Result namespace of the compiled graph (see Graph): "
         "results are shared only within one namespace. The gateway sets it to the tenant.")
+    limits: RunLimits | None = Field(
+        None, description="Bounds of the compiled graph while it runs (see Graph); a gateway "
+        "sets the tenant's.")
     budget: int | None = Field(
         None, ge=1,
         description="Total denoising steps the loop may spend (sum over every image of its "
@@ -149,7 +152,7 @@ class Loop(BaseModel):
 
     def compile(self) -> Graph:
         """The graph this loop runs as (see the module docstring)."""
-        g = Graph(namespace=self.namespace)
+        g = Graph(namespace=self.namespace, limits=self.limits)
         image_opts: dict[str, Any] = {
             k: v
             for k, v in {

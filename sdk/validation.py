@@ -99,37 +99,43 @@ def validate_graph(graph: Graph, ops: Mapping[str, type[BaseModel]] | None = Non
 
 
 def value_problems(node: Node, max_string: int | None = None) -> list[GraphProblem]:
-    """Values no spec may hold, wherever they sit in a node: non-finite floats (JSON cannot
-    carry them, so they would be stored as null or not parse back), strings that are not valid
-    Unicode (lone surrogates cannot be encoded to store or send), and, with ``max_string``,
-    strings longer than that (a long prompt is copied into every candidate of a node)."""
-    problems: list[GraphProblem] = []
+    """Values no spec may hold, wherever they sit in a node (see :func:`bad_values`)."""
+    return [GraphProblem(node_id=node.id, message=f"{where}: {message}")
+            for name in Node.model_fields
+            for where, message in bad_values(getattr(node, name), name, max_string)]
+
+
+def bad_values(value: Any, where: str = "", max_string: int | None = None
+               ) -> list[tuple[str, str]]:
+    """``(path, why)`` for each value that no spec or stored record may hold: non-finite floats
+    (JSON cannot carry them, so they would be stored as null or not parse back), strings that
+    are not valid Unicode (lone surrogates cannot be encoded to store or send), and, with
+    ``max_string``, strings longer than that (a long prompt is copied into every candidate of
+    a node). The gateway's admission refuses a spec with any; the sweeper quarantines a stored
+    record with any, so that it cannot trip recovery for everyone."""
+    found: list[tuple[str, str]] = []
 
     def walk(value: Any, where: str) -> None:
         if isinstance(value, float) and not math.isfinite(value):
-            problems.append(GraphProblem(
-                node_id=node.id, message=f"{where}: {value} is not a finite number"))
+            found.append((where, f"{value} is not a finite number"))
         elif isinstance(value, str):
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
-                problems.append(GraphProblem(
-                    node_id=node.id, message=f"{where}: not valid Unicode (a lone surrogate)"))
+                found.append((where, "not valid Unicode (a lone surrogate)"))
             if max_string is not None and len(value) > max_string:
-                problems.append(GraphProblem(
-                    node_id=node.id,
-                    message=f"{where}: {len(value)} characters; at most {max_string} allowed"))
+                found.append((where, f"{len(value)} characters; at most {max_string} allowed"))
         elif isinstance(value, dict):
             for key, item in value.items():
                 walk(key, where)
-                walk(item, f"{where}.{key}" if isinstance(key, str) else where)
+                walk(item, f"{where}.{key}" if isinstance(key, str) and where else
+                     key if isinstance(key, str) else where)
         elif isinstance(value, list | tuple):
             for i, item in enumerate(value):
                 walk(item, f"{where}[{i}]")
 
-    for name in Node.model_fields:
-        walk(getattr(node, name), name)
-    return problems
+    walk(value, where)
+    return found
 
 
 #: Where each name lives: (op or None for a Loop, field, Served attribute).

@@ -28,6 +28,7 @@ from .middleware.attempts import AttemptOutcomes, retry_transients
 from .middleware.metrics import QueueWait
 from .middleware.sweeper import OutboxSweeper
 from .ops.registry import OpRegistry
+from .redis_fair_queue import RedisFairQueue, RedisFairWorker
 from .scheduler import Scheduler
 from .stores.base import StateStore
 from .stores.records import InstanceRecord
@@ -97,15 +98,32 @@ class Wiring:
     scheduler: Scheduler
     executor: Executor
     enqueue: Enqueuer
-    fair: FairEnqueuer | None = None
+    fair: FairEnqueuer | RedisFairQueue | None = None
 
 
 def submitter(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, *,
-              queues: Sequence[str] = DEFAULT_QUEUES) -> Scheduler:
+              queues: Sequence[str] = DEFAULT_QUEUES,
+              shared_fair: str | None = None) -> Scheduler:
     """A scheduler for a process that plans and enqueues but runs no op (``Client.connect``):
-    its messages go to ``broker``; no actor, executor or middleware is declared."""
+    its messages go to ``broker``, or with ``shared_fair`` (a Redis key prefix) through the
+    pool's :class:`~.redis_fair_queue.RedisFairQueue`; no actor, executor or middleware is
+    declared."""
     enqueue = Enqueuer(broker)
-    return Scheduler(store, registry, enqueue, queues=queues, backlog=enqueue.backlog)
+    if shared_fair is None:
+        return Scheduler(store, registry, enqueue, queues=queues, backlog=enqueue.backlog)
+    if not isinstance(broker, RedisBroker):
+        raise TypeError("shared_fair needs a RedisBroker (its client holds the queue)")
+
+    def tenant_of(run_id: str) -> str:
+        return scheduler.topology(run_id).graph.namespace or run_id
+
+    fair = RedisFairQueue(broker.client, enqueue.send, tenant_of, prefix=shared_fair)
+
+    def backlog(queue: str) -> int:  # waiting their turn is not lost either
+        return enqueue.backlog(queue) + fair.waiting(queue)
+
+    scheduler = Scheduler(store, registry, fair, queues=queues, backlog=backlog)
+    return scheduler
 
 
 def wire(
@@ -121,22 +139,37 @@ def wire(
     sweep_every: float = 5.0,
     grace: float | None = None,
     fair_window: int | None = None,
+    shared_fair: str | None = None,
 ) -> Wiring:
     """Declare genloop's actors and middleware on ``broker`` and return the wiring.
 
     ``grace`` (default: ``lease_ttl``) is how long the sweeper leaves an instance that nobody
     works on before re-sending it. ``fair_window``: put a :class:`~.fair_queue.FairEnqueuer` in
     front of the broker, with at most this many messages per queue in the broker; only for a
-    process whose workers run everything it sends (the embedded runtime).
+    process whose workers run everything it sends (the embedded runtime). ``shared_fair``: the
+    Redis key prefix of a :class:`~.redis_fair_queue.RedisFairQueue` that every sender and
+    worker of a Redis pool shares (needs a ``RedisBroker``; its window is the live workers'
+    threads).
     """
     enqueue = Enqueuer(broker)
-    fair = None
-    if fair_window is not None:
-        def tenant_of(run_id: str) -> str:
-            return scheduler.topology(run_id).graph.namespace or run_id
 
+    def tenant_of(run_id: str) -> str:
+        return scheduler.topology(run_id).graph.namespace or run_id
+
+    fair: FairEnqueuer | RedisFairQueue | None = None
+    backlog = enqueue.backlog
+    if fair_window is not None:
         fair = FairEnqueuer(enqueue.send, fair_window, tenant_of)
         broker.add_middleware(FairRelease(fair))
+    elif shared_fair is not None:
+        if not isinstance(broker, RedisBroker):
+            raise TypeError("shared_fair needs a RedisBroker (its client holds the queue)")
+        shared = fair = RedisFairQueue(broker.client, enqueue.send, tenant_of, prefix=shared_fair)
+        broker.add_middleware(RedisFairWorker(shared, ACTOR_PREFIX))
+
+        def backlog(queue: str) -> int:  # waiting their turn is not lost either
+            return enqueue.backlog(queue) + shared.waiting(queue)
+
     meter = metrics()
 
     def op_of(run_id: str, node_id: str) -> tuple[str, str]:
@@ -148,8 +181,7 @@ def wire(
 
     # The scheduler's committed events feed the metrics (see genloop.workers.metrics).
     metered = MeteredStore(store, lambda run_id, event: meter.observe(run_id, event, op_of))
-    scheduler = Scheduler(metered, registry, fair or enqueue, queues=queues,
-                          backlog=enqueue.backlog)
+    scheduler = Scheduler(metered, registry, fair or enqueue, queues=queues, backlog=backlog)
     executor = Executor(
         scheduler, artifacts, registry, resources=resources, lease_ttl=lease_ttl,
         attempt_of=lambda: int(

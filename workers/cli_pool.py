@@ -30,6 +30,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
         w.ENV_METRICS_PORT: str(args.metrics_port or ""), w.ENV_METRICS_HOST: args.metrics_host,
         w.ENV_PROCESSES: str(args.processes),
     })
+    # Fair queuing lets one message per pool thread into a queue (redis_fair_queue); a process
+    # that fetched more than its threads can run (Dramatiq's default is twice) would sit on
+    # messages another process's idle threads could run.
+    env.setdefault("dramatiq_queue_prefetch", str(args.threads))
     argv = [sys.executable, "-m", "dramatiq", "genloop.workers.worker_main",
             "--processes", str(args.processes), "--threads", str(args.threads),
             "--queues", *args.queues.split(",")]

@@ -10,12 +10,13 @@ A node runs as one or more *instances*, each one Dramatiq message:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from genloop.sdk.errors import GraphError, GraphProblem
-from genloop.sdk.graph import Graph, Node
+from genloop.sdk.graph import Graph, Node, RunLimits
 
 from .ops.registry import OpRegistry, OpSpec
 from .stores.records import FailedItem, InstanceRecord, ItemRef
@@ -173,35 +174,72 @@ def run_cost(graph: Graph, registry: OpRegistry,
     element-wise ops pass their input count on, ``select`` keeps at most ``top_k``, ``refine``
     asks for ``candidates``: a loop's rounds are counted through its refine nodes. A custom op's
     output count is unknown before it runs; it is taken as its input count (one item for a
-    root), and the generate op refuses a larger fan-out when it runs. ``cost`` is images x
-    megapixels x steps x (1 + max retries): the most a node can burn, failures included.
-    ``size_of(model)`` gives the model's defaults for unset steps, width and height. The graph
-    must be valid (acyclic, known ops).
+    root), and the run's :class:`~genloop.sdk.graph.RunLimits` stop a larger fan-out when it
+    comes (:func:`limits_problem`). ``cost`` is images x megapixels x steps x (1 + max
+    retries): the most a node can burn, failures included. ``size_of(model)`` gives the
+    model's defaults for unset steps, width and height. The graph must be valid (acyclic,
+    known ops).
     """
-    nodes = {n.id: n for n in graph.nodes}
     costs: dict[str, NodeCost] = {}
+    for node, spec, params, _fed, images, items in _flow(graph, registry, {}):
+        cost = images * image_cost(node, spec, params, size_of) if images else 0.0
+        costs[node.id] = NodeCost(node.id, items, images, cost)
+    return RunCost(costs)
+
+
+def image_cost(node: Node, spec: OpSpec, params: Any,
+               size_of: Callable[[str], ImageSize]) -> float:
+    """Megapixel-steps of one image of a generate node, every retry counted."""
+    size = size_of(params.model)
+    steps = params.steps or size.steps
+    pixels = (params.width or size.width) * (params.height or size.height)
+    retries = spec.max_retries if node.max_retries is None else node.max_retries
+    return pixels / 1e6 * steps * (1 + retries)
+
+
+def limits_problem(graph: Graph, registry: OpRegistry, limits: RunLimits, node_id: str,
+                   known: Mapping[str, int]) -> str | None:
+    """Why node ``node_id``, about to expand, would take the run past ``limits``; ``None`` if
+    it may run. ``known``: the items each ended node actually output; the rest are planned as
+    :func:`run_cost` plans them, from these."""
+    images, cost = 0, 0.0
+    for node, _spec, _params, fed, node_images, _items in _flow(graph, registry, known):
+        if node.id == node_id and fed > limits.items:
+            return (f"{fed} input items; at most {limits.items} per node (an op upstream "
+                    "returned more items than planned)")
+        images += node_images
+        cost += node_images * limits.image_costs.get(node.id, 0.0)
+    if images > limits.images:
+        return (f"the run would generate {images} images; at most {limits.images} (an op "
+                "upstream returned more items than planned)")
+    if limits.cost is not None and cost > limits.cost:
+        return (f"the run would cost {cost:.4g} megapixel-steps; at most {limits.cost:g} (an "
+                "op upstream returned more items than planned)")
+    return None
+
+
+def _flow(graph: Graph, registry: OpRegistry, known: Mapping[str, int]
+          ) -> Iterator[tuple[Node, OpSpec, Any, int, int, int]]:
+    """Per node, in topological order: ``(node, spec, params, fed, images, items)``; an ended
+    node's ``items`` are ``known[node.id]``."""
+    nodes = {n.id: n for n in graph.nodes}
+    items_of: dict[str, int] = {}
     for node_id in _topological(graph):
         node = nodes[node_id]
         spec = registry[node.op]
         params = spec.params.model_validate(node.params)
-        fed = sum(costs[p].items for p in node.inputs)
-        images, cost = 0, 0.0
+        fed = sum(items_of[p] for p in node.inputs)
+        images = 0
         if node.op == "generate":
-            images = fed if node.inputs else params.n
-            size = size_of(params.model)
-            steps = params.steps or size.steps
-            pixels = (params.width or size.width) * (params.height or size.height)
-            retries = spec.max_retries if node.max_retries is None else node.max_retries
-            cost = images * pixels / 1e6 * steps * (1 + retries)
-            items = images
+            images = items = fed if node.inputs else params.n
         elif node.op == "select":
             items = min(params.top_k, fed)
         elif node.op == "refine":
             items = params.candidates
         else:
             items = fed if node.inputs else 1
-        costs[node_id] = NodeCost(node_id, items, images, cost)
-    return RunCost(costs)
+        items_of[node_id] = known.get(node_id, items)
+        yield node, spec, params, fed, images, items_of[node_id]
 
 
 def _topological(graph: Graph) -> list[str]:

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from genloop.sdk.errors import NotFound
 from genloop.sdk.models import NodeStatus
+from genloop.sdk.validation import bad_values
 
 from .metrics import metrics
 from .scheduler import NODE_MARK, Scheduler
@@ -95,11 +96,17 @@ def recover(scheduler: Scheduler, grace: float, limit: int = 1000) -> int:
 
 def _readable(scheduler: Scheduler,
               entries: Sequence[tuple[str, str]]) -> list[InstanceRecord]:
-    """The entries' records; unreadable ones are quarantined (with an event) and left out."""
+    """The entries' records; unreadable ones, and ones holding values no spec may hold (the
+    admission's own check, :func:`~genloop.sdk.validation.bad_values`), are quarantined (with
+    an event) and left out."""
     out = []
     for run_id, instance_id in entries:
         try:
-            out.append(scheduler.store.instance(run_id, instance_id))
+            inst = scheduler.store.instance(run_id, instance_id)
+            bad = bad_values(inst.model_dump())
+            if bad:
+                raise ValueError("; ".join(f"{where}: {why}" for where, why in bad))
+            out.append(inst)
         except (NotFound, ValidationError, ValueError) as exc:
             reason = f"{type(exc).__name__}: {exc}"
             log.error("quarantining %s/%s, its record cannot be read: %s", run_id,

@@ -35,10 +35,11 @@ class RedisBackend(StoreBackend):
                  registry: OpRegistry | None = None,
                  evaluators: EvaluatorRegistry | None = None,
                  refiners: RefinerRegistry | None = None, default_model: str | None = None,
-                 default_evaluator: str | None = None) -> None:
+                 default_evaluator: str | None = None, fair: bool = True) -> None:
         """``registry``, ``evaluators``, ``refiners``: what this client validates specs against
         (default: where ``@op``, ``@evaluator`` and ``@refiner`` register; the ops the workers
-        published are added)."""
+        published are added). ``fair``: send through the pool's fair queue (tenants take turns;
+        see :mod:`~.redis_fair_queue`), as the pool's own workers do."""
         from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 
         self.client = redis.Redis.from_url(url)
@@ -57,7 +58,8 @@ class RedisBackend(StoreBackend):
         queues = sorted(set(DEFAULT_QUEUES) | {s.queue for s in registry.values()}
                         | published_queues(self.client, prefix))
         self.broker = RedisBroker(client=self.client)
-        scheduler = submitter(self.broker, store, registry, queues=queues)
+        scheduler = submitter(self.broker, store, registry, queues=queues,
+                              shared_fair=prefix if fair else None)
         super().__init__(scheduler, artifacts,
                          models=lambda: published_models(self.client, prefix),
                          evaluators=evaluators if evaluators is not None else default_evaluators,

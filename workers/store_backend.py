@@ -89,6 +89,9 @@ class StoreBackend(Backend):
     def read_artifact(self, key: str) -> bytes:
         return self.artifacts.get(key)
 
+    def write_artifact(self, data: bytes, ext: str) -> str:
+        return self.artifacts.put(data, ext)
+
     def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
         from .agent_refine import answer as give
 

@@ -11,7 +11,14 @@ import time
 from genloop.sdk.models import NodeStatus, RunStatus
 
 from .ops.registry import OpRegistry
-from .planner import Topology, expand, is_elementwise, op_spec, quorum_problem
+from .planner import (
+    Topology,
+    expand,
+    is_elementwise,
+    limits_problem,
+    op_spec,
+    quorum_problem,
+)
 from .stores.base import RunTx
 from .stores.records import EventRecord, InstanceRecord, ItemRef, NodeRecord, RunRecord
 
@@ -118,6 +125,15 @@ class Transitions:
         if problem is not None:
             node.error = f"QuorumError: {problem}"
             return self._node_ended(tx, run, node, NodeStatus.FAILED)
+        limits = topo.graph.limits
+        if limits is not None:
+            # Each ended node's real output count, in place of what was planned at submit.
+            known = {nid: len(n.outputs) for nid in topo.nodes
+                     if (n := tx.node(nid)).status.terminal}
+            problem = limits_problem(topo.graph, self.registry, limits, node.node_id, known)
+            if problem is not None:
+                node.error = f"LimitExceeded: {problem}"
+                return self._node_ended(tx, run, node, NodeStatus.FAILED)
         if is_elementwise(graph_node, spec):
             node.failures = list(failed)
         instances = expand(run.id, graph_node, spec, ok)

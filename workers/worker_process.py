@@ -84,6 +84,7 @@ def build():
         default_registry, queues=queues, resources=resources,
         lease_ttl=float(os.environ.get(ENV_LEASE_TTL, "15")),
         sweep_every=float(os.environ.get(ENV_SWEEP_EVERY, "5")),
+        shared_fair=prefix,  # tenants take turns across the pool (redis_fair_queue)
     )
     publish(client, default_registry, queues, prefix, models=resources.models.builtin())
     if os.environ.get(ENV_METRICS_PORT):

@@ -98,3 +98,26 @@ def test_an_unreadable_record_is_quarantined_and_the_sweep_goes_on(store):
     time.sleep(0.05)
     scheduler.sweep(older_than=0, grace=0.01)
     assert "a#1" not in sent
+
+
+def test_a_record_holding_values_no_spec_may_hold_is_quarantined_like_admission_says(store):
+    from genloop.sdk.validation import bad_values
+
+    # Given a record that parses but carries Infinity in its params (written by hand, or by a
+    # version before admission refused them)
+    _create(store, n=2)
+    scheduler, sent = _scheduler(store)
+    doc = ('{"run_id": "r1", "instance_id": "a#1", "node_id": "a", "seq": 1, '
+           '"params": {"threshold": Infinity}}')
+    if isinstance(store, RedisStateStore):
+        store.client.hset(store.keys.instances("r1"), "a#1", doc)
+    else:
+        store._conn().execute("UPDATE instances SET doc = ? WHERE instance_id = 'a#1'", (doc,))
+    time.sleep(0.05)
+    # When the sweeper looks at it, then it is quarantined with the admission's own words
+    scheduler.sweep(older_than=0, grace=0.01)
+    assert sent == ["a#0"]
+    (event,) = [e for e in store.events("r1") if e.type == "instance.quarantined"]
+    assert event.error == "ValueError: params.threshold: inf is not a finite number"
+    assert bad_values({"params": {"threshold": float("inf")}}) == [
+        ("params.threshold", "inf is not a finite number")]

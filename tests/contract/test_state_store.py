@@ -220,6 +220,18 @@ def test_events_have_increasing_ids_and_resume_after_an_id(store):
     assert [e.step for e in store.events("r1", after=0, limit=2)][1] == 0
 
 
+def test_event_ids_are_numbered_per_run(store):
+    # Given two runs whose events interleave
+    _create(store, "r1")
+    _create(store, "r2", spec_hash="h2")
+    for i in range(3):
+        store.append_event("r2", EventRecord(type="progress", time=1.0, step=i, total=3))
+    store.append_event("r1", EventRecord(type="progress", time=1.0, step=0, total=1))
+    # Then each run's ids count its own events only: they reveal nothing of the other run
+    assert [e.id for e in store.events("r1")] == [1, 2]
+    assert [e.id for e in store.events("r2")] == [1, 2, 3, 4]
+
+
 def test_stale_instances_are_the_unfinished_ones_nobody_touched(store):
     _create(store)
     time.sleep(0.05)
@@ -258,3 +270,25 @@ def test_quarantine_takes_an_instance_out_of_recovery_and_says_so(store):
     assert store.outbox() == [("r1", "a#1")]
     (event,) = [e for e in store.events("r1") if e.type == "instance.quarantined"]
     assert event.instance_id == "a#0" and "max_backoff" in event.error
+
+
+def test_a_sqlite_store_with_global_event_ids_is_renumbered_per_run(tmp_path):
+    import sqlite3
+
+    # Given a state.db from before event ids were per run: one table, ids shared by all runs
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.executescript("CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                     "run_id TEXT NOT NULL, doc TEXT NOT NULL);")
+    for run_id, step in [("r1", 0), ("r2", 0), ("r1", 1), ("r2", 1), ("r2", 2)]:
+        doc = EventRecord(type="progress", time=1.0, step=step).model_dump_json()
+        db.execute("INSERT INTO events (run_id, doc) VALUES (?, ?)", (run_id, doc))
+    db.commit()
+    db.close()
+    # When the store opens it, then each run's events are numbered 1, 2, ... in their order
+    from genloop.workers.stores import SqliteStateStore
+
+    store = SqliteStateStore(tmp_path / "state.db")
+    assert [(e.id, e.step) for e in store.events("r1")] == [(1, 0), (2, 1)]
+    assert [(e.id, e.step) for e in store.events("r2")] == [(1, 0), (2, 1), (3, 2)]
+    assert store.append_event("r1", EventRecord(type="progress", time=1.0, step=2)) == 3
+    store.close()

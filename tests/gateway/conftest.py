@@ -109,7 +109,8 @@ def stack(request, tmp_path_factory, resources) -> Iterator[Stack]:
         from genloop.workers.embedded import EmbeddedBackend
 
         backends: Iterator[Backend] = iter(
-            [EmbeddedBackend(tmp / "home", threads=4, resources=resources, lease_ttl=5.0)]
+            [EmbeddedBackend(tmp / "home", threads=4, resources=resources, lease_ttl=5.0,
+                           fair_window=4)]  # as `genloop serve --local` runs it
         )
         store: GatewayStore = SqliteGatewayStore(tmp / "gateway.db")
     else:

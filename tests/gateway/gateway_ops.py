@@ -6,6 +6,7 @@ import time
 
 from pydantic import BaseModel
 
+from genloop.sdk.ops import GenerationRequest
 from genloop.workers import OpContext, op
 
 
@@ -52,3 +53,35 @@ def wait(params: WaitParams, inputs: list, ctx: OpContext) -> Waited:
         time.sleep(params.sleep / steps)
         ctx.progress(i + 1, steps)
     return Waited(label=params.label)
+
+
+class ShardParams(BaseModel):
+    n: int = 1
+    seed: int = 0
+    shard_size: int = 4
+    first: int = 0
+    salt: str = ""
+    ms: float = 10.0
+
+
+class Made(BaseModel):
+    index: int
+
+
+@op("fair-image", params=ShardParams, output=Made, queue="gpu")
+def fair_image(params: ShardParams, inputs: list, ctx: OpContext) -> list[Made]:
+    """Shards like generate (4 images a message), ``ms`` per image: a 96-image run is 24
+    messages that keep the gpu queue busy for a while."""
+    time.sleep(params.n * params.ms / 1000)
+    return [Made(index=params.first + i) for i in range(params.n)]
+
+
+class PromptsParams(BaseModel):
+    prompt: str
+    n: int = 1
+
+
+@op("gw-prompts", params=PromptsParams, output=GenerationRequest)
+def prompts(params: PromptsParams, inputs: list, ctx: OpContext) -> list[GenerationRequest]:
+    """``n`` generation requests: a fan-out no submit-time plan can count (it plans one)."""
+    return [GenerationRequest(prompt=params.prompt, seed=i, round=1) for i in range(params.n)]

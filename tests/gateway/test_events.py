@@ -115,3 +115,25 @@ def test_sdk_follow_resumes_after_a_dropped_connection(stack):
     assert followed == stack.backend.events(run.id, after=0, limit=1000)
     assert followed[-1].type == "run.succeeded"
     assert run.wait(timeout=10).status == RunStatus.SUCCEEDED
+
+
+def test_event_ids_reveal_nothing_of_other_tenants_runs(stack):
+    # Given alice's finished run, and the ids its stream carried
+    _, alice = stack.tenant()
+    _, bob = stack.tenant()
+    first = stack.client(alice).submit(slow_chain("ids-a"))
+    first.wait(timeout=60)
+    before = [e.id for e in read_stream(stack.url, alice, first.id)]
+    # When bob's runs write events meanwhile (the pool was busy with someone else)
+    for i in range(3):
+        stack.client(bob).submit(slow_chain(f"ids-b{i}")).wait(timeout=60)
+    # Then alice's next run counts its own events only, 1, 2, ... as the first did (how many
+    # progress events a run writes depends on timing, not on anyone else)
+    second = stack.client(alice).submit(slow_chain("ids-a2"))
+    events = read_stream(stack.url, alice, second.id)
+    assert before == list(range(1, len(before) + 1))
+    assert [e.id for e in events] == list(range(1, len(events) + 1))
+    # And resuming after any id is still exact
+    middle = events[len(events) // 2].id
+    resumed = read_stream(stack.url, alice, second.id, last_event_id=middle)
+    assert [e.id for e in resumed] == [e.id for e in events if e.id > middle]

@@ -1,41 +1,20 @@
 """Fair queuing: tenants take turns in front of the broker, so one tenant's small run is not
-stuck behind another's large one (a loose, order-based bound; timings are in
-benchmarks/fairness.py)."""
+stuck behind another's large one, on the embedded back end (in memory) and on a Redis pool
+(in Redis). Loose, order-based bounds; timings are in benchmarks/fairness.py."""
 
 from __future__ import annotations
 
 import time
+import uuid
 
 import httpx
-from pydantic import BaseModel
-from server import LiveServer
+from gateway_settings import redis_url
 
 from genloop.sdk import Graph
 from genloop.sdk.models import NodeStatus
-from genloop.workers import op
-from genloop.workers.embedded import EmbeddedBackend
 from genloop.workers.fair_queue import FairEnqueuer
-from genloop.workers.gateway import SqliteGatewayStore, create_app
+from genloop.workers.redis_fair_queue import RedisFairQueue
 from genloop.workers.stores.records import InstanceRecord
-
-
-class ShardParams(BaseModel):
-    n: int = 1
-    seed: int = 0
-    shard_size: int = 4
-    first: int = 0
-    salt: str = ""
-
-
-class Made(BaseModel):
-    index: int
-
-
-@op("fair-image", params=ShardParams, output=Made, queue="gpu")
-def fair_image(params: ShardParams, inputs: list, ctx) -> list[Made]:
-    """Shards like generate; 10 ms per image, so a 96-image run takes a while."""
-    time.sleep(params.n * 0.01)
-    return [Made(index=params.first + i) for i in range(params.n)]
 
 
 def inst(run: str, i: int) -> InstanceRecord:
@@ -60,39 +39,82 @@ def test_tenants_take_turns_within_the_window():
     assert sent[-1] == "cn#0" and fair.waiting() == 0
 
 
-def test_a_small_run_finishes_before_most_of_another_tenants_large_one(tmp_path):
-    backend = EmbeddedBackend(tmp_path / "home", threads=2, fair_window=2)
-    store = SqliteGatewayStore(tmp_path / "gateway.db")
-    big_key, small_key = store.create_key("big"), store.create_key("small")
-    try:
-        with LiveServer(create_app(backend, store)) as server:
-            def submit(key: str, n: int) -> str:
-                g = Graph()
-                g.add("fair-image", params={"n": n, "salt": key}, id="gen")
-                response = httpx.post(f"{server.url}/v1/runs", content=g.model_dump_json(),
-                                      headers={"Authorization": f"Bearer {key}",
-                                               "Content-Type": "application/json"})
-                assert response.status_code == 201, response.text
-                return str(response.json()["id"])
+def test_tenants_take_turns_in_redis_within_the_live_workers_threads():
+    import redis
 
-            # Given another tenant's 96-image run (24 shards) in flight
-            big = submit(big_key, 96)
-            # When a tenant submits a 1-image run just after it
-            small = submit(small_key, 1)
-            deadline = time.monotonic() + 60
-            while not backend.get(small).status.terminal:
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
-            # Then it ended while most of the large run's shards had not run yet (FIFO order
-            # would have run all 24 first)
-            done = [i for i in backend.store.instances(big)
-                    if i.status == NodeStatus.SUCCEEDED]
-            assert len(done) < 12, f"{len(done)} of 24 shards ran first"
-            assert backend.get(small).status == "succeeded"
-            while not backend.get(big).status.terminal:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            assert backend.get(big).status == "succeeded"
-    finally:
-        backend.close()
-        store.close()
+    client = redis.Redis.from_url(redis_url(0))
+    sent: list[InstanceRecord] = []
+    fair = RedisFairQueue(client, lambda i, delay: sent.append(i) or i.instance_id,
+                          tenant_of=lambda run: run, prefix=f"test-{uuid.uuid4().hex[:8]}")
+    names = lambda: [f"{i.run_id}{i.instance_id}" for i in sent]  # noqa: E731
+    # Given no live worker: everything waits its turn in Redis
+    fair([inst("a", 0), inst("a", 1), inst("a", 2)])
+    assert sent == [] and fair.waiting("gpu") == 3
+    # When a worker with one thread joins, then one message is let in
+    fair.join("w1", "gpu", threads=1, ttl=30)
+    fair.pump("gpu")
+    assert names() == ["an#0"]
+    fair([inst("b", 0), inst("b", 0)])  # the duplicate is dropped
+    assert fair.waiting("gpu") == 3
+    # And as each finishes, the tenants take turns: b's goes second, not fourth
+    for _ in range(3):
+        fair.finished("gpu", sent[-1].run_id, sent[-1].instance_id)
+    assert names() == ["an#0", "bn#0", "an#1", "an#2"]
+    assert sent[1].max_retries == 3 and sent[1].queue == "gpu"  # the message's options
+    # And a slot whose message nobody reports on frees itself after the flight ttl
+    fair.finished("gpu", "a", "n#2")
+    fair.flight_ttl = 0.05
+    fair([inst("c", 0), inst("c", 1)])
+    assert names()[-1] == "cn#0"
+    fair.pump("gpu")
+    assert names()[-1] == "cn#0"
+    time.sleep(0.1)
+    fair.pump("gpu")
+    assert names()[-1] == "cn#1"
+    # And a worker that stops beating leaves the window
+    fair.join("w1", "gpu", threads=1, ttl=0.01)
+    time.sleep(0.05)
+    fair([inst("d", 0)])
+    time.sleep(0.1)
+    fair.pump("gpu")
+    assert names()[-1] == "cn#1" and fair.waiting("gpu") == 1
+    client.close()
+
+
+def _submit(url: str, key: str, n: int) -> str:
+    g = Graph()
+    # 100 ms an image: the large run keeps 4 threads busy for over 2 seconds
+    g.add("fair-image", params={"n": n, "salt": uuid.uuid4().hex, "ms": 100}, id="gen")
+    response = httpx.post(f"{url}/v1/runs", content=g.model_dump_json(),
+                          headers={"Authorization": f"Bearer {key}",
+                                   "Content-Type": "application/json"}, timeout=30)
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def _done(backend, run_id: str) -> int:
+    return sum(i.status == NodeStatus.SUCCEEDED for i in backend.store.instances(run_id))
+
+
+def test_a_small_run_finishes_before_most_of_another_tenants_large_one(stack):
+    _, big_key = stack.tenant()
+    _, small_key = stack.tenant()
+    backend = stack.backend
+    # Given another tenant's 96-image run (24 messages of 4 images) in flight
+    big = _submit(stack.url, big_key, 96)
+    # When a tenant submits a 1-image run just after it
+    small = _submit(stack.url, small_key, 1)
+    before = _done(backend, big)
+    deadline = time.monotonic() + 120
+    while not backend.get(small).status.terminal:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    # Then it ended a turn or two later, long before the large run (FIFO order would have run
+    # all of its 24 messages first; the window is the 4 worker threads)
+    after = _done(backend, big)
+    assert after < 24 and after - before <= 8, f"{before} -> {after} of 24 shards"
+    assert backend.get(small).status == "succeeded"
+    while not backend.get(big).status.terminal:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert backend.get(big).status == "succeeded"

@@ -36,7 +36,7 @@ def test_an_agent_answers_over_http_and_a_second_answer_is_409(stack):
 
 def test_a_graph_cannot_edit_another_tenants_image(stack):
     from genloop.sdk import Graph
-    from genloop.sdk.errors import NotFound
+    from genloop.sdk.errors import GraphError
 
     # Given tenant A made an image
     _, key_a = stack.tenant()
@@ -52,8 +52,8 @@ def test_a_graph_cannot_edit_another_tenants_image(stack):
     edit.generate("a blue sneaker", n=1, steps=2, init_image=made.artifact, id="gen")
     try:
         b.submit(edit)
-    except NotFound:
-        pass
+    except GraphError as exc:
+        assert "no image" in str(exc)
     else:
         raise AssertionError("tenant B edited tenant A's image")
     # while A may edit its own

@@ -308,3 +308,70 @@ def test_evaluator_options_are_data_only_for_a_tenant(stack):
                                     "options": {"brand-palette": {"palette": ["#e4002b"]}}})
     accepted = post(stack.url, key, brand.model_dump_json())
     assert accepted.status_code in (200, 201, 202), accepted.text
+
+
+def test_an_unknown_fallback_strategy_is_refused_at_submit(stack):
+    from genloop.workers.ops.refine import default_refiners
+
+    allowed = sorted(set(default_refiners.names()) - {"agent"})
+    _, key = stack.tenant()
+    # A loop's fallback, and a graph's refine node's: neither may name an unknown strategy,
+    # nor 'agent' (it is what the fallback stands in for)
+    for fallback in ("no-such-strategy", "agent"):
+        loop = Loop(prompt="p", rounds=2, candidates=1, model="tiny", refiner="agent",
+                    fallback=fallback)
+        body = error(post(stack.url, key, loop.model_dump_json()), 422, "invalid_graph")
+        (problem,) = body.details["problems"]
+        assert problem["message"] == (f"unknown fallback {fallback!r}; allowed: "
+                                       + ", ".join(allowed))
+        assert problem["path"] == "fallback" and problem["allowed"] == allowed
+    g = Graph()
+    sc = g.score(g.generate("p", model="tiny", id="gen"), text="p", id="score")
+    g.refine(sc, prompt="p", strategy="agent", fallback="no-such-strategy", id="refine")
+    body = error(post(stack.url, key, g.model_dump_json()), 422, "invalid_graph")
+    assert messages(body) == ("params.fallback: unknown fallback 'no-such-strategy'; allowed: "
+                              + ", ".join(allowed))
+
+
+def test_a_fan_out_past_the_tenants_limits_fails_its_node_when_it_comes(stack, tmp_path):
+    from genloop_test_ops import executions
+
+    tiny = 32 * 32 / 1e6 * 4 * 4  # megapixel-steps of one tiny image, retries counted
+    _, key = stack.tenant(TenantLimits(max_concurrent_runs=20, max_candidates_per_run=8,
+                                       max_cost_per_run=5.5 * tiny))
+    client = stack.client(key)
+    # Given a custom op that returns 40 items, planned at submit as one, feeding a map
+    log = str(tmp_path / "log")
+    g = Graph()
+    src = g.add("test-items", params={"log": log, "value": 40}, id="src")
+    each = g.add("test-each", inputs=[src], map=True, params={"log": log}, id="each")
+    g.add("test-sum", inputs=[each], params={"log": log}, id="sum")
+    # When it runs, then the map node fails with the figures instead of expanding, nothing
+    # downstream runs, and the run fails
+    result = client.submit(g).wait(timeout=60)
+    assert result.status == "failed"
+    assert result.outputs["each"].error == ("LimitExceeded: 40 input items; at most 8 per node "
+                                            "(an op upstream returned more items than planned)")
+    assert result.outputs["sum"].status == "skipped"
+    assert executions(log) == 1  # the source alone ran
+
+    def fed_by_requests(n: int, generates: int) -> Graph:
+        g = Graph()
+        asks = g.add("gw-prompts", params={"prompt": "p", "n": n}, id="asks")
+        for i in range(generates):
+            g.generate(model="tiny", inputs=[asks], map=True, id=f"gen{i}")
+        return g
+
+    # And two generate nodes fed 6 requests each would take the run past its 8 images
+    result = client.submit(fed_by_requests(6, 2)).wait(timeout=60)
+    assert result.outputs["gen0"].error == ("LimitExceeded: the run would generate 12 images; "
+                                            "at most 8 (an op upstream returned more items "
+                                            "than planned)")
+    # And 6 tiny images are within 8 images but past the cost of 5.5
+    result = client.submit(fed_by_requests(6, 1)).wait(timeout=60)
+    assert result.outputs["gen0"].error.startswith(
+        f"LimitExceeded: the run would cost {6 * tiny:.4g} megapixel-steps; at most "
+        f"{5.5 * tiny:g}")
+    # While a fan-out within them runs
+    result = client.submit(fed_by_requests(5, 1)).wait(timeout=180)
+    assert result.status == "succeeded" and len(result.items("gen0")) == 5

@@ -7,7 +7,8 @@ enqueues; ``genloop worker`` processes execute). In code::
 
 Modules: ``app`` (routes), ``service`` (tenants, ownership, idempotency), ``auth`` (bearer keys),
 ``limits``, ``admission`` (allowed names, bounded strings, the run's cost),
-``sse`` (event streams), ``errors`` (one error shape), ``body_limit`` (413),
+``sse`` (event streams), ``errors`` (one error shape), ``body_limit`` (413), ``uploads``
+(images a tenant uploads),
 ``store`` / ``sqlite_store`` / ``redis_store`` (keys and ownership), ``cli``, and the run
 console at ``/ui``: ``ui`` (routes), ``ui_views`` (what pages show), ``ui_session`` (sign-in),
 ``templates/`` and ``static/``.

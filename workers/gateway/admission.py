@@ -14,14 +14,14 @@ from dataclasses import dataclass
 
 from genloop.evaluators.options import tenant_option_problems
 from genloop.sdk.errors import GraphError, GraphProblem
-from genloop.sdk.graph import Graph, Node
+from genloop.sdk.graph import Graph, Node, RunLimits
 from genloop.sdk.loop import Loop
 from genloop.sdk.ops import BUILTIN_PARAMS
 from genloop.sdk.validation import graph_problems, value_problems
 
 from ..models_config import ModelsConfig
 from ..ops.registry import OpRegistry
-from ..planner import ImageSize, RunCost, run_cost
+from ..planner import ImageSize, RunCost, image_cost, run_cost
 from .limits import TenantLimits
 
 #: A prompt (or any string in a spec) longer than this is refused unless the operator says.
@@ -66,16 +66,33 @@ class Admission:
             raise GraphError(_unique(problems))
         return run_cost(graph, self.ops, self.size_of)
 
+    def run_limits(self, spec: Graph | Loop, limits: TenantLimits) -> RunLimits:
+        """The tenant's per-run limits as the scheduler applies them while the run grows (a
+        fan-out no plan could see), with each generate node's cost of one image. The spec must
+        have passed :meth:`check`."""
+        graph = spec.compile() if isinstance(spec, Loop) else spec
+        image_costs = {}
+        for node in graph.nodes:
+            if node.op == "generate":
+                op = self.ops[node.op]
+                params = op.params.model_validate(node.params)
+                image_costs[node.id] = image_cost(node, op, params, self.size_of)
+        return RunLimits(items=limits.max_candidates_per_run,
+                         images=limits.max_candidates_per_run, cost=limits.max_cost_per_run,
+                         image_costs=image_costs)
+
     def _allowed(self, field: str, limits: TenantLimits) -> list[str]:
         if field == "model":
             return _narrow(self.models.names(), limits.models)
         if field == "evaluator":
             return _narrow(self.evaluators(), limits.evaluators)
+        if field == "fallback":  # decides when the agent does not answer: not the agent
+            return [s for s in sorted(self.strategies()) if s != "agent"]
         return sorted(self.strategies())
 
     def _loop_name_problems(self, loop: Loop, limits: TenantLimits) -> list[GraphProblem]:
         found = [("model", loop.model, "model"), ("evaluator", loop.evaluator, "evaluator"),
-                 ("refiner", loop.refiner, "strategy")]
+                 ("refiner", loop.refiner, "strategy"), ("fallback", loop.fallback, "fallback")]
         return [
             GraphProblem(node_id=None, message=f"unknown {field} {value!r}; allowed: "
                          f"{', '.join(allowed) or 'none'}", path=field, received=value,
@@ -91,9 +108,9 @@ class Admission:
         if node.op not in BUILTIN_PARAMS:
             return []
         params = node.params
-        field = {"generate": "model", "score": "evaluator", "refine": "strategy"}.get(node.op)
-        found = [] if field is None else [(field, params.get(field),
-                                           self._allowed(field, limits))]
+        fields = {"generate": ["model"], "score": ["evaluator"],
+                  "refine": ["strategy", "fallback"]}.get(node.op, [])
+        found = [(field, params.get(field), self._allowed(field, limits)) for field in fields]
         return [
             GraphProblem(node_id=node.id, message=f"params.{field}: unknown {field} "
                          f"{value!r}; allowed: {', '.join(allowed) or 'none'}",

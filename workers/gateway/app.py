@@ -37,6 +37,9 @@ from .limits import TenantLimits
 from .service import Gateway, backend_ops
 from .sse import event_stream
 from .store import GatewayStore
+from .uploads import UPLOAD_TYPES, Uploaded, image_size, upload_ext
+
+UPLOAD_TYPES_BY_EXT = {ext: media for media, ext in UPLOAD_TYPES.items()}
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,8 @@ class GatewaySettings:
     max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
     #: Reuse stored results across tenants (a tenant then learns what others asked for).
     share_results: bool = False
+    #: Largest image a tenant may upload (POST /v1/artifacts), in bytes.
+    max_upload_bytes: int = 8_000_000
     #: Seconds a 429 or 503 asks the client to wait.
     retry_after: int = 1
     sse_poll: float = 0.05
@@ -118,7 +123,8 @@ def create_app(backend: Backend, store: GatewayStore,
                                 share_results=settings.share_results)
     app.state.settings = settings
     errors.install(app, settings.retry_after)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
+                       paths={("POST", "/v1/artifacts"): settings.max_upload_bytes})
     ui.install(app)
 
     @app.get("/healthz", response_model=Health, tags=["ops"])
@@ -217,6 +223,26 @@ def create_app(backend: Backend, store: GatewayStore,
         """Graph and Loop JSON Schema, ``model``/``evaluator``/``refiner``/``op`` narrowed to
         the names this gateway serves: constrain an agent's specs to it."""
         return gateway.backend.schema()
+
+    @app.post("/v1/artifacts", response_model=Uploaded, status_code=201, tags=["artifacts"],
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  media: {"schema": {"type": "string", "format": "binary"}}
+                  for media in UPLOAD_TYPES}}},
+              responses={413: {"model": ApiError}, 415: {"model": ApiError}})
+    async def upload(
+        request: Request, response: Response, gateway: Gw, who: Tenant,
+        content_type: Annotated[str | None, Header()] = None,
+    ) -> Uploaded:
+        """Upload a PNG or JPEG image (the raw bytes, with their ``Content-Type``) to edit
+        it: its key may then be a generate node's ``init_image`` or ``mask`` in your graphs,
+        and read back at ``/v1/artifacts/{key}``; other tenants cannot see it."""
+        ext = upload_ext(content_type)
+        data = await request.body()
+        width, height = await asyncio.to_thread(image_size, data, ext)
+        key = await asyncio.to_thread(gateway.upload, who, data, ext)
+        response.headers["Location"] = f"/v1/artifacts/{key}"
+        return Uploaded(key=key, content_type=UPLOAD_TYPES_BY_EXT[ext], bytes=len(data),
+                        width=width, height=height)
 
     @app.get("/v1/artifacts/{key}", tags=["artifacts"], response_class=Response,
              responses={200: {"content": {"image/png": {}}, "description": "the bytes"},

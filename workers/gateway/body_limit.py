@@ -14,21 +14,25 @@ from .errors import error_response
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    """``max_bytes`` for every body; ``paths`` gives some ``(method, path)`` their own cap
+    (uploads are images, larger than any spec)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int,
+                 paths: dict[tuple[str, str], int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
-
-    def _message(self) -> str:
-        return f"request body over {self.max_bytes} bytes; send a smaller spec"
+        self.paths = paths or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        cap = self.paths.get((scope["method"], scope["path"]), self.max_bytes)
+        what = "spec" if cap == self.max_bytes else "file"
+        message = f"request body over {cap} bytes; send a smaller {what}"
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            response = error_response(413, "body_too_large", self._message(),
-                                      {"max_bytes": self.max_bytes})
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            response = error_response(413, "body_too_large", message, {"max_bytes": cap})
             await response(scope, receive, send)
             return
         seen = 0
@@ -38,9 +42,9 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > cap:
                     # Raised inside the app's body read, so the app's handlers answer it.
-                    raise HTTPException(413, self._message())
+                    raise HTTPException(413, message)
             return message
 
         await self.app(scope, counted, send)

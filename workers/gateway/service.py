@@ -4,11 +4,11 @@ Any :class:`~genloop.sdk.backend.Backend` will do (embedded, Redis). Ownership l
 :class:`~.store.GatewayStore`; a run or artifact of another tenant is ``NotFound``, exactly like
 one that does not exist, so ids leak nothing.
 
-A tenant's artifacts are those its runs' ops wrote: the ``artifact`` field of an output item
-(ops set it from ``ArtifactStore.put``), never any other string of a result, since prompts and
-labels are whatever the tenant sent. Each spec gets the tenant as its result ``namespace``
-(unless the operator shares results), so a stored result, and the artifacts it names, is reused
-only within the tenant that paid for it.
+A tenant's artifacts are those its runs' ops wrote (the ``artifact`` field of an output item,
+which ops set from ``ArtifactStore.put``) and those it uploaded, never any other string of a
+result, since prompts and labels are whatever the tenant sent. Each spec gets the tenant as
+its result ``namespace`` (unless the operator shares results), so a stored result, and the
+artifacts it names, is reused only within the tenant that paid for it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterator
 from typing import Any
 
 from genloop.sdk.backend import Backend
-from genloop.sdk.errors import ClientError, GenloopError, NotFound
+from genloop.sdk.errors import ClientError, GenloopError, GraphError, GraphProblem, NotFound
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
 
@@ -87,9 +87,12 @@ class Gateway:
         """Start a run for ``tenant``; ``(info, created)``, ``created`` false for a replay."""
         limits = self.limits(tenant)
         self._own_images(tenant, spec)
-        # Whatever namespace the client sent is replaced: it must not read another's cache.
-        spec = spec.model_copy(update={"namespace": None if self.share_results
-                                       else f"tenant:{tenant}"})
+        planned = self.admission.check(spec, limits)
+        # Whatever namespace and limits the client sent are replaced: it must not read
+        # another's cache, nor let a fan-out grow past its own limits while the run runs.
+        spec = spec.model_copy(update={
+            "namespace": None if self.share_results else f"tenant:{tenant}",
+            "limits": self.admission.run_limits(spec, limits)})
         backend_key = scoped_key(tenant, key) if key is not None else None
         with self._locks[tenant]:
             existing = self.store.run_for_key(backend_key) if backend_key is not None else None
@@ -97,7 +100,6 @@ class Gateway:
             # A retried POST whose run exists is answered with that run (or 409 if the body
             # differs) even when the tenant is at its limit: that run is the one counted.
             if existing is None:
-                planned = self.admission.check(spec, limits)
                 check_run(planned, limits)
                 check_concurrency(*self._open(tenant), planned, limits)
                 cost = planned.cost
@@ -179,13 +181,31 @@ class Gateway:
                 raise NotFound(f"no artifact {key!r}")
 
     def _own_images(self, tenant: str, spec: RunSpec) -> None:
-        """Images a spec edits (generate's ``init_image`` / ``mask``) must be the tenant's own:
-        an edit of another tenant's image would reveal it."""
-        for node in getattr(spec, "nodes", ()):
-            if node.op == "generate":
-                for field in ("init_image", "mask"):
-                    if isinstance(key := node.params.get(field), str):
+        """Images a spec edits (generate's ``init_image`` / ``mask``) must be the tenant's own
+        (made by its runs or uploaded by it): an edit of another tenant's image would reveal
+        it. Another's key and one that does not exist get the same 422."""
+        problems = []
+        for i, node in enumerate(getattr(spec, "nodes", ())):
+            if node.op != "generate":
+                continue
+            for field in ("init_image", "mask"):
+                if isinstance(key := node.params.get(field), str):
+                    try:
                         self._own_artifact(tenant, key)
+                    except NotFound:
+                        problems.append(GraphProblem(
+                            node_id=node.id, path=f"nodes[{i}].params.{field}", received=key,
+                            message=f"params.{field}: no image {key!r} of yours; use one "
+                            "your runs made or upload it (POST /v1/artifacts)"))
+        if problems:
+            raise GraphError(problems)
+
+    def upload(self, tenant: str, data: bytes, ext: str) -> str:
+        """Store an image the tenant sent and record it as the tenant's; its key."""
+        key = self.backend.write_artifact(data, ext)
+        self.store.add_artifacts(tenant, [key])
+        log.info("artifact %s uploaded by tenant %s (%d bytes)", key, tenant, len(data))
+        return key
 
     def _index(self, tenant: str, run_id: str, result: RunResult) -> None:
         outputs = [out.items for out in result.outputs.values()]

@@ -45,9 +45,17 @@ CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT, expires REA
 CREATE TABLE IF NOT EXISTS locks (key TEXT PRIMARY KEY, owner TEXT, expires REAL);
 CREATE TABLE IF NOT EXISTS outbox (
     run_id TEXT, instance_id TEXT, at REAL, PRIMARY KEY (run_id, instance_id));
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, doc TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, id);
+CREATE TABLE IF NOT EXISTS run_events (
+    run_id TEXT NOT NULL, id INTEGER NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (run_id, id)
+) WITHOUT ROWID;
+"""
+
+#: A store from before event ids were per run kept them in one table with global ids; they are
+#: renumbered per run (same order), so a client's Last-Event-ID from then resumes a little early.
+_MIGRATE_EVENTS = """
+INSERT OR IGNORE INTO run_events (run_id, id, doc)
+    SELECT run_id, ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY id), doc FROM events;
+DROP TABLE events;
 """
 
 
@@ -150,11 +158,14 @@ def _take(conn: sqlite3.Connection, table: str, key: str, owner: str, ttl: float
 
 
 def _append_event(conn: sqlite3.Connection, run_id: str, event: EventRecord) -> int:
-    cur = conn.execute(
-        "INSERT INTO events (run_id, doc) VALUES (?, ?)",
-        (run_id, event.model_dump_json(exclude_none=True)),
-    )
-    return int(cur.lastrowid or 0)
+    """The next id of the run's own sequence (1, 2, ...), as in the Redis store: an id says
+    nothing of other runs. Safe without more locking: every write holds the database's lock."""
+    row = conn.execute(
+        "INSERT INTO run_events (run_id, id, doc) SELECT ?, COALESCE(MAX(id), 0) + 1, ? "
+        "FROM run_events WHERE run_id = ? RETURNING id",
+        (run_id, event.model_dump_json(exclude_none=True), run_id),
+    ).fetchone()
+    return int(row[0])
 
 
 class SqliteStateStore(StateStore):
@@ -169,6 +180,8 @@ class SqliteStateStore(StateStore):
         conn = self._conn()
         conn.execute("PRAGMA journal_mode=WAL")
         conn.executescript(_SCHEMA)
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'events'").fetchone():
+            conn.executescript(f"BEGIN IMMEDIATE; {_MIGRATE_EVENTS} COMMIT;")
         # Writers of this process take turns on one connection and share commits (see
         # sqlite_commit.py) rather than queueing in SQLite's busy handler, which sleeps in
         # growing steps and would stall threads that could run at once.
@@ -344,7 +357,7 @@ class SqliteStateStore(StateStore):
 
     def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
         rows = self._read(
-            "SELECT id, doc FROM events WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
+            "SELECT id, doc FROM run_events WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
             (run_id, after, limit),
         )
         return [

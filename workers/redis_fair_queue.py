@@ -1,0 +1,227 @@
+"""Fair queuing for the Redis pool: tenants take turns in Redis, in front of Dramatiq's queues.
+
+The embedded :class:`~.fair_queue.FairEnqueuer` keeps its waiting messages in memory, which
+works because one process sends and runs everything. A Redis pool has many senders (gateways,
+clients, every worker that completes a node) and many consumers, so the same idea lives in
+Redis, for each queue:
+
+- ``<p>:fair:<queue>:t:<tenant>``: the tenant's waiting instances (a list, FIFO);
+- ``<p>:fair:<queue>:ring``: the tenants with something waiting, in turn order;
+- ``<p>:fair:<queue>:flight``: instances sent to the broker and not yet finished (a sorted set,
+  scored by a deadline, so a message lost with a dead process frees its slot in time);
+- ``<p>:fair:<queue>:workers``: each live worker process's threads on the queue (scored by a
+  heartbeat deadline).
+
+The window, how many messages of a queue may be in the broker at once, is the live workers'
+threads on it: every thread has work, and a newcomer waits behind at most one message per
+thread, not behind everything sent before it. One Lua script adds and takes, so senders and
+finishing workers never both fill the same slot. A tenant with nothing waiting goes to the
+front of the turn order (as FQ-CoDel favours sparse flows), others rotate round robin.
+
+The scripts build their keys from the prefix (tenants are only known at run time), like
+Dramatiq's own Redis broker scripts: this is for a single Redis, not a cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+import dramatiq
+import redis
+from dramatiq.common import q_name
+from dramatiq.middleware import Middleware
+
+from .stores.records import InstanceRecord
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[InstanceRecord, float], str]
+
+#: Take instances for free slots (lock-free for callers: the script runs atomically).
+#: ARGV: prefix, queue, now, flight ttl, then (tenant, member, payload) triples to add first.
+#: Returns the payloads taken, in turn order.
+_PUSH_AND_TAKE = """
+local p, q, now, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local base = p .. ':fair:' .. q
+local ring, held, payloads = base .. ':ring', base .. ':held', base .. ':payload'
+local flight, workers = base .. ':flight', base .. ':workers'
+for i = 5, #ARGV, 3 do
+  local tenant, member = ARGV[i], ARGV[i + 1]
+  if redis.call('SADD', held, member) == 1 then
+    redis.call('HSET', payloads, member, ARGV[i + 2])
+    if redis.call('RPUSH', base .. ':t:' .. tenant, member) == 1 then
+      redis.call('LPUSH', ring, tenant)
+    end
+  end
+end
+redis.call('ZREMRANGEBYSCORE', flight, '-inf', now)
+redis.call('ZREMRANGEBYSCORE', workers, '-inf', now)
+local window = 0
+for _, w in ipairs(redis.call('ZRANGE', workers, 0, -1)) do
+  window = window + tonumber(string.match(w, ':(%d+)$'))
+end
+local out, busy = {}, redis.call('ZCARD', flight)
+while busy < window do
+  local tenant = redis.call('LPOP', ring)
+  if not tenant then break end
+  local fifo = base .. ':t:' .. tenant
+  local member = redis.call('LPOP', fifo)
+  if redis.call('LLEN', fifo) > 0 then redis.call('RPUSH', ring, tenant) end
+  if member then
+    redis.call('SREM', held, member)
+    out[#out + 1] = redis.call('HGET', payloads, member)
+    redis.call('HDEL', payloads, member)
+    redis.call('ZADD', flight, now + ttl, member)
+    busy = busy + 1
+  end
+end
+return out
+"""
+
+#: The fields a message needs (the rest of the instance stays in the state store).
+_PAYLOAD = {"run_id", "instance_id", "node_id", "seq", "queue", "max_retries", "min_backoff",
+            "max_backoff"}
+
+
+def member(run_id: str, instance_id: str) -> str:
+    return f"{run_id}|{instance_id}"
+
+
+class RedisFairQueue:
+    """``enqueue(instances, delay)`` through per-tenant lists in Redis; :meth:`finished` frees
+    a slot and lets the next tenant's message in. ``flight_ttl``: seconds a slot stays taken
+    by a message no worker has started (lost with a dead process, or stuck behind retries,
+    which run outside the window: freeing it early lets one message more in, no harm); a
+    running one's slot is kept by its worker's heartbeat, and ends soon after that worker."""
+
+    def __init__(self, client: redis.Redis, send: Send, tenant_of: Callable[[str], str], *,
+                 prefix: str = "genloop", flight_ttl: float = 10.0) -> None:
+        self.client, self.send, self.tenant_of = client, send, tenant_of
+        self.prefix, self.flight_ttl = prefix, flight_ttl
+        self._script = client.register_script(_PUSH_AND_TAKE)
+
+    def key(self, queue: str, part: str) -> str:
+        return f"{self.prefix}:fair:{queue}:{part}"
+
+    def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
+        by_queue: dict[str, list[str]] = {}
+        for inst in instances:
+            if delay > 0:
+                # A re-look after a lease's remaining time: it is already someone's turn.
+                self.send(inst, delay)
+                continue
+            by_queue.setdefault(inst.queue, []).extend([
+                self.tenant_of(inst.run_id), member(inst.run_id, inst.instance_id),
+                inst.model_dump_json(include=_PAYLOAD)])
+        for queue, triples in by_queue.items():
+            self._take(queue, triples)
+
+    def finished(self, queue: str, run_id: str, instance_id: str) -> None:
+        """A message of ``queue`` ended (done, failed or skipped): let the next one in."""
+        self.client.zrem(self.key(queue, "flight"), member(run_id, instance_id))
+        self._take(queue)
+
+    def pump(self, queue: str) -> None:
+        """Fill free slots (a worker joined, or a lost message's slot expired)."""
+        self._take(queue)
+
+    def running(self, queue: str, run_id: str, instance_id: str, ttl: float) -> None:
+        """Keep a started message's slot for ``ttl`` seconds more (``XX``: one already
+        finished is not re-added)."""
+        self.client.zadd(self.key(queue, "flight"),
+                         {member(run_id, instance_id): time.time() + ttl}, xx=True)
+
+    def waiting(self, queue: str) -> int:
+        return int(self.client.scard(self.key(queue, "held")))
+
+    def join(self, worker: str, queue: str, threads: int, ttl: float) -> None:
+        """Count ``worker``'s threads on ``queue`` for ``ttl`` seconds (renew to stay)."""
+        self.client.zadd(self.key(queue, "workers"), {f"{worker}:{threads}": time.time() + ttl})
+
+    def leave(self, worker: str, queue: str, threads: int) -> None:
+        self.client.zrem(self.key(queue, "workers"), f"{worker}:{threads}")
+
+    def _take(self, queue: str, triples: Sequence[str] = ()) -> None:
+        taken = self._script(args=[self.prefix, queue, time.time(), self.flight_ttl, *triples])
+        for payload in taken:
+            self.send(InstanceRecord.model_validate_json(payload), 0.0)
+
+
+class RedisFairWorker(Middleware):
+    """A worker process's part: counts its threads into each queue's window while it lives,
+    keeps the slots of the messages it runs, and frees each slot when its message ends."""
+
+    def __init__(self, fair: RedisFairQueue, actor_prefix: str, heartbeat: float = 2.0) -> None:
+        self.fair, self.actor_prefix, self.heartbeat = fair, actor_prefix, heartbeat
+        self.id = uuid.uuid4().hex[:12]
+        self._queues: list[str] = []
+        self._threads = 0
+        self._running: dict[str, tuple[str, str, str]] = {}  # message id -> queue, run, inst
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        whitelist = worker.consumer_whitelist
+        self._queues = [q for q in broker.get_declared_queues()
+                        if whitelist is None or q in whitelist]
+        self._threads = worker.worker_threads
+        self._beat()
+        threading.Thread(target=self._beat_forever, daemon=True, name="genloop-fair").start()
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self._stop.set()
+        for queue in self._queues:
+            self.fair.leave(self.id, queue, self._threads)
+
+    def before_process_message(self, broker: dramatiq.Broker,
+                               message: dramatiq.Message) -> None:
+        if message.actor_name.startswith(self.actor_prefix):
+            queue, (run_id, instance_id) = q_name(message.queue_name), message.args
+            with self._lock:
+                self._running[message.message_id] = (queue, run_id, instance_id)
+            try:
+                self.fair.running(queue, run_id, instance_id, ttl=3 * self.heartbeat)
+            except redis.RedisError:  # the heartbeat keeps the slot once Redis is back
+                log.warning("fair queue: Redis unreachable at the start of %s/%s", run_id,
+                            instance_id)
+
+    def after_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message, *,
+                              result: object = None, exception: BaseException | None = None
+                              ) -> None:
+        self._release(message)
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
+        self._release(message)
+
+    def _release(self, message: dramatiq.Message) -> None:
+        # A retry is re-sent by Retries straight to the broker: it runs outside the window
+        # (at most one extra message per failing one) rather than risk a slot never freed.
+        if message.actor_name.startswith(self.actor_prefix):
+            with self._lock:
+                self._running.pop(message.message_id, None)
+            run_id, instance_id = message.args
+            try:
+                self.fair.finished(q_name(message.queue_name), run_id, instance_id)
+            except redis.RedisError:  # the slot expires on its own; the sweeper re-sends
+                log.exception("releasing the fair-queue slot of %s/%s", run_id, instance_id)
+
+    def _beat(self) -> None:
+        for queue in self._queues:
+            self.fair.join(self.id, queue, self._threads, ttl=3 * self.heartbeat)
+        with self._lock:
+            running = list(self._running.values())
+        for queue, run_id, instance_id in running:
+            self.fair.running(queue, run_id, instance_id, ttl=3 * self.heartbeat)
+        for queue in self._queues:
+            self.fair.pump(queue)
+
+    def _beat_forever(self) -> None:
+        while not self._stop.wait(self.heartbeat):
+            try:
+                self._beat()
+            except Exception:  # a Redis hiccup must not end the heartbeat for good
+                log.exception("fair-queue heartbeat failed")
