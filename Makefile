@@ -33,7 +33,7 @@ bench: install
 	$(BIN)/python benchmarks/orchestration.py
 
 lint: install
-	$(BIN)/ruff check sdk workers kernels evaluators integrations tests benchmarks examples
+	$(BIN)/ruff check sdk workers kernels evaluators integrations campaign training tests benchmarks examples
 	$(BIN)/mypy sdk
 
 # The GPU check runs on a lent GPU machine whose python3 has torch and Triton but not genloop's

@@ -101,11 +101,20 @@ def genloop_path(scratch: Path) -> str:
     farm = scratch / "genloop-src"
     pkg = farm / "genloop"
     pkg.mkdir(parents=True, exist_ok=True)
-    for name in ("sdk", "workers", "kernels", "evaluators"):
+    for name, folder in package_dirs().items():
         link = pkg / name
         if not link.exists():
-            link.symlink_to(REPO / name, target_is_directory=True)
+            link.symlink_to(REPO / folder, target_is_directory=True)
     return str(farm)
+
+
+def package_dirs() -> dict[str, str]:
+    """``genloop.X`` -> its folder, as pyproject.toml's ``package-dir`` maps them."""
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    mapping = config["tool"]["setuptools"]["package-dir"]
+    return {name.removeprefix("genloop."): folder for name, folder in mapping.items()}
 
 
 def section_command(name: str, args: argparse.Namespace, out: Path) -> list[str]:

@@ -63,7 +63,7 @@ def test_sections_run_compiled_kernels_on_a_gpu_and_only_the_kernel_conftest(che
 
 def test_the_checkout_becomes_importable_as_genloop(check, tmp_path):
     farm = Path(check.genloop_path(tmp_path))
-    for name in ("sdk", "workers", "kernels", "evaluators"):
+    for name in ("sdk", "workers", "kernels", "evaluators", "training"):
         assert (farm / "genloop" / name).resolve() == (BENCHMARKS.parent / name).resolve()
 
 

@@ -1,6 +1,6 @@
 """Measure shapes-clip and the shapes generator on held-out seeds and held-out combinations.
 
-    python -m genloop.workers.shapes.evaluate [--weights DIR] [--old-weights DIR] [--device cuda]
+    python -m genloop.training.shapes.evaluate [--weights DIR] [--old-weights DIR] [--device cuda]
         [--n 500] [--auc-prompts 100] [--json] [--out FILE]
 
 - CLIP ranking: for each held-out clean render and each clause (one object: colour, shape,
@@ -30,10 +30,11 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel
 
-from . import dataset
-from .checker import grade
+from genloop.workers.shapes import dataset
+from genloop.workers.shapes.checker import grade
+from genloop.workers.shapes.scene import ATTRIBUTE_NAMES, Attributes, Scene, one_attribute_variants
+
 from .mining import generate, verdicts
-from .scene import ATTRIBUTE_NAMES, Attributes, Scene, one_attribute_variants
 
 _PAIR_GROUPS = {
     "colour": ("first.colour", "second.colour"), "shape": ("first.shape", "second.shape"),
@@ -189,7 +190,7 @@ def selection_auc(pipe, clips: dict[str, ClipModel], n_prompts: int, k: int, ste
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from . import DEFAULT_GUIDANCE, DEFAULT_STEPS, weights_dir
+    from genloop.workers.shapes import DEFAULT_GUIDANCE, DEFAULT_STEPS, weights_dir
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--weights", type=Path, default=None, help="default: shipped weights")

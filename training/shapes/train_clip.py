@@ -29,9 +29,15 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel
 
-from .dataset import is_novel, render_pool
-from .models import CLIP_CONFIG, CLIP_MODEL_NAME, register_clip_config
-from .scene import ATTRIBUTE_NAMES, PAIR_CLAUSES, Attributes, one_attribute_variants, parse_caption
+from genloop.workers.shapes.dataset import is_novel, render_pool
+from genloop.workers.shapes.models import CLIP_CONFIG, CLIP_MODEL_NAME, register_clip_config
+from genloop.workers.shapes.scene import (
+    ATTRIBUTE_NAMES,
+    PAIR_CLAUSES,
+    Attributes,
+    one_attribute_variants,
+    parse_caption,
+)
 
 logger = logging.getLogger(__name__)
 

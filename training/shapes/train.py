@@ -1,6 +1,6 @@
 """Retrain the whole shapes world, seeded: generator, then hard-negative mining, then shapes-clip.
 
-    python -m genloop.workers.shapes.train --out DIR [--device cpu|cuda] [--smoke] [--estimate]
+    python -m genloop.training.shapes.train --out DIR [--device cpu|cuda] [--smoke] [--estimate]
 
 1. The generator (:mod:`.train_sd`) and shapes-clip's clean phase (:mod:`.train_clip`) are
    independent, so they train at once, each in a process of its own (one core each on a 2-core

@@ -41,10 +41,11 @@ def estimate(device: str = "cpu", repeat: int = 2) -> Estimate:
     """Measure each stage on this machine and extrapolate the default configuration."""
     import numpy as np
 
+    from genloop.workers.shapes.dataset import render_pool
+    from genloop.workers.shapes.models import build_tokenizer
+
     from . import train_clip, train_sd
-    from .dataset import render_pool
     from .mining import Mined, MiningConfig, generate, verdicts
-    from .models import build_tokenizer
 
     sd, clip, mining = train_sd.SDTrainConfig(), train_clip.ClipTrainConfig(), MiningConfig()
     unit: dict[str, float] = {}
