@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
+#: Written beside a trained model: steps and seconds per step of its training loops (read into
+#: the train report, then removed).
+LOOPS_FILE = "training-loops.json"
 #: Steps run before timing starts (first calls allocate memory and pick kernels), then timed.
 SETTLE_STEPS = 5
 TIMED_STEPS = 20
@@ -54,7 +58,8 @@ class StepPlan:
 
     def __init__(self, steps: int, warmup: int, device: str | torch.device = "cpu",
                  seconds: float | None = None, min_steps: int = 1,
-                 max_steps: int | None = None) -> None:
+                 max_steps: int | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.total = steps
         self.warmup = max(1, min(warmup, steps))
         self.device = device
@@ -62,7 +67,8 @@ class StepPlan:
         self.min_steps = min_steps
         self.max_steps = max_steps
         self.seconds_per_step: float | None = None
-        self._began = time.perf_counter()
+        self.clock = clock
+        self._began = clock()
         self._timed_from = 0.0
 
     def lr_factor(self, step: int) -> float:
@@ -77,10 +83,10 @@ class StepPlan:
             return
         if step == SETTLE_STEPS - 1:
             synchronize(self.device)
-            self._timed_from = time.perf_counter()
+            self._timed_from = self.clock()
         elif step == SETTLE_STEPS + TIMED_STEPS - 1:
             synchronize(self.device)
-            now = time.perf_counter()
+            now = self.clock()
             self.seconds_per_step = (now - self._timed_from) / TIMED_STEPS
             left = self.seconds - (now - self._began)
             total = step + 1 + max(0, int(left / self.seconds_per_step))
@@ -88,3 +94,7 @@ class StepPlan:
                 total = min(total, self.max_steps)
             self.total = max(total, self.min_steps, step + 1)
             self.warmup = min(self.warmup, self.total)
+
+    def summary(self) -> dict[str, float | None]:
+        """Steps run (once the loop ended) and the measured seconds per step, if timed."""
+        return {"steps": self.total, "seconds_per_step": self.seconds_per_step}

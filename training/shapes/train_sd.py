@@ -14,6 +14,7 @@ depends on. Captions are dropped 10% of the time so classifier-free guidance wor
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import time
 from pathlib import Path
@@ -32,7 +33,7 @@ from genloop.workers.shapes.models import (
     build_vae,
 )
 
-from .steps import StepPlan, adamw, autocast, is_cuda
+from .steps import LOOPS_FILE, StepPlan, adamw, autocast, is_cuda
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +89,10 @@ def _set_lr(opt, peak: float, factor: float) -> None:
         group["lr"] = peak * factor
 
 
-def train_vae(cfg: SDTrainConfig, pool: np.ndarray, device: str, seconds: float | None = None):
-    """Train the VAE on random crops of ``pool``; ``seconds``: as many steps as fit."""
+def train_vae(cfg: SDTrainConfig, pool: np.ndarray, device: str, seconds: float | None = None,
+              record: dict | None = None):
+    """Train the VAE on random crops of ``pool``; ``seconds``: as many steps as fit.
+    ``record`` gets the loop's :meth:`~.steps.StepPlan.summary` under ``"vae"``."""
     torch.manual_seed(cfg.seed)
     vae = build_vae().to(device)
     opt = adamw(vae.parameters(), cfg.vae_lr, 0.0, device)
@@ -127,6 +130,8 @@ def train_vae(cfg: SDTrainConfig, pool: np.ndarray, device: str, seconds: float 
         std = vae.encode(to_pixels(images[:256], device)).latent_dist.mean.std().item()
     vae.register_to_config(scaling_factor=1.0 / std)
     logger.info("vae latent std %.3f -> scaling_factor %.3f (%d steps)", std, 1.0 / std, step)
+    if record is not None:
+        record["vae"] = plan.summary()
     return vae
 
 
@@ -148,10 +153,11 @@ def encode_pool(vae, tokenizer, pool: np.ndarray, captions: list[str], device: s
 
 
 def train_unet(cfg: SDTrainConfig, vae, tokenizer, pool: np.ndarray, captions: list[str],
-               device: str, seconds: float | None = None):
+               device: str, seconds: float | None = None, record: dict | None = None):
     """Train UNet and text encoder; returns copies holding their EMA weights, and the scheduler.
 
-    ``seconds``: as many steps as fit (:class:`.steps.StepPlan`). On CUDA the step runs in bf16
+    ``seconds``: as many steps as fit (:class:`.steps.StepPlan`); ``record`` gets the loop's
+    summary under ``"unet"``. On CUDA the step runs in bf16
     autocast with channels-last convolutions and a fused AdamW, and never waits for the host.
     """
     t = time.monotonic()
@@ -191,6 +197,8 @@ def train_unet(cfg: SDTrainConfig, vae, tokenizer, pool: np.ndarray, captions: l
                         time.monotonic() - start)
         step += 1
     unet.to(memory_format=torch.contiguous_format)
+    if record is not None:
+        record["unet"] = plan.summary()
     return *_with_ema(unet, text_encoder, params, ema), scheduler
 
 
@@ -259,10 +267,13 @@ def train_generator(out: Path, cfg: SDTrainConfig, device: str, workers: int = 1
     tok_dir = out / ".tokenizer-build"
     tokenizer = build_tokenizer(tok_dir)
     left = None if seconds is None else seconds - (time.monotonic() - began)
-    vae = train_vae(cfg, pool, device, None if left is None else VAE_SHARE * left)
+    record: dict = {}
+    vae = train_vae(cfg, pool, device, None if left is None else VAE_SHARE * left, record)
     left = None if seconds is None else seconds - (time.monotonic() - began) - SAVE_SECONDS
-    unet, text_encoder, scheduler = train_unet(cfg, vae, tokenizer, pool, captions, device, left)
+    unet, text_encoder, scheduler = train_unet(cfg, vae, tokenizer, pool, captions, device, left,
+                                               record)
     target = out / "shapes-sd"
     save_pipeline(target, vae, text_encoder, tokenizer, unet, scheduler)
     shutil.rmtree(tok_dir)
+    (target / LOOPS_FILE).write_text(json.dumps(record))
     return target
