@@ -43,8 +43,8 @@ PYTHON = sys.executable
 PART_BYTES = 15 * 2**20
 #: Seconds beyond ``--budget-seconds`` that training may take (imports, rendering, saving,
 #: mining) before it is stopped, and the evaluation's own limit.
-TRAIN_SLACK_S = 150
-EVALUATE_S = 200
+TRAIN_SLACK_S = 120
+EVALUATE_S = 180
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> None:
     elif args.estimate:
         from .estimate import estimate
 
-        print(estimate(args.device).model_dump_json(indent=2))
+        print(estimate(args.device, recipe=args.recipe,
+                       budget_seconds=args.budget_seconds).model_dump_json(indent=2))
     else:
         print(train_all(args).model_dump_json(indent=2))
 
