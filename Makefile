@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # instead of resolving a newer one through the extras.
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo campaign-demo test test-fast bench lint clean gpu-check gpu-wheels shapes-v2-gpu
+.PHONY: install demo campaign-demo test test-fast bench lint clean gpu-check gpu-wheels shapes-gpu
 
 install: $(VENV)/.installed
 
@@ -50,7 +50,7 @@ gpu-check:
 # shapes-clip in SHAPES_BUDGET seconds of training, evaluate against the shipped weights, and
 # write $OUT/shapes_v2.json, shapes_v2.log and the weights as tar parts. About 7 minutes.
 SHAPES_BUDGET ?= 240
-shapes-v2-gpu:
+shapes-gpu:
 	$(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 		--target /tmp/site .whl/*.whl
 	PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 $(GPU_PYTHON) benchmarks/shapes_gpu.py \
