@@ -56,7 +56,7 @@ class TrainReport(BaseModel):
 
 #: Share of ``--budget-seconds`` for the first phase (generator beside clean CLIP); mining
 #: (a fixed number of images) and the hard-negative fine-tuning share the rest.
-FIRST_PHASE_SHARE = 0.8
+FIRST_PHASE_SHARE = 0.75
 
 
 def _configs(smoke: bool, seed: int,

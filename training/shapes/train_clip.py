@@ -170,9 +170,9 @@ def _build(out: Path, device: str):
 
 def _train(model, tokenizer, cfg: ClipTrainConfig, device: str, steps: int, lr: float,
            extra=None, phase: str = "clean", workers: int = 1,
-           seconds: float | None = None) -> dict:
-    """``steps`` steps, or with ``seconds`` as many as fit (:class:`.steps.StepPlan`);
-    returns the loop's summary."""
+           seconds: float | None = None, min_steps: int | None = None) -> dict:
+    """``steps`` steps, or with ``seconds`` as many as fit (:class:`.steps.StepPlan`), at least
+    ``min_steps`` (default: the warm-up); returns the loop's summary."""
     began = time.monotonic()
     pool, captions = render_pool(range(cfg.seed_offset, cfg.seed_offset + cfg.pool_size),
                                  workers)
@@ -180,7 +180,7 @@ def _train(model, tokenizer, cfg: ClipTrainConfig, device: str, steps: int, lr: 
         seconds -= time.monotonic() - began
     opt = adamw(model.parameters(), lr, 0.05, device)
     plan = StepPlan(steps, min(cfg.warmup, steps // 10), device, seconds,
-                    min_steps=min(steps, cfg.warmup))
+                    min_steps=min(steps, cfg.warmup) if min_steps is None else min_steps)
     gen = torch.Generator(device).manual_seed(cfg.seed + 1)
     rng = random.Random(cfg.seed)
     start = time.monotonic()
@@ -231,7 +231,9 @@ def pretrain(out: Path, cfg: ClipTrainConfig, device: str, workers: int = 1,
 
 def finetune(out: Path, cfg: ClipTrainConfig, mined, images: np.ndarray, device: str,
              workers: int = 1, seconds: float | None = None) -> Path:
-    """Phase 2: continue from ``out/shapes-clip`` with the mined generated images."""
+    """Phase 2: continue from ``out/shapes-clip`` with the mined generated images; ``seconds``
+    can lengthen it beyond ``cfg.finetune_steps``, never shorten it (this phase is what the
+    selection AUC comes from)."""
     from safetensors.torch import load_file
 
     torch.manual_seed(cfg.seed + 7)
@@ -269,6 +271,7 @@ def finetune(out: Path, cfg: ClipTrainConfig, mined, images: np.ndarray, device:
     loops = json.loads((target / LOOPS_FILE).read_text()) if (target / LOOPS_FILE).exists() else {}
     loops["clip_hard_negatives"] = _train(model, tokenizer, cfg, device, cfg.finetune_steps,
                                           cfg.finetune_lr, extra, phase="hard-negative",
-                                          workers=workers, seconds=seconds)
+                                          workers=workers, seconds=seconds,
+                                          min_steps=cfg.finetune_steps)
     (target / LOOPS_FILE).write_text(json.dumps(loops))
     return _save(model, target)
