@@ -181,6 +181,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(args.threads)
+    if args.device.startswith("cuda"):
+        torch.backends.cudnn.benchmark = True  # fixed shapes: pick each convolution's fastest
     args.out.mkdir(parents=True, exist_ok=True)
     if args.stage:
         _run_stage(args.stage, args)
