@@ -39,7 +39,9 @@ logger = logging.getLogger(__name__)
 
 
 #: Share of a budgeted generator stage the VAE gets (after rendering); the UNet gets the rest.
-VAE_SHARE = 0.15
+#: The CPU recipe's VAE (1,500 steps of 32 crops) round-trips held-out renders with shape right
+#: only 0.82 of the time (two objects: 0.75 / 0.84), a ceiling below the goal of 0.95.
+VAE_SHARE = 0.2
 #: Seconds kept back from a budgeted UNet for the EMA copies and saving the pipeline.
 SAVE_SECONDS = 5.0
 
