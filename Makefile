@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # instead of resolving a newer one through the extras.
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo campaign-demo test test-fast bench lint clean gpu-check gpu-wheels
+.PHONY: install demo campaign-demo test test-fast bench lint clean gpu-check gpu-wheels shapes-gpu
 
 install: $(VENV)/.installed
 
@@ -33,7 +33,7 @@ bench: install
 	$(BIN)/python benchmarks/orchestration.py
 
 lint: install
-	$(BIN)/ruff check sdk workers kernels evaluators integrations campaign tests benchmarks examples
+	$(BIN)/ruff check sdk workers kernels evaluators integrations campaign training tests benchmarks examples
 	$(BIN)/mypy sdk
 
 # The GPU check runs on a lent GPU machine whose python3 has torch and Triton but not genloop's
@@ -45,6 +45,16 @@ gpu-check:
 		--target /tmp/site .whl/*.whl
 	PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 $(GPU_PYTHON) benchmarks/gpu_check.py \
 		--out $${OUT:-out/gpu-check}
+
+# Shapes world v2 on the GPU machine (same wheels as gpu-check): retrain the generator and
+# shapes-clip in SHAPES_BUDGET seconds of training, evaluate against the shipped weights, and
+# write $OUT/shapes_v2.json, shapes_v2.log and the weights as tar parts. About 7 minutes.
+SHAPES_BUDGET ?= 240
+shapes-gpu:
+	$(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+		--target /tmp/site .whl/*.whl
+	PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 $(GPU_PYTHON) benchmarks/shapes_gpu.py \
+		--out $${OUT:-out/shapes-v2} --budget-seconds $(SHAPES_BUDGET)
 
 gpu-wheels:
 	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \

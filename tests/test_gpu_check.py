@@ -61,9 +61,22 @@ def test_sections_run_compiled_kernels_on_a_gpu_and_only_the_kernel_conftest(che
     assert gen[gen.index("--device") + 1] == "cuda" and "shapes" in gen
 
 
+def test_a_benchmarks_json_is_found_among_its_other_output(check):
+    printed = ('loading {weights}\n{"skipped": 1}\n'
+               '{"model": "shapes", "seconds": {"a": [1]}}\ndone\n')
+    assert check.json_output(printed, 0, 70) == {"model": "shapes", "seconds": {"a": [1]}}
+
+
+@pytest.mark.parametrize(("rc", "cause"), [("timeout", "timed out after 70s"), (1, "rc=1")])
+def test_a_section_without_json_says_why(check, rc, cause):
+    # The first H200 run said only "substring not found" when generation was cut off
+    with pytest.raises(ValueError, match=cause):
+        check.json_output("Loading pipeline components: 100%\n", rc, 70)
+
+
 def test_the_checkout_becomes_importable_as_genloop(check, tmp_path):
     farm = Path(check.genloop_path(tmp_path))
-    for name in ("sdk", "workers", "kernels", "evaluators"):
+    for name in ("sdk", "workers", "kernels", "evaluators", "training"):
         assert (farm / "genloop" / name).resolve() == (BENCHMARKS.parent / name).resolve()
 
 

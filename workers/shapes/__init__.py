@@ -66,9 +66,10 @@ from .scene import (
 #: Model names the generation and evaluator registries should use.
 PIPELINE_NAME = "shapes"
 CLIP_MODEL_NAME = "shapes-clip"
-#: Sampling defaults, chosen with ``python -m genloop.workers.shapes.evaluate --guidance 1.5 2 3 4``
-#: on 200 held-out prompts at 20 DDIM steps: guidance 2 had the best all-correct rate (0.805;
-#: 1.5: 0.78, 3: 0.795, 4: 0.75, where colours start to oversaturate).
+#: Sampling defaults, chosen with
+#: ``python -m genloop.training.shapes.evaluate --guidance 1.5 2 3 4`` on 200 held-out prompts at
+#: 20 DDIM steps: guidance 2 had the best all-correct rate (0.805; 1.5: 0.78, 3: 0.795, 4: 0.75,
+#: where colours start to oversaturate).
 DEFAULT_STEPS = 20
 DEFAULT_GUIDANCE = 2.0
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from diffusers import AutoencoderKL, DDIMScheduler, UNet2DConditionModel
+from pydantic import BaseModel
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
 CLIP_MODEL_NAME = "shapes-clip"
@@ -82,7 +83,19 @@ def build_text_encoder() -> CLIPTextModel:
     )
 
 
-def build_unet() -> UNet2DConditionModel:
+class UNetShape(BaseModel):
+    """The UNet's free choices (the rest is fixed by the latents and the text encoder)."""
+
+    #: Channels at 16x16, 8x8, 4x4 and 2x2.
+    widths: tuple[int, int, int, int] = (32, 64, 64, 64)
+    #: Cross- and self-attention at 16x16 as well: text reaches the level where a small
+    #: shape's corners are drawn, not only the coarser ones.
+    attention_at_16: bool = False
+
+
+def build_unet(shape: UNetShape | None = None) -> UNet2DConditionModel:
+    shape = shape or UNetShape()
+    top = "CrossAttn" if shape.attention_at_16 else ""
     return UNet2DConditionModel(
         sample_size=LATENT_SIZE,
         in_channels=LATENT_CHANNELS,
@@ -90,11 +103,12 @@ def build_unet() -> UNet2DConditionModel:
         layers_per_block=1,
         # Four levels (16 -> 8 -> 4 -> 2): at 2x2 every cell touches a different corner of the
         # zero padding, which is what lets a convolutional net place a shape where the prompt
-        # says (v1, with two levels, left position at chance). The 16x16 level only refines
-        # edges, so it has no attention: cross-attention there would cost more than the rest.
-        block_out_channels=(32, 64, 64, 64),
-        down_block_types=("DownBlock2D",) + ("CrossAttnDownBlock2D",) * 3,
-        up_block_types=("CrossAttnUpBlock2D",) * 3 + ("UpBlock2D",),
+        # says (v1, with two levels, left position at chance). Without attention_at_16 the
+        # 16x16 level only refines edges (the v2 run's choice: there, on a CPU, cross-attention
+        # would cost more than the rest).
+        block_out_channels=shape.widths,
+        down_block_types=(f"{top}DownBlock2D",) + ("CrossAttnDownBlock2D",) * 3,
+        up_block_types=("CrossAttnUpBlock2D",) * 3 + (f"{top}UpBlock2D",),
         cross_attention_dim=TEXT_WIDTH,
         attention_head_dim=4,
         norm_num_groups=16,

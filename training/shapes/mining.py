@@ -17,9 +17,9 @@ import numpy as np
 from PIL import Image
 from pydantic import BaseModel
 
-from .checker import grade, read, scene_of
-from .dataset import HELDOUT_SEED_START, training_sample
-from .scene import Scene, parse_caption
+from genloop.workers.shapes.checker import grade, read, scene_of
+from genloop.workers.shapes.dataset import HELDOUT_SEED_START, training_sample
+from genloop.workers.shapes.scene import Scene, parse_caption
 
 logger = logging.getLogger(__name__)
 

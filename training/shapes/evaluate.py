@@ -1,6 +1,6 @@
 """Measure shapes-clip and the shapes generator on held-out seeds and held-out combinations.
 
-    python -m genloop.workers.shapes.evaluate [--weights DIR] [--old-weights DIR] [--device cuda]
+    python -m genloop.training.shapes.evaluate [--weights DIR] [--old-weights DIR] [--device cuda]
         [--n 500] [--auc-prompts 100] [--json] [--out FILE]
 
 - CLIP ranking: for each held-out clean render and each clause (one object: colour, shape,
@@ -13,6 +13,8 @@
   per prompt with both kinds, the AUC of the CLIP score separating passed from failed images;
   the mean over prompts. This is what best-of-N selection by the verifier can gain. Computed
   for ``--weights``'s CLIP and, with ``--old-weights``, the old one, on the same images.
+- VAE round trip: the same clause rates on held-out renders encoded and decoded by the VAE,
+  the generator's ceiling (a low shape rate there is the VAE's fault, not the UNet's).
 
 Models load the way the registries load them (``from_pretrained``, open_clip's ``pretrained=``).
 """
@@ -30,10 +32,11 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel
 
-from . import dataset
-from .checker import grade
+from genloop.workers.shapes import dataset
+from genloop.workers.shapes.checker import grade
+from genloop.workers.shapes.scene import ATTRIBUTE_NAMES, Attributes, Scene, one_attribute_variants
+
 from .mining import generate, verdicts
-from .scene import ATTRIBUTE_NAMES, Attributes, Scene, one_attribute_variants
 
 _PAIR_GROUPS = {
     "colour": ("first.colour", "second.colour"), "shape": ("first.shape", "second.shape"),
@@ -151,6 +154,28 @@ def evaluate_generator(pipe, scenes: list[Scene], label: str, steps: int, guidan
                            seconds=time.monotonic() - began)
 
 
+def evaluate_vae(vae, n: int = 200, device: str = "cpu") -> dict[str, dict[str, float]]:
+    """Checker rates on VAE round trips (encode, decode the mean) of held-out clean renders, one
+    and two objects: the ceiling any generator decoding through this VAE can reach. A poor
+    shape rate here blames the VAE, not the UNet."""
+    import torch
+    from PIL import Image
+
+    out = {}
+    for objects, label in ((1, "one"), (2, "two")):
+        samples = [dataset.sample(s, objects) for s in dataset.heldout_seeds(n, start=90_000)]
+        x = torch.from_numpy(np.stack([np.asarray(s.image) for s in samples])).to(device)
+        x = x.permute(0, 3, 1, 2).float() / 127.5 - 1.0
+        with torch.no_grad():
+            recon = vae.decode(vae.encode(x.to(vae.dtype)).latent_dist.mean).sample.float()
+        images = ((recon.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).cpu()
+        matches = [grade(s.attributes, Image.fromarray(im)).clauses()
+                   for s, im in zip(samples, images.numpy(), strict=True)]
+        out[label] = {k: sum(m[k] for m in matches) / n for k in matches[0]}
+        out[label]["all_correct"] = sum(all(m.values()) for m in matches) / n
+    return out
+
+
 def auc(positive: Sequence[float], negative: Sequence[float]) -> float:
     """P(score of a random positive > a random negative), ties counting half."""
     p, q = np.asarray(positive)[:, None], np.asarray(negative)[None, :]
@@ -189,7 +214,7 @@ def selection_auc(pipe, clips: dict[str, ClipModel], n_prompts: int, k: int, ste
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from . import DEFAULT_GUIDANCE, DEFAULT_STEPS, weights_dir
+    from genloop.workers.shapes import DEFAULT_GUIDANCE, DEFAULT_STEPS, weights_dir
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--weights", type=Path, default=None, help="default: shipped weights")
@@ -211,7 +236,9 @@ def main(argv: list[str] | None = None) -> None:
     weights = args.weights or weights_dir()
     clip = ClipModel(weights, "shapes-clip-eval", args.device)
     pipe = load_pipeline(weights, args.device)
-    reports: dict[str, object] = {"clip": evaluate_clip(clip, args.clip_n).model_dump()}
+    reports: dict[str, object] = {"clip": evaluate_clip(clip, args.clip_n).model_dump(),
+                                  "vae_roundtrip": evaluate_vae(pipe.vae, args.clip_n,
+                                                                args.device)}
     sets = {"one": dataset.heldout_prompts(args.n, objects=1),
             "two": dataset.heldout_prompts(args.n, objects=2),
             "one-novel": dataset.novel_prompts(args.n // 2, objects=1),

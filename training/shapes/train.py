@@ -1,6 +1,7 @@
 """Retrain the whole shapes world, seeded: generator, then hard-negative mining, then shapes-clip.
 
-    python -m genloop.workers.shapes.train --out DIR [--device cpu|cuda] [--smoke] [--estimate]
+    python -m genloop.training.shapes.train --out DIR [--device cpu|cuda] [--smoke] [--estimate]
+        [--recipe cpu|gpu] [--budget-seconds S]
 
 1. The generator (:mod:`.train_sd`) and shapes-clip's clean phase (:mod:`.train_clip`) are
    independent, so they train at once, each in a process of its own (one core each on a 2-core
@@ -10,15 +11,20 @@
 
 Writes ``DIR/shapes-sd`` and ``DIR/shapes-clip`` (drop-in replacements for the shipped
 ``weights/`` folders) and ``DIR/train-report.json`` (seconds per stage, the mining pass rate).
-``--estimate`` instead times a few steps of every stage at full batch size and extrapolates the
-full run on this machine, in CPU seconds of one thread (so a busy shared machine does not
-inflate it). Imports only torch, diffusers, transformers, open_clip, PIL, numpy and pydantic,
-so it runs where genloop's service dependencies are not installed.
+``--recipe gpu`` takes :meth:`.train_sd.SDTrainConfig.gpu` (GPU-sized batches and pool, a
+wider-reaching UNet); ``--budget-seconds`` makes every training loop run as many steps as fit:
+:data:`FIRST_PHASE_SHARE` of the budget for the generator (beside clean CLIP), the rest, after
+mining, for the hard-negative fine-tuning. ``--estimate`` instead times a few steps of every
+stage at full batch size and extrapolates the full run on this machine, in CPU seconds of one
+thread (so a busy shared machine does not inflate it). Imports torch, diffusers, transformers,
+open_clip and genloop's shapes world, none of the service stack (Dramatiq, Redis, FastAPI), so
+it runs where those are not installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shutil
 import subprocess
@@ -30,6 +36,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from .mining import Mined, MiningConfig
+from .steps import LOOPS_FILE
 from .train_clip import ClipTrainConfig
 from .train_sd import SDTrainConfig
 
@@ -42,11 +49,20 @@ class TrainReport(BaseModel):
     seconds: dict[str, float]
     mined_images: int
     mined_pass_rate: float
+    #: Per training loop: steps run and, when budgeted, measured seconds per step.
+    loops: dict[str, dict[str, float | None]]
     configs: dict[str, dict]
 
 
-def _configs(smoke: bool, seed: int) -> tuple[SDTrainConfig, ClipTrainConfig, MiningConfig]:
-    sd = SDTrainConfig.smoke() if smoke else SDTrainConfig()
+#: Share of ``--budget-seconds`` for the first phase (generator beside clean CLIP); mining
+#: (a fixed number of images) and the hard-negative fine-tuning share the rest.
+FIRST_PHASE_SHARE = 0.75
+
+
+def _configs(smoke: bool, seed: int,
+             recipe: str = "cpu") -> tuple[SDTrainConfig, ClipTrainConfig, MiningConfig]:
+    sd = SDTrainConfig.smoke() if smoke else (
+        SDTrainConfig.gpu() if recipe == "gpu" else SDTrainConfig())
     clip = ClipTrainConfig.smoke() if smoke else ClipTrainConfig()
     mining = MiningConfig.smoke() if smoke else MiningConfig()
     return sd.model_copy(update={"seed": seed}), clip.model_copy(update={"seed": seed}), mining
@@ -56,25 +72,30 @@ def _run_stage(stage: str, args: argparse.Namespace) -> None:
     import torch
 
     torch.manual_seed(args.seed)
-    sd, clip, _ = _configs(args.smoke, args.seed)
+    sd, clip, _ = _configs(args.smoke, args.seed, args.recipe)
     if stage == "generator":
         from .train_sd import train_generator
 
-        train_generator(args.out, sd, args.device, args.workers)
+        train_generator(args.out, sd, args.device, args.workers, args.stage_seconds)
     elif stage == "clip":
         from .train_clip import pretrain
 
-        pretrain(args.out, clip, args.device, args.workers)
+        pretrain(args.out, clip, args.device, args.workers, args.stage_seconds)
 
 
 def _first_phase(args: argparse.Namespace) -> None:
+    if args.budget_seconds is not None:
+        args.stage_seconds = FIRST_PHASE_SHARE * args.budget_seconds
     if not args.parallel:
         for stage in ("generator", "clip"):
             _run_stage(stage, args)
         return
     common = ["--out", str(args.out), "--device", args.device, "--seed", str(args.seed),
-              "--threads", str(args.threads), "--workers", str(args.workers)]
+              "--threads", str(args.threads), "--workers", str(args.workers),
+              "--recipe", args.recipe]
     common += ["--smoke"] if args.smoke else []
+    if args.stage_seconds is not None:
+        common += ["--stage-seconds", str(args.stage_seconds)]
     procs = {stage: subprocess.Popen([sys.executable, "-m", f"{__package__}.train", *common,
                                       "--stage", stage])
              for stage in ("generator", "clip")}
@@ -103,7 +124,7 @@ def train_all(args: argparse.Namespace) -> TrainReport:
 
     from .train_clip import finetune
 
-    sd, clip, mining = _configs(args.smoke, args.seed)
+    sd, clip, mining = _configs(args.smoke, args.seed, args.recipe)
     seconds: dict[str, float] = {}
     began = time.monotonic()
     _first_phase(args)
@@ -114,12 +135,20 @@ def train_all(args: argparse.Namespace) -> TrainReport:
     seconds["mining"] = time.monotonic() - t
     t = time.monotonic()
     torch.manual_seed(args.seed)
-    finetune(args.out, clip, mined, images, args.device, args.workers)
+    left = None
+    if args.budget_seconds is not None:
+        left = max(10.0, args.budget_seconds - (time.monotonic() - began))
+    finetune(args.out, clip, mined, images, args.device, args.workers, left)
     seconds["clip_hard_negatives"] = time.monotonic() - t
     shutil.rmtree(args.out / STAGES)
     seconds["total"] = time.monotonic() - began
+    loops: dict = {}
+    for model in ("shapes-sd", "shapes-clip"):
+        path = args.out / model / LOOPS_FILE
+        loops.update(json.loads(path.read_text()))
+        path.unlink()
     report = TrainReport(device=args.device, seconds=seconds, mined_images=len(mined.prompts),
-                         mined_pass_rate=mined.pass_rate,
+                         mined_pass_rate=mined.pass_rate, loops=loops,
                          configs={"sd": sd.model_dump(), "clip": clip.model_dump(),
                                   "mining": mining.model_dump()})
     (args.out / "train-report.json").write_text(report.model_dump_json(indent=2))
@@ -143,17 +172,25 @@ def main(argv: list[str] | None = None) -> None:
                         help="processes that render training images and run the checker")
     parser.add_argument("--sequential", dest="parallel", action="store_false",
                         help="train generator and clean CLIP one after the other, in-process")
+    parser.add_argument("--recipe", choices=["cpu", "gpu"], default="cpu",
+                        help="configuration: the CPU one, or GPU-sized batches and pool")
+    parser.add_argument("--budget-seconds", type=float, default=None,
+                        help="fit every training loop's steps into this many seconds in all")
     parser.add_argument("--stage", choices=["generator", "clip"], help=argparse.SUPPRESS)
+    parser.add_argument("--stage-seconds", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(args.threads)
+    if args.device.startswith("cuda"):
+        torch.backends.cudnn.benchmark = True  # fixed shapes: pick each convolution's fastest
     args.out.mkdir(parents=True, exist_ok=True)
     if args.stage:
         _run_stage(args.stage, args)
     elif args.estimate:
         from .estimate import estimate
 
-        print(estimate(args.device).model_dump_json(indent=2))
+        print(estimate(args.device, recipe=args.recipe,
+                       budget_seconds=args.budget_seconds).model_dump_json(indent=2))
     else:
         print(train_all(args).model_dump_json(indent=2))
 

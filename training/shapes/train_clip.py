@@ -29,9 +29,17 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel
 
-from .dataset import is_novel, render_pool
-from .models import CLIP_CONFIG, CLIP_MODEL_NAME, register_clip_config
-from .scene import ATTRIBUTE_NAMES, PAIR_CLAUSES, Attributes, one_attribute_variants, parse_caption
+from genloop.workers.shapes.dataset import is_novel, render_pool
+from genloop.workers.shapes.models import CLIP_CONFIG, CLIP_MODEL_NAME, register_clip_config
+from genloop.workers.shapes.scene import (
+    ATTRIBUTE_NAMES,
+    PAIR_CLAUSES,
+    Attributes,
+    one_attribute_variants,
+    parse_caption,
+)
+
+from .steps import LOOPS_FILE, StepPlan, adamw, autocast
 
 logger = logging.getLogger(__name__)
 
@@ -70,14 +78,17 @@ def clip_pixels(images: np.ndarray, device: str | torch.device = "cpu") -> torch
     return (x / 255.0 - mean) / std
 
 
+_BLUR = torch.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]) / 16
+
+
 def _augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    blur = (torch.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]) / 16).to(x.device)
+    """Mild blur (half the images) and noise; ``gen`` lives on ``x``'s device."""
     blurred = F.conv2d(F.pad(x, (1, 1, 1, 1), mode="replicate"),
-                       blur.expand(3, 1, 3, 3), groups=3)
-    pick = (torch.rand(len(x), 1, 1, 1, generator=gen) < 0.5).float().to(x.device)
+                       _BLUR.to(x.device).expand(3, 1, 3, 3), groups=3)
+    pick = (torch.rand(len(x), 1, 1, 1, generator=gen, device=x.device) < 0.5).float()
     x = pick * blurred + (1 - pick) * x
-    sigma = (torch.rand(len(x), 1, 1, 1, generator=gen) * 0.15).to(x.device)
-    return x + sigma * torch.randn(x.shape, generator=gen).to(x.device)
+    sigma = torch.rand(len(x), 1, 1, 1, generator=gen, device=x.device) * 0.15
+    return x + sigma * torch.randn(x.shape, generator=gen, device=x.device)
 
 
 # Captions repeat across steps, so parsing, variants and tokens are cached per caption: on a GPU
@@ -127,7 +138,7 @@ def contrastive_loss(img: torch.Tensor, texts: list[str], positives: list[str | 
                      scale: torch.Tensor, device: str, model, tokenizer) -> torch.Tensor:
     """Image->text and text->image loss; image i's right texts are those describing the same
     picture as ``positives[i]`` (``None``: the image only serves as a negative)."""
-    txt = F.normalize(model.encode_text(tokenizer(texts).to(device)), dim=-1)
+    txt = F.normalize(model.encode_text(tokenizer(texts).to(device)).float(), dim=-1)
     ids: dict[str, int] = {}
     text_ids = torch.tensor([ids.setdefault(_key(t), len(ids)) for t in texts])
     image_ids = torch.tensor([ids.get(_key(p), -2) if p else -1 for p in positives])
@@ -145,12 +156,6 @@ def _clean_batch(pool, captions, step, cfg, rng, gen, device):
     return images, texts, caps
 
 
-def _lr(step: int, total: int, peak: float, warmup: int) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
-
-
 def _build(out: Path, device: str):
     import open_clip
 
@@ -164,31 +169,44 @@ def _build(out: Path, device: str):
 
 
 def _train(model, tokenizer, cfg: ClipTrainConfig, device: str, steps: int, lr: float,
-           extra=None, phase: str = "clean", workers: int = 1) -> None:
+           extra=None, phase: str = "clean", workers: int = 1,
+           seconds: float | None = None, min_steps: int | None = None) -> dict:
+    """``steps`` steps, or with ``seconds`` as many as fit (:class:`.steps.StepPlan`), at least
+    ``min_steps`` (default: the warm-up); returns the loop's summary."""
+    began = time.monotonic()
     pool, captions = render_pool(range(cfg.seed_offset, cfg.seed_offset + cfg.pool_size),
                                  workers)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
-    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    if seconds is not None:
+        seconds -= time.monotonic() - began
+    opt = adamw(model.parameters(), lr, 0.05, device)
+    plan = StepPlan(steps, min(cfg.warmup, steps // 10), device, seconds,
+                    min_steps=min(steps, cfg.warmup) if min_steps is None else min_steps)
+    gen = torch.Generator(device).manual_seed(cfg.seed + 1)
     rng = random.Random(cfg.seed)
     start = time.monotonic()
     model.train()
-    for step in range(steps):
+    step = 0
+    while step < plan.total:
         for group in opt.param_groups:
-            group["lr"] = _lr(step, steps, lr, min(cfg.warmup, steps // 10))
+            group["lr"] = lr * plan.lr_factor(step)
         images, texts, positives = _clean_batch(pool, captions, step, cfg, rng, gen, device)
-        img = F.normalize(model.encode_image(images), dim=-1)
-        scale = model.logit_scale.exp()
-        loss = contrastive_loss(img, texts, positives, scale, device, model, tokenizer)
-        if extra is not None:
-            loss = loss + extra(model, step, rng, gen, scale)
+        with autocast(device):
+            img = F.normalize(model.encode_image(images).float(), dim=-1)
+            scale = model.logit_scale.exp()
+            loss = contrastive_loss(img, texts, positives, scale, device, model, tokenizer)
+            if extra is not None:
+                loss = loss + extra(model, step, rng, gen, scale)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         with torch.no_grad():
             model.logit_scale.clamp_(0, math.log(100))
-        if step % 100 == 0 or step == steps - 1:
-            logger.info("clip %s step %d loss %.4f scale %.1f (%.0fs)", phase, step, loss.item(),
-                        scale.item(), time.monotonic() - start)
+        plan.after_step(step)
+        if step % 500 == 0 or step == plan.total - 1:
+            logger.info("clip %s step %d/%d loss %.4f scale %.1f (%.0fs)", phase, step,
+                        plan.total, loss.item(), scale.item(), time.monotonic() - start)
+        step += 1
+    return plan.summary()
 
 
 def _save(model, target: Path) -> Path:
@@ -200,17 +218,22 @@ def _save(model, target: Path) -> Path:
     return target
 
 
-def pretrain(out: Path, cfg: ClipTrainConfig, device: str, workers: int = 1) -> Path:
+def pretrain(out: Path, cfg: ClipTrainConfig, device: str, workers: int = 1,
+             seconds: float | None = None) -> Path:
     """Phase 1 on clean renders; writes ``out/shapes-clip`` (usable on its own)."""
     torch.manual_seed(cfg.seed)
     model, tokenizer, target = _build(out, device)
-    _train(model, tokenizer, cfg, device, cfg.steps, cfg.lr, workers=workers)
+    loops = {"clip_clean": _train(model, tokenizer, cfg, device, cfg.steps, cfg.lr,
+                                  workers=workers, seconds=seconds)}
+    (target / LOOPS_FILE).write_text(json.dumps(loops))
     return _save(model, target)
 
 
 def finetune(out: Path, cfg: ClipTrainConfig, mined, images: np.ndarray, device: str,
-             workers: int = 1) -> Path:
-    """Phase 2: continue from ``out/shapes-clip`` with the mined generated images."""
+             workers: int = 1, seconds: float | None = None) -> Path:
+    """Phase 2: continue from ``out/shapes-clip`` with the mined generated images; ``seconds``
+    can lengthen it beyond ``cfg.finetune_steps``, never shorten it (this phase is what the
+    selection AUC comes from)."""
     from safetensors.torch import load_file
 
     torch.manual_seed(cfg.seed + 7)
@@ -223,8 +246,8 @@ def finetune(out: Path, cfg: ClipTrainConfig, mined, images: np.ndarray, device:
         chosen = [groups[(step * cfg.finetune_groups + i) % len(groups)]
                   for i in range(cfg.finetune_groups)]
         rows = [i for g in chosen for i in g]
-        img = F.normalize(model.encode_image(_augment(clip_pixels(images[rows], device), gen)),
-                          dim=-1)
+        img = F.normalize(model.encode_image(_augment(clip_pixels(images[rows], device), gen))
+                          .float(), dim=-1)
         # Image->text: passed images name their prompt, failed ones what the checker read.
         texts = sorted({mined.prompts[i] for i in rows}
                        | {mined.readings[i] for i in rows if mined.readings[i]})
@@ -232,7 +255,7 @@ def finetune(out: Path, cfg: ClipTrainConfig, mined, images: np.ndarray, device:
         loss = contrastive_loss(img, texts, positives, scale, device, model, tokenizer)
         # Selection: each prompt must rank its passed images above its failed ones.
         prompts = [mined.prompts[g[0]] for g in chosen]
-        txt = F.normalize(model.encode_text(tokenizer(prompts).to(device)), dim=-1)
+        txt = F.normalize(model.encode_text(tokenizer(prompts).to(device)).float(), dim=-1)
         selection = []
         offset = 0
         for j, g in enumerate(chosen):
@@ -245,6 +268,10 @@ def finetune(out: Path, cfg: ClipTrainConfig, mined, images: np.ndarray, device:
             loss = loss + torch.stack(selection).mean()
         return loss
 
-    _train(model, tokenizer, cfg, device, cfg.finetune_steps, cfg.finetune_lr, extra,
-           phase="hard-negative", workers=workers)
+    loops = json.loads((target / LOOPS_FILE).read_text()) if (target / LOOPS_FILE).exists() else {}
+    loops["clip_hard_negatives"] = _train(model, tokenizer, cfg, device, cfg.finetune_steps,
+                                          cfg.finetune_lr, extra, phase="hard-negative",
+                                          workers=workers, seconds=seconds,
+                                          min_steps=cfg.finetune_steps)
+    (target / LOOPS_FILE).write_text(json.dumps(loops))
     return _save(model, target)
