@@ -60,9 +60,11 @@ def answer(store: StateStore, run_id: str, reply: RefineAnswer) -> RefineAnswer:
     node_id = reply.node_id
     if node_id is None:
         waiting = sorted(asked - answered)
-        if len(waiting) != 1:
+        if not waiting:
+            raise RefineConflict(f"run {run_id} has no refine waiting for an answer")
+        if len(waiting) > 1:
             raise RefineConflict(f"run {run_id} has {len(waiting)} refine nodes waiting "
-                                 f"({', '.join(waiting) or 'none'}); name one with node_id")
+                                 f"({', '.join(waiting)}); name one with node_id")
         node_id = waiting[0]
     if node_id not in asked:
         raise RefineConflict(f"refine node {node_id!r} of run {run_id} has not asked for an "

@@ -44,7 +44,7 @@ def test_an_agent_answers_and_the_loop_makes_what_it_asked(client):
     ])
     with pytest.raises(RefineConflict, match="already has its answer"):
         run.refine([GenerationRequest(prompt="x", seed=1, round=2)], node_id=answer.node_id)
-    with pytest.raises(RefineConflict, match="0 refine nodes waiting"):
+    with pytest.raises(RefineConflict, match="has no refine waiting for an answer"):
         run.refine([GenerationRequest(prompt="x", seed=1, round=2)])
     result = run.wait(timeout=120)
 

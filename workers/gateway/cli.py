@@ -74,7 +74,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     store, backend = open_store(args), open_backend(args, models)
     try:
-        print(f"genloop gateway on http://{args.host}:{args.port}", file=sys.stderr)
+        print(f"genloop gateway on http://{args.host}:{args.port} "
+              f"(run console: http://{args.host}:{args.port}/ui)", file=sys.stderr)
         uvicorn.run(create_app(backend, store, settings), host=args.host, port=args.port,
                     log_level=args.log_level)
     finally:
