@@ -29,8 +29,10 @@ def test_connect_enqueues_without_declaring_actors_or_worker_middleware(clean_re
     g = Graph()
     g.add("test-count", id="a", params={"log": str(tmp_path / "log")}, queue="cpu",
           max_retries=2)
-    # When a client connects and submits
-    with Client.connect(redis_url(CONNECT_DB), artifacts=f"file://{tmp_path}/art") as client:
+    # When a client connects and submits (straight to the broker: the pool's fair queue, its
+    # default, would hold the message until a worker says it has a free thread)
+    with Client.connect(redis_url(CONNECT_DB), artifacts=f"file://{tmp_path}/art",
+                        fair=False) as client:
         run = client.submit(g)
         broker = client.backend.broker
         actors = broker.get_declared_actors()
