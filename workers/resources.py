@@ -17,10 +17,15 @@ class Resources:
     """
 
     def __init__(self, device: str | None = None, models: Any = None,
-                 allowed: ModelsConfig | None = None, image_cache_size: int = 512) -> None:
+                 allowed: ModelsConfig | None = None, image_cache_size: int = 512,
+                 torch_threads: int | None = None) -> None:
         """``models`` replaces the registry outright; ``allowed`` is the operator's models
-        config for the registry built here (``None``: trusted code, any local path loads)."""
+        config for the registry built here (``None``: trusted code, any local path loads).
+        ``torch_threads``: torch's intra-op threads, set when a model or evaluator is first
+        used (default: fitted to the machine, see :mod:`.threads`; 0: torch's own)."""
         self.device = device
+        self.torch_threads = torch_threads
+        self._fitted = False
         self.allowed = allowed
         self._models = models
         self._lock = threading.Lock()
@@ -37,6 +42,7 @@ class Resources:
     def models(self):
         """The :class:`~genloop.workers.engine.registry.ModelRegistry` of this process."""
         with self._lock:
+            self._fit_threads()
             if self._models is None:
                 from .engine.registry import ModelRegistry
 
@@ -47,4 +53,13 @@ class Resources:
         """The evaluator registered as ``name`` (loaded once per process)."""
         from genloop.evaluators import get_evaluator
 
+        with self._lock:
+            self._fit_threads()
         return get_evaluator(name, device=self.device)
+
+    def _fit_threads(self) -> None:
+        if not self._fitted:
+            from .threads import fit_torch_threads
+
+            self.torch_threads = fit_torch_threads(self.torch_threads)
+            self._fitted = True
