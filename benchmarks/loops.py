@@ -76,7 +76,7 @@ class Side(BaseModel):
 
     @property
     def median(self) -> float:
-        return statistics.median(self.wall_s)
+        return statistics.median(self.wall_s) if self.wall_s else float("nan")
 
 
 class LoopsReport(BaseModel):
@@ -200,10 +200,20 @@ class Pool:
              "--artifacts", self.artifacts, "--threads", str(setting.worker_threads),
              "--preload", shapes.PIPELINE_NAME],
             env={**os.environ, "GENLOOP_TORCH_THREADS": str(setting.torch_threads)})
+        deadline = time.monotonic() + 600
+        while not self.redis.hexists("genloop:ops", "generate"):  # published last
+            if self.worker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the genloop worker did not start")
+            time.sleep(0.2)
+        # What the worker published at start (its ops, models, queues, artifacts): kept across
+        # the flush that gives each repetition an empty store.
+        self.catalogue = {k: self.redis.dump(k) for k in self.redis.keys("genloop:*")}
 
     def run(self, loops: list[Loop], setting: Setting) -> Measured:
         assert setting == self.setting, "one worker process, one setting"
         self.redis.flushdb()
+        for key, value in self.catalogue.items():
+            self.redis.restore(key, 0, value)
         with Client.connect(self.url, artifacts=self.artifacts) as client:
             return Measured(_run_all(client, loops), float("nan"), float("nan"), [], [])
 
@@ -243,6 +253,9 @@ def main(argv: list[str] | None = None) -> None:
                         "worker threads (default: genloop's defaults)")
     parser.add_argument("--script-threads", type=int, default=None,
                         help="torch threads of the script (default: torch's own default)")
+    parser.add_argument("--no-script", action="store_true",
+                        help="genloop's side only (the script's time grows linearly with "
+                        "the loops: scale a smaller run's)")
     parser.add_argument("--redis", default=None, help="run genloop on one `genloop worker` "
                         "against this Redis URL (its database is flushed)")
     parser.add_argument("--json", action="store_true")
@@ -256,9 +269,10 @@ def main(argv: list[str] | None = None) -> None:
     # The script runs at torch's own default; torch's thread count is per process, so it is
     # set again before every run of either side.
     script_threads = args.script_threads or torch.get_num_threads()
-    script = Script(args.device)
+    script = None if args.no_script else Script(args.device)
     # Warm-up at full size on both sides: model loads and first-call kernel choices.
-    script.run(warm, args.rounds, args.candidates)
+    if script is not None:
+        script.run(warm, args.rounds, args.candidates)
     reports = []
     with tempfile.TemporaryDirectory() as home:
         side = (Pool(Path(home), args.redis, settings[0]) if args.redis
@@ -273,10 +287,11 @@ def main(argv: list[str] | None = None) -> None:
                 gen: dict[str, list[int]] = {s.label: [] for s in settings}
                 sc: dict[str, list[int]] = {s.label: [] for s in settings}
                 for _ in range(args.repeats):
-                    torch.set_num_threads(script_threads)
-                    wall, model = script.run(chosen, args.rounds, args.candidates)
-                    theirs.wall_s.append(wall)
-                    theirs.model_s.append(model)
+                    if script is not None:
+                        torch.set_num_threads(script_threads)
+                        wall, model = script.run(chosen, args.rounds, args.candidates)
+                        theirs.wall_s.append(wall)
+                        theirs.model_s.append(model)
                     for setting in settings:
                         m = side.run(loops, setting)
                         ours = mine[setting.label]
@@ -289,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
                     ours = mine[setting.label]
                     reports.append(LoopsReport(
                         loops=n, setting=setting, script=theirs, genloop=ours,
-                        ratio=theirs.median / ours.median,
+                        ratio=theirs.median / ours.median if theirs.wall_s else float("nan"),
                         batch_sizes=dict(sorted(collections.Counter(gen[setting.label]).items())),
                         score_batch_images=dict(
                             sorted(collections.Counter(sc[setting.label]).items())),
@@ -308,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _print(r: LoopsReport, labelled: bool) -> None:
     def share(side: Side) -> str:
-        model = statistics.median(side.model_s)
+        model = statistics.median(side.model_s) if side.model_s else float("nan")
         return "" if model != model else f", model calls {model:.1f}s ({model / side.median:.0%})"
 
     spread = ", ".join(f"{w:.1f}" for w in r.genloop.wall_s)

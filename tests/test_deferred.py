@@ -201,7 +201,7 @@ def test_a_worker_killed_while_its_work_is_in_the_engine_is_recovered_and_comple
         return subprocess.Popen(
             [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", url,
              "--artifacts", artifacts, "--threads", "2", "--import", "genloop_test_ops",
-             "--lease-ttl", "1.5", "--heartbeat-timeout-ms", "600000"],
+             "--lease-ttl", "3", "--heartbeat-timeout-ms", "600000"],
             env=env, start_new_session=True, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
 
