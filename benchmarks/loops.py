@@ -165,7 +165,8 @@ class Local:
     def __init__(self, root: Path) -> None:
         from genloop.workers.resources import Resources
 
-        self.root, self.resources, self.n = root, Resources(), 0
+        # torch's threads are set per run here, for each setting; Resources leaves them alone.
+        self.root, self.resources, self.n = root, Resources(torch_threads=0), 0
 
     def run(self, loops: list[Loop], setting: Setting) -> Measured:
         import torch
