@@ -272,6 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     script_threads = args.script_threads or torch.get_num_threads()
     script = None if args.no_script else Script(args.device)
     # Warm-up at full size on both sides: model loads and first-call kernel choices.
+    torch.set_num_threads(script_threads)
     if script is not None:
         script.run(warm, args.rounds, args.candidates)
     reports = []
