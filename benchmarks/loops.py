@@ -1,7 +1,7 @@
 """Loops: genloop against the loop an agent would write by hand, on the shipped shapes models.
 
     python benchmarks/loops.py [--loops 1,8,32] [--repeats 3] [--rounds 3] [--candidates 8]
-                               [--redis redis://localhost:6379/15] [--json]
+                               [--grid T:W,...] [--redis redis://localhost:6379/15] [--json]
 
 - ``script``: the hand-written loop. For each prompt, one after another: per round one batched
   diffusers call for the round's images (the ``shapes`` pipeline loaded with diffusers alone,
@@ -10,11 +10,16 @@
   ``seed-search`` rule genloop uses. This is the baseline the issue measured (1.88 s per loop).
 - ``genloop``: the same loops as :class:`~genloop.sdk.Loop` runs on ``Client.local()`` at its
   defaults, all submitted at once; with ``--redis URL`` on one ``genloop worker`` process
-  instead (the benchmark flushes that database before each repetition).
+  instead (the benchmark flushes that database before each repetition). ``--grid 1:1,1:4,2:4``
+  runs genloop's side at each thread setting (torch intra-op threads : worker threads) in turn,
+  against the same script runs; the script runs at torch's own default thread count unless
+  ``--script-threads`` says otherwise.
 
 For each loop count it prints the median wall time of each side, the ratio script / genloop
-(> 1: genloop is faster), the engine's batch-size histogram, and the seconds spent inside model
-calls (generation batches + scoring batches) vs the rest (orchestration). Every repetition uses
+(> 1: genloop is faster), the engine's batch-size histogram, the seconds spent inside model
+calls (generation batches + scoring batches) vs the rest (orchestration), and how busy the
+engine was (its share of the wall, and its seconds per image: a starved engine, or one slowed
+by threads fighting over the cores, shows there). Every repetition uses
 a fresh store, so nothing is reused between repetitions. The machine this runs on may be shared:
 compare medians, and rerun when the spread is large.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import inspect
 import json
 import os
 import statistics
@@ -30,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -38,17 +45,43 @@ from genloop.sdk import Client, Loop
 from genloop.workers import shapes
 
 
+class Setting(BaseModel):
+    """One thread setting of genloop's side: torch intra-op threads x worker threads."""
+
+    torch_threads: int
+    worker_threads: int
+
+    @property
+    def label(self) -> str:
+        return f"torch {self.torch_threads} x workers {self.worker_threads}"
+
+
+@dataclass
+class Measured:
+    """One genloop repetition: wall seconds, seconds inside generation and scoring batches,
+    and the sizes of those batches."""
+
+    wall: float
+    engine_s: float
+    score_s: float
+    batches: list[int]
+    score_batches: list[int]
+
+
 class Side(BaseModel):
     wall_s: list[float]
     model_s: list[float]
+    #: genloop only: seconds inside generation batches (the rest of model_s is scoring).
+    engine_s: list[float] = []
 
     @property
     def median(self) -> float:
-        return statistics.median(self.wall_s)
+        return statistics.median(self.wall_s) if self.wall_s else float("nan")
 
 
 class LoopsReport(BaseModel):
     loops: int
+    setting: Setting
     script: Side
     genloop: Side
     ratio: float
@@ -127,117 +160,186 @@ def _run_all(client: Client, loops: list[Loop]) -> float:
 
 
 class Local:
-    """``Client.local()`` at its defaults; the models stay resident across repetitions."""
+    """``Client.local()``; the models stay resident across repetitions and settings."""
 
     def __init__(self, root: Path) -> None:
         from genloop.workers.resources import Resources
 
-        self.root, self.resources, self.n = root, Resources(), 0
+        # torch's threads are set per run here, for each setting; Resources leaves them alone.
+        self.root, self.resources, self.n = root, Resources(torch_threads=0), 0
 
-    def run(self, loops: list[Loop]) -> tuple[float, float]:
+    def run(self, loops: list[Loop], setting: Setting) -> Measured:
+        import torch
+
         self.n += 1
-        engine = self.resources.models.engine
-        gen, score = len(engine.batcher.seconds), len(self.resources.scoring.seconds)
-        with Client.local(home=self.root / f"rep{self.n}", resources=self.resources) as client:
+        torch.set_num_threads(setting.torch_threads)
+        batcher, scoring = self.resources.models.engine.batcher, self.resources.scoring
+        gen, score = len(batcher.seconds), len(scoring.seconds)
+        with Client.local(home=self.root / f"rep{self.n}", resources=self.resources,
+                          threads=setting.worker_threads) as client:
             wall = _run_all(client, loops)
-        model = (sum(engine.batcher.seconds[gen:]) + sum(self.resources.scoring.seconds[score:]))
-        return wall, model
+        return Measured(wall, sum(batcher.seconds[gen:]), sum(scoring.seconds[score:]),
+                        batcher.batches[gen:], [n for _, n, _ in scoring.batches[score:]])
 
-    def histograms(self) -> tuple[list[int], list[int]]:
-        return (list(self.resources.models.engine.batcher.batches),
-                [n for _, n, _ in self.resources.scoring.batches])
+    def close(self) -> None:
+        pass
 
 
 class Pool:
-    """One ``genloop worker`` process on a Redis database (flushed before each repetition)."""
+    """One ``genloop worker`` process on a Redis database (flushed before each repetition).
 
-    def __init__(self, root: Path, url: str) -> None:
+    The batch log lives in the worker process, so only wall times come back."""
+
+    def __init__(self, root: Path, url: str, setting: Setting) -> None:
         import redis
 
-        self.url, self.redis = url, redis.Redis.from_url(url)
+        self.url, self.redis, self.setting = url, redis.Redis.from_url(url), setting
         self.artifacts = f"file://{root / 'artifacts'}"
+        self.redis.flushdb()
         self.worker = subprocess.Popen(
             [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", url,
-             "--artifacts", self.artifacts], env=os.environ.copy())
+             "--artifacts", self.artifacts, "--threads", str(setting.worker_threads),
+             "--preload", shapes.PIPELINE_NAME],
+            env={**os.environ, "GENLOOP_TORCH_THREADS": str(setting.torch_threads)})
+        deadline = time.monotonic() + 600
+        while not self.redis.hexists("genloop:ops", "generate"):  # published last
+            if self.worker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the genloop worker did not start")
+            time.sleep(0.2)
+        # What the worker published at start (its ops, models, queues, artifacts): kept across
+        # the flush that gives each repetition an empty store.
+        self.catalogue = {k: self.redis.dump(k) for k in self.redis.keys("genloop:*")}
 
-    def run(self, loops: list[Loop]) -> tuple[float, float]:
+    def run(self, loops: list[Loop], setting: Setting) -> Measured:
+        assert setting == self.setting, "one worker process, one setting"
         self.redis.flushdb()
+        for key, value in self.catalogue.items():
+            self.redis.restore(key, 0, value)
         with Client.connect(self.url, artifacts=self.artifacts) as client:
-            return _run_all(client, loops), float("nan")
-
-    def histograms(self) -> tuple[list[int], list[int]]:
-        return [], []  # the batch log lives in the worker process
+            return Measured(_run_all(client, loops), float("nan"), float("nan"), [], [])
 
     def close(self) -> None:
         self.worker.terminate()
         self.worker.wait(30)
 
 
+def _settings(grid: str | None) -> list[Setting]:
+    """``--grid 1:4,2:2`` (torch threads : worker threads); default genloop's own defaults."""
+    from genloop.workers.threads import torch_threads
+
+    if not grid:
+        return [Setting(torch_threads=torch_threads(), worker_threads=DEFAULT_WORKER_THREADS)]
+    out = []
+    for pair in grid.split(","):
+        t, w = pair.split(":")
+        out.append(Setting(torch_threads=int(t), worker_threads=int(w)))
+    return out
+
+
+#: ``Client.local()``'s default worker threads.
+DEFAULT_WORKER_THREADS = inspect.signature(Client.local).parameters["threads"].default
+
+
 def main(argv: list[str] | None = None) -> None:
+    import torch
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loops", default="1,8,32", help="concurrent loop counts")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--candidates", type=int, default=8)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--grid", default=None, metavar="T:W,...",
+                        help="genloop thread settings to compare, torch intra-op threads : "
+                        "worker threads (default: genloop's defaults)")
+    parser.add_argument("--script-threads", type=int, default=None,
+                        help="torch threads of the script (default: torch's own default)")
+    parser.add_argument("--no-script", action="store_true",
+                        help="genloop's side only (the script's time grows linearly with "
+                        "the loops: scale a smaller run's)")
     parser.add_argument("--redis", default=None, help="run genloop on one `genloop worker` "
                         "against this Redis URL (its database is flushed)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.loops.split(",")]
+    settings = _settings(args.grid)
+    if args.redis and len(settings) > 1:
+        parser.error("--redis runs one worker process: give one --grid setting")
     prompts = [a.caption() for a in shapes.heldout_prompts(max(counts) + 1)]
     warm, prompts = prompts[:1], prompts[1:]
-    script = Script(args.device)
+    # The script runs at torch's own default; torch's thread count is per process, so it is
+    # set again before every run of either side.
+    script_threads = args.script_threads or torch.get_num_threads()
+    script = None if args.no_script else Script(args.device)
     # Warm-up at full size on both sides: model loads and first-call kernel choices.
-    script.run(warm, args.rounds, args.candidates)
+    torch.set_num_threads(script_threads)
+    if script is not None:
+        script.run(warm, args.rounds, args.candidates)
     reports = []
     with tempfile.TemporaryDirectory() as home:
-        side = Pool(Path(home), args.redis) if args.redis else Local(Path(home))
+        side = (Pool(Path(home), args.redis, settings[0]) if args.redis
+                else Local(Path(home)))
         try:
-            side.run(_loops(warm, args.rounds, args.candidates))
+            side.run(_loops(warm, args.rounds, args.candidates), settings[0])
             for n in counts:
                 chosen = prompts[:n]
                 loops = _loops(chosen, args.rounds, args.candidates)
-                mine = Side(wall_s=[], model_s=[])
                 theirs = Side(wall_s=[], model_s=[])
-                before = [len(h) for h in side.histograms()]
+                mine = {s.label: Side(wall_s=[], model_s=[]) for s in settings}
+                gen: dict[str, list[int]] = {s.label: [] for s in settings}
+                sc: dict[str, list[int]] = {s.label: [] for s in settings}
                 for _ in range(args.repeats):
-                    for target, (wall, model) in (
-                        (theirs, script.run(chosen, args.rounds, args.candidates)),
-                        (mine, side.run(loops)),
-                    ):
-                        target.wall_s.append(wall)
-                        target.model_s.append(model)
-                gen, sc = (h[b:] for h, b in zip(side.histograms(), before, strict=True))
-                reports.append(LoopsReport(
-                    loops=n, script=theirs, genloop=mine, ratio=theirs.median / mine.median,
-                    batch_sizes=dict(sorted(collections.Counter(gen).items())),
-                    score_batch_images=dict(sorted(collections.Counter(sc).items())),
-                ))
-                if not args.json:
-                    _print(reports[-1])
+                    if script is not None:
+                        torch.set_num_threads(script_threads)
+                        wall, model = script.run(chosen, args.rounds, args.candidates)
+                        theirs.wall_s.append(wall)
+                        theirs.model_s.append(model)
+                    for setting in settings:
+                        m = side.run(loops, setting)
+                        ours = mine[setting.label]
+                        ours.wall_s.append(m.wall)
+                        ours.model_s.append(m.engine_s + m.score_s)
+                        ours.engine_s.append(m.engine_s)
+                        gen[setting.label] += m.batches
+                        sc[setting.label] += m.score_batches
+                for setting in settings:
+                    ours = mine[setting.label]
+                    reports.append(LoopsReport(
+                        loops=n, setting=setting, script=theirs, genloop=ours,
+                        ratio=theirs.median / ours.median if theirs.wall_s else float("nan"),
+                        batch_sizes=dict(sorted(collections.Counter(gen[setting.label]).items())),
+                        score_batch_images=dict(
+                            sorted(collections.Counter(sc[setting.label]).items())),
+                    ))
+                    if not args.json:
+                        _print(reports[-1], len(settings) > 1)
         finally:
-            if isinstance(side, Pool):
-                side.close()
+            side.close()
     if args.json:
         print(json.dumps({"device": args.device, "rounds": args.rounds,
                           "candidates": args.candidates, "redis": bool(args.redis),
+                          "script_torch_threads": script_threads,
+                          "load_average": os.getloadavg(),
                           "reports": [r.model_dump() for r in reports]}))
 
 
-def _print(r: LoopsReport) -> None:
+def _print(r: LoopsReport, labelled: bool) -> None:
     def share(side: Side) -> str:
-        model = statistics.median(side.model_s)
+        model = statistics.median(side.model_s) if side.model_s else float("nan")
         return "" if model != model else f", model calls {model:.1f}s ({model / side.median:.0%})"
 
     spread = ", ".join(f"{w:.1f}" for w in r.genloop.wall_s)
-    print(f"{r.loops:3d} loop(s): script {r.script.median:.1f}s{share(r.script)}; "
+    label = f" [{r.setting.label}]" if labelled else ""
+    print(f"{r.loops:3d} loop(s){label}: script {r.script.median:.1f}s{share(r.script)}; "
           f"genloop {r.genloop.median:.1f}s{share(r.genloop)} [{spread}]; "
           f"ratio {r.ratio:.2f}x")
     if r.batch_sizes:
         gen = statistics.median([s for s, c in r.batch_sizes.items() for _ in range(c)])
-        print(f"           engine batch sizes {r.batch_sizes} (median {gen:g}); "
-              f"score batch images {r.score_batch_images}")
+        engine = statistics.median(r.genloop.engine_s)
+        images = sum(s * c for s, c in r.batch_sizes.items()) / len(r.genloop.wall_s)
+        print(f"           engine busy {engine / r.genloop.median:.0%} of the wall, "
+              f"{1000 * engine / images:.0f} ms per image; batch sizes {r.batch_sizes} "
+              f"(median {gen:g}); score batch images {r.score_batch_images}")
 
 
 if __name__ == "__main__":

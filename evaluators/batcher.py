@@ -14,11 +14,8 @@ request whose own images are bad (it is scored alone after its batch fails).
 
 from __future__ import annotations
 
-import atexit
 import logging
-import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -26,6 +23,7 @@ from dataclasses import dataclass, field
 from PIL import Image
 
 from genloop.sdk.errors import Transient
+from genloop.workers.batch_queue import BatchQueue
 
 from .base import Evaluator
 
@@ -44,18 +42,17 @@ class ScoreRequest:
     future: Future = field(default_factory=Future)
 
 
-class ScoreBatcher:
+class ScoreBatcher(BatchQueue[ScoreRequest]):
     """Queue of score requests and the thread that scores them in merged calls."""
+
+    what = "score batcher"
 
     def __init__(self, *, window: float = 0.02, max_images: int = 64) -> None:
         if max_images < 1 or window < 0:
             raise ValueError("max_images must be >= 1 and window >= 0")
+        super().__init__()
         self.window, self.max_images = window, max_images
         self._caps: dict[int, int] = {}  # id(evaluator) -> images per call after an OOM
-        self._pending: list[ScoreRequest] = []
-        self._cond = threading.Condition()
-        self._closed = False
-        self._thread: threading.Thread | None = None
         #: The batch log: per call, (evaluator identity, images, requests), and its seconds.
         self.batches: list[tuple[str, int, int]] = []
         self.seconds: list[float] = []
@@ -64,69 +61,46 @@ class ScoreBatcher:
                check: Callable[[], None] | None = None) -> Future:
         request = ScoreRequest(evaluator, list(images), text, check)
         with self._cond:
-            if self._closed:
-                raise RuntimeError("the score batcher is closed")
-            self._pending.append(request)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, daemon=True,
-                                                name="genloop-scorer")
-                self._thread.start()
-                atexit.register(_close_at_exit, weakref.ref(self))
-            self._cond.notify_all()
+            self._enqueue([request])
         return request.future
-
-    def close(self, timeout: float = 30.0) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-        for request in self._pending:
-            _fail(request, Transient("the worker's score batcher was closed"))
-        self._pending = []
 
     def _limit(self, evaluator: Evaluator) -> int:
         return self._caps.get(id(evaluator), self.max_images)
 
-    def _next(self) -> list[ScoreRequest] | None:
-        with self._cond:
-            while not self._pending and not self._closed:
-                self._cond.wait()
-            if self._closed:
-                return None
-            judge = self._pending[0].evaluator
-            limit = self._limit(judge)
-            deadline = self._pending[0].enqueued + self.window
-            while not self._closed:
-                waiting = sum(len(r.images) for r in self._pending if r.evaluator is judge)
-                left = deadline - time.monotonic()
-                if waiting >= limit or left <= 0:
-                    break
-                self._cond.wait(left)
-            batch, size = [], 0
-            for r in self._pending:
-                if r.evaluator is judge and (not batch or size + len(r.images) <= limit):
-                    batch.append(r)
-                    size += len(r.images)
-            taken = {id(r) for r in batch}
-            self._pending = [r for r in self._pending if id(r) not in taken]
+    def _wait_left(self, head: ScoreRequest) -> float:
+        judge = head.evaluator
+        waiting = sum(len(r.images) for r in self._pending if r.evaluator is judge)
+        if waiting >= self._limit(judge):
+            return 0.0
+        return head.enqueued + self.window - time.monotonic()
+
+    def _choose(self, head: ScoreRequest) -> list[ScoreRequest]:
+        judge, limit = head.evaluator, self._limit(head.evaluator)
+        batch: list[ScoreRequest] = []
+        size = 0
+        for r in self._pending:
+            if r.evaluator is judge and (not batch or size + len(r.images) <= limit):
+                batch.append(r)
+                size += len(r.images)
         return batch
 
-    def _loop(self) -> None:
-        while (batch := self._next()) is not None:
-            live = []
-            for request in batch:
-                try:
-                    if request.check is not None:
-                        request.check()
-                except Exception as exc:  # noqa: BLE001  (cancelled: this request only)
-                    _fail(request, exc)
-                else:
-                    live.append(request)
-            if live:
-                self._run(live)
+    def _fail(self, item: ScoreRequest, exc: BaseException) -> None:
+        _fail(item, exc)
 
     def _run(self, batch: list[ScoreRequest]) -> None:
+        live = []
+        for request in batch:
+            try:
+                if request.check is not None:
+                    request.check()
+            except Exception as exc:  # noqa: BLE001  (cancelled: this request only)
+                _fail(request, exc)
+            else:
+                live.append(request)
+        if live:
+            self._score(live)
+
+    def _score(self, batch: list[ScoreRequest]) -> None:
         judge = batch[0].evaluator
         self.batches.append((judge.identity, sum(len(r.images) for r in batch), len(batch)))
         began = time.perf_counter()
@@ -141,15 +115,15 @@ class ScoreBatcher:
             self._caps[id(judge)] = max(1, sum(len(r.images) for r in batch[:half]))
             log.warning("%s ran out of memory on %d requests; splitting", judge.identity,
                         len(batch))
-            self._run(batch[:half])
-            self._run(batch[half:])
+            self._score(batch[:half])
+            self._score(batch[half:])
             return
         except Exception as exc:  # noqa: BLE001  (one bad request must not fail the others)
             if len(batch) == 1:
                 _fail(batch[0], exc)
                 return
             for request in batch:
-                self._run([request])
+                self._score([request])
             return
         self.seconds.append(time.perf_counter() - began)
         for request, result in zip(batch, scores, strict=True):
@@ -160,10 +134,4 @@ class ScoreBatcher:
 def _fail(request: ScoreRequest, exc: BaseException) -> None:
     if not request.future.done():
         request.future.set_exception(exc)
-
-
-def _close_at_exit(ref: weakref.ref) -> None:
-    batcher = ref()
-    if batcher is not None:
-        batcher.close()
 

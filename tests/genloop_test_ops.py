@@ -159,3 +159,37 @@ def deferred(params: CountParams, inputs: list, ctx: OpContext) -> Deferred:
 
     threading.Timer(params.sleep, finish).start()
     return Deferred(future, lambda value: Value(value=value))
+
+
+class HeldParams(BaseModel):
+    redis_url: str
+    tag: str
+    steps: int = 3
+
+
+@op("test-engine-held", params=HeldParams, output=Value, queue="gpu")
+def engine_held(params: HeldParams, inputs: list, ctx: OpContext) -> Deferred:
+    """One ``tiny`` image through the process's real engine, deferred as ``generate`` is; each
+    denoising step waits until the test sets ``{tag}:gate``, so the work sits inside the engine
+    for as long as the test needs. Bodies and completions are counted in Redis."""
+    import os
+
+    import redis
+
+    from genloop.workers.engine import ImageSettings
+
+    r = redis.Redis.from_url(params.redis_url)
+    r.incr(f"{params.tag}:bodies")
+
+    def on_step(done: int, total: int) -> None:
+        r.set(f"{params.tag}:in-engine", os.getpid())
+        while not r.exists(f"{params.tag}:gate"):
+            time.sleep(0.02)
+
+    def completed(images: list) -> Value:
+        r.incr(f"{params.tag}:completions")
+        return Value(value=len(images))
+
+    settings = ImageSettings(steps=params.steps, guidance=5.0, width=32, height=32)
+    job = ctx.resources.models.engine.submit("tiny", ["a red circle"], [0], settings, on_step)
+    return Deferred(job.future, completed)

@@ -169,3 +169,75 @@ def _wait_until(condition, timeout: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.02)
+
+
+# -- a worker process killed while its work is inside the engine -----------------------------
+@pytest.mark.slow
+def test_a_worker_killed_while_its_work_is_in_the_engine_is_recovered_and_completes_once(
+        tmp_path):
+    """A real ``genloop worker`` is SIGKILLed while the engine holds its instance (the op has
+    returned its Deferred and the message is acked): once the lease runs out, another worker's
+    sweeper re-sends the instance, it runs there, and the run records one completion."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import redis
+    from redis_util import POOL_DB, redis_url
+
+    from genloop.sdk import Client
+
+    url = redis_url(POOL_DB)
+    r = redis.Redis.from_url(url)
+    r.flushdb()
+    artifacts = f"file://{tmp_path / 'artifacts'}"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "GENLOOP_SWEEP_EVERY": "1"}
+
+    def worker() -> subprocess.Popen:
+        # Dramatiq's own requeue of a dead worker's messages is pushed out of reach (10 min
+        # heartbeat), so what recovers the work is genloop's lease and sweeper.
+        return subprocess.Popen(
+            [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", url,
+             "--artifacts", artifacts, "--threads", "2", "--import", "genloop_test_ops",
+             "--lease-ttl", "3", "--heartbeat-timeout-ms", "600000"],
+            env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+
+    def kill(proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+    victim = worker()
+    survivor = None
+    try:
+        g = Graph()
+        g.add("test-engine-held", id="held", params={"redis_url": url, "tag": "held"})
+        with Client.connect(url, artifacts=artifacts) as client:
+            run = client.submit(g)
+            # Given the instance's work waiting inside the victim's engine, mid-denoising
+            _wait_until(lambda: r.exists("held:in-engine"), timeout=120)
+            assert r.get("held:completions") is None
+            [held] = client.backend.store.instances(run.id)
+            assert held.status == NodeStatus.RUNNING
+            # When the victim dies there, and another worker (whose steps may pass) comes up
+            kill(victim)
+            r.set("held:gate", 1)
+            survivor = worker()
+            result = run.wait(timeout=120)
+            events = list(run.events(follow=False))
+
+        # Then the work ran again and completed once, with one result
+        assert result.status == RunStatus.SUCCEEDED, result.failures
+        assert result.outputs["held"].items == [{"value": 1}]
+        assert int(r.get("held:bodies")) == 2
+        assert int(r.get("held:completions")) == 1
+        assert [e.type for e in events].count("instance.succeeded") == 1
+    finally:
+        kill(victim)
+        if survivor is not None:
+            kill(survivor)

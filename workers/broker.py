@@ -188,8 +188,6 @@ def wire(
             CurrentMessage.get_current_message().options.get("genloop_attempt", 1)
         ),
         requeue=enqueue.retry,
-        # A stub broker's messages die with the process anyway; resume/sweeps recover those.
-        watch_deferred=not isinstance(broker, StubBroker),
     )
     if not any(isinstance(m, CurrentMessage) for m in broker.middleware):
         broker.add_middleware(CurrentMessage())

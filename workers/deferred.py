@@ -18,9 +18,12 @@ instance through the same scheduler transaction as a synchronous op. So:
 * retries: the message is already acked, so the executor applies the node's retry policy itself
   (Dramatiq's ``retries`` count is carried in the re-sent message, so Retries and
   :class:`~genloop.workers.middleware.attempts.AttemptOutcomes` agree on attempt numbers);
-* a process that dies with deferred work: its leases run out, and a *watch* message sent when
-  the op deferred (after one lease ttl; durable brokers only) finds the instance unfinished and
-  runs it again, exactly like a redelivered message.
+* a process that dies with deferred work: its leases run out, and the sweeper of a live
+  process (:mod:`~genloop.workers.middleware.sweeper`) re-sends the running instance whose lease
+  has ended, within a lease ttl plus a sweep tick; it then runs like a redelivered message.
+  Deferred work sends nothing to the broker while it waits. (A delayed "watch" message would
+  not help: Dramatiq prefetches delayed messages into the memory of a live consumer, most often
+  the very process that dies.)
 
 Dramatiq's own ``AsyncIO`` middleware was the other candidate; its worker thread still blocks on
 each coroutine's result, so it would not lift the thread bound on batch size.

@@ -145,9 +145,7 @@ class Executor:
     """Runs instances. One per worker process; called from many worker threads.
 
     ``requeue(instance, retries, delay)`` re-sends a message whose deferred work failed and may
-    be retried (``retries``: attempts used so far). ``watch_deferred`` sends, for each deferred
-    instance, a message one lease ttl later that finds it finished, or leased (and backs off),
-    or orphaned by a dead process (and runs it): for brokers that outlive the process.
+    be retried (``retries``: attempts used so far).
     """
 
     def __init__(
@@ -160,7 +158,6 @@ class Executor:
         lease_ttl: float = 30.0,
         attempt_of: Callable[[], int] = lambda: 1,
         requeue: Callable[[InstanceRecord, int, float], None] | None = None,
-        watch_deferred: bool = False,
         completion_threads: int = 2,
     ) -> None:
         self.scheduler = scheduler
@@ -173,7 +170,6 @@ class Executor:
         self.owner = f"worker-{uuid.uuid4().hex[:12]}"
         self._attempt_of = attempt_of
         self._requeue = requeue
-        self.watch_deferred = watch_deferred
         self._completions = ThreadPoolExecutor(completion_threads,
                                                thread_name_prefix="genloop-complete")
         self._inputs = InputResults(self.store)
@@ -245,14 +241,11 @@ class Executor:
 
     def close(self) -> None:
         """Stop the completion pool (deferred work still in flight is abandoned: its lease
-        runs out and a watch message or the sweeper sends it again)."""
+        runs out and the sweeper sends it again)."""
         self._completions.shutdown(wait=False, cancel_futures=True)
 
     def _defer(self, deferred: Deferred, spec: OpSpec, inst: InstanceRecord, key: str,
                owner: str, ctx: OpContext, attempt: int) -> None:
-        if self.watch_deferred:
-            self.scheduler.enqueue([inst], self.lease_ttl)
-
         def finish(future: Future) -> None:
             try:
                 self._completions.submit(self._finish, deferred, spec, inst, key, owner, ctx,
@@ -275,7 +268,7 @@ class Executor:
                 self.leases.forget(owner)
                 self.scheduler.succeeded(run_id, instance_id, result, lease=(key, owner))
                 completed = True
-        except Exception:  # a store outage: the lease runs out and the watch re-sends it
+        except Exception:  # a store outage: the lease runs out and the sweeper re-sends it
             log.exception("%s/%s: completing deferred work failed", run_id, instance_id)
         finally:
             if not completed:

@@ -24,18 +24,23 @@ class Resources:
     def __init__(self, device: str | None = None, models: Any = None,
                  allowed: ModelsConfig | None = None, image_cache_size: int = 512, *,
                  evaluators: EvaluatorRegistry | None = None,
-                 refiners: RefinerRegistry | None = None) -> None:
+                 refiners: RefinerRegistry | None = None,
+                 torch_threads: int | None = None) -> None:
         """``models`` replaces the registry outright; ``allowed`` is the operator's models
         config for the registry built here (``None``: trusted code, any local path loads).
         ``evaluators`` and ``refiners`` are the registries the score and refine ops use
         (default: :data:`genloop.evaluators.default_registry`, :data:`.ops.refine.default_refiners`,
-        where ``@evaluator`` and ``@refiner`` register)."""
+        where ``@evaluator`` and ``@refiner`` register). ``torch_threads``: torch's intra-op
+        threads, set when a model or evaluator is first used (default: fitted to the machine,
+        see :mod:`.threads`; 0: torch's own)."""
         from genloop.evaluators import ScoreBatcher, default_registry
 
         from .image_cache import ImageCache
         from .ops.refine import default_refiners
 
         self.device = device
+        self.torch_threads = torch_threads
+        self._fitted = False
         self.allowed = allowed
         self._models = models
         self._lock = threading.Lock()
@@ -53,6 +58,7 @@ class Resources:
     def models(self):
         """The :class:`~genloop.workers.engine.registry.ModelRegistry` of this process."""
         with self._lock:
+            self._fit_threads()
             if self._models is None:
                 from .engine.registry import ModelRegistry
 
@@ -64,6 +70,8 @@ class Resources:
         (loaded once per process for each distinct set of options)."""
         from genloop.sdk.errors import Permanent
 
+        with self._lock:
+            self._fit_threads()
         try:
             return self.evaluators.get(name, device=self.device, **(options or {}))
         except TypeError as exc:  # a factory given options it does not take
@@ -71,3 +79,10 @@ class Resources:
                 raise
             raise Permanent(f"evaluator {name!r} does not take options {sorted(options)}: "
                             f"{exc}") from exc
+
+    def _fit_threads(self) -> None:
+        if not self._fitted:
+            from .threads import fit_torch_threads
+
+            self.torch_threads = fit_torch_threads(self.torch_threads)
+            self._fitted = True

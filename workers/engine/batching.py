@@ -24,17 +24,14 @@ batch whose jobs have all failed is abandoned between steps.
 
 from __future__ import annotations
 
-import atexit
 import logging
-import threading
 import time
-import weakref
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from genloop.sdk.errors import Transient
+from ..batch_queue import BatchQueue
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +128,10 @@ class Slot:
         return None if self.job.masks is None else self.job.masks[self.index]
 
 
-class Batcher:
+class Batcher(BatchQueue[Slot]):
     """Queue of candidates and the executor thread that runs them in batches."""
+
+    what = "generation engine"
 
     def __init__(self, run_batch: Callable[[BatchKey, list[Slot]], None], *,
                  window: float = 0.05, max_batch: int = 8,
@@ -140,14 +139,11 @@ class Batcher:
                  group_wait: float = 1.0) -> None:
         if max_batch < 1 or window < 0 or group_wait < 0:
             raise ValueError("max_batch must be >= 1, window and group_wait >= 0")
+        super().__init__()
         self.run_batch, self.window, self.max_batch, self._cap = run_batch, window, max_batch, cap
         self.group_wait = group_wait
-        self._pending: list[Slot] = []
         # Incomplete groups: group -> [jobs arrived, first arrival]. Dropped once complete.
         self._groups: dict[Hashable, list] = {}
-        self._cond = threading.Condition()
-        self._closed = False
-        self._thread: threading.Thread | None = None
         #: The batch log, for tests and benchmarks: the size of each batch run, how many of
         #: its candidates came from each job group, and how long it ran (seconds).
         self.batches: list[int] = []
@@ -157,41 +153,15 @@ class Batcher:
     def submit(self, job: Job) -> Job:
         now = time.monotonic()
         with self._cond:
-            if self._closed:
-                raise RuntimeError("the batcher is closed")
-            self._pending.extend(Slot(job, i, now) for i in range(len(job.prompts)))
+            self._enqueue(Slot(job, i, now) for i in range(len(job.prompts)))
             if job.group is not None and job.group_size > 1:
                 self._arrived(job.group, job.group_size, now)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, daemon=True,
-                                                name="genloop-batcher")
-                self._thread.start()
-                # A daemon thread killed inside a torch op at interpreter exit aborts the
-                # process ("terminate called without an active exception"); stop it first.
-                atexit.register(_close_at_exit, weakref.ref(self))
-            self._cond.notify_all()
         return job
 
     def withdraw(self, job: Job) -> None:
         """Drop ``job``'s candidates that have not started (it was cancelled or failed)."""
         with self._cond:
             self._pending = [s for s in self._pending if s.job is not job]
-
-    @property
-    def closed(self) -> bool:
-        """Set by :meth:`close`; a running batch should stop at its next step."""
-        return self._closed
-
-    def close(self, timeout: float = 30.0) -> None:
-        """Stop taking batches, let the running one stop between steps, join the thread."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-        for slot in self._pending:
-            slot.job.fail(Transient("the worker's generation engine was closed"))
-        self._pending = []
 
     def _arrived(self, group: Hashable, size: int, now: float) -> None:
         seen = self._groups.setdefault(group, [0, now])
@@ -207,62 +177,45 @@ class Batcher:
         cap = self._cap(key)
         return self.max_batch if cap is None else max(1, min(cap, self.max_batch))
 
-    def _next_batch(self) -> tuple[BatchKey, list[Slot]] | None:
-        with self._cond:
-            while not self._pending and not self._closed:
-                self._cond.wait()
-            if self._closed:
-                return None
-            key = self._pending[0].job.key
-            limit = self.limit(key)
-            while not self._closed:
-                same = [s for s in self._pending if s.job.key == key]
-                if not same:  # withdrawn while we waited
-                    break
-                deadline = same[0].enqueued + self.window
-                for group in {s.job.group for s in same} & self._groups.keys():
-                    deadline = max(deadline, self._groups[group][1] + self.group_wait)
-                left = deadline - time.monotonic()
-                if len(same) >= limit or left <= 0:
-                    break
-                self._cond.wait(left)
-            batch = [s for s in self._pending if s.job.key == key][:limit]
-            taken = {id(s) for s in batch}
-            self._pending = [s for s in self._pending if id(s) not in taken]
-        return key, batch
+    def _wait_left(self, head: Slot) -> float:
+        key = head.job.key
+        same = [s for s in self._pending if s.job.key == key]
+        if not same or len(same) >= self.limit(key):  # withdrawn while we waited, or full
+            return 0.0
+        deadline = same[0].enqueued + self.window
+        for group in {s.job.group for s in same} & self._groups.keys():
+            deadline = max(deadline, self._groups[group][1] + self.group_wait)
+        return deadline - time.monotonic()
 
-    def _loop(self) -> None:
-        while True:
-            nxt = self._next_batch()
-            if nxt is None:
-                return
-            key, batch = nxt
-            for job in {id(s.job): s.job for s in batch}.values():
-                if job.check is not None and not job.failed:
-                    try:
-                        job.check()
-                    except Exception as exc:  # noqa: BLE001  (cancelled: this job only)
-                        job.fail(exc)
-            batch = [s for s in batch if not s.job.future.done()]
-            if not batch:
-                continue
-            self.batches.append(len(batch))
-            groups: dict[Hashable, int] = {}
-            for s in batch:
-                groups[s.job.group] = groups.get(s.job.group, 0) + 1
-            self.groups.append(groups)
-            log.debug("batch of %d at %s", len(batch), key)
-            began = time.perf_counter()
-            try:
-                self.run_batch(key, batch)
-            except Exception as exc:  # the thread must outlive a failed batch
-                log.exception("batch of %d at %s failed", len(batch), key)
-                for slot in batch:
-                    slot.job.fail(exc)
-            self.seconds.append(time.perf_counter() - began)
+    def _choose(self, head: Slot) -> list[Slot]:
+        key = head.job.key
+        return [s for s in self._pending if s.job.key == key][:self.limit(key)]
 
+    def _fail(self, item: Slot, exc: BaseException) -> None:
+        item.job.fail(exc)
 
-def _close_at_exit(ref: weakref.ref) -> None:
-    batcher = ref()
-    if batcher is not None:
-        batcher.close()
+    def _run(self, batch: list[Slot]) -> None:
+        key = batch[0].job.key
+        for job in {id(s.job): s.job for s in batch}.values():
+            if job.check is not None and not job.failed:
+                try:
+                    job.check()
+                except Exception as exc:  # noqa: BLE001  (cancelled: this job only)
+                    job.fail(exc)
+        batch = [s for s in batch if not s.job.future.done()]
+        if not batch:
+            return
+        self.batches.append(len(batch))
+        groups: dict[Hashable, int] = {}
+        for s in batch:
+            groups[s.job.group] = groups.get(s.job.group, 0) + 1
+        self.groups.append(groups)
+        log.debug("batch of %d at %s", len(batch), key)
+        began = time.perf_counter()
+        try:
+            self.run_batch(key, batch)
+        except Exception as exc:  # the thread must outlive a failed batch
+            log.exception("batch of %d at %s failed", len(batch), key)
+            for slot in batch:
+                slot.job.fail(exc)
+        self.seconds.append(time.perf_counter() - began)

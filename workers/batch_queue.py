@@ -1,0 +1,113 @@
+"""The lifecycle every batched resource shares: a pending queue served by one thread.
+
+The generation engine's :class:`~genloop.workers.engine.batching.Batcher` and the evaluators'
+:class:`~genloop.evaluators.batcher.ScoreBatcher` differ in what they merge and how long a batch
+may wait for more; they agree on the rest, which lives here once:
+
+* requests are queued under one condition variable, and the serving thread starts on the first
+  (a process that never generates starts no thread);
+* the thread takes the oldest request, waits while :meth:`BatchQueue._wait_left` says so (a
+  ``submit`` or ``close`` wakes it early), takes :meth:`BatchQueue._choose`'s batch out of the
+  queue and runs it with :meth:`BatchQueue._run`, outside the lock;
+* :meth:`BatchQueue.close` stops taking batches, joins the thread (the running batch is left to
+  stop on its own) and fails whatever is still queued with a :class:`Transient` error, so a
+  retry elsewhere picks it up. It also runs at interpreter exit: a daemon thread killed inside a
+  torch op there aborts the process ("terminate called without an active exception").
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import weakref
+from collections.abc import Iterable
+from typing import Generic, TypeVar
+
+from genloop.sdk.errors import Transient
+
+T = TypeVar("T")
+
+
+class BatchQueue(Generic[T]):
+    """Pending items of type ``T`` and the thread that serves them; subclasses say how."""
+
+    #: Names the resource in errors and in the thread's name.
+    what = "batch queue"
+
+    def __init__(self) -> None:
+        self._pending: list[T] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def closed(self) -> bool:
+        """Set by :meth:`close`; a running batch should stop at its next chance."""
+        return self._closed
+
+    def _enqueue(self, items: Iterable[T]) -> None:
+        """Queue ``items`` (call with ``self._cond`` held) and wake the serving thread."""
+        if self._closed:
+            raise RuntimeError(f"the {self.what} is closed")
+        self._pending.extend(items)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, daemon=True,
+                                            name=f"genloop-{self.what.replace(' ', '-')}")
+            self._thread.start()
+            atexit.register(_close_at_exit, weakref.ref(self))
+        self._cond.notify_all()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop taking batches, join the thread, fail what is still queued."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        with self._cond:
+            pending, self._pending = self._pending, []
+        for item in pending:
+            self._fail(item, Transient(f"the worker's {self.what} was closed"))
+
+    # -- what a subclass decides ---------------------------------------------------------------
+    def _wait_left(self, head: T) -> float:
+        """Seconds the batch headed by ``head`` should still wait for more (<= 0: run now).
+        Called with the lock held, again after every wake-up."""
+        return 0.0
+
+    def _choose(self, head: T) -> list[T]:
+        """The batch headed by ``head``, from ``self._pending`` (lock held); may be empty."""
+        return [head]
+
+    def _run(self, batch: list[T]) -> None:
+        """Run one batch (lock not held); failures must be reported per item, not raised."""
+        raise NotImplementedError
+
+    def _fail(self, item: T, exc: BaseException) -> None:
+        raise NotImplementedError
+
+    # -- the serving thread --------------------------------------------------------------------
+    def _take(self) -> list[T] | None:
+        with self._cond:
+            while not self._pending and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return None
+            head = self._pending[0]
+            while not self._closed and (left := self._wait_left(head)) > 0:
+                self._cond.wait(left)
+            batch = self._choose(head)
+            taken = {id(item) for item in batch}
+            self._pending = [item for item in self._pending if id(item) not in taken]
+        return batch
+
+    def _serve(self) -> None:
+        while (batch := self._take()) is not None:
+            if batch:
+                self._run(batch)
+
+
+def _close_at_exit(ref: weakref.ref) -> None:
+    queue = ref()
+    if queue is not None:
+        queue.close()
