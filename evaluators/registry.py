@@ -68,11 +68,12 @@ class EvaluatorRegistry:
             return sorted(self._factories)
 
     def describe(self, name: str) -> str:
-        """The first line of ``name``'s factory docstring (published in the spec schema)."""
+        """The first paragraph of ``name``'s factory docstring, on one line (published in the
+        spec schema)."""
         with self._lock:
             factory = self._factories[name]
         doc = getattr(getattr(factory, "func", factory), "__doc__", None) or ""
-        return doc.strip().split("\n")[0]
+        return " ".join(doc.strip().split("\n\n")[0].split())
 
     def get(self, name: str, device: str | None = None, **options: Any) -> Evaluator:
         """The evaluator for ``name`` on ``device``, built on first use and cached afterwards.
@@ -234,12 +235,16 @@ def _composite(registry: EvaluatorRegistry, device: str, **options: Any) -> Eval
 
 def _clause_critic(registry: EvaluatorRegistry, default_base: str, name: str, device: str,
                    base: str | None = None, **options: Any) -> Evaluator:
+    """Scores each clause of the prompt on its own (clause-critic over clip, shapes-critic over
+    shapes-clip) and names the weakest, for critic-driven refiners."""
     from .critic import ClauseCritic
 
     return ClauseCritic(registry.get(base or default_base, device, **options), name=name)
 
 
 def _brand_palette(device: str, **options: Any) -> Evaluator:
+    """How close an image's dominant colours are to a brand palette (options: palette,
+    max_distance)."""
     from .palette import BrandPaletteEvaluator
 
     return BrandPaletteEvaluator(device=device, **options)
