@@ -110,6 +110,12 @@ def shipped_image_size() -> int:
     return int(unet["sample_size"]) * 2 ** (len(vae["block_out_channels"]) - 1)
 
 
+def shipped_world() -> str:
+    """The world the shipped generator draws, for the checker's ``world``: "v1" (32 px) or
+    "v2" (64 px)."""
+    return "v1" if shipped_image_size() == 32 else "v2"
+
+
 __all__ = [
     "ATTRIBUTE_NAMES",
     "CLIP_MODEL_NAME",
@@ -132,6 +138,7 @@ __all__ = [
     "sample_scene",
     "scene_of",
     "shipped_image_size",
+    "shipped_world",
     "DEFAULT_GUIDANCE",
     "DEFAULT_STEPS",
     "PIPELINE_NAME",
