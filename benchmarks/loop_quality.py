@@ -25,17 +25,20 @@ import io
 import json
 import random
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from PIL import Image
 from pydantic import BaseModel
 
-from genloop.sdk import Client, Loop
+from genloop.sdk import Client, GenerationRequest, Loop, RefineRequest, Run
+from genloop.sdk.backend import TERMINAL_EVENTS
 from genloop.workers import shapes
 
 BASELINE = "best-of-n"
-MODES = ("best-of-n", "draft", "critic-edit", "seed-search", "best-of-n-critic")
+MODES = ("best-of-n", "draft", "critic-edit", "seed-search", "agent", "best-of-n-critic")
 
 
 class ModeReport(BaseModel):
@@ -68,20 +71,115 @@ def loop_for(mode: str, prompt: str, rounds: int, candidates: int, steps: int) -
         evaluator = "shapes-critic" if mode == "best-of-n-critic" else shapes.CLIP_MODEL_NAME
         return Loop(rounds=1, candidates=rounds * candidates, evaluator=evaluator, **common)
     evaluator = shapes.CLIP_MODEL_NAME if mode == "seed-search" else "shapes-critic"
+    if mode == "agent":  # the scripted agent answers; the timeout only guards a stuck benchmark
+        common.update(refine_timeout=3000.0)
     return Loop(rounds=rounds, candidates=candidates, refiner=mode, evaluator=evaluator,
                 budget=budget, **common)
 
 
+#: The scripted agent's bar: a best image whose weakest clause the critic gives at least this
+#: (out of 100) is taken as right, and the round searches fresh seeds instead of editing it.
+CONFIDENT_CLAUSE = 50.0
+AGENT_EDIT_STRENGTH = 0.6
+
+
+def weakest_clause_policy(request: RefineRequest) -> list[GenerationRequest]:
+    """A scripted agent's answer, from what any agent sees: the critic's weakest clause of the
+    best image. Where the critic doubts it (weakest clause < :data:`CONFIDENT_CLAUSE`), half
+    the round edits that image (img2img) to fix the clause; the rest, or all of the round when
+    the critic is confident, draws fresh seeds."""
+    ranked = sorted(request.scored, key=lambda c: (-c.score, c.round, c.index))
+    best = ranked[0]
+    tried = {c.seed for c in request.scored}
+    rng = random.Random(f"{request.prompt}:{request.round}")
+
+    def fresh() -> int:
+        seed = rng.randrange(2**31)
+        while seed in tried:
+            seed = rng.randrange(2**31)
+        tried.add(seed)
+        return seed
+
+    weak = None
+    if best.details is not None and best.details.weakest is not None:
+        weak = next(c for c in best.details.clauses if c.clause == best.details.weakest)
+    edits = 0 if weak is None or weak.score >= CONFIDENT_CLAUSE else request.candidates // 2
+    answer = [GenerationRequest(
+        prompt=request.prompt, seed=fresh(), round=request.round + 1, init_image=best.artifact,
+        strength=AGENT_EDIT_STRENGTH,
+        reason=f"edit seed {best.seed}: the critic doubts its {weak.clause} ({weak.score:.0f})")
+        for _ in range(edits)] if weak is not None else []
+    return answer + [GenerationRequest(prompt=request.prompt, seed=fresh(),
+                                       round=request.round + 1, reason="fresh seed")
+                     for _ in range(request.candidates - len(answer))]
+
+
+class ScriptedAgent:
+    """An agent outside genloop, scripted: it follows the runs it is given and answers each
+    ``refine.requested`` with ``policy(request)`` through ``run.refine``. It sees what a real
+    agent would (the :class:`RefineRequest`: scores, critiques, artifact keys), never the
+    checker. One thread polls every run, as an agent serving many loops would."""
+
+    def __init__(self, policy: Callable[[RefineRequest], list[GenerationRequest]],
+                 poll: float = 0.2) -> None:
+        self.policy, self.poll = policy, poll
+        self.answered = 0
+        self._runs: dict[str, tuple[Run, int]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="scripted-agent", daemon=True)
+
+    def watch(self, run: Run) -> None:
+        with self._lock:
+            self._runs[run.id] = (run, 0)
+
+    def __enter__(self) -> ScriptedAgent:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _serve(self) -> None:
+        while not self._stop.wait(self.poll):
+            with self._lock:
+                watched = list(self._runs.values())
+            for run, after in watched:
+                ended = False
+                for event in run.events(after, follow=False):
+                    after = event.id
+                    if event.type == "refine.requested" and event.message:
+                        request = RefineRequest.model_validate_json(event.message)
+                        run.refine(self.policy(request), node_id=request.node_id)
+                        self.answered += 1
+                    ended = ended or event.type in TERMINAL_EVENTS
+                with self._lock:
+                    if ended:
+                        del self._runs[run.id]
+                    else:
+                        self._runs[run.id] = (run, after)
+
+
 def _all_correct(client: Client, artifact: str, prompt: str) -> bool:
     image = Image.open(io.BytesIO(client.read_artifact(artifact)))
-    return shapes.compare(shapes.parse_caption(prompt), shapes.check(image)).all_correct
+    found = shapes.check(image, shapes.world_of(image.width))
+    return shapes.compare(shapes.parse_caption(prompt), found).all_correct
 
 
 def run_mode(client: Client, mode: str, prompts: list[str], rounds: int, candidates: int,
              steps: int) -> ModeReport:
     began = time.monotonic()
     loops = [loop_for(mode, p, rounds, candidates, steps) for p in prompts]
-    runs = [client.submit(loop) for loop in loops]
+    with ScriptedAgent(weakest_clause_policy) as agent:
+        runs = [client.submit(loop) for loop in loops]
+        for run in runs if mode == "agent" else ():
+            agent.watch(run)
+        return _report(client, mode, loops, prompts, runs, began)
+
+
+def _report(client: Client, mode: str, loops: list[Loop], prompts: list[str], runs: list[Run],
+            began: float) -> ModeReport:
     correct, spent, images = [], 0, 0
     for prompt, run in zip(prompts, runs, strict=True):
         result = run.wait(timeout=3600)

@@ -27,9 +27,8 @@ def shapes_verdict(prompt: str) -> Callable[[Image.Image], Verdict] | None:
         wanted = shapes.parse_caption(prompt)
     except ValueError:
         return None
-
     def grade(image: Image.Image) -> Verdict:
-        match = shapes.compare(wanted, shapes.check(image))
+        match = shapes.compare(wanted, shapes.check(image, shapes.world_of(image.width)))
         wrong = [k for k, ok in match.model_dump().items() if not ok]
         return Verdict(not wrong, "ok" if not wrong else "wrong " + ",".join(wrong))
 
