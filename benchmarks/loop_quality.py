@@ -1,7 +1,7 @@
 """Does a genloop Loop find better images than best-of-N, at the same denoising-step budget?
 
     python benchmarks/loop_quality.py [--prompts 100] [--rounds 3] [--candidates 8]
-        [--modes best-of-n,draft,critic-edit,seed-search,best-of-n-critic] [--json]
+        [--modes best-of-n,draft,critic-edit,seed-search,agent,best-of-n-critic] [--json]
 
 On held-out shapes prompts, three in four of them hard (a small shape off the centre), with the
 shipped ``shapes`` generator at ``--steps``, every mode gets the same budget of
@@ -10,9 +10,12 @@ shipped ``shapes`` generator at ``--steps``, every mode gets the same budget of
 - ``best-of-n``: one round of ``rounds x candidates`` images, the best by ``shapes-clip`` kept;
 - ``best-of-n-critic``: the same images judged by ``shapes-critic`` (the clause critic);
 - ``seed-search`` / ``draft`` / ``critic-edit``: Loops with that refiner and ``Loop.budget``
-  set to the same budget (the critic refiners judge with ``shapes-critic``).
+  set to the same budget (the critic refiners judge with ``shapes-critic``);
+- ``agent``: ``Loop(refiner="agent")`` judged by ``shapes-critic``, each refine answered by a
+  :class:`ScriptedAgent` through ``run.refine`` with :func:`weakest_clause_policy`.
 
-The kept image of each prompt is graded by the pixel checker, which no mode optimises: the
+The kept image of each prompt is graded by the pixel checker (in the world of the image's
+size: the shipped generator's 32 px images are v1's), which no mode optimises: the
 all-correct rate with a 95% bootstrap interval over prompts, the paired difference against
 ``best-of-n`` (bootstrap over prompts, same resamples), the steps each mode actually spent and
 its wall time. Each mode runs in a home of its own, so none reuses another's stored images.
@@ -81,7 +84,7 @@ def loop_for(mode: str, prompt: str, rounds: int, candidates: int, steps: int) -
 def weakest_clause_policy(request: RefineRequest) -> list[GenerationRequest]:
     """A scripted agent's answer, from what any agent sees: the critic's weakest clause of the
     best image so far, repeated at the end of the prompt ("..., gray background, triangle"),
-    over fresh seeds. Chosen from the pool study in the module docstring: on the shipped model
+    over fresh seeds. Chosen from benchmarks/refine_study.py: on the shipped model
     an img2img edit of a wrong image is right less often than a fresh seed, and nearly every
     miss is a wrong shape, which emphasis in the prompt helps draw."""
     best = min(request.scored, key=lambda c: (-c.score, c.round, c.index))
