@@ -114,3 +114,5 @@ def test_the_v1_world_is_read_with_its_own_sizes(shape: str, size: str) -> None:
         assert grade(wanted, image, world="v1").all_correct, position
         # read as v2, a small v1 shape is large
         assert compare(wanted, check(image)).size == (size == "large")
+    with pytest.raises(ValueError, match="known: v2, v1"):
+        read(image, world="v3")

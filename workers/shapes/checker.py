@@ -181,6 +181,8 @@ def _read_object(px: np.ndarray, bg: np.ndarray, distance: np.ndarray,
 def read(image: Image.Image, world: str = "v2") -> Reading:
     """The background and every object that stands out in ``image``, sized as in ``world``
     (a key of :data:`SIZE_SPLITS`; images of the shipped v1 generator need ``"v1"``)."""
+    if world not in SIZE_SPLITS:
+        raise ValueError(f"unknown shapes world {world!r}; known: {', '.join(SIZE_SPLITS)}")
     size_split = SIZE_SPLITS[world]
     if image.size != (IMAGE_SIZE, IMAGE_SIZE):
         resample = (Image.Resampling.BOX if image.size[0] >= IMAGE_SIZE
