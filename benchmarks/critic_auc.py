@@ -89,13 +89,14 @@ def measure(client: Client, prompts: list[str], seeds: int, steps: int,
             g.score(dra, text=p, evaluator=judge, id=f"draft/{judge}")
         runs.append(client.submit(g))
     correct, finals, drafts = [], {j: [] for j in JUDGES}, {j: [] for j in JUDGES}
+    world = shapes.world_of(shapes.shipped_image_size())
     for p, run in zip(prompts, runs, strict=True):
         result = run.wait(timeout=3600)
         wanted = shapes.parse_caption(p)
         images = sorted(result.items("final"), key=lambda c: c.index)
         correct.append([
             shapes.compare(wanted, shapes.check(
-                Image.open(io.BytesIO(client.read_artifact(c.artifact))))).all_correct
+                Image.open(io.BytesIO(client.read_artifact(c.artifact))), world)).all_correct
             for c in images
         ])
         for j in JUDGES:

@@ -1,7 +1,7 @@
 """Does a genloop Loop find better images than best-of-N, at the same denoising-step budget?
 
     python benchmarks/loop_quality.py [--prompts 100] [--rounds 3] [--candidates 8]
-        [--modes best-of-n,draft,critic-edit,seed-search,best-of-n-critic] [--json]
+        [--modes best-of-n,draft,critic-edit,seed-search,agent,best-of-n-critic] [--json]
 
 On held-out shapes prompts, three in four of them hard (a small shape off the centre), with the
 shipped ``shapes`` generator at ``--steps``, every mode gets the same budget of
@@ -10,9 +10,12 @@ shipped ``shapes`` generator at ``--steps``, every mode gets the same budget of
 - ``best-of-n``: one round of ``rounds x candidates`` images, the best by ``shapes-clip`` kept;
 - ``best-of-n-critic``: the same images judged by ``shapes-critic`` (the clause critic);
 - ``seed-search`` / ``draft`` / ``critic-edit``: Loops with that refiner and ``Loop.budget``
-  set to the same budget (the critic refiners judge with ``shapes-critic``).
+  set to the same budget (the critic refiners judge with ``shapes-critic``);
+- ``agent``: ``Loop(refiner="agent")`` judged by ``shapes-critic``, each refine answered by a
+  :class:`ScriptedAgent` through ``run.refine`` with :func:`weakest_clause_policy`.
 
-The kept image of each prompt is graded by the pixel checker, which no mode optimises: the
+The kept image of each prompt is graded by the pixel checker (in the world of the image's
+size: the shipped generator's 32 px images are v1's), which no mode optimises: the
 all-correct rate with a 95% bootstrap interval over prompts, the paired difference against
 ``best-of-n`` (bootstrap over prompts, same resamples), the steps each mode actually spent and
 its wall time. Each mode runs in a home of its own, so none reuses another's stored images.
@@ -24,18 +27,22 @@ import argparse
 import io
 import json
 import random
+import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from PIL import Image
 from pydantic import BaseModel
 
-from genloop.sdk import Client, Loop
+from genloop.sdk import Client, GenerationRequest, Loop, RefineRequest, Run
+from genloop.sdk.backend import TERMINAL_EVENTS
 from genloop.workers import shapes
 
 BASELINE = "best-of-n"
-MODES = ("best-of-n", "draft", "critic-edit", "seed-search", "best-of-n-critic")
+MODES = ("best-of-n", "draft", "critic-edit", "seed-search", "agent", "best-of-n-critic")
 
 
 class ModeReport(BaseModel):
@@ -68,20 +75,103 @@ def loop_for(mode: str, prompt: str, rounds: int, candidates: int, steps: int) -
         evaluator = "shapes-critic" if mode == "best-of-n-critic" else shapes.CLIP_MODEL_NAME
         return Loop(rounds=1, candidates=rounds * candidates, evaluator=evaluator, **common)
     evaluator = shapes.CLIP_MODEL_NAME if mode == "seed-search" else "shapes-critic"
+    if mode == "agent":  # the scripted agent answers; the timeout only guards a stuck benchmark
+        common.update(refine_timeout=3000.0)
     return Loop(rounds=rounds, candidates=candidates, refiner=mode, evaluator=evaluator,
                 budget=budget, **common)
 
 
+def weakest_clause_policy(request: RefineRequest) -> list[GenerationRequest]:
+    """A scripted agent's answer, from what any agent sees: the critic's weakest clause of the
+    best image so far, repeated at the end of the prompt ("..., gray background, triangle"),
+    over fresh seeds. Chosen from benchmarks/refine_study.py: on the shipped model
+    an img2img edit of a wrong image is right less often than a fresh seed, and nearly every
+    miss is a wrong shape, which emphasis in the prompt helps draw."""
+    best = min(request.scored, key=lambda c: (-c.score, c.round, c.index))
+    tried = {c.seed for c in request.scored}
+    rng = random.Random(f"{request.prompt}:{request.round}")
+    prompt, reason = request.prompt, "fresh seed (no critique)"
+    if best.details is not None and best.details.weakest is not None:
+        weak = next(c for c in best.details.clauses if c.clause == best.details.weakest)
+        prompt = f"{request.prompt}, {weak.text}"
+        reason = (f"fresh seed, {weak.clause} {weak.text!r} emphasised: the critic's weakest "
+                  f"clause of seed {best.seed} ({weak.score:.0f}/100)")
+    answer = []
+    while len(answer) < request.candidates:
+        seed = rng.randrange(2**31)
+        if seed not in tried:
+            tried.add(seed)
+            answer.append(GenerationRequest(prompt=prompt, seed=seed, round=request.round + 1,
+                                            reason=reason))
+    return answer
+
+
+class ScriptedAgent:
+    """An agent outside genloop, scripted: it follows the runs it is given and answers each
+    ``refine.requested`` with ``policy(request)`` through ``run.refine``. It sees what a real
+    agent would (the :class:`RefineRequest`: scores, critiques, artifact keys), never the
+    checker. One thread polls every run, as an agent serving many loops would."""
+
+    def __init__(self, policy: Callable[[RefineRequest], list[GenerationRequest]],
+                 poll: float = 0.2) -> None:
+        self.policy, self.poll = policy, poll
+        self.answered = 0
+        self._runs: dict[str, tuple[Run, int]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="scripted-agent", daemon=True)
+
+    def watch(self, run: Run) -> None:
+        with self._lock:
+            self._runs[run.id] = (run, 0)
+
+    def __enter__(self) -> ScriptedAgent:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _serve(self) -> None:
+        while not self._stop.wait(self.poll):
+            with self._lock:
+                watched = list(self._runs.values())
+            for run, after in watched:
+                ended = False
+                for event in run.events(after, follow=False):
+                    after = event.id
+                    if event.type == "refine.requested" and event.message:
+                        request = RefineRequest.model_validate_json(event.message)
+                        run.refine(self.policy(request), node_id=request.node_id)
+                        self.answered += 1
+                    ended = ended or event.type in TERMINAL_EVENTS
+                with self._lock:
+                    if ended:
+                        del self._runs[run.id]
+                    else:
+                        self._runs[run.id] = (run, after)
+
+
 def _all_correct(client: Client, artifact: str, prompt: str) -> bool:
     image = Image.open(io.BytesIO(client.read_artifact(artifact)))
-    return shapes.compare(shapes.parse_caption(prompt), shapes.check(image)).all_correct
+    found = shapes.check(image, shapes.world_of(image.width))
+    return shapes.compare(shapes.parse_caption(prompt), found).all_correct
 
 
 def run_mode(client: Client, mode: str, prompts: list[str], rounds: int, candidates: int,
              steps: int) -> ModeReport:
     began = time.monotonic()
     loops = [loop_for(mode, p, rounds, candidates, steps) for p in prompts]
-    runs = [client.submit(loop) for loop in loops]
+    with ScriptedAgent(weakest_clause_policy) as agent:
+        runs = [client.submit(loop) for loop in loops]
+        for run in runs if mode == "agent" else ():
+            agent.watch(run)
+        return _report(client, mode, loops, prompts, runs, began)
+
+
+def _report(client: Client, mode: str, loops: list[Loop], prompts: list[str], runs: list[Run],
+            began: float) -> ModeReport:
     correct, spent, images = [], 0, 0
     for prompt, run in zip(prompts, runs, strict=True):
         result = run.wait(timeout=3600)
@@ -137,8 +227,8 @@ def main(argv: list[str] | None = None) -> None:
                 report.diff_vs_best_of_n = report.all_correct - base.all_correct
                 report.diff_ci95 = bootstrap(report.correct, base.correct)
             reports.append(report)
-            if not args.json:  # one line per mode as it ends: a long run shows its progress
-                print(_line(report, base), flush=True)
+            # one line per mode as it ends, so a long run shows its progress
+            print(_line(report, base), flush=True, file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps({"prompts": args.prompts, "rounds": args.rounds,
                           "candidates": args.candidates, "steps": args.steps,

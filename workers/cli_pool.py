@@ -76,7 +76,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     loop = Loop(
         prompt=args.prompt, candidates=args.candidates, rounds=args.rounds, model=args.model,
-        evaluator=args.evaluator, steps=args.steps, refiner=args.refiner,
+        evaluator=args.evaluator, steps=args.steps, refiner=args.refiner, seed=args.seed,
     )
     with open_client(args) as client:
         summary = run_demo(client, loop, Path(args.out), progress=not args.quiet)
@@ -87,16 +87,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def setup_demo(p: argparse.ArgumentParser) -> None:
     import tqdm  # noqa: F401  (the demo's progress bar: a workers-extra package)
 
+    from . import demo
+
     add_target(p)
     p.set_defaults(fn=cmd_demo)
     p.add_argument("--out", default="out/demo")
     # The shapes models are trained here and ship in the package: their images can be judged
     # by eye and by genloop.workers.shapes.check, unlike the random-weight `tiny` ones.
-    p.add_argument("--prompt", default="a large red circle in the centre, black background")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--candidates", type=int, default=8)
+    p.add_argument("--prompt", default=demo.DEMO_PROMPT)
+    p.add_argument("--rounds", type=int, default=demo.DEMO_ROUNDS)
+    p.add_argument("--candidates", type=int, default=demo.DEMO_CANDIDATES)
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--model", default="shapes")
     p.add_argument("--evaluator", default="shapes-clip")
     p.add_argument("--refiner", default="seed-search")
+    p.add_argument("--seed", type=int, default=demo.DEMO_SEED, help="round 1's first seed")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

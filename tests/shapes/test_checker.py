@@ -85,3 +85,34 @@ def test_checker_tells_a_wrong_prompt_apart() -> None:
     assert not match.shape and not match.colour
     assert match.size and match.position and match.background
     assert list(match.clauses()) == list(dataset.ATTRIBUTE_NAMES)
+
+
+def _v1_render(colour: str, shape: str, size: str, position: str, background: str):
+    """A clean image of the v1 world (32 px; radii 5 and 9, centre offsets 8 and 4.5), the
+    world the shipped generator draws."""
+    import numpy as np
+
+    from genloop.workers.shapes.scene import BACKGROUNDS, COLOURS
+
+    dx, dy = {"centre": (0, 0), "left": (-1, 0), "right": (1, 0), "top": (0, -1),
+              "bottom": (0, 1)}[position]
+    offset, radius = {"small": (8.0, 5.0), "large": (4.5, 9.0)}[size]
+    alpha = dataset.coverage(shape, 16 + dx * offset, 16 + dy * offset, radius, size=32)[..., None]
+    pixels = (1 - alpha) * np.array(BACKGROUNDS[background]) + alpha * np.array(COLOURS[colour])
+    return Image.fromarray(pixels.round().astype(np.uint8))
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+@pytest.mark.parametrize("shape", ["circle", "square", "triangle", "star"])
+def test_the_v1_world_is_read_with_its_own_sizes(shape: str, size: str) -> None:
+    from genloop.workers.shapes.scene import Attributes
+
+    for position in ("centre", "left", "top"):
+        wanted = Attributes(colour="red", shape=shape, size=size, position=position,
+                            background="white")
+        image = _v1_render(**wanted.model_dump())
+        assert grade(wanted, image, world="v1").all_correct, position
+        # read as v2, a small v1 shape is large
+        assert compare(wanted, check(image)).size == (size == "large")
+    with pytest.raises(ValueError, match="known: v2, v1"):
+        read(image, world="v3")

@@ -111,6 +111,12 @@ def shipped_image_size() -> int:
     return int(unet["sample_size"]) * 2 ** (len(vae["block_out_channels"]) - 1)
 
 
+def world_of(image_size: int) -> str:
+    """The world a generated image of ``image_size`` pixels comes from, for the checker's
+    ``world``: "v1" (32 px, the shipped generator's) or "v2" (64 px)."""
+    return "v1" if image_size == 32 else "v2"
+
+
 __all__ = [
     "ATTRIBUTE_NAMES",
     "CLIP_MODEL_NAME",
@@ -133,6 +139,7 @@ __all__ = [
     "sample_scene",
     "scene_of",
     "shipped_image_size",
+    "world_of",
     "DEFAULT_GUIDANCE",
     "DEFAULT_STEPS",
     "PIPELINE_NAME",

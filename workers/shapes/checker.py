@@ -29,6 +29,10 @@ _FOREGROUND_DISTANCE = 60.0
 _MIN_OBJECT_PIXELS = 12
 # Sizes are nominal radii 6 and 11; split at their geometric mean.
 _SIZE_SPLIT = math.sqrt(RADIUS["small"] * RADIUS["large"])
+#: Size splits (pixels at 64 px) per world. The v1 world (32 px, radii 5 and 9, the shipped
+#: generator's) has radii 10 and 18 once resized to 64: read with v2's split, its small shapes
+#: would all be large. Positions scale alike in both worlds and need no split of their own.
+SIZE_SPLITS = {"v2": _SIZE_SPLIT, "v1": 2 * math.sqrt(5.0 * 9.0)}
 # One object sits 10 (large) or 16 (small) pixels from the middle, jittered by <= 1.5 per axis.
 _CENTRE_RADIUS = 5.0
 
@@ -151,7 +155,7 @@ def _components(mask: np.ndarray) -> list[np.ndarray]:
 
 
 def _read_object(px: np.ndarray, bg: np.ndarray, distance: np.ndarray,
-                 region: np.ndarray) -> Found:
+                 region: np.ndarray, size_split: float) -> Found:
     # The far half of the region gives the colour, so anti-aliased edges don't pull it to bg.
     far = region & (distance >= np.median(distance[region]))
     fg = np.median(px[far], axis=0)
@@ -170,12 +174,16 @@ def _read_object(px: np.ndarray, bg: np.ndarray, distance: np.ndarray,
             best_shape, best_iou = shape, iou
     radius = math.sqrt(area / _area_per_r2(best_shape))
     thing = Thing(colour=_nearest(fg, COLOURS), shape=best_shape,
-                  size="large" if radius > _SIZE_SPLIT else "small")
+                  size="large" if radius > size_split else "small")
     return Found(thing=thing, x=cx, y=cy, pixels=int(region.sum()))
 
 
-def read(image: Image.Image) -> Reading:
-    """The background and every object that stands out in ``image``."""
+def read(image: Image.Image, world: str = "v2") -> Reading:
+    """The background and every object that stands out in ``image``, sized as in ``world``
+    (a key of :data:`SIZE_SPLITS`; images of the shipped v1 generator need ``"v1"``)."""
+    if world not in SIZE_SPLITS:
+        raise ValueError(f"unknown shapes world {world!r}; known: {', '.join(SIZE_SPLITS)}")
+    size_split = SIZE_SPLITS[world]
     if image.size != (IMAGE_SIZE, IMAGE_SIZE):
         resample = (Image.Resampling.BOX if image.size[0] >= IMAGE_SIZE
                     else Image.Resampling.BILINEAR)
@@ -187,7 +195,8 @@ def read(image: Image.Image) -> Reading:
     regions = [r for r in _components(distance > _FOREGROUND_DISTANCE)
                if r.sum() >= _MIN_OBJECT_PIXELS]
     return Reading(background=_nearest(bg, BACKGROUNDS),
-                   objects=[_read_object(px, bg, distance, r) for r in regions])
+                   objects=[_read_object(px, bg, distance, r, size_split)
+                            for r in regions])
 
 
 def _position(found: Found) -> str:
@@ -222,9 +231,9 @@ def scene_of(reading: Reading, objects: int) -> Scene | None:
                 background=reading.background)
 
 
-def check(image: Image.Image) -> Attributes | None:
+def check(image: Image.Image, world: str = "v2") -> Attributes | None:
     """The one-object scene visible in ``image`` (its largest object), or ``None`` if none."""
-    found = scene_of(read(image), 1)
+    found = scene_of(read(image, world), 1)
     assert found is None or isinstance(found, Attributes)
     return found
 
@@ -278,9 +287,10 @@ def _grade_pair(expected: Pair, reading: Reading) -> PairMatch:
     return best
 
 
-def grade(expected: Scene, image: Image.Image | Reading) -> Match | PairMatch:
+def grade(expected: Scene, image: Image.Image | Reading,
+          world: str = "v2") -> Match | PairMatch:
     """Per-clause verdicts of an image (or its :func:`read`) against the prompt's scene."""
-    reading = image if isinstance(image, Reading) else read(image)
+    reading = image if isinstance(image, Reading) else read(image, world)
     if isinstance(expected, Attributes):
         found = scene_of(reading, 1)
         assert found is None or isinstance(found, Attributes)
