@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel
 
-from genloop.workers.shapes import dataset
+from genloop.workers.shapes import dataset, world_of
 from genloop.workers.shapes.checker import grade
 from genloop.workers.shapes.scene import ATTRIBUTE_NAMES, Attributes, Scene, one_attribute_variants
 
@@ -144,8 +144,9 @@ def evaluate_generator(pipe, scenes: list[Scene], label: str, steps: int, guidan
                       guidance, batch)
     from PIL import Image
 
-    matches = [grade(s, Image.fromarray(im)).clauses() for s, im in zip(scenes, images,
-                                                                         strict=True)]
+    # Each image in its own world: the shipped v1 generator draws 32 px (v1 sizes)
+    matches = [grade(s, Image.fromarray(im), world_of(im.shape[1])).clauses()
+               for s, im in zip(scenes, images, strict=True)]
     keys = list(matches[0])
     n = len(scenes)
     return GeneratorReport(prompts=label, n=n, steps=steps, guidance=guidance,

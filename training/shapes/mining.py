@@ -17,6 +17,7 @@ import numpy as np
 from PIL import Image
 from pydantic import BaseModel
 
+from genloop.workers.shapes import world_of
 from genloop.workers.shapes.checker import grade, read, scene_of
 from genloop.workers.shapes.dataset import HELDOUT_SEED_START, training_sample
 from genloop.workers.shapes.scene import Scene, parse_caption
@@ -75,7 +76,7 @@ def mining_scenes(cfg: MiningConfig) -> list[Scene]:
 
 def verdict(scene: Scene, image: Image.Image) -> Verdict:
     """Pass or fail by :func:`.checker.grade`, and what the checker read in a failed image."""
-    reading = read(image)
+    reading = read(image, world_of(image.width))
     if grade(scene, reading).all_correct:
         return Verdict(correct=True, reading=None)
     objects = len(scene.things)
