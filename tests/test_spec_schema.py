@@ -79,6 +79,12 @@ def test_the_schema_lists_what_the_local_back_end_serves(client):
     assert set(defs["params_test-count"]["properties"]) >= {"log", "value"}
     assert (schema.served.default_model, schema.served.default_evaluator) == \
         ("shapes", "shapes-clip")
+    # and every built-in name says what it is (an agent picks from these descriptions)
+    served = schema.served
+    builtin_evaluators = [n for n in served.evaluators if not n.name.startswith("test-")]
+    assert all(n.description for n in served.models + builtin_evaluators + served.refiners), [
+        n.name for n in served.models + builtin_evaluators + served.refiners
+        if not n.description]
 
 
 @pytest.mark.slow

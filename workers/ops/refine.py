@@ -69,8 +69,9 @@ class RefinerRegistry(Mapping[str, Refiner]):
         return len(self._strategies)
 
     def describe(self) -> dict[str, str]:
-        """Strategy names, ``agent`` among them, and the first line of each one's docstring."""
-        named = {name: (fn.__doc__ or "").strip().split("\n")[0]
+        """Strategy names, ``agent`` among them, and the first paragraph of each one's
+        docstring, on one line."""
+        named = {name: " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
                  for name, fn in self._strategies.items()}
         return {**named, "agent": AGENT_DESCRIPTION}
 
@@ -139,6 +140,8 @@ def prompt_variants(scored: list[ScoredCandidate],
 @refiner("prompt-history")
 def prompt_history(scored: list[ScoredCandidate],
                    params: RefineParams) -> list[GenerationRequest]:
+    """New prompts written by a rewriter (the rewriter option) from every (prompt, score) so
+    far, on the best seeds."""
     from .rewriters import get_rewriter
 
     try:
@@ -156,6 +159,8 @@ def prompt_history(scored: list[ScoredCandidate],
 
 @refiner("draft")
 def draft(scored: list[ScoredCandidate], params: RefineParams) -> list[GenerationRequest]:
+    """Round 1 draws cheap drafts (few steps); each later round finishes the best-scored
+    drafts at full steps, same seeds."""
     full = params.steps or max(c.steps for c in scored)
     finished = {c.seed for c in scored if c.steps >= full}
     drafts = sorted((c for c in scored if c.steps < full and c.seed not in finished),
@@ -180,6 +185,8 @@ EDIT_STRENGTH = 0.6
 
 @refiner("critic-edit")
 def critic_edit(scored: list[ScoredCandidate], params: RefineParams) -> list[GenerationRequest]:
+    """Half the round edits the best images (img2img), naming the critic's weakest clause in
+    the prompt; the other half are fresh seeds. Use with a critic evaluator."""
     from genloop.evaluators.clauses import DEFAULT_SPLITTERS
 
     best = _best(scored, params.keep)
