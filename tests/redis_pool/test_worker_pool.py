@@ -186,8 +186,9 @@ def test_a_message_deleted_from_the_broker_runs_again(pool, redis_client):
         # No worker yet: the message waits its turn in the fair queue; a worker that joins
         # and dies at once lets it into the broker
         assert redis_client.llen("dramatiq:gpu") == 0
-        client.backend.wiring.fair.join("gone", "gpu", threads=1, ttl=1.0)
-        client.backend.wiring.fair.pump("gpu")
+        fair = client.backend.scheduler.enqueue  # the pool's fair queue, which sends
+        fair.join("gone", "gpu", threads=1, ttl=1.0)
+        fair.pump("gpu")
         assert redis_client.llen("dramatiq:gpu") == 1
         redis_client.delete("dramatiq:gpu", "dramatiq:gpu.msgs")  # before any worker saw it
         pool.start(threads=1, **NO_DRAMATIQ_REQUEUE)
