@@ -8,6 +8,8 @@ work follow the node's policy as Dramatiq's would.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from genloop_test_ops import executions
 
@@ -48,19 +50,24 @@ def _client(tmp_path, resources, threads):
 
 
 # -- deferred work and its retries (no model) -------------------------------------------------
-def test_deferred_work_that_fails_is_retried_with_the_nodes_policy(client, tmp_path):
+def test_deferred_work_that_fails_is_retried_with_the_nodes_policy(client, tmp_path, caplog):
     log = str(tmp_path / "log")
     g = Graph()
     g.add("test-deferred", id="flaky", params={"log": log, "fail_times": 2}, max_retries=3)
 
     run = client.submit(g)
-    result = run.wait(timeout=30)
+    with caplog.at_level(logging.INFO):
+        result = run.wait(timeout=30)
 
     assert result.status == RunStatus.SUCCEEDED
     assert result.outputs["flaky"].items == [{"value": 0}]
     retries = [e for e in run.events(follow=False) if e.type == "instance.retry"]
     assert [e.attempt for e in retries] == [1, 2]
     assert executions(log) == 3
+    # each retried attempt is one WARNING line, as for work Dramatiq retries itself
+    retried = [r for r in caplog.records if "failed, retrying" in r.getMessage()]
+    assert [r.levelno for r in retried] == [logging.WARNING] * 2
+    assert all("Transient: planned failure" in r.getMessage() for r in retried)
 
 
 def test_deferred_work_fails_for_good_when_retries_run_out_or_the_error_is_permanent(

@@ -284,6 +284,8 @@ class Executor:
                      run_id, instance_id, attempt, exc)
             self.scheduler.failed(run_id, instance_id, exc, attempts=attempt)
         else:
+            log.warning("%s/%s attempt %d failed, retrying: %s: %s", run_id, instance_id,
+                        attempt, type(exc).__name__, exc)
             self.scheduler.retrying(run_id, instance_id, attempt, exc)
             _, backoff_ms = compute_backoff(attempt - 1, factor=int(inst.min_backoff * 1000),
                                             max_backoff=int(inst.max_backoff * 1000))
