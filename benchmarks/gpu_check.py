@@ -194,10 +194,10 @@ def json_output(stdout: str, rc: int | str, timeout: float) -> dict:
     raise ValueError(f"no JSON object in its output (rc={rc}; see stderr_tail)")
 
 
-def run_section(name: str, args: argparse.Namespace, out: Path, env: dict[str, str],
-                timeout: float, log: Path) -> dict:
-    """Run section ``name`` with its files in ``out`` (scratch); append its output to ``log``."""
-    cmd = section_command(name, args, out)
+def run_logged(cmd: list[str], env: dict[str, str], timeout: float, log: Path,
+               name: str) -> tuple[str, str, int | str, float]:
+    """Run ``cmd`` from the repository with a time limit, appending its output to ``log``:
+    (stdout, stderr, exit status or "timeout", wall seconds)."""
     t = time.monotonic()
     try:
         done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True,
@@ -207,9 +207,16 @@ def run_section(name: str, args: argparse.Namespace, out: Path, env: dict[str, s
         stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         rc = "timeout"
-    wall = round(time.monotonic() - t, 1)
     with log.open("a") as f:
         f.write(f"=== {name}\n$ {' '.join(cmd)}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n")
+    return stdout, stderr, rc, round(time.monotonic() - t, 1)
+
+
+def run_section(name: str, args: argparse.Namespace, out: Path, env: dict[str, str],
+                timeout: float, log: Path) -> dict:
+    """Run section ``name`` with its files in ``out`` (scratch); append its output to ``log``."""
+    stdout, stderr, rc, wall = run_logged(section_command(name, args, out), env, timeout,
+                                          log, name)
     result: dict = {"rc": rc, "wall_s": wall}
     try:
         if name == "kernel_tests":

@@ -28,7 +28,6 @@ import argparse
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -36,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_check import REPO, genloop_path  # noqa: E402
+from gpu_check import REPO, genloop_path, run_logged  # noqa: E402
 
 PYTHON = sys.executable
 #: Largest weight part (the GPU tool brings back files of at most 16 MiB).
@@ -84,18 +83,8 @@ def step_commands(args: argparse.Namespace, work: Path) -> dict[str, list[str]]:
 
 def run_step(cmd: list[str], env: dict[str, str], timeout: float, log: Path,
              name: str) -> dict:
-    t = time.monotonic()
-    try:
-        done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True,
-                              timeout=timeout, check=False)
-        stdout, stderr, rc = done.stdout, done.stderr, done.returncode
-    except subprocess.TimeoutExpired as exc:
-        stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        rc = "timeout"
-    with log.open("a") as f:
-        f.write(f"=== {name}\n$ {' '.join(cmd)}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n")
-    result: dict = {"rc": rc, "wall_s": round(time.monotonic() - t, 1)}
+    stdout, stderr, rc, wall = run_logged(cmd, env, timeout, log, name)
+    result: dict = {"rc": rc, "wall_s": wall}
     if rc != 0:
         result["stderr_tail"] = stderr[-2000:]
     return result
