@@ -208,6 +208,9 @@ class GenloopTools:
                         return
 
         await read(run.events(follow=False), until_paused=False)
+        # Asked again after the replay: a run that ended during it wrote its last event
+        # already, and following after that event would wait out the whole wait_seconds.
+        info = await run.status()
         if watch.waiting is None and not info.status.terminal and wait_seconds > 0:
             try:
                 async with asyncio.timeout(wait_seconds):

@@ -16,8 +16,10 @@ _STANDALONE = """
 import sys
 import genloop.training.shapes.train, genloop.training.shapes.evaluate
 import genloop.training.shapes.estimate
-service = {"dramatiq", "redis", "fastapi", "starlette", "uvicorn", "boto3"}
-print(sorted({m.split(".")[0] for m in sys.modules} & service))
+service = {"dramatiq", "redis", "fastapi", "starlette", "uvicorn"}
+# boto3 by genloop's S3 store only: accelerate (diffusers') imports it by itself when present
+ours = {"genloop.workers.artifacts.s3", "genloop.workers.gateway", "genloop.workers.broker"}
+print(sorted(({m.split(".")[0] for m in sys.modules} & service) | (set(sys.modules) & ours)))
 """
 
 
