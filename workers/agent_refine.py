@@ -140,7 +140,15 @@ class AnswerWatch:
     def __init__(self) -> None:
         self._waiters: list[_Waiter] = []
         self._lock = threading.Lock()
+        self._passing = threading.Lock()  # held while a pass reads the stores
         self._thread: threading.Thread | None = None
+
+    def forget(self, store: StateStore) -> None:
+        """Stop watching the waiters of ``store``, which is closing: once this returns, no
+        pass reads it (a store closed under a reading thread can crash SQLite). Their leases
+        run out and the work is sent again, as for any stopped worker."""
+        with self._passing, self._lock:
+            self._waiters = [w for w in self._waiters if w.ctx.store is not store]
 
     def wait(self, waiter: _Waiter) -> Future:
         with self._lock:
@@ -154,23 +162,35 @@ class AnswerWatch:
     def _run(self) -> None:
         while True:
             time.sleep(_POLL)
-            with self._lock:
-                waiting = list(self._waiters)
-            settled = []
-            for waiter in waiting:
-                try:
-                    if waiter.poll():
-                        settled.append(waiter)
-                except Exception as exc:  # noqa: BLE001  (a store outage: the op retries)
-                    waiter.future.set_exception(Transient(f"waiting for the agent: {exc}"))
+            with self._passing:
+                self._pass()
+
+    def _pass(self) -> None:
+        with self._lock:
+            waiting = list(self._waiters)
+        settled = []
+        for waiter in waiting:
+            try:
+                if waiter.poll():
                     settled.append(waiter)
-            if settled:
-                with self._lock:
-                    self._waiters = [w for w in self._waiters if w not in settled]
+            except Exception as exc:  # noqa: BLE001  (a store outage: the op retries)
+                waiter.future.set_exception(Transient(f"waiting for the agent: {exc}"))
+                settled.append(waiter)
+        if settled:
+            with self._lock:
+                self._waiters = [w for w in self._waiters if w not in settled]
 
 
 _WATCH: AnswerWatch | None = None
 _WATCH_LOCK = threading.Lock()
+
+
+def forget(store: StateStore) -> None:
+    """:meth:`AnswerWatch.forget` on this process's watch, if it has one."""
+    with _WATCH_LOCK:
+        watch = _WATCH
+    if watch is not None:
+        watch.forget(store)
 
 
 def _watch() -> AnswerWatch:

@@ -241,7 +241,11 @@ class Executor:
 
     def close(self) -> None:
         """Stop the completion pool (deferred work still in flight is abandoned: its lease
-        runs out and the sweeper sends it again)."""
+        runs out and the sweeper sends it again), and stop watching for agents' answers in
+        this executor's store before it closes."""
+        from .agent_refine import forget
+
+        forget(self.store)
         self._completions.shutdown(wait=False, cancel_futures=True)
 
     def _defer(self, deferred: Deferred, spec: OpSpec, inst: InstanceRecord, key: str,
