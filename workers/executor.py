@@ -39,6 +39,7 @@ from .artifacts.base import ArtifactStore
 from .context import OpContext
 from .deferred import Deferred
 from .keys import result_key
+from .middleware.attempts import record_outcome
 from .ops.registry import OpRegistry, OpSpec
 from .ops.typed_inputs import model_path, output_model
 from .scheduler import Scheduler
@@ -280,17 +281,10 @@ class Executor:
 
     def _deferred_failed(self, inst: InstanceRecord, attempt: int, exc: Exception) -> None:
         """What Retries and AttemptOutcomes do for a message, for work whose message is acked."""
-        run_id, instance_id = inst.run_id, inst.instance_id
-        if isinstance(exc, Cancelled):
-            self.scheduler.cancelled(run_id, instance_id)
-        elif isinstance(exc, Permanent) or attempt > inst.max_retries or self._requeue is None:
-            log.info("%s/%s failed for good after %d attempt(s): %s",
-                     run_id, instance_id, attempt, exc)
-            self.scheduler.failed(run_id, instance_id, exc, attempts=attempt)
-        else:
-            log.warning("%s/%s attempt %d failed, retrying: %s: %s", run_id, instance_id,
-                        attempt, type(exc).__name__, exc)
-            self.scheduler.retrying(run_id, instance_id, attempt, exc)
+        final = (isinstance(exc, Permanent) or attempt > inst.max_retries
+                 or self._requeue is None)
+        record_outcome(self.scheduler, inst.run_id, inst.instance_id, attempt, exc, final=final)
+        if not final and not isinstance(exc, Cancelled):
             _, backoff_ms = compute_backoff(attempt - 1, factor=int(inst.min_backoff * 1000),
                                             max_backoff=int(inst.max_backoff * 1000))
             self._requeue(inst, attempt, backoff_ms / 1000)

@@ -68,14 +68,22 @@ class AttemptOutcomes(Middleware):
             return
         run_id, instance_id = message.args
         attempt = int(message.options.get("genloop_attempt", 1))
-        exception = _op_error(exception)
-        if isinstance(exception, Cancelled):
-            self.scheduler.cancelled(run_id, instance_id)
-        elif message.failed:
-            log.info("%s/%s failed for good after %d attempt(s): %s",
-                     run_id, instance_id, attempt, exception)
-            self.scheduler.failed(run_id, instance_id, exception, attempts=attempt)
-        else:
-            log.warning("%s/%s attempt %d failed, retrying: %s: %s", run_id, instance_id,
-                        attempt, type(exception).__name__, exception)
-            self.scheduler.retrying(run_id, instance_id, attempt, exception)
+        record_outcome(self.scheduler, run_id, instance_id, attempt, _op_error(exception),
+                       final=message.failed)
+
+
+def record_outcome(scheduler: Scheduler, run_id: str, instance_id: str, attempt: int,
+                   exc: BaseException, *, final: bool) -> None:
+    """A failed attempt's state change and its one log line: cancelled, failed for good
+    (``final``), or retrying (one WARNING with the attempt number, no traceback). Shared by
+    messages Dramatiq retries and deferred work the executor retries itself."""
+    if isinstance(exc, Cancelled):
+        scheduler.cancelled(run_id, instance_id)
+    elif final:
+        log.info("%s/%s failed for good after %d attempt(s): %s",
+                 run_id, instance_id, attempt, exc)
+        scheduler.failed(run_id, instance_id, exc, attempts=attempt)
+    else:
+        log.warning("%s/%s attempt %d failed, retrying: %s: %s", run_id, instance_id,
+                    attempt, type(exc).__name__, exc)
+        scheduler.retrying(run_id, instance_id, attempt, exc)
