@@ -27,7 +27,7 @@ from genloop.sdk.errors import Permanent
 
 from ..fingerprint import fingerprint
 from ..metrics import metrics
-from ..models_config import ModelsConfig
+from ..models_config import TINY_DESCRIPTION, ModelsConfig, shipped_shapes
 from .residency import Residency, Resident, default_budget, pipeline_bytes
 from .tiny import TINY_VERSION, build_tiny_pipeline
 
@@ -74,8 +74,7 @@ class ModelRegistry:
         self._engine: Any = None
         self.models = models
         self.register("tiny", build_tiny_pipeline, TINY_VERSION,
-                      ModelDefaults(steps=4, guidance=5.0, width=32, height=32),
-                      "random weights, 32 px: for tests, draws noise")
+                      ModelDefaults(steps=4, guidance=5.0, width=32, height=32), TINY_DESCRIPTION)
         _register_shapes(self)
         metrics().watch_models(self)
 
@@ -205,26 +204,18 @@ class ModelRegistry:
 
 def _register_shapes(registry: ModelRegistry) -> None:
     """Register the trained shapes pipeline as ``shapes`` once its weights are in the package."""
-    try:
-        from genloop.workers import shapes
-    except ImportError:
+    found = shipped_shapes()
+    if found is None:
         return
-    path = shapes.pipeline_path()
-    if not (path / "model_index.json").is_file():
-        return
-    import json
+    from genloop.workers import shapes
 
-    unet = json.loads((path / "unet" / "config.json").read_text())
-    vae = json.loads((path / "vae" / "config.json").read_text())
-    size = unet["sample_size"] * 2 ** (len(vae["block_out_channels"]) - 1)
     registry.register(
         shapes.PIPELINE_NAME,
-        lambda: _from_pretrained(str(path), torch.float32),
-        f"shapes:{fingerprint(path)}",
+        lambda: _from_pretrained(str(found.path), torch.float32),
+        f"shapes:{fingerprint(found.path)}",
         ModelDefaults(steps=shapes.DEFAULT_STEPS, guidance=shapes.DEFAULT_GUIDANCE,
-                      width=size, height=size),
-        f"trained here on the shapes world ({size} px): one coloured circle, square or "
-        "triangle, of a size and position, on a plain background",
+                      width=found.size, height=found.size),
+        found.description,
     )
 
 
