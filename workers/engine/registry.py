@@ -139,14 +139,16 @@ class ModelRegistry:
 
     def preload(self, name: str, warmup: bool = True) -> None:
         """Load ``name`` now and, with ``warmup``, run one 1-step image through the engine, so
-        the first request finds lazy initialisation (and compilation, if on) done."""
+        the first request finds lazy initialisation (and compilation, if on) done. The warm-up
+        image is no request's: the metrics leave it out."""
         self.pipeline(name)
         if warmup:
             from .generate import ImageSettings
 
             d = self.defaults(name)
-            self.engine.generate(name, ["warm-up"], [0], ImageSettings(
-                steps=1, guidance=d.guidance, width=d.width, height=d.height, cache="off"))
+            self.engine.wait(self.engine.submit(name, ["warm-up"], [0], ImageSettings(
+                steps=1, guidance=d.guidance, width=d.width, height=d.height, cache="off"),
+                metered=False))
 
     def evict(self, name: str) -> bool:
         """Drop ``name`` from memory unless it is in use; True if it was resident and dropped."""
