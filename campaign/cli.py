@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from genloop.sdk import Client
 
+from . import reframe
+from .manifest import read_json
 from .runner import Progress, campaign_folder, report, run
 from .spec import CampaignSpec, CampaignSpecError, load_spec
 
@@ -61,19 +62,27 @@ def _stored_spec(args: argparse.Namespace) -> CampaignSpec | None:
     return CampaignSpec.model_validate_json(path.read_text())
 
 
+def _counts(client: Client, runs: dict[str, str]) -> str:
+    counts: dict[str, int] = {}
+    for run_id in runs.values():
+        status = client.get(run_id).info.status.value
+        counts[status] = counts.get(status, 0) + 1
+    return f"{len(runs)} submitted" + "".join(f", {n} {s}" for s, n in sorted(counts.items()))
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     spec = _stored_spec(args)
     if spec is None:
         return 2
-    runs = json.loads((campaign_folder(spec, args.out) / "runs.json").read_text())
-    counts: dict[str, int] = {}
+    folder = campaign_folder(spec, args.out)
+    loops = read_json(folder / "runs.json")
+    formats = read_json(folder / reframe.RUNS_FILE)  # absent until formats are drawn
     with _client(args) as client:
-        for run_id in runs.values():
-            status = client.get(run_id).info.status.value
-            counts[status] = counts.get(status, 0) + 1
-    total = sum(1 for _ in spec.variants())
-    print(f"{spec.name}: {total} variants, {len(runs)} submitted: "
-          + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+        line = f"{spec.name}: {sum(1 for _ in spec.variants())} variants; loop runs: " \
+               f"{_counts(client, loops)}"
+        if spec.generate_formats is not None:
+            line += f"; format runs: {_counts(client, formats)}"
+    print(line)
     return 0
 
 

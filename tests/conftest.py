@@ -18,6 +18,18 @@ if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
 sys.path.insert(0, str(Path(__file__).parent))
 
 import genloop_test_ops  # noqa: E402,F401  (registers the ops the tests use)
+from redis_util import PORT, orphaned_workers  # noqa: E402
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Refuse to start beside worker pools a killed test run left on the test Redis: they run
+    old code and take this session's messages, and the tests they break point elsewhere."""
+    if orphans := orphaned_workers(PORT):
+        listed = ", ".join(f"{pid} (parent {parent})" for pid, parent in orphans)
+        pytest.exit(
+            f"genloop worker pools left by an earlier test run are attached to the test Redis "
+            f"(port {PORT}): pids {listed}. Stop each pool's process group "
+            f"(kill -- -PID) and run again.", returncode=3)
 
 
 @pytest.fixture(scope="session")

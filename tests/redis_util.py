@@ -3,11 +3,14 @@
 
 Store contract tests share ``DB`` under a random key prefix each; the worker-pool tests own
 ``POOL_DB`` and flush it before each test. The gateway suite uses databases from 10 up.
+:func:`orphaned_workers` finds worker pools a killed test run left on this Redis (the session
+refuses to start beside them).
 """
 
 from __future__ import annotations
 
 import os
+from urllib.parse import urlsplit
 
 HOST = "127.0.0.1"
 PORT = int(os.environ.get("GENLOOP_TEST_REDIS_PORT", "6379"))
@@ -17,3 +20,44 @@ POOL_DB = DB + 1
 
 def redis_url(db: int = DB) -> str:
     return f"redis://{HOST}:{PORT}/{db}"
+
+
+def _read(pid: str, name: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            return f.read()
+    except OSError:  # gone, or not ours to read
+        return b""
+
+
+def _redis_port(environ: bytes) -> int | None:
+    """The port of the Redis a worker process was started on (``GENLOOP_REDIS_URL``)."""
+    for entry in environ.split(b"\0"):
+        if entry.startswith(b"GENLOOP_REDIS_URL="):
+            url = urlsplit(entry.split(b"=", 1)[1].decode(errors="replace"))
+            return url.port if url.hostname in ("127.0.0.1", "localhost") else None
+    return None
+
+
+def orphaned_workers(port: int = PORT) -> list[tuple[int, int]]:
+    """``(pid, parent pid)`` of each ``genloop worker`` pool (Dramatiq's main process) on the
+    Redis at ``port`` whose parent is no test session: one a killed test run left behind. It
+    runs the code it started with and takes the tests' messages, so tests fail in ways that
+    point nowhere near it. Reads ``/proc`` only (Linux); elsewhere it finds nothing."""
+    if not os.path.isdir("/proc"):
+        return []
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        argv = _read(pid, "cmdline").split(b"\0")
+        if b"dramatiq" not in argv or b"genloop.workers.worker_main" not in argv:
+            continue
+        if _redis_port(_read(pid, "environ")) != port:
+            continue
+        stat = _read(pid, "stat")
+        parent = int(stat.rsplit(b")", 1)[1].split()[1]) if stat else 0
+        parent_argv = _read(str(parent), "cmdline")
+        if b"genloop.workers.worker_main" in parent_argv:
+            continue  # one of a pool's forked worker processes: its main one is judged
+        if b"pytest" not in parent_argv:
+            found.append((int(pid), parent))
+    return sorted(found)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,54 @@ def test_client_local_with_a_config_fails_an_unknown_model_once_never_retried(tm
     assert failure.error_type == "Permanent"
     assert failure.attempts == 1
     assert "unknown model" in failure.message
+
+
+def test_listing_the_served_models_imports_no_diffusers(tmp_path):
+    # Given a fresh interpreter with a local back end and an operator's config
+    config = write_config(tmp_path)
+    script = (
+        "import json, sys\n"
+        "from genloop.sdk import Client\n"
+        f"with Client.local(home={str(tmp_path / 'home')!r}, threads=0, "
+        f"models={str(config)!r}) as client:\n"
+        "    served = client.schema().served\n"
+        "print(json.dumps({'models': [m.name for m in served.models],\n"
+        "                  'loaded': [m for m in ('diffusers', 'torch') if m in sys.modules]}))\n"
+    )
+    # When it lists the models it serves (client.schema(), GET /v1/schema, genloop schema)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    listed = json.loads(out.splitlines()[-1])
+    # Then the built-ins and the configured name are listed, and neither diffusers nor torch
+    # was imported to say so (the first schema call used to load them: seconds, idle)
+    assert listed == {"models": ["house", "shapes", "tiny"], "loaded": []}
+
+
+def test_the_torch_free_listing_says_what_a_registry_registers(tmp_path):
+    from genloop.workers.engine.registry import ModelRegistry
+    from genloop.workers.models_config import builtin_models
+    from genloop.workers.resources import Resources
+
+    # Given a fresh registry; Then the listing read without one matches it
+    assert builtin_models() == ModelRegistry(device="cpu").builtin()
+    # And once code built (or handed over) a registry, its own built-ins are listed
+    registry = ModelRegistry(device="cpu", models=ModelsConfig.load(write_config(tmp_path)))
+    registry.register("extra", lambda: None, "extra:1", registry.defaults("tiny"), "drawn here")
+    assert Resources(models=registry).served_models() == {
+        "house": "configured by the operator", "extra": "drawn here", **builtin_models()}
+
+
+def test_a_configured_model_is_accepted_by_name_at_submit(tmp_path):
+    # Given Client.local with a config naming "house" (described by the operator)
+    config = write_config(tmp_path)
+    config.write_text(config.read_text() + 'description = "our house style"\n')
+    g = Graph()
+    g.generate("p", model="house", id="gen")
+    with Client.local(home=tmp_path / "home", threads=0, models=config) as client:
+        # When its schema is read and a graph naming the model submitted
+        served = {m.name: m.description for m in client.schema().served.models}
+        run = client.submit(g)
+    # Then the configured name is served with its description, and the graph is accepted
+    # (it used to be refused: only the registry's built-ins were listed)
+    assert served["house"] == "our house style"
+    assert run.id

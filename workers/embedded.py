@@ -97,7 +97,7 @@ class EmbeddedBackend(StoreBackend):
         self.runtime = EmbeddedRuntime(home, **options)
         resources = self.runtime.resources
         super().__init__(self.runtime.scheduler, self.runtime.artifacts,
-                         models=lambda: resources.models.builtin(),
+                         models=resources.served_models,
                          evaluators=resources.evaluators, refiners=resources.refiners,
                          default_model=default_model, default_evaluator=default_evaluator)
 

@@ -51,6 +51,9 @@ class MeteredStore:
         stored, created = self._store.create_run(run, spec, nodes, instances)
         if created:
             self._observe(stored.id, EventRecord(type="run.submitted", time=stored.created_at))
+            for node in (n for n in nodes if n.status == "queued"):  # roots: queued, no event
+                self._observe(stored.id, EventRecord(type="node.queued", time=stored.created_at,
+                                                     node_id=node.node_id, status="queued"))
         return stored, created
 
     @contextmanager

@@ -10,13 +10,15 @@ JSON) file that ``genloop worker --models``, ``genloop serve --models`` and
     width = 512
     height = 512
 
-The built-in models (``tiny``, ``shapes``) are always allowed and need no entry. Any other name
+The built-in models (``tiny``, ``shapes``) are always allowed and need no entry; an entry may
+carry a ``description`` (what the model draws), published in the spec schema. Any other name
 is unknown: the gateway refuses it at submit (422, listing the allowed names) and a worker fails
 it as ``Permanent`` without touching the file system, so a tenant's string is never a path.
 Trusted code that wants any local path or cached hub id passes ``models=None`` to the registry
 (the behaviour of a bare ``ModelRegistry()``).
 
-No torch here: the gateway validates names and costs specs with it.
+No torch here: the gateway validates names and costs specs with it, and a back end lists the
+models it serves from it (:func:`served_models`) without importing diffusers.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -32,6 +35,10 @@ from genloop.sdk.errors import GenloopError
 
 #: Models every registry builds in code, with the defaults a request gets (steps, size).
 BUILTIN_MODELS = ("tiny", "shapes")
+#: What the random-weight built-in draws (published in the spec schema).
+TINY_DESCRIPTION = "random weights, 32 px: for tests, draws noise"
+#: A configured model's description when its entry gives none.
+CONFIGURED_DESCRIPTION = "configured by the operator"
 
 
 class ModelEntry(BaseModel):
@@ -47,6 +54,8 @@ class ModelEntry(BaseModel):
     guidance: float | None = Field(None, ge=0.0, le=50.0, allow_inf_nan=False)
     width: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     height: int | None = Field(None, ge=8, le=4096, multiple_of=8)
+    description: str = Field("", max_length=500,
+                             description="what the model draws, for the spec schema")
 
 
 class ModelsConfig(BaseModel):
@@ -62,6 +71,11 @@ class ModelsConfig(BaseModel):
 
     def allows(self, name: str) -> bool:
         return name in BUILTIN_MODELS or name in self.models
+
+    def described(self) -> dict[str, str]:
+        """The configured names (built-ins aside) and their descriptions."""
+        return {name: entry.description or CONFIGURED_DESCRIPTION
+                for name, entry in self.models.items() if name not in BUILTIN_MODELS}
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ModelsConfig:
@@ -90,3 +104,46 @@ def models_config(value: str | os.PathLike[str] | ModelsConfig | None) -> Models
     if isinstance(value, ModelsConfig):
         return value
     return ModelsConfig.load(value)
+
+
+@dataclass(frozen=True)
+class ShippedShapes:
+    """The trained ``shapes`` pipeline in the package: where it is and what it draws."""
+
+    path: Path
+    size: int
+
+    @property
+    def description(self) -> str:
+        return (f"trained here on the shapes world ({self.size} px): one coloured circle, "
+                "square or triangle, of a size and position, on a plain background")
+
+
+def shipped_shapes() -> ShippedShapes | None:
+    """The shapes pipeline when its weights are in the package (else ``None``); its image size
+    is read from its UNet and VAE configs, so nothing is loaded."""
+    try:
+        from genloop.workers import shapes
+    except ImportError:
+        return None
+    path = shapes.pipeline_path()
+    if not (path / "model_index.json").is_file():
+        return None
+    unet = json.loads((path / "unet" / "config.json").read_text())
+    vae = json.loads((path / "vae" / "config.json").read_text())
+    return ShippedShapes(path, unet["sample_size"] * 2 ** (len(vae["block_out_channels"]) - 1))
+
+
+def builtin_models() -> dict[str, str]:
+    """What a fresh :class:`~genloop.workers.engine.registry.ModelRegistry` registers (name ->
+    description), read without building one: listing models must not import diffusers."""
+    models = {"tiny": TINY_DESCRIPTION}
+    if (found := shipped_shapes()) is not None:
+        models["shapes"] = found.description
+    return models
+
+
+def served_models(builtin: dict[str, str], config: ModelsConfig | None) -> dict[str, str]:
+    """The names a spec may use (name -> description): ``builtin`` (a registry's, or
+    :func:`builtin_models`) and the names ``config`` adds."""
+    return {**(config.described() if config is not None else {}), **builtin}

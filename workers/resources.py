@@ -65,6 +65,17 @@ class Resources:
                 self._models = ModelRegistry(device=self.device, models=self.allowed)
             return self._models
 
+    def served_models(self) -> dict[str, str]:
+        """The model names specs may use here (name -> description), without building the
+        registry when nothing has yet: a back end lists them for its spec schema, and importing
+        diffusers for that took seconds."""
+        from .models_config import builtin_models, served_models
+
+        registry = self._models
+        if registry is None:
+            return served_models(builtin_models(), self.allowed)
+        return served_models(registry.builtin(), registry.models)
+
     def evaluator(self, name: str, options: dict[str, Any] | None = None):
         """The evaluator registered as ``name`` in :attr:`evaluators`, built with ``options``
         (loaded once per process for each distinct set of options)."""

@@ -86,7 +86,7 @@ def build():
         sweep_every=float(os.environ.get(ENV_SWEEP_EVERY, "5")),
         shared_fair=prefix,  # tenants take turns across the pool (redis_fair_queue)
     )
-    publish(client, default_registry, queues, prefix, models=resources.models.builtin())
+    publish(client, default_registry, queues, prefix, models=resources.served_models())
     if os.environ.get(ENV_METRICS_PORT):
         port = serve_metrics(int(os.environ[ENV_METRICS_PORT]),
                              int(os.environ.get(ENV_PROCESSES, "1")),

@@ -157,3 +157,19 @@ def test_a_pick_is_read_once_for_its_brand_and_all_its_formats(tmp_path, local):
     finish.mark_brand(spec, record, finish.Source(read, first.artifact), record)
     finish.render_formats(spec, record, folder, finish.Source(read, first.artifact), record)
     assert reads == []
+
+
+def test_status_counts_the_format_runs_beside_the_loop_runs(tmp_path, local, capsys):
+    from genloop.workers.cli import main
+
+    # Given a campaign whose two variants each had a loop run and a format run
+    run(parse_spec(SPEC), local, out=tmp_path / "out")
+    capsys.readouterr()
+    # When its status is asked for
+    code = main(["campaign", "status", "drawn", "--local", str(tmp_path / "home"),
+                 "--threads", "0", "--out", str(tmp_path / "out")])
+    # Then both kinds of run are counted (the format runs used to be left out)
+    assert code == 0
+    assert capsys.readouterr().out.strip() == (
+        "drawn: 2 variants; loop runs: 2 submitted, 2 succeeded; "
+        "format runs: 2 submitted, 2 succeeded")

@@ -10,7 +10,7 @@ from gateway_settings import STORE_DB, redis_url
 
 from genloop.workers.gateway import SqliteGatewayStore, TenantLimits
 from genloop.workers.gateway.redis_store import RedisGatewayStore
-from genloop.workers.gateway.store import hash_key
+from genloop.workers.gateway.store import RunSummary, hash_key
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -69,8 +69,11 @@ def test_runs_have_one_owner_and_leave_the_open_and_unindexed_sets(store):
     store.mark_ended("r1")
     assert store.open_runs("acme") == ["r2"]
     assert store.unindexed_runs("acme") == ["r1", "r2"]
-    store.mark_indexed("r2")
+    summary = RunSummary(status="succeeded", finished_at=12.5, images=4, best_score=0.25)
+    assert store.summary("r2") is None
+    store.mark_indexed("r2", summary)
     assert store.unindexed_runs("acme") == ["r1"]
+    assert store.summary("r2") == summary and store.summary("r1") is None
 
 
 def test_a_run_keeps_the_cost_it_was_admitted_with(store):
@@ -100,3 +103,27 @@ def test_a_tenants_runs_are_listed_newest_first_a_page_at_a_time(store):
     assert [r for r, _ in first] == ["a4", "a3", "a2"]
     assert [r for r, _ in rest] == ["a1", "a0"]
     assert [r for r, _ in store.runs("other")] == ["b0"] and store.runs("nobody") == []
+
+
+def test_runs_recorded_before_the_listing_index_are_listed_once(tmp_path):
+    # Given a Redis gateway store written before the runs index existed: owners only
+    redis.Redis.from_url(redis_url(STORE_DB)).flushdb()
+    old = RedisGatewayStore(redis_url(STORE_DB))
+    for run_id in ("old1", "old2", "gone"):
+        old.add_run(run_id, "acme")
+    old.r.delete(old.k.tenant_set("runs", "acme"))
+    old.add_run("new", "acme")
+    assert [r for r, _ in old.runs("acme")] == ["new"]
+
+    # When a gateway opens it, knowing when each run was created (not "gone": lost)
+    created = {"old1": 1.0, "old2": 2.0}
+    store = RedisGatewayStore(redis_url(STORE_DB))
+    listed = store.list_earlier_runs(created.get)
+
+    # Then the earlier runs are listed at their creation times, once
+    assert listed == 2
+    assert [r for r, _ in store.runs("acme")] == ["new", "old2", "old1"]
+    assert store.runs("acme", before=3.0) == [("old2", 2.0), ("old1", 1.0)]
+    assert store.list_earlier_runs(created.get) == 0
+    # And a SQLite store always had the index (created_at is a column): nothing to do
+    assert SqliteGatewayStore(tmp_path / "gateway.db").list_earlier_runs(created.get) == 0

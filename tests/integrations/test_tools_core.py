@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from agent_tools import GENERATE, LOOP, run_count
+from agent_tools import CATALOG, GENERATE, LOOP, run_count
 
-from genloop.integrations import Progress, ToolCallError
-from genloop.sdk import RunStatus
+from genloop.integrations import GenloopTools, Progress, ToolCallError
+from genloop.sdk import Event, RunInfo, RunStatus
+from genloop.sdk.aio import AsyncClient, ThreadedBackend
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -108,3 +109,41 @@ def test_a_waiting_call_reports_growing_progress(tools):
     assert values == sorted(values) and values[-1] >= 5  # two rounds: 5 nodes end
     assert reports[0].total == 5
     assert any("step" in r.message for r in reports)
+
+
+class EndsDuringReplay(ThreadedBackend):
+    """A real back end whose run ends while the tool replays its events: asked before the
+    replay the run is still running, asked after it the run has ended (its last event was in
+    the replay). Counts the follows the tool opens."""
+
+    def __init__(self, backend) -> None:
+        super().__init__(backend)
+        self.replayed, self.follows = False, 0
+
+    async def get(self, run_id: str) -> RunInfo:
+        info = await super().get(run_id)
+        if self.replayed:
+            return info
+        return info.model_copy(update={"status": RunStatus.RUNNING, "finished_at": None})
+
+    async def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
+        batch = await super().events(run_id, after, limit)
+        self.replayed = True
+        return batch
+
+    async def follow(self, run_id: str, after: int = 0, poll: float = 0.05):
+        self.follows += 1
+        async for event in super().follow(run_id, after, poll):
+            yield event
+
+
+def test_a_run_that_ends_during_the_replay_is_not_followed(shared_client, finished_run):
+    # Given a run that ends while get_run replays its events
+    backend = EndsDuringReplay(shared_client.backend)
+    tools = GenloopTools(AsyncClient(backend), catalog=CATALOG)
+    # When get_run waits for it
+    out = asyncio.run(tools.acall("get_run", {"run_id": finished_run, "wait_seconds": 2}))
+    # Then it returns the ended run without following: nothing is left to follow after the
+    # run's last event, so a follow would only have waited out wait_seconds
+    assert out.done and out.status == RunStatus.SUCCEEDED
+    assert backend.follows == 0

@@ -32,3 +32,18 @@ def test_one_batch_of_three_with_deepcache_moves_the_engine_metrics(resources):
     assert [a - b for a, b in zip(after, before, strict=True)] == [1, 3, 3, 4]
     assert "tiny" in [s.labels.get("model") for family in m.registry.collect()
                       if family.name == "genloop_resident_model_bytes" for s in family.samples]
+
+
+def test_a_preload_warm_up_is_no_ones_image(resources):
+    # Given the process's metrics; When a model is preloaded with its warm-up image
+    # (what `genloop worker --preload tiny` does before taking work)
+    m = metrics()
+    before = snapshot(m)
+    resources.models.preload("tiny", warmup=True)
+    warmed = snapshot(m)
+    # Then the metrics do not move; And a request after it counts exactly its own images
+    resources.models.engine.generate("tiny", ["a red circle", "a blue square"], [1, 2],
+                                     ImageSettings(steps=2, guidance=5.0, width=32, height=32))
+    after = snapshot(m)
+    assert warmed == before
+    assert [a - b for a, b in zip(after, warmed, strict=True)] == [1, 2, 2, 0]

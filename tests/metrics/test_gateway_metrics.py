@@ -54,6 +54,10 @@ def test_a_scrape_after_a_run_shows_what_the_run_did(gateway, tmp_path):
     assert moved(before, after, "genloop_runs_total", status="submitted") == 1
     assert moved(before, after, "genloop_runs_total", status="failed") == 1
     assert moved(before, after, "genloop_runs_total", status="succeeded") == 0
+    # every node was queued once: the roots at submit (gen, flaky, broken), score after gen
+    assert moved(before, after, "genloop_nodes_total", op="generate", status="queued") == 1
+    assert moved(before, after, "genloop_nodes_total", op="test-count", status="queued") == 2
+    assert moved(before, after, "genloop_nodes_total", op="score", status="queued") == 1
     assert moved(before, after, "genloop_nodes_total", op="generate", status="succeeded") == 1
     assert moved(before, after, "genloop_nodes_total", op="test-count", status="succeeded") == 1
     assert moved(before, after, "genloop_nodes_total", op="test-count", status="failed") == 1

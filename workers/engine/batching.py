@@ -54,6 +54,8 @@ class Job:
     group: Hashable = None
     group_size: int = 1
     check: Callable[[], None] | None = None
+    #: False for a warm-up (``ModelRegistry.preload``): no request's work, left out of metrics.
+    metered: bool = True
     future: Future = field(default_factory=Future)
     images: list[Any] = field(init=False)
     _progress: list[int] = field(init=False)

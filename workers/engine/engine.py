@@ -97,14 +97,15 @@ class GenerationEngine:
                negative_prompts: Sequence[str | None] | None = None,
                init_images: Sequence | None = None, masks: Sequence | None = None, *,
                group: Hashable = None, group_size: int = 1,
-               check: Callable[[], None] | None = None) -> Job:
+               check: Callable[[], None] | None = None, metered: bool = True) -> Job:
         """Queue one request; its future resolves to one PIL image per (prompt, seed).
 
         Nothing blocks: the caller attaches to ``job.future``. An edit (``settings.kind``
         img2img / inpaint) gives one init image (and mask) per candidate; edits batch with
         edits of the same kind and strength only. ``group``/``group_size`` name the request's
         siblings (see :mod:`.batching`); ``check()`` runs just before the request's batch
-        starts and may raise (cancellation) to fail the request alone."""
+        starts and may raise (cancellation) to fail the request alone. ``metered=False``
+        (a warm-up) keeps the request out of the batch and image metrics."""
         parse_cache(settings.cache)  # a bad mode fails here, in the caller's thread
         if (settings.kind != "text") != (init_images is not None) or (
                 (settings.kind == "inpaint") != (masks is not None)):
@@ -117,7 +118,7 @@ class GenerationEngine:
                      else [settings.negative_prompt] * len(prompts))
         job = Job(key, list(prompts), list(seeds), list(negatives), settings.denoised_steps,
                   on_step, init_images=init_images, masks=masks,
-                  group=group, group_size=group_size, check=check)
+                  group=group, group_size=group_size, check=check, metered=metered)
         log.debug("request of %d at %s queued", len(job.prompts), key)
         return self.batcher.submit(job)
 
@@ -183,12 +184,14 @@ class GenerationEngine:
                     return [None] * len(chunk)
                 return self._call(pipe, shape_key, live, settings, chunk)
 
-            metrics().engine_batch(kind, len(slots))
+            if metered := [s for s in slots if s.job.metered]:
+                metrics().engine_batch(kind, len(metered))
             images = self.oom.run_split(shape_key, slots, run)
         for slot, image in zip(slots, images, strict=True):
             if image is not None:
                 slot.job.deliver(slot.index, image)
-        metrics().images.inc(sum(image is not None for image in images))
+        metrics().images.inc(sum(image is not None and slot.job.metered
+                                 for slot, image in zip(slots, images, strict=True)))
 
     def _edit_pipe(self, pipe, kind: str):
         """The ``kind`` pipeline on ``pipe``'s resident components, made once per pipeline."""

@@ -27,7 +27,7 @@ from genloop.sdk.errors import Permanent
 
 from ..fingerprint import fingerprint
 from ..metrics import metrics
-from ..models_config import ModelsConfig
+from ..models_config import TINY_DESCRIPTION, ModelsConfig, shipped_shapes
 from .residency import Residency, Resident, default_budget, pipeline_bytes
 from .tiny import TINY_VERSION, build_tiny_pipeline
 
@@ -74,8 +74,7 @@ class ModelRegistry:
         self._engine: Any = None
         self.models = models
         self.register("tiny", build_tiny_pipeline, TINY_VERSION,
-                      ModelDefaults(steps=4, guidance=5.0, width=32, height=32),
-                      "random weights, 32 px: for tests, draws noise")
+                      ModelDefaults(steps=4, guidance=5.0, width=32, height=32), TINY_DESCRIPTION)
         _register_shapes(self)
         metrics().watch_models(self)
 
@@ -140,14 +139,16 @@ class ModelRegistry:
 
     def preload(self, name: str, warmup: bool = True) -> None:
         """Load ``name`` now and, with ``warmup``, run one 1-step image through the engine, so
-        the first request finds lazy initialisation (and compilation, if on) done."""
+        the first request finds lazy initialisation (and compilation, if on) done. The warm-up
+        image is no request's: the metrics leave it out."""
         self.pipeline(name)
         if warmup:
             from .generate import ImageSettings
 
             d = self.defaults(name)
-            self.engine.generate(name, ["warm-up"], [0], ImageSettings(
-                steps=1, guidance=d.guidance, width=d.width, height=d.height, cache="off"))
+            self.engine.wait(self.engine.submit(name, ["warm-up"], [0], ImageSettings(
+                steps=1, guidance=d.guidance, width=d.width, height=d.height, cache="off"),
+                metered=False))
 
     def evict(self, name: str) -> bool:
         """Drop ``name`` from memory unless it is in use; True if it was resident and dropped."""
@@ -205,26 +206,18 @@ class ModelRegistry:
 
 def _register_shapes(registry: ModelRegistry) -> None:
     """Register the trained shapes pipeline as ``shapes`` once its weights are in the package."""
-    try:
-        from genloop.workers import shapes
-    except ImportError:
+    found = shipped_shapes()
+    if found is None:
         return
-    path = shapes.pipeline_path()
-    if not (path / "model_index.json").is_file():
-        return
-    import json
+    from genloop.workers import shapes
 
-    unet = json.loads((path / "unet" / "config.json").read_text())
-    vae = json.loads((path / "vae" / "config.json").read_text())
-    size = unet["sample_size"] * 2 ** (len(vae["block_out_channels"]) - 1)
     registry.register(
         shapes.PIPELINE_NAME,
-        lambda: _from_pretrained(str(path), torch.float32),
-        f"shapes:{fingerprint(path)}",
+        lambda: _from_pretrained(str(found.path), torch.float32),
+        f"shapes:{fingerprint(found.path)}",
         ModelDefaults(steps=shapes.DEFAULT_STEPS, guidance=shapes.DEFAULT_GUIDANCE,
-                      width=size, height=size),
-        f"trained here on the shapes world ({size} px): one coloured circle, square or "
-        "triangle, of a size and position, on a plain background",
+                      width=found.size, height=found.size),
+        found.description,
     )
 
 

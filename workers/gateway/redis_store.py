@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import redis
 
 from ..stores.redis import translate_redis_errors
 from ..stores.redis_keys import GatewayKeys
 from .limits import TenantLimits
-from .store import GatewayStore, KeyInfo, hash_key
+from .store import GatewayStore, KeyInfo, RunSummary, hash_key
 
 
 class RedisGatewayStore(GatewayStore):
     """Keys under ``prefix``: ``key:<hash>`` (hash), ``keyid:<id>``, ``tenant:<name>``,
-    ``run:<id>`` (owner), ``cost:<id>``, and per tenant the sets ``open:``, ``unindexed:``
-    and ``art:``, and ``runs:`` (run ids by creation time)."""
+    ``run:<id>`` (owner), ``cost:<id>``, ``summary:<id>``, and per tenant the sets ``open:``,
+    ``unindexed:`` and ``art:``, and ``runs:`` (run ids by creation time)."""
 
     def __init__(self, url: str, prefix: str = "genloop:gw") -> None:
         self.r = redis.Redis.from_url(url, decode_responses=True)
@@ -121,8 +121,33 @@ class RedisGatewayStore(GatewayStore):
         self._drop("open", run_id)
 
     @translate_redis_errors
-    def mark_indexed(self, run_id: str) -> None:
+    def mark_indexed(self, run_id: str, summary: RunSummary) -> None:
+        self.r.set(self.k.summary(run_id), summary.model_dump_json())
         self._drop("unindexed", run_id)
+
+    @translate_redis_errors
+    def summary(self, run_id: str) -> RunSummary | None:
+        raw = self.r.get(self.k.summary(run_id))
+        return None if raw is None else RunSummary.model_validate_json(raw)
+
+    @translate_redis_errors
+    def list_earlier_runs(self, created_at: Callable[[str], float | None]) -> int:
+        """Owners (``run:<id>``) were recorded before the ``runs:`` index was; a marker key
+        says the scan was done, so a gateway opening this store later does not repeat it."""
+        if self.r.exists(self.k.listed):
+            return 0
+        listed = 0
+        owner_key = self.k.run_owner("")
+        for key in self.r.scan_iter(match=self.k.run_owner("*"), count=1000):
+            run_id, tenant = key[len(owner_key):], self.r.get(key)
+            index = self.k.tenant_set("runs", tenant or "")
+            if tenant is None or self.r.zscore(index, run_id) is not None:
+                continue
+            when = created_at(run_id)
+            if when is not None:
+                listed += self.r.zadd(index, {run_id: when}, nx=True)
+        self.r.set(self.k.listed, "1")
+        return listed
 
     @translate_redis_errors
     def add_artifacts(self, tenant: str, keys: Iterable[str]) -> None:

@@ -29,7 +29,7 @@ from ..artifacts.base import ARTIFACT_KEY
 from ..ops.registry import OpRegistry, default_registry
 from .admission import Admission, default_admission
 from .limits import TenantLimits, check_concurrency, check_run
-from .store import GatewayStore
+from .store import GatewayStore, RunSummary
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class Gateway:
             admission = default_admission(ops, queues=queues)
         self.admission = admission
         self.share_results = share_results
+        self.store.list_earlier_runs(self._created_at)
         # Count-then-submit must not interleave for one tenant, or two requests could both
         # pass the concurrency check. One lock per tenant, in this process; several gateway
         # processes on one Redis can overshoot by at most one run each.
@@ -138,6 +139,16 @@ class Gateway:
     def get(self, tenant: str, run_id: str) -> RunInfo:
         self._own(tenant, run_id)
         return self.backend.get(run_id)
+
+    def summary(self, tenant: str, run_id: str, info: RunInfo) -> RunSummary:
+        """The runs list's row of the run ``info`` describes: the summary kept when the ended
+        run was indexed, else (a live run, or one resumed since) read from its result."""
+        kept = self.store.summary(run_id)
+        if kept is not None and (kept.status, kept.finished_at) == (info.status,
+                                                                    info.finished_at):
+            self._own(tenant, run_id)
+            return kept
+        return RunSummary.of(self.result(tenant, run_id))
 
     def result(self, tenant: str, run_id: str) -> RunResult:
         self._own(tenant, run_id)
@@ -211,7 +222,13 @@ class Gateway:
         outputs = [out.items for out in result.outputs.values()]
         self.store.add_artifacts(tenant, set(artifact_keys(outputs)))
         if result.status.terminal:
-            self.store.mark_indexed(run_id)
+            self.store.mark_indexed(run_id, RunSummary.of(result))
+
+    def _created_at(self, run_id: str) -> float | None:
+        try:
+            return self.backend.get(run_id).created_at
+        except NotFound:
+            return None
 
     def ping(self) -> None:
         self.store.ping()

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from genloop.sdk.errors import StoreError
 
 from .limits import TenantLimits
-from .store import GatewayStore, KeyInfo, hash_key
+from .store import GatewayStore, KeyInfo, RunSummary, hash_key
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (
@@ -24,7 +24,7 @@ CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, limits TEXT NOT NULL)
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_at REAL NOT NULL, idem TEXT,
     ended INTEGER NOT NULL DEFAULT 0, indexed INTEGER NOT NULL DEFAULT 0,
-    cost REAL NOT NULL DEFAULT 0
+    cost REAL NOT NULL DEFAULT 0, summary TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_open ON runs (tenant, ended);
 CREATE INDEX IF NOT EXISTS runs_idem ON runs (idem);
@@ -48,6 +48,8 @@ class SqliteGatewayStore(GatewayStore):
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
             if "cost" not in columns:  # a gateway.db from before costs were recorded
                 self._db.execute("ALTER TABLE runs ADD COLUMN cost REAL NOT NULL DEFAULT 0")
+            if "summary" not in columns:  # from before the runs list kept summaries
+                self._db.execute("ALTER TABLE runs ADD COLUMN summary TEXT")
         except sqlite3.Error as exc:
             raise StoreError(f"opening gateway store {self.path}: {exc}") from exc
         self._lock = threading.Lock()
@@ -145,9 +147,15 @@ class SqliteGatewayStore(GatewayStore):
         with self._sql() as db:
             db.execute("UPDATE runs SET ended = 1 WHERE run_id = ?", (run_id,))
 
-    def mark_indexed(self, run_id: str) -> None:
+    def mark_indexed(self, run_id: str, summary: RunSummary) -> None:
         with self._sql() as db:
-            db.execute("UPDATE runs SET indexed = 1 WHERE run_id = ?", (run_id,))
+            db.execute("UPDATE runs SET indexed = 1, summary = ? WHERE run_id = ?",
+                       (summary.model_dump_json(), run_id))
+
+    def summary(self, run_id: str) -> RunSummary | None:
+        with self._sql() as db:
+            row = db.execute("SELECT summary FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None or row[0] is None else RunSummary.model_validate_json(row[0])
 
     def add_artifacts(self, tenant: str, keys: Iterable[str]) -> None:
         rows = [(tenant, k) for k in keys]

@@ -16,9 +16,11 @@ import hashlib
 import secrets
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel
+
+from genloop.sdk.models import RunResult, RunStatus
 
 from .limits import TenantLimits
 
@@ -39,6 +41,24 @@ class KeyInfo(BaseModel):
     tenant: str
     created_at: float
     revoked_at: float | None = None
+
+
+class RunSummary(BaseModel):
+    """What the console's runs list shows of a run: kept with an ended run when its result is
+    indexed, so a page of the list reads no results (a result holds every candidate)."""
+
+    status: RunStatus
+    #: When the run ended: a run resumed and ended again has a new summary.
+    finished_at: float | None = None
+    images: int
+    best_score: float | None = None
+
+    @classmethod
+    def of(cls, result: RunResult) -> RunSummary:
+        best = result.best
+        return cls(status=result.status, finished_at=result.finished_at,
+                   images=result.compute.images,
+                   best_score=best.score if best is not None else None)
 
 
 class GatewayStore(ABC):
@@ -113,7 +133,18 @@ class GatewayStore(ABC):
         """The tenant's runs whose final artifacts have not been recorded yet."""
 
     @abstractmethod
-    def mark_indexed(self, run_id: str) -> None: ...
+    def mark_indexed(self, run_id: str, summary: RunSummary) -> None:
+        """The ended run's artifacts are recorded; keep ``summary`` for the runs list."""
+
+    @abstractmethod
+    def summary(self, run_id: str) -> RunSummary | None:
+        """The summary kept by :meth:`mark_indexed`, ``None`` before."""
+
+    def list_earlier_runs(self, created_at: Callable[[str], float | None]) -> int:
+        """List the runs recorded before :meth:`runs` had an index, at ``created_at(run_id)``
+        (``None``: the run is gone, leave it out); how many. Once per store; stores that always
+        had the index have nothing to do."""
+        return 0
 
     @abstractmethod
     def add_artifacts(self, tenant: str, keys: Iterable[str]) -> None: ...

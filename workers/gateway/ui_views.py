@@ -20,7 +20,7 @@ from genloop.sdk.ops import Candidate, ScoredCandidate
 from .service import Gateway
 
 PAGE_SIZE = 20
-#: How many of a tenant's runs a status filter reads at most per page (each costs a lookup).
+#: How many of a tenant's runs a status filter reads at most per page (each costs a status read).
 SCAN_LIMIT = 500
 
 
@@ -49,7 +49,10 @@ def age(seconds: float) -> str:
 def run_rows(gateway: Gateway, tenant: str, status: RunStatus | None = None,
              before: float | None = None,
              page_size: int = PAGE_SIZE) -> tuple[list[RunRow], float | None]:
-    """A page of the tenant's runs and the cursor of the next page (``None`` on the last)."""
+    """A page of the tenant's runs and the cursor of the next page (``None`` on the last).
+
+    Each run's status is read first (a status filter skips a run on that alone); a row shown
+    reads the summary the gateway keeps of an ended run, never its whole result again."""
     rows: list[RunRow] = []
     scanned = 0
     cursor = before
@@ -61,17 +64,17 @@ def run_rows(gateway: Gateway, tenant: str, status: RunStatus | None = None,
             scanned += 1
             cursor = created_at
             try:
-                result = gateway.result(tenant, run_id)
+                info = gateway.get(tenant, run_id)
+                if status is not None and info.status != status:
+                    continue
+                if len(rows) == page_size:
+                    return rows, rows[-1].created_at
+                summary = gateway.summary(tenant, run_id, info)
             except NotFound:  # the back end lost it (a wiped home): nothing to show
                 continue
-            if status is not None and result.status != status:
-                continue
-            if len(rows) == page_size:
-                return rows, rows[-1].created_at
-            best = result.best
-            rows.append(RunRow(id=run_id, status=result.status.value, created_at=created_at,
-                               tenant=tenant, images=result.compute.images,
-                               best_score=best.score if best else None))
+            rows.append(RunRow(id=run_id, status=summary.status.value, created_at=created_at,
+                               tenant=tenant, images=summary.images,
+                               best_score=summary.best_score))
     # A full page (its last run not yet known to be the tenant's last) or a scan cut short.
     return rows, (rows[-1].created_at if len(rows) == page_size else
                   cursor if scanned >= SCAN_LIMIT else None)
