@@ -1,4 +1,5 @@
-"""Whole runs through the gateway, sync and async, and POSTs retried after a lost answer."""
+"""Whole runs through the gateway, sync and async, POSTs retried after a lost answer, and
+resume."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import asyncio
 
 import httpx
 
-from genloop.sdk import Graph, RunStatus
+from genloop.sdk import Graph, NodeStatus, RunStatus
+from genloop.workers.gateway import TenantLimits
 
 
 def chain(label: str, sleep: float = 0.0) -> Graph:
@@ -96,3 +98,46 @@ def test_same_idempotency_key_and_body_returns_the_same_run(stack):
     # Another tenant using the same key gets a run of its own.
     _, other_key = stack.tenant()
     assert stack.client(other_key).submit(chain("idem"), idempotency_key="job-1").id != first.id
+
+
+def failing(label: str, log: str) -> Graph:
+    """An image made beside a node that fails for good (and one skipped after it): the run
+    fails with an artifact of its own."""
+    g = Graph()
+    g.add("gw-image", params={"label": label}, id="made")
+    doomed = g.add("test-count", params={"log": log, "fail_times": 1, "permanent": True},
+                   id="doomed")
+    g.add("gw-image", inputs=[doomed], params={"label": f"{label}-after"}, id="after")
+    return g
+
+
+def test_resume_leaves_the_concurrency_count_and_artifacts_to_the_back_end(stack, tmp_path):
+    # The gateway store changes nothing on resume (Gateway.resume says why): it relies on a
+    # resumed run being one that never ended. If resume ever revives an ended run, this fails
+    # and the store must re-open the run (counted, unindexed) under the tenant's lock.
+    tenant, key = stack.tenant(TenantLimits(max_concurrent_runs=1))
+    client = stack.client(key)
+    auth = {"Authorization": f"Bearer {key}"}
+    failed = client.submit(failing("resumed", str(tmp_path / "log")))
+    result = failed.wait(timeout=30)
+    assert result.status == RunStatus.FAILED
+    (made,) = result.items("made")
+
+    # When the failed run is resumed: it stays failed, nothing more runs, nothing is counted
+    answer = httpx.post(f"{stack.url}/v1/runs/{failed.id}/resume", headers=auth, timeout=10)
+    assert answer.status_code == 200 and answer.json()["status"] == "failed"
+    assert client.get(failed.id).result().outputs["after"].status == NodeStatus.SKIPPED
+    assert client.read_artifact(made["artifact"]) == b"resumed:0"
+    _, other = stack.tenant()
+    assert httpx.get(f"{stack.url}/v1/artifacts/{made['artifact']}", timeout=10,
+                     headers={"Authorization": f"Bearer {other}"}).status_code == 404
+
+    # And a running run resumed is still counted once: the tenant's one slot stays taken
+    running = client.submit(chain("running", sleep=5.0))
+    answer = httpx.post(f"{stack.url}/v1/runs/{running.id}/resume", headers=auth, timeout=10)
+    assert answer.status_code == 200 and not RunStatus(answer.json()["status"]).terminal
+    assert stack.store.open_runs(tenant) == [running.id]
+    refused = httpx.post(f"{stack.url}/v1/runs", content=chain("third").model_dump_json(),
+                         headers={**auth, "Content-Type": "application/json"}, timeout=10)
+    assert refused.status_code == 429 and refused.json()["code"] == "concurrency_limit"
+    running.cancel()

@@ -142,7 +142,8 @@ class Gateway:
 
     def summary(self, tenant: str, run_id: str, info: RunInfo) -> RunSummary:
         """The runs list's row of the run ``info`` describes: the summary kept when the ended
-        run was indexed, else (a live run, or one resumed since) read from its result."""
+        run was indexed (while it still matches the run's status and finish time), else (a
+        live run, or an ended one not indexed yet) read from its result."""
         kept = self.store.summary(run_id)
         if kept is not None and (kept.status, kept.finished_at) == (info.status,
                                                                     info.finished_at):
@@ -165,6 +166,10 @@ class Gateway:
         return self.backend.cancel(run_id)
 
     def resume(self, tenant: str, run_id: str) -> RunInfo:
+        """Re-drive the tenant's run after a crash. The store needs no change: a back end
+        resumes only a run that has not ended (an ended one is answered as it is), and such a
+        run is still open and unindexed here, so it stays counted once by the concurrency
+        limits and its new artifacts are indexed when it ends."""
         self._own(tenant, run_id)
         return self.backend.resume(run_id)
 

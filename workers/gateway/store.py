@@ -48,7 +48,7 @@ class RunSummary(BaseModel):
     indexed, so a page of the list reads no results (a result holds every candidate)."""
 
     status: RunStatus
-    #: When the run ended: a run resumed and ended again has a new summary.
+    #: When the run ended (an ended run does not run again: resume leaves it as it is).
     finished_at: float | None = None
     images: int
     best_score: float | None = None
