@@ -165,3 +165,45 @@ def test_non_finite_latents_fail_the_call_instead_of_storing_blank_images():
     # Then the call fails, saying why
     with pytest.raises(Permanent, match="NaN"):
         call_pipeline(pipe, ["a kite"], [0], settings)
+
+
+def _zero(value) -> None:
+    if isinstance(value, torch.Tensor):
+        value.zero_()
+    elif isinstance(value, tuple):
+        for v in value:
+            _zero(v)
+
+
+def test_kept_features_survive_the_blocks_rewriting_their_output_buffers(registry):
+    # CUDA graphs (torch.compile's reduce-overhead mode) replay into the same output memory on
+    # every call: what a block returned on a full step is overwritten before a cached step reads
+    # it. Simulated by zeroing every hooked block's output once the full step is done.
+    from genloop.workers.engine.deepcache import _deep_blocks, _outer_layers, deepcache_step_end
+
+    x, ctx = torch.randn(2, 4, 16, 16), torch.randn(2, 77, 32)
+
+    def cached_step(overwrite: bool) -> torch.Tensor:
+        returned: list = []
+        with registry.acquire("tiny") as pipe:
+            unet = pipe.unet
+            prepare_step_cache(pipe, "deepcache:2", 4)  # step 0 full, step 1 cached
+            handles = [block.register_forward_hook(lambda _m, _a, out: returned.append(out))
+                       for block in _deep_blocks(unet) + _outer_layers(unet)]
+            try:
+                with torch.no_grad():
+                    unet(x, 900, ctx)
+                    for handle in handles:
+                        handle.remove()
+                    if overwrite:
+                        _zero(tuple(returned))
+                    deepcache_step_end(unet, 0)
+                    out = unet(x, 800, ctx).sample
+                assert deepcache_stats(unet) == (1, 1)
+            finally:
+                for handle in handles:
+                    handle.remove()
+                prepare_step_cache(pipe, "off", 4)
+        return out
+
+    assert torch.equal(cached_step(overwrite=True), cached_step(overwrite=False))

@@ -133,8 +133,20 @@ class _DeepBlockHook(ModelHook):
         if not s.full and self.slot in s.kept:
             return s.kept[self.slot]
         out = self.fn_ref.original_forward(*args, **kwargs)
-        s.kept[self.slot] = out
+        s.kept[self.slot] = _copy(out)
         return out
+
+
+def _copy(value: Any) -> Any:
+    """A copy of a block's output to keep across steps. The block's own tensors may live in
+    buffers that are written again before the next step reads them: CUDA graphs
+    (``torch.compile(mode="reduce-overhead")``) replay into the same output memory on every
+    call. One copy of the deep outputs per full step costs far less than the step itself."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, tuple):
+        return type(value)(_copy(v) for v in value)
+    return value
 
 
 def _deep_blocks(unet) -> list[torch.nn.Module]:
