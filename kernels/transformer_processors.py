@@ -26,7 +26,8 @@ from diffusers.models.attention_dispatch import dispatch_attention_fn
 from diffusers.models.embeddings import apply_rotary_emb
 from diffusers.models.transformers.transformer_flux import _get_qkv_projections
 
-from .dispatch import int8_attention_blocker, int8_attention_or_sdpa
+from . import dispatch
+from .dispatch import int8_attention_or_sdpa
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +130,8 @@ class Int8FluxAttnProcessor:
         """Attention on (B, N, H, D): the kernel on (B, H, N, D) views (no copies; its output
         keeps the view's strides, so the transpose back is contiguous), else the stock call."""
         q, k, v = (t.transpose(1, 2) for t in (query, key, value))
-        reason = int8_attention_blocker(q, k, v, attn_mask=attention_mask, force=self.force)
+        reason = dispatch.int8_attention_blocker(q, k, v, attn_mask=attention_mask,
+                                                force=self.force)
         if reason is None:
             from .int8_attention import int8_attention
 

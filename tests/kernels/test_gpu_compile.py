@@ -78,6 +78,12 @@ SCRIPT = textwrap.dedent(
            "stride_hw": "i32"}
     build(gn._apply_kernel, sig, {"hw": 1, "CG": 10, "BLOCK_C": 16, "BLOCK_HW": 256,
           "AFFINE": True}, num_warps=4)
+    sig = {"x_ptr": "*fp16", "y_ptr": "*fp16", "w_ptr": "*fp16", "b_ptr": "*fp16",
+           "hw": "i32", "groups": "i32", "eps": "fp32", "stride_n": "i32", "stride_c": "i32",
+           "stride_hw": "i32"}
+    group = build(gn._group_kernel, sig, {"CG": 40, "BLOCK_C": 64, "BLOCK_HW": 64,
+                  "AFFINE": True}, num_warps=4)
+    out["groupnorm_group_spill"] = spills(group, "gn_group")
     out["groupnorm"] = "ok"
     print(json.dumps(out))
     """
@@ -103,3 +109,4 @@ def test_kernels_compile_for_hopper_with_int8_wgmma(tmp_path):
     assert d64["spill"] == 0
     assert d128["spill"] <= MAX_SPILL_BYTES
     assert result["groupnorm"] == "ok"
+    assert result["groupnorm_group_spill"] == 0
