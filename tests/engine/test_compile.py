@@ -117,3 +117,32 @@ def test_batches_share_bucket_shapes_and_every_region_stays_compiled():
         calls = backend.calls
         unet(x[:3], 500, ctx[:3])
     assert backend.calls == calls
+
+
+def test_deepcache_on_a_compiled_padded_denoiser_gives_the_eager_images():
+    from engine_helpers import psnr
+
+    from genloop.workers.engine.deepcache import deepcache_stats
+    from genloop.workers.engine.tiny import build_tiny_pipeline
+
+    # Given DeepCache over a batch of 3 (6 rows with guidance, padded to 8 when compiled)
+    pipe = build_tiny_pipeline()
+    pipe.set_progress_bar_config(disable=True)
+    settings = ImageSettings(steps=6, guidance=5.0, width=32, height=32, cache="deepcache")
+    prompts, seeds = ["a cat", "a red kite", "a blue house"], [1, 2, 3]
+
+    def images():
+        prepare_step_cache(pipe, "deepcache", 6)
+        return call_pipeline(pipe, prompts, seeds, settings)
+
+    eager = images()
+    compiler = Compiler(backend="eager")
+    assert compiler.apply(pipe)
+
+    # When the same call runs compiled
+    compiled = compiler.call(pipe, (3, 32, 32), images)
+
+    # Then the kept features were replayed on the padded batch and the images are the same
+    assert deepcache_stats(pipe.unet) == (4, 2)
+    assert not compiler.failed
+    assert min(psnr(a, b) for a, b in zip(compiled, eager, strict=True)) >= 40.0
