@@ -14,7 +14,13 @@ Sections, in order (:data:`SECTIONS`), each in its own process with its own time
                    cuDNN on diffusers-layout shapes, accuracy asserted before timing
 ``groupnorm``      ``benchmarks/kernels.py --only groupnorm``: fused vs torch vs a copy
 ``unet``           SDXL-sized UNet, random weights, fp16, with and without the kernels
-``engine``         the engine on ``shapes`` in fp16: batching, DeepCache, OOM splits, eviction
+``transformers``   SD3- and Flux-shaped transformers (a few full-width layers, random weights)
+                   at 1024 px: the INT8 processors forced vs diffusers' stock ones, and
+                   what dispatch picks unforced
+``engine``         the engine on ``shapes`` in fp16: batching, DeepCache (host-side step
+                   counter: PSNR and full/cached calls), OOM splits, eviction
+``compile``        regional ``torch.compile`` of ``shapes`` with batch buckets (3 reuses 4's
+                   code), PSNR vs eager, then ``reduce-overhead`` (CUDA graphs) + DeepCache
 ``generation``     ``benchmarks/generation.py --device cuda --model shapes --json``
 =================  ==========================================================================
 
@@ -58,16 +64,20 @@ WHEELS = [
 ]
 
 #: name -> the seconds it may take on an H200 (its timeout, shrunk further by ``--budget``).
-#: They add up to about the default budget, so the whole check ends within 7 minutes.
+#: They add up to the default budget, so the whole check ends within 8 minutes.
 #: ``generation`` had 50 s on the first H200 run and was cut off before it printed its JSON
 #: (imports, the shapes model, CLIP scoring and 3 variants x 2 repeats of 32 images).
+#: ``transformers`` and ``compile`` write their JSON after every stage, so a timeout keeps what
+#: they measured.
 SECTIONS: dict[str, int] = {
-    "env": 40,
-    "kernel_tests": 100,
-    "attention": 55,
-    "groupnorm": 40,
-    "unet": 55,
-    "engine": 60,
+    "env": 35,
+    "kernel_tests": 90,
+    "attention": 50,
+    "groupnorm": 35,
+    "unet": 40,
+    "transformers": 35,
+    "engine": 50,
+    "compile": 50,
     "generation": 70,
 }
 
@@ -78,7 +88,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="folder for gpu_check.json and the logs (default: $OUT)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tiny", action="store_true", help="tiny sizes (CPU plumbing check)")
-    ap.add_argument("--budget", type=float, default=400.0,
+    ap.add_argument("--budget", type=float, default=float(sum(SECTIONS.values())),
                     help="seconds for the whole check; later sections shrink to fit")
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help="comma-separated sections to run, in the fixed order")

@@ -16,11 +16,13 @@ per-channel offset diffusion models' keys have, and the table has self- and cros
 timed against three SDPA baselines: ``default`` (what diffusers calls; on Hopper with recent
 cuDNN PyTorch may pick cuDNN attention), ``flash`` (FlashAttention-2) and ``cudnn``. TFLOP/s
 count the 4·B·H·Nq·Nkv·D FLOPs of the two matmuls for every variant. ``dispatch`` says what
-:func:`genloop.kernels.int8_attention_or_sdpa` would run on that shape.
+:func:`genloop.kernels.int8_attention_or_sdpa` would run on that shape. ``int8_quantize_only``
+times the quantization launch alone (one of the kernel's two launches).
 
 Fused GroupNorm+SiLU runs on UNet and VAE activation shapes, NCHW and channels-last: GB/s count
 one read and one write of x (what the op must move), next to a plain copy of the same tensor as
-the bandwidth ceiling.
+the bandwidth ceiling. ``fused`` is what the kernel picks; ``fused_group`` (one launch, one
+program per group) and ``fused_chunked`` (three launches) time both of its paths on every shape.
 
 Times are ``triton.testing.do_bench`` medians (p20, p80 beside them) in ms. Goals (issue 23):
 INT8 attention >= 1.3x default SDPA and >= 1.5x flash at 4k+ tokens with cosine >= 0.999;
@@ -122,6 +124,7 @@ class GroupNormResult:
     gbps: dict[str, float] = field(default_factory=dict)
     fused_fraction_of_copy: float = float("nan")
     speedup: float = float("nan")
+    auto_path: str = ""
 
 
 def _bench(fn, device: str) -> Timing:
@@ -166,7 +169,7 @@ def bench_attention(shape: AttentionShape, dtype_name: str, device: str) -> Atte
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from genloop.kernels import dispatch
-    from genloop.kernels.int8_attention import int8_attention
+    from genloop.kernels.int8_attention import _CONFIGS, int8_attention, quantize_qk
 
     dtype = DTYPES[dtype_name]
     q, k, v = diffusers_qkv(shape, dtype, device)
@@ -183,6 +186,11 @@ def bench_attention(shape: AttentionShape, dtype_name: str, device: str) -> Atte
         return run
 
     variants = {"int8": lambda: int8_attention(q, k, v), "sdpa_default": sdpa()}
+    block_m, block_n, _, _ = _CONFIGS[shape.head_dim]
+    # The quantization launch alone (Q blocks, K's mean and blocks): what a short-key call
+    # (77 text tokens) pays on top of the attention kernel.
+    quantize = lambda: quantize_qk(q, k, block_m=block_m, block_n=block_n,  # noqa: E731
+                                   q_multiplier=1.0)
     if device.startswith("cuda"):
         variants["sdpa_flash"] = sdpa(SDPBackend.FLASH_ATTENTION)
         variants["sdpa_cudnn"] = sdpa(SDPBackend.CUDNN_ATTENTION)
@@ -210,15 +218,16 @@ def bench_attention(shape: AttentionShape, dtype_name: str, device: str) -> Atte
         result.timings[name] = t
         result.tflops[name] = flops / (t.median_ms * 1e-3) / 1e12
     if "int8" in result.timings:
+        result.timings["int8_quantize_only"] = _bench(quantize, device)
         for name, t in result.timings.items():
-            if name != "int8":
+            if not name.startswith("int8"):
                 result.speedup[name] = t.median_ms / result.timings["int8"].median_ms
     return result
 
 
 def bench_groupnorm(shape, groups: int, dtype_name: str, layout: str,
                     device: str) -> GroupNormResult:
-    from genloop.kernels.groupnorm_silu import groupnorm_silu
+    from genloop.kernels.groupnorm_silu import GROUP_PATH_MAX_ELEMENTS, groupnorm_silu
 
     dtype = DTYPES[dtype_name]
     g = torch.Generator(device=device).manual_seed(0)
@@ -228,18 +237,28 @@ def bench_groupnorm(shape, groups: int, dtype_name: str, layout: str,
     weight = torch.randn(shape[1], generator=g, device=device).to(dtype)
     bias = torch.randn(shape[1], generator=g, device=device).to(dtype)
     result = GroupNormResult(tuple(shape), groups, dtype_name, layout)
+    result.auto_path = ("group" if shape[1] // groups * shape[2] * shape[3]
+                        <= GROUP_PATH_MAX_ELEMENTS else "chunked")
     ref = F.silu(F.group_norm(x.float(), groups, weight.float(), bias.float()))
-    out = groupnorm_silu(x, groups, weight, bias)
-    err = ((out.float() - ref).abs() / (1 + ref.abs())).max().item()
-    result.max_abs_error = err
-    result.accurate = err <= GROUPNORM_TOLERANCE[dtype]
-    del ref, out
+    errors = []
+    for path in ("group", "chunked"):
+        out = groupnorm_silu(x, groups, weight, bias, path=path)
+        errors.append(((out.float() - ref).abs() / (1 + ref.abs())).max().item())
+        del out
+    result.max_abs_error = max(errors)
+    result.accurate = result.max_abs_error <= GROUPNORM_TOLERANCE[dtype]
+    del ref
     if not result.accurate:
         return result
     copy_out = torch.empty_like(x)
     result.timings = {
         "torch": _bench(lambda: F.silu(F.group_norm(x, groups, weight, bias)), device),
         "fused": _bench(lambda: groupnorm_silu(x, groups, weight, bias), device),
+        # Both paths on every shape: the data to place GROUP_PATH_MAX_ELEMENTS.
+        "fused_group": _bench(lambda: groupnorm_silu(x, groups, weight, bias, path="group"),
+                              device),
+        "fused_chunked": _bench(
+            lambda: groupnorm_silu(x, groups, weight, bias, path="chunked"), device),
         "copy": _bench(lambda: copy_out.copy_(x), device),
     }
     moved = 2.0 * x.numel() * x.element_size()
@@ -285,7 +304,9 @@ def render(report: dict) -> str:
             g = r["gbps"]
             lines.append(f"{r['dtype']} {r['shape']!s:22} {r['layout']:13} "
                          f"err={r['max_abs_error']:.1e} torch={g.get('torch', 0):.0f} "
-                         f"fused={g.get('fused', 0):.0f} "
+                         f"fused={g.get('fused', 0):.0f} ({r['auto_path']}; "
+                         f"group={g.get('fused_group', 0):.0f} "
+                         f"chunked={g.get('fused_chunked', 0):.0f}) "
                          f"copy={g.get('copy', 0):.0f} ({r['fused_fraction_of_copy']:.0%})")
     lines += ["", "Goals: " + json.dumps(report["goals"])]
     return "\n".join(lines)

@@ -8,7 +8,8 @@
   run and PyTorch elsewhere; :func:`can_use_int8_attention` / :func:`can_use_groupnorm_silu` say
   which it would be.
 * :func:`apply_int8_attention` / :func:`apply_fused_groupnorm_silu` switch a diffusers model to
-  them (and the ``remove_*`` functions switch it back), so the engine can choose per request.
+  them (and the ``remove_*`` functions switch it back), so the engine can choose per request;
+  attention covers UNets' SDPA processors and SD3's and Flux's transformer processors.
 
 Importing this package imports neither Triton nor diffusers: names are loaded on first use, and
 the dispatch functions work on machines without Triton (they take the PyTorch path).
@@ -30,6 +31,8 @@ _EXPORTS = {
     "groupnorm_silu_or_torch": "dispatch",
     "triton_available": "dispatch",
     "Int8AttnProcessor": "diffusers_hooks",
+    "Int8FluxAttnProcessor": "transformer_processors",
+    "Int8JointAttnProcessor": "transformer_processors",
     "apply_int8_attention": "diffusers_hooks",
     "remove_int8_attention": "diffusers_hooks",
     "apply_fused_groupnorm_silu": "diffusers_hooks",
@@ -38,6 +41,8 @@ _EXPORTS = {
 
 __all__ = [
     "Int8AttnProcessor",
+    "Int8FluxAttnProcessor",
+    "Int8JointAttnProcessor",
     "KernelInputError",
     "apply_fused_groupnorm_silu",
     "apply_int8_attention",
@@ -70,6 +75,7 @@ if TYPE_CHECKING:
     )
     from .errors import KernelInputError
     from .references import attention_reference, groupnorm_silu_reference, int8_attention_emulated
+    from .transformer_processors import Int8FluxAttnProcessor, Int8JointAttnProcessor
 
 
 def __getattr__(name: str) -> Any:

@@ -1,10 +1,12 @@
 """Switch a diffusers UNet (or VAE) to the Triton kernels, and back, per request.
 
 * Attention: :class:`Int8AttnProcessor` is ``AttnProcessor2_0`` with the attention call replaced
-  by :func:`~genloop.kernels.dispatch.int8_attention_or_sdpa`. :func:`apply_int8_attention` puts
-  it on every ``Attention`` module that runs a plain SDPA processor and keeps the old processor
-  inside the new one, so :func:`remove_int8_attention` restores exactly what was there. Modules
-  with other processors (IP-Adapter, custom ones) are left alone.
+  by :func:`~genloop.kernels.dispatch.int8_attention_or_sdpa`; SD3's ``JointAttnProcessor2_0``
+  and Flux's ``FluxAttnProcessor`` have their counterparts in :mod:`.transformer_processors`.
+  :func:`apply_int8_attention` puts the counterpart on every attention module whose processor is
+  exactly one of those stock classes and keeps the old processor inside the new one, so
+  :func:`remove_int8_attention` restores exactly what was there. Modules with other processors
+  (IP-Adapter, subclasses, custom ones) are left alone.
 * GroupNorm + SiLU: ``ResnetBlock2D`` calls ``norm1`` / ``norm2`` and then ``nonlinearity``, a
   SiLU it also applies to the time embedding. A diffusers ``ModelHook`` on the GroupNorm computes
   the fused ``silu(group_norm(x))``, and a hook on the SiLU passes that exact output tensor through
@@ -25,16 +27,22 @@ from typing import Any
 
 import torch
 from diffusers.hooks import HookRegistry, ModelHook
-from diffusers.models.attention_processor import Attention, AttnProcessor, AttnProcessor2_0
+from diffusers.models.attention_processor import (
+    Attention,
+    AttnProcessor,
+    AttnProcessor2_0,
+    JointAttnProcessor2_0,
+)
 from diffusers.models.resnet import ResnetBlock2D
+from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
 
 from .dispatch import groupnorm_silu_or_torch, int8_attention_or_sdpa
+from .transformer_processors import Int8FluxAttnProcessor, Int8JointAttnProcessor
 
 logger = logging.getLogger(__name__)
 
 _NORM_HOOK = "genloop.fused_groupnorm_silu"
 _ACT_HOOK = "genloop.fused_groupnorm_silu.pass_through"
-_REPLACEABLE_PROCESSORS = (AttnProcessor, AttnProcessor2_0)
 
 
 class Int8AttnProcessor:
@@ -104,20 +112,31 @@ class Int8AttnProcessor:
         return hidden_states / attn.rescale_output_factor
 
 
+#: Stock processor class -> its INT8 counterpart (exact classes: a subclass may change the math).
+_COUNTERPARTS: dict[type, type] = {
+    AttnProcessor: Int8AttnProcessor,
+    AttnProcessor2_0: Int8AttnProcessor,
+    JointAttnProcessor2_0: Int8JointAttnProcessor,
+    FluxAttnProcessor: Int8FluxAttnProcessor,
+}
+_INT8_PROCESSORS = (Int8AttnProcessor, Int8JointAttnProcessor, Int8FluxAttnProcessor)
+
+
 def apply_int8_attention(model: torch.nn.Module, *, force: bool = False) -> int:
-    """Give every plain-SDPA ``Attention`` in ``model`` an :class:`Int8AttnProcessor`.
+    """Give every attention module of ``model`` that runs a stock processor (plain SDPA, SD3's
+    joint attention, Flux's) its INT8 counterpart.
 
     Returns how many modules were switched (already switched ones are not counted again).
     """
     switched = 0
     for name, module in model.named_modules():
-        if not isinstance(module, Attention):
+        processor = getattr(module, "processor", None)
+        if processor is None or not hasattr(module, "set_processor"):
             continue
-        processor = module.processor
-        if isinstance(processor, Int8AttnProcessor):
+        if isinstance(processor, _INT8_PROCESSORS):
             processor.force = force
-        elif isinstance(processor, _REPLACEABLE_PROCESSORS):
-            module.set_processor(Int8AttnProcessor(processor, force=force))
+        elif type(processor) in _COUNTERPARTS:
+            module.set_processor(_COUNTERPARTS[type(processor)](processor, force=force))
             switched += 1
         else:
             logger.debug("%s keeps its %s", name, type(processor).__name__)
@@ -128,7 +147,7 @@ def remove_int8_attention(model: torch.nn.Module) -> int:
     """Put back the processors :func:`apply_int8_attention` replaced; returns how many."""
     restored = 0
     for module in model.modules():
-        if isinstance(module, Attention) and isinstance(module.processor, Int8AttnProcessor):
+        if isinstance(getattr(module, "processor", None), _INT8_PROCESSORS):
             module.set_processor(module.processor.previous)
             restored += 1
     return restored

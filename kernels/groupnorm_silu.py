@@ -2,7 +2,7 @@
 
 ``silu(group_norm(x) * weight + bias)`` in three launches instead of torch's three passes plus a
 temporary: per-chunk statistics, a tiny finalize (one program per group), and the apply, the
-first and last tiled the same way.
+first and last tiled the same way; small groups take one launch (below).
 
 Each group of a sample is viewed as a (H*W, C/G) matrix with strides (stride_hw, stride_c), which
 is (1, H*W) for NCHW and (C, 1) for channels-last, so one kernel serves both layouts. A group is
@@ -19,7 +19,19 @@ programs, an L2-sized stream on top of x).
 
 Bandwidth: x is read twice (stats, apply) and written once. For the activations of a diffusion
 UNet (a few to ~40 MB in fp16) the second read mostly hits the 50 MB L2 of H100/H200, so the HBM
-traffic is close to one read and one write, the floor a plain copy also pays.
+traffic is close to one read and one write, the floor a plain copy also pays. For VAE shapes
+(64-256 MB) it does not: the second read comes from HBM, which caps this path near 2/3 of copy
+bandwidth. Going past that needs a group's data kept on chip between its statistics and its
+apply, across programs (Hopper's thread-block clusters and distributed shared memory hold
+16 x 228 KB, a 2 MB group; Triton does not expose them) or a grid-wide wait that Triton's
+interpreter cannot run; neither is done here.
+
+Small groups (:data:`GROUP_PATH_MAX_ELEMENTS` or fewer elements, e.g. SDXL's 32 x 32 x 1280
+level) take a one-launch path instead: one program per group computes the statistics chunk by
+chunk (merged as it goes, Chan again), then applies, re-reading its group from L2 (at most
+128 KB in fp16). Three launches cost more than the data there (2.6 MB moves in ~1 us at H200
+bandwidth; a launch is a few us); the price is fewer programs (N x G). The threshold is a
+guess until ``benchmarks/kernels.py`` times both paths (``path=``) on a GPU.
 """
 
 from __future__ import annotations
@@ -37,6 +49,9 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _TILE_ELEMENTS = 4096
 MAX_CHANNELS_PER_GROUP = 1024
 _MAX_CHUNKS = 4096
+#: Groups of at most this many elements take the one-launch path (see the module docstring).
+GROUP_PATH_MAX_ELEMENTS = 65536
+PATHS = ("auto", "group", "chunked")
 
 
 @triton.jit
@@ -116,6 +131,53 @@ def _apply_kernel(
     tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _group_kernel(
+    x_ptr, y_ptr, w_ptr, b_ptr,
+    hw, groups, eps,
+    stride_n, stride_c, stride_hw,
+    CG: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr, AFFINE: tl.constexpr,
+):
+    """One program per (sample, group): statistics over the group's chunks, then the apply."""
+    pid_ng = tl.program_id(0)
+    n = pid_ng // groups
+    g = pid_ng % groups
+    offs_c = tl.arange(0, BLOCK_C)
+    c_ok = offs_c < CG
+    base = n * stride_n + (g * CG + offs_c[None, :]) * stride_c
+    count = 0.0
+    mean = 0.0
+    m2 = 0.0
+    for start in range(0, hw, BLOCK_HW):
+        offs_hw = start + tl.arange(0, BLOCK_HW)
+        mask = (offs_hw[:, None] < hw) & c_ok[None, :]
+        x = tl.load(x_ptr + base + offs_hw[:, None] * stride_hw, mask=mask,
+                    other=0.0).to(tl.float32)
+        n_b = tl.minimum(hw - start, BLOCK_HW) * CG * 1.0
+        mean_b = tl.sum(tl.sum(x, axis=1), axis=0) / n_b
+        dev = tl.where(mask, x - mean_b, 0.0)
+        m2_b = tl.sum(tl.sum(dev * dev, axis=1), axis=0)
+        total = count + n_b
+        delta = mean_b - mean
+        mean += delta * (n_b / total)
+        m2 += m2_b + delta * delta * (count * n_b / total)
+        count = total
+    rstd = 1.0 / tl.sqrt(m2 / count + eps)
+    if AFFINE:
+        w = tl.load(w_ptr + g * CG + offs_c, mask=c_ok, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + g * CG + offs_c, mask=c_ok, other=0.0).to(tl.float32)
+    for start in range(0, hw, BLOCK_HW):
+        offs_hw = start + tl.arange(0, BLOCK_HW)
+        mask = (offs_hw[:, None] < hw) & c_ok[None, :]
+        offsets = base + offs_hw[:, None] * stride_hw
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        y = (x - mean) * rstd
+        if AFFINE:
+            y = y * w[None, :] + b[None, :]
+        y = y * tl.sigmoid(y)
+        tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
 # Decided when the module is imported: TRITON_INTERPRET=1 at that moment builds the kernels for
 # Triton's CPU interpreter instead of the GPU compiler.
 RUNS_IN_INTERPRETER = not isinstance(_apply_kernel, triton.runtime.JITFunction)
@@ -165,24 +227,38 @@ def check_groupnorm_silu_inputs(
 
 def groupnorm_silu(
     x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None, eps: float = 1e-5,
+    bias: torch.Tensor | None = None, eps: float = 1e-5, *, path: str = "auto",
 ) -> torch.Tensor:
     """``silu(group_norm(x, num_groups, weight, bias, eps))`` in x's dtype and memory layout.
 
     Statistics are computed in float32. Runs on CUDA, or on CPU tensors when ``TRITON_INTERPRET=1``
     was set before Triton was imported; raises :class:`KernelInputError` for inputs it does not
-    take (see :func:`check_groupnorm_silu_inputs`).
+    take (see :func:`check_groupnorm_silu_inputs`). ``path`` (for benchmarks and tests) forces
+    the one-launch ``"group"`` kernel or the three-launch ``"chunked"`` one; ``"auto"`` picks
+    by group size.
     """
     check_groupnorm_silu_inputs(x, num_groups, weight, bias)
+    if path not in PATHS:
+        raise KernelInputError(f"path must be one of {PATHS}, got {path!r}")
     batch, channels, height, width = x.shape
     hw = height * width
     cg = channels // num_groups
     block_c = triton.next_power_of_2(cg)
     block_hw = min(triton.next_power_of_2(hw), max(1, _TILE_ELEMENTS // block_c))
+    stride_n, stride_c, stride_hw = _layout_strides(x)
+    if path == "group" or (path == "auto" and hw * cg <= GROUP_PATH_MAX_ELEMENTS):
+        y = torch.empty_like(x)  # keeps x's memory format
+        with on_device(x.device):
+            _group_kernel[(batch * num_groups,)](
+                x, y, weight if weight is not None else x, bias if bias is not None else x,
+                hw, num_groups, float(eps), stride_n, stride_c, stride_hw,
+                CG=cg, BLOCK_C=block_c, BLOCK_HW=block_hw, AFFINE=weight is not None,
+                num_warps=4,
+            )
+        return y
     n_chunks = triton.cdiv(hw, block_hw)
     if n_chunks > _MAX_CHUNKS:
         raise KernelInputError(f"at most {_MAX_CHUNKS * block_hw} pixels per image, got {hw}")
-    stride_n, stride_c, stride_hw = _layout_strides(x)
     y = torch.empty_like(x)  # keeps x's memory format
     stats = torch.empty((2, batch * num_groups, n_chunks), dtype=torch.float32, device=x.device)
     mean_rstd = torch.empty((batch * num_groups, 2), dtype=torch.float32, device=x.device)

@@ -25,6 +25,15 @@ D = 128 at BLOCK_N = 64, 8 warps, 255 registers and 8 bytes spilled (BLOCK_N = 1
 D = 64, 40 KiB at D = 128 with the pipeline stages), far under Hopper's 228 KiB. These are
 compile-time facts, not timings: benchmarks/kernels.py has the numbers when run on a GPU. The
 quantization blocks are the attention tiles, so each tile loads one Q scale and one K scale.
+
+Two launches per call: :func:`quantize_qk` (Q blocks, and K's mean and blocks, in one grid) and
+the attention kernel. The K mean is not a separate reduction: each K program sums K over all
+tokens of its head itself, then quantizes its own chunk of blocks. With few keys (77 text tokens
+in cross-attention: two blocks) that is one program per head and K is read twice from cache;
+with thousands of keys a head's K is split into chunks of :data:`K_BLOCKS_PER_PROGRAM` blocks, so
+the grid stays wide, and every chunk re-reads the head's K for the mean (from L2: a head of 4096
+keys at D = 128 is 1 MiB). :func:`int8_attention` checks its inputs once and calls the launchers
+without their own checks, so a small call pays two launches and one round of Python checks.
 """
 
 from __future__ import annotations
@@ -50,35 +59,61 @@ _CONFIGS: dict[int, tuple[int, int, int, int]] = {
 
 
 @triton.jit
-def _quantize_per_block_kernel(
-    x_ptr, mean_ptr, out_ptr, scale_ptr,
-    n_tokens, n_heads, n_blocks,
-    stride_xb, stride_xh, stride_xn,
-    multiplier,
-    D: tl.constexpr, BLOCK: tl.constexpr, SUBTRACT_MEAN: tl.constexpr,
-):
-    pid_blk = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // n_heads
-    h = pid_bh % n_heads
-    offs_n = pid_blk * BLOCK + tl.arange(0, BLOCK)
-    offs_d = tl.arange(0, D)
-    row_ok = offs_n[:, None] < n_tokens
-    x_ptrs = x_ptr + b * stride_xb + h * stride_xh + offs_n[:, None] * stride_xn + offs_d[None, :]
+def _quantize_block(x_ptrs, row_ok, out_ptrs, scale_ptr, shift, multiplier):
     x = tl.load(x_ptrs, mask=row_ok, other=0.0).to(tl.float32)
-    if SUBTRACT_MEAN:
-        mean = tl.load(mean_ptr + pid_bh * D + offs_d)
-        # Padded rows must stay 0, or they would set the block's max and waste its range.
-        x = tl.where(row_ok, x - mean[None, :], 0.0)
-    x = x * multiplier
+    # Padded rows must stay 0, or they would set the block's max and waste its range.
+    x = tl.where(row_ok, (x - shift) * multiplier, 0.0)
     amax = tl.max(tl.max(tl.abs(x), axis=1), axis=0)
     inv_scale = tl.where(amax > 0.0, 127.0 / amax, 0.0)
     y = x * inv_scale
     # Round half away from zero; the float->int cast truncates toward zero and |y| <= 127.
     y = tl.where(y >= 0.0, y + 0.5, y - 0.5)
-    out_ptrs = out_ptr + pid_bh * n_tokens * D + offs_n[:, None] * D + offs_d[None, :]
     tl.store(out_ptrs, y.to(tl.int8), mask=row_ok)
-    tl.store(scale_ptr + pid_bh * n_blocks + pid_blk, amax / 127.0)
+    tl.store(scale_ptr, amax / 127.0)
+
+
+@triton.jit
+def _quantize_qk_kernel(
+    q_ptr, k_ptr, q_out_ptr, k_out_ptr, q_scale_ptr, k_scale_ptr,
+    n_q, n_kv, n_heads, n_q_blocks, n_kv_blocks,
+    stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn,
+    q_multiplier,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    K_BLOCKS: tl.constexpr, SMOOTH_K: tl.constexpr,
+):
+    """Programs [0, n_q_blocks) quantize one Q block each; the rest one chunk of K_BLOCKS K
+    blocks each, after computing their head's K mean (the smoothing) themselves."""
+    pid = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // n_heads
+    h = pid_bh % n_heads
+    offs_d = tl.arange(0, D)
+    if pid < n_q_blocks:
+        offs_m = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = offs_m[:, None] < n_q
+        _quantize_block(
+            q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :],
+            row_ok, q_out_ptr + pid_bh * n_q * D + offs_m[:, None] * D + offs_d[None, :],
+            q_scale_ptr + pid_bh * n_q_blocks + pid, 0.0, q_multiplier,
+        )
+    else:
+        offs_n = tl.arange(0, BLOCK_N)
+        k_head = k_ptr + b * stride_kb + h * stride_kh + offs_d[None, :]
+        mean = tl.zeros([D], dtype=tl.float32)
+        if SMOOTH_K:
+            for start in range(0, n_kv, BLOCK_N):
+                rows = start + offs_n[:, None]
+                x = tl.load(k_head + rows * stride_kn, mask=rows < n_kv, other=0.0)
+                mean += tl.sum(x.to(tl.float32), axis=0)
+            mean = mean / n_kv
+        first = (pid - n_q_blocks) * K_BLOCKS
+        for blk in range(first, tl.minimum(first + K_BLOCKS, n_kv_blocks)):
+            rows = blk * BLOCK_N + offs_n[:, None]
+            _quantize_block(
+                k_head + rows * stride_kn, rows < n_kv,
+                k_out_ptr + pid_bh * n_kv * D + rows * D + offs_d[None, :],
+                k_scale_ptr + pid_bh * n_kv_blocks + blk, mean[None, :], 1.0,
+            )
 
 
 @triton.jit
@@ -180,42 +215,55 @@ def _check_bhnd(name: str, x: torch.Tensor) -> None:
         )
 
 
-def quantize_per_block(
-    x: torch.Tensor, block: int, *, mean: torch.Tensor | None = None, multiplier: float = 1.0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantize (B, H, N, D) to INT8 per block of ``block`` tokens.
+#: K blocks one quantization program handles (a chunk of 1024 keys at BLOCK_N = 64).
+K_BLOCKS_PER_PROGRAM = 16
 
-    Returns ``(x_i8, scales)``: ``x_i8`` contiguous (B, H, N, D) int8 and ``scales`` float32
-    (B, H, ceil(N / block)) with ``(x - mean) * multiplier ≈ x_i8 * scale`` in each block.
-    ``mean`` (B, H, D) float32, if given, is subtracted first (K smoothing).
+
+def quantize_qk(
+    q: torch.Tensor, k: torch.Tensor, *, block_m: int, block_n: int, q_multiplier: float,
+    smooth_k: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Quantize (B, H, N, D) Q and K to INT8 per block of tokens, in one launch.
+
+    Returns ``(q_i8, q_scale, k_i8, k_scale)``: int8 contiguous (B, H, N, D) and float32 scales
+    (B, H, ceil(N / block)), with ``q * q_multiplier ≈ q_i8 * q_scale`` per Q block of
+    ``block_m`` and ``k - mean_k ≈ k_i8 * k_scale`` per K block of ``block_n``, ``mean_k`` the
+    per-(batch, head) mean of K over its tokens (``smooth_k=False``: no mean subtracted).
     """
-    _check_bhnd("x", x)
-    batch, heads, n_tokens, head_dim = x.shape
-    if head_dim not in SUPPORTED_HEAD_DIMS:
-        raise KernelInputError(f"head_dim must be one of {SUPPORTED_HEAD_DIMS}, got {head_dim}")
-    if block < 16 or block & (block - 1):
-        # tl.arange needs a power of two, and tl.dot tiles at least 16 rows.
-        raise KernelInputError(f"block must be a power of two >= 16, got {block}")
-    if mean is not None and (
-        mean.shape != (batch, heads, head_dim) or mean.dtype != torch.float32
-        or not mean.is_contiguous() or mean.device != x.device
-    ):
+    for name, t in (("q", q), ("k", k)):
+        _check_bhnd(name, t)
+    if q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3] or q.device != k.device:
         raise KernelInputError(
-            f"mean must be contiguous float32 {(batch, heads, head_dim)} on {x.device}, got "
-            f"{mean.dtype} {tuple(mean.shape)} on {mean.device}"
+            f"q {tuple(q.shape)} on {q.device} and k {tuple(k.shape)} on {k.device} must share "
+            "batch, heads, head_dim and device")
+    if q.shape[3] not in SUPPORTED_HEAD_DIMS:
+        raise KernelInputError(f"head_dim must be one of {SUPPORTED_HEAD_DIMS}, got {q.shape[3]}")
+    for name, block in (("block_m", block_m), ("block_n", block_n)):
+        if block < 16 or block & (block - 1):
+            # tl.arange needs a power of two, and tl.dot tiles at least 16 rows.
+            raise KernelInputError(f"{name} must be a power of two >= 16, got {block}")
+    return _quantize_qk(q, k, block_m, block_n, q_multiplier, smooth_k)
+
+
+def _quantize_qk(q, k, block_m, block_n, q_multiplier, smooth_k):
+    batch, heads, n_q, head_dim = q.shape
+    n_kv = k.shape[2]
+    n_q_blocks, n_kv_blocks = triton.cdiv(n_q, block_m), triton.cdiv(n_kv, block_n)
+    n_k_programs = triton.cdiv(n_kv_blocks, K_BLOCKS_PER_PROGRAM)
+    q_i8 = torch.empty((batch, heads, n_q, head_dim), dtype=torch.int8, device=q.device)
+    k_i8 = torch.empty((batch, heads, n_kv, head_dim), dtype=torch.int8, device=q.device)
+    q_scale = torch.empty((batch, heads, n_q_blocks), dtype=torch.float32, device=q.device)
+    k_scale = torch.empty((batch, heads, n_kv_blocks), dtype=torch.float32, device=q.device)
+    with on_device(q.device):
+        _quantize_qk_kernel[(n_q_blocks + n_k_programs, batch * heads)](
+            q, k, q_i8, k_i8, q_scale, k_scale,
+            n_q, n_kv, heads, n_q_blocks, n_kv_blocks,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            float(q_multiplier),
+            D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, K_BLOCKS=K_BLOCKS_PER_PROGRAM,
+            SMOOTH_K=smooth_k,
         )
-    n_blocks = triton.cdiv(n_tokens, block)
-    out = torch.empty((batch, heads, n_tokens, head_dim), dtype=torch.int8, device=x.device)
-    scales = torch.empty((batch, heads, n_blocks), dtype=torch.float32, device=x.device)
-    with on_device(x.device):
-        _quantize_per_block_kernel[(n_blocks, batch * heads)](
-            x, mean if mean is not None else scales, out, scales,
-            n_tokens, heads, n_blocks,
-            x.stride(0), x.stride(1), x.stride(2),
-            float(multiplier),
-            D=head_dim, BLOCK=block, SUBTRACT_MEAN=mean is not None,
-        )
-    return out, scales
+    return q_i8, q_scale, k_i8, k_scale
 
 
 def int8_attention_quantized(
@@ -223,7 +271,7 @@ def int8_attention_quantized(
     v: torch.Tensor, *, block_m: int, block_n: int, num_warps: int = 4, num_stages: int = 3,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Attention from pre-quantized Q and K (``quantize_per_block`` output with the same blocks).
+    """Attention from pre-quantized Q and K (:func:`quantize_qk` output with the same blocks).
 
     ``q_scale`` must already hold ``sm_scale * log2(e)``: the kernel's softmax uses ``exp2``.
     The output has v's dtype; pass ``out`` (B, H, Nq, D) to choose its memory layout.
@@ -236,7 +284,7 @@ def int8_attention_quantized(
                 or t.shape != (batch, heads, n, head_dim)):
             raise KernelInputError(
                 f"{name} must be contiguous int8 {(batch, heads, n, head_dim)} on {v.device} "
-                f"from quantize_per_block, got {t.dtype} {tuple(t.shape)} on {t.device}"
+                f"from quantize_qk, got {t.dtype} {tuple(t.shape)} on {t.device}"
             )
     n_q_blocks, n_kv_blocks = triton.cdiv(n_q, block_m), triton.cdiv(n_kv, block_n)
     for name, s, nb in (("q_scale", q_scale, n_q_blocks), ("k_scale", k_scale, n_kv_blocks)):
@@ -254,6 +302,14 @@ def int8_attention_quantized(
             f"out must be {v.dtype} {(batch, heads, n_q, head_dim)} with stride(-1) == 1, got "
             f"{out.dtype} {tuple(out.shape)} strides {out.stride()}"
         )
+    _attention(q_i8, q_scale, k_i8, k_scale, v, out, block_m, block_n, num_warps, num_stages)
+    return out
+
+
+def _attention(q_i8, q_scale, k_i8, k_scale, v, out, block_m, block_n, num_warps, num_stages):
+    batch, heads, n_kv, head_dim = v.shape
+    n_q = q_i8.shape[2]
+    n_q_blocks, n_kv_blocks = triton.cdiv(n_q, block_m), triton.cdiv(n_kv, block_n)
     with on_device(v.device):
         _int8_attn_fwd_kernel[(n_q_blocks, batch * heads)](
             q_i8, q_scale, k_i8, k_scale, v, out,
@@ -264,7 +320,6 @@ def int8_attention_quantized(
             UPCAST_PV=v.dtype == torch.bfloat16 and RUNS_IN_INTERPRETER,
             num_warps=num_warps, num_stages=num_stages,
         )
-    return out
 
 
 def int8_attention(
@@ -299,12 +354,9 @@ def int8_attention(
     block_m, block_n, num_warps, num_stages = _CONFIGS[head_dim]
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(head_dim)
-    k_mean = k.mean(dim=2, dtype=torch.float32).contiguous()
-    q_i8, q_scale = quantize_per_block(q, block_m, multiplier=sm_scale * LOG2E)
-    k_i8, k_scale = quantize_per_block(k, block_n, mean=k_mean)
+    q_i8, q_scale, k_i8, k_scale = _quantize_qk(q, k, block_m, block_n, sm_scale * LOG2E, True)
     # empty_like keeps q's strides, so the (B, N, H, D)-transposed views diffusers makes come
     # back in the same layout and the processor's transpose + reshape needs no copy.
-    return int8_attention_quantized(
-        q_i8, q_scale, k_i8, k_scale, v, block_m=block_m, block_n=block_n,
-        num_warps=num_warps, num_stages=num_stages, out=torch.empty_like(q),
-    )
+    out = torch.empty_like(q)
+    _attention(q_i8, q_scale, k_i8, k_scale, v, out, block_m, block_n, num_warps, num_stages)
+    return out

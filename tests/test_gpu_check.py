@@ -32,9 +32,10 @@ def test_arguments_default_to_every_section_within_the_budget(check, monkeypatch
     args = check.parse_args([])
     assert args.out == "/tmp/out-dir" and args.device == "cuda"
     assert args.only.split(",") == list(check.SECTIONS)
-    # The sections' own limits fit the 7 minutes the check may take on an H200
-    assert sum(check.SECTIONS.values()) <= 7 * 60
-    assert args.budget <= 7 * 60
+    # The sections' own limits fit the 8 minutes the check may take on an H200 (the lent
+    # machine's 15 minutes also pay for its start and for one rerun of a failed section)
+    assert sum(check.SECTIONS.values()) <= 8 * 60 - 20
+    assert args.budget <= 8 * 60 - 20
 
 
 @pytest.mark.parametrize("argv", [["--only", "env,bogus"], ["--budget", "0"]])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from engine_helpers import psnr
+from engine_helpers import concurrently, psnr
 
 from genloop.workers.engine.deepcache import deepcache_stats, remove_deepcache
 from genloop.workers.engine.generate import ImageSettings, call_pipeline
@@ -96,24 +96,60 @@ def test_the_layer_branch_also_replays_the_outer_level(registry, branch, outer_r
     assert len(calls) == outer_runs  # 12 steps: 5 full ones
 
 
-def test_steps_are_told_apart_by_value_even_when_storage_is_reused():
-    from genloop.workers.engine.deepcache import DeepCacheConfig, _State, _StepHook
+def test_steps_are_counted_on_the_host_without_reading_the_timestep(registry):
+    from diffusers.hooks import HookRegistry
 
-    # Given one timestep tensor whose storage every step reuses (as a GPU caching allocator
-    # hands a freed address to the next step's tensor), each step called twice (cond, uncond)
-    state = _State()
-    state.config, state.num_steps = DeepCacheConfig(interval=2, warmup=1, tail=1), 6
-    hook = _StepHook(state)
-    t = torch.tensor([0.0])
-    sample = torch.empty(2, 4, 8, 8)
-    for value in range(5, -1, -1):
-        t.fill_(float(value))
-        for _ in range(2):
-            state.kept = {0: "kept"}  # as if the deep blocks had run
-            hook.pre_forward(None, sample, t)
-    # Then six steps were counted, two calls each, and the schedule (full, cached) applied
-    assert state.step == 5
-    assert (state.full_steps, state.cached_steps) == (8, 4)
+    from genloop.workers.engine.deepcache import (
+        _STEP_HOOK,
+        DeepCacheConfig,
+        apply_deepcache,
+        deepcache_stats,
+        deepcache_step_end,
+        set_deepcache,
+    )
+
+    with registry.acquire("tiny") as pipe:
+        unet = pipe.unet
+        apply_deepcache(unet)
+        hook = HookRegistry.check_if_exists_or_initialize(unet).get_hook(_STEP_HOOK)
+        set_deepcache(unet, DeepCacheConfig(interval=2, warmup=1, tail=1), 6)
+        # Given a timestep whose value cannot be read (a meta tensor: reading it raises, as a
+        # host sync on a GPU tensor would stall) and that is the same tensor at every step
+        t = torch.empty((), device="meta")
+        sample = torch.empty(2, 4, 8, 8)
+        # When six steps each call the UNet twice (cond, uncond) and the callback reports them
+        for step in range(6):
+            for _ in range(2):
+                hook.state.kept = {0: "kept"}  # as if the deep blocks had run
+                hook.pre_forward(unet, sample, t)
+            deepcache_step_end(unet, step)
+        stats = deepcache_stats(unet)
+        set_deepcache(unet, None)
+
+    # Then six steps were told apart and the schedule applied: full at 0, 2, 4 and 5 (the last)
+    assert stats == (8, 4)
+
+
+def test_deepcache_gives_a_candidate_the_same_image_batched_or_alone(registry, engine):
+    # Given three requests with DeepCache on, submitted at once (one batch of 3)
+    settings = ImageSettings(steps=8, guidance=5.0, width=32, height=32, cache="deepcache")
+    jobs = [([p], [s]) for p, s in zip(PROMPTS, SEEDS, strict=True)]
+
+    out = concurrently(lambda p, s: engine.generate("tiny", p, s, settings), jobs)
+
+    # Then they ran batched, and each image is the one its request gets alone with DeepCache
+    assert engine.batcher.batches == [3]
+    with registry.acquire("tiny") as pipe:
+        alone = []
+        for prompt, seed in zip(PROMPTS, SEEDS, strict=True):
+            prepare_step_cache(pipe, "deepcache", 8)
+            alone += call_pipeline(pipe, [prompt], [seed], settings)
+            assert deepcache_stats(pipe.unet) == (5, 3)  # full at 0, 2, 4, 6, 7
+        prepare_step_cache(pipe, "off", 8)
+        off = call_pipeline(pipe, PROMPTS, SEEDS, settings)
+    got = [images[0] for images in out]
+    assert min(psnr(a, b) for a, b in zip(got, alone, strict=True)) >= 40.0
+    assert max(psnr(a, b) for a, b in zip(got, off, strict=True)) < 60.0  # and not uncached
 
 
 def test_non_finite_latents_fail_the_call_instead_of_storing_blank_images():
@@ -129,3 +165,45 @@ def test_non_finite_latents_fail_the_call_instead_of_storing_blank_images():
     # Then the call fails, saying why
     with pytest.raises(Permanent, match="NaN"):
         call_pipeline(pipe, ["a kite"], [0], settings)
+
+
+def _zero(value) -> None:
+    if isinstance(value, torch.Tensor):
+        value.zero_()
+    elif isinstance(value, tuple):
+        for v in value:
+            _zero(v)
+
+
+def test_kept_features_survive_the_blocks_rewriting_their_output_buffers(registry):
+    # CUDA graphs (torch.compile's reduce-overhead mode) replay into the same output memory on
+    # every call: what a block returned on a full step is overwritten before a cached step reads
+    # it. Simulated by zeroing every hooked block's output once the full step is done.
+    from genloop.workers.engine.deepcache import _deep_blocks, _outer_layers, deepcache_step_end
+
+    x, ctx = torch.randn(2, 4, 16, 16), torch.randn(2, 77, 32)
+
+    def cached_step(overwrite: bool) -> torch.Tensor:
+        returned: list = []
+        with registry.acquire("tiny") as pipe:
+            unet = pipe.unet
+            prepare_step_cache(pipe, "deepcache:2", 4)  # step 0 full, step 1 cached
+            handles = [block.register_forward_hook(lambda _m, _a, out: returned.append(out))
+                       for block in _deep_blocks(unet) + _outer_layers(unet)]
+            try:
+                with torch.no_grad():
+                    unet(x, 900, ctx)
+                    for handle in handles:
+                        handle.remove()
+                    if overwrite:
+                        _zero(tuple(returned))
+                    deepcache_step_end(unet, 0)
+                    out = unet(x, 800, ctx).sample
+                assert deepcache_stats(unet) == (1, 1)
+            finally:
+                for handle in handles:
+                    handle.remove()
+                prepare_step_cache(pipe, "off", 4)
+        return out
+
+    assert torch.equal(cached_step(overwrite=True), cached_step(overwrite=False))

@@ -58,11 +58,13 @@ SCRIPT = textwrap.dedent(
         wgmma = sorted({line.split()[0] for line in k.asm["ptx"].splitlines()
                         if line.strip().startswith("wgmma.mma_async")})
         out[f"attention_d{head_dim}"] = {"wgmma": wgmma, "spill": spills(k, f"attn{head_dim}")}
-    sig = {"x_ptr": "*fp16", "mean_ptr": "*fp32", "out_ptr": "*i8", "scale_ptr": "*fp32",
-           "n_heads": "i32", "n_blocks": "i32", "stride_xb": "i32", "stride_xh": "i32",
-           "stride_xn": "i32", "multiplier": "fp32"}
-    build(ia._quantize_per_block_kernel, sig,
-          {"n_tokens": 1, "D": 128, "BLOCK": 64, "SUBTRACT_MEAN": True}, num_warps=4)
+    ints = "n_q n_heads n_q_blocks n_kv_blocks stride_qb stride_qh stride_qn stride_kb"
+    ints += " stride_kh stride_kn"
+    sig = {"q_ptr": "*fp16", "k_ptr": "*fp16", "q_out_ptr": "*i8", "k_out_ptr": "*i8",
+           "q_scale_ptr": "*fp32", "k_scale_ptr": "*fp32", **{n: "i32" for n in ints.split()},
+           "q_multiplier": "fp32"}
+    build(ia._quantize_qk_kernel, sig, {"n_kv": 1, "D": 128, "BLOCK_M": 128, "BLOCK_N": 64,
+          "K_BLOCKS": ia.K_BLOCKS_PER_PROGRAM, "SMOOTH_K": True}, num_warps=4)
     # A 1x1 image: hw == 1 and a single chunk become constants at launch.
     common = {"hw": 1, "n_chunks": 1, "CG": 10, "BLOCK_C": 16, "BLOCK_HW": 256}
     sig = {"x_ptr": "*bf16", "mean_ptr": "*fp32", "m2_ptr": "*fp32", "groups": "i32",
@@ -76,6 +78,12 @@ SCRIPT = textwrap.dedent(
            "stride_hw": "i32"}
     build(gn._apply_kernel, sig, {"hw": 1, "CG": 10, "BLOCK_C": 16, "BLOCK_HW": 256,
           "AFFINE": True}, num_warps=4)
+    sig = {"x_ptr": "*fp16", "y_ptr": "*fp16", "w_ptr": "*fp16", "b_ptr": "*fp16",
+           "hw": "i32", "groups": "i32", "eps": "fp32", "stride_n": "i32", "stride_c": "i32",
+           "stride_hw": "i32"}
+    group = build(gn._group_kernel, sig, {"CG": 40, "BLOCK_C": 64, "BLOCK_HW": 64,
+                  "AFFINE": True}, num_warps=4)
+    out["groupnorm_group_spill"] = spills(group, "gn_group")
     out["groupnorm"] = "ok"
     print(json.dumps(out))
     """
@@ -101,3 +109,4 @@ def test_kernels_compile_for_hopper_with_int8_wgmma(tmp_path):
     assert d64["spill"] == 0
     assert d128["spill"] <= MAX_SPILL_BYTES
     assert result["groupnorm"] == "ok"
+    assert result["groupnorm_group_spill"] == 0

@@ -31,7 +31,8 @@ TOLERANCE = {
 DTYPES = list(TOLERANCE)
 
 # (N, C, H, W, groups): one and several chunks per group (BLOCK_HW = 4096 / next_pow2(C/G)),
-# channels per group 2, 4, 10 (not a power of two) and 6 (a single group), odd spatial sizes.
+# channels per group 2, 4, 10 (not a power of two) and 6 (a single group), odd spatial sizes;
+# each through both paths (one program per group, or chunks + finalize + apply).
 SHAPES = [
     (1, 16, 50, 50, 8),
     (3, 32, 9, 7, 8),
@@ -58,16 +59,17 @@ def _inputs(shape, dtype, device, *, affine=True, seed=0):
     )
 
 
+@pytest.mark.parametrize("path", ["group", "chunked"])
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_matches_float32_reference(shape, dtype, layout, device):
+def test_matches_float32_reference(shape, dtype, layout, path, device):
     from genloop.kernels.groupnorm_silu import groupnorm_silu
 
     x, weight, bias = _inputs(shape, dtype, device, affine=shape[1] != 6)
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
-    out = groupnorm_silu(x, shape[4], weight, bias, eps=1e-6)
+    out = groupnorm_silu(x, shape[4], weight, bias, eps=1e-6, path=path)
     assert out.dtype == dtype
     memory_format = torch.channels_last if layout == "channels_last" else torch.contiguous_format
     assert out.is_contiguous(memory_format=memory_format)

@@ -79,14 +79,39 @@ def _run_quantized(q, k, v, *, k_scale_fn=None, q_multiplier=None, smooth=True):
     block_m, block_n, _, _ = ia._CONFIGS[q.shape[-1]]
     sm_scale = 1.0 / math.sqrt(q.shape[-1])
     multiplier = sm_scale * ia.LOG2E if q_multiplier is None else q_multiplier
-    q_i8, q_scale = ia.quantize_per_block(q, block_m, multiplier=multiplier)
-    mean = k.mean(dim=2, dtype=torch.float32) if smooth else None
-    k_i8, k_scale = ia.quantize_per_block(k, block_n, mean=mean)
+    q_i8, q_scale, k_i8, k_scale = ia.quantize_qk(
+        q, k, block_m=block_m, block_n=block_n, q_multiplier=multiplier, smooth_k=smooth)
     if k_scale_fn is not None:
         k_scale = k_scale_fn(k_scale).contiguous()
     return ia.int8_attention_quantized(
         q_i8, q_scale, k_i8, k_scale, v, block_m=block_m, block_n=block_n
     )
+
+
+def test_quantize_qk_matches_the_reference_quantizer(device):
+    from genloop.kernels import int8_attention as ia
+    from genloop.kernels.references import quantize_per_block_reference
+
+    # Given K with a channel offset and more keys than one program's chunk of blocks (the mean
+    # must cover every chunk), and Q in a transposed (B, N, H, D) layout
+    n_kv = 64 * ia.K_BLOCKS_PER_PROGRAM + 70
+    q, k, _ = _inputs((1, 2, 130, n_kv, 64), torch.float16, device)
+    q = q.transpose(1, 2).contiguous().transpose(1, 2)
+    # When both are quantized in one launch
+    q_i8, q_scale, k_i8, k_scale = ia.quantize_qk(q, k, block_m=128, block_n=64,
+                                                  q_multiplier=0.3)
+    # Then they match quantizing Q and (K - its mean over all tokens) block by block in torch,
+    # up to the odd element that float32 rounding (the mean's summation order, the multiplier's
+    # product) puts on the other side of a .5
+    want_q, want_q_scale = quantize_per_block_reference(q.cpu(), 128, multiplier=0.3)
+    k_smooth = k.cpu().float() - k.cpu().float().mean(dim=2, keepdim=True)
+    want_k, want_k_scale = quantize_per_block_reference(k_smooth, 64)
+    for got, want in ((q_i8, want_q), (k_i8, want_k)):
+        assert (got.cpu().int() - want.int()).abs().max() <= 1
+        assert (got.cpu() != want).float().mean() < 1e-3
+    torch.testing.assert_close(q_scale.cpu(), want_q_scale, rtol=1e-5, atol=0)
+    torch.testing.assert_close(k_scale.cpu(), want_k_scale, rtol=1e-5, atol=0)
+    assert k_scale.shape == (1, 2, ia.K_BLOCKS_PER_PROGRAM + 2)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

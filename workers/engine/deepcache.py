@@ -14,6 +14,13 @@ paper's shallowest branch) hooks on the outer level replay too, and a cached ste
 ``conv_in`` and the last layer of the last up block. With the config's ``interval`` at 1 (or
 :func:`set_deepcache` given ``None``) every call goes straight to the original ``forward``, so
 "off" computes exactly what an unhooked UNet computes.
+
+Which step a UNet call belongs to is counted on the host: the pipeline's step callback reports
+each finished step (:func:`deepcache_step_end`; :func:`~.generate.call_pipeline` does it), and
+every UNet call until the next report belongs to the same step, however many calls a step makes
+(one with batched guidance, two with separate cond/uncond passes). Nothing reads the timestep
+tensor, so a UNet call queues its kernels without waiting for the GPU. A pipeline run without
+the callback stays at step 0, which is always full: correct, and no saving.
 """
 
 from __future__ import annotations
@@ -71,28 +78,12 @@ class _State:
         self.reset()
 
     def reset(self) -> None:
-        self.step = -1
-        self.last_timestep: Any = None
+        self.step = 0
         self.full = True
         self.batch: int | None = None
         self.kept: dict[int, Any] = {}
         self.full_steps = 0
         self.cached_steps = 0
-
-
-def step_key(timestep: Any) -> float:
-    """What tells one denoising step from the next: the timestep's value.
-
-    Reading a GPU tensor's value waits for the queued kernels, once per UNet call. Telling steps
-    apart by the tensor's address instead avoids that wait, but the GPU check on an H200 showed
-    why it is wrong: the caching allocator hands a freed address to the next step's tensor, two
-    steps then look alike, and DeepCache reused features across steps (PSNR down to 9 dB against
-    the uncached run). Correct first; a host-side step counter from the pipeline's step callback
-    is the way to drop the wait.
-    """
-    if not isinstance(timestep, torch.Tensor):
-        return float(timestep)
-    return float(timestep.flatten()[0])
 
 
 class _StepHook(ModelHook):
@@ -107,13 +98,6 @@ class _StepHook(ModelHook):
         if s.config is None:
             return args, kwargs
         sample = args[0] if args else kwargs["sample"]
-        timestep = args[1] if len(args) > 1 else kwargs["timestep"]
-        t = step_key(timestep)
-        # A new step is a new timestep; a pipeline that calls the UNet twice per step (separate
-        # cond/uncond passes) has the same timestep on both calls.
-        if t != s.last_timestep:
-            s.step += 1
-            s.last_timestep = t
         # Kept features are only valid for the same batch; anything else computes fully.
         s.full = (s.config.is_full(s.step, s.num_steps) or s.batch != sample.shape[0]
                   or not s.kept)
@@ -149,8 +133,20 @@ class _DeepBlockHook(ModelHook):
         if not s.full and self.slot in s.kept:
             return s.kept[self.slot]
         out = self.fn_ref.original_forward(*args, **kwargs)
-        s.kept[self.slot] = out
+        s.kept[self.slot] = _copy(out)
         return out
+
+
+def _copy(value: Any) -> Any:
+    """A copy of a block's output to keep across steps. The block's own tensors may live in
+    buffers that are written again before the next step reads them: CUDA graphs
+    (``torch.compile(mode="reduce-overhead")``) replay into the same output memory on every
+    call. One copy of the deep outputs per full step costs far less than the step itself."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, tuple):
+        return type(value)(_copy(v) for v in value)
+    return value
 
 
 def _deep_blocks(unet) -> list[torch.nn.Module]:
@@ -210,6 +206,18 @@ def set_deepcache(unet, config: DeepCacheConfig | None, num_steps: int | None = 
     state.config = None if config is None or config.interval == 1 else config
     state.num_steps = num_steps
     state.reset()
+
+
+def deepcache_step_end(unet, step: int) -> None:
+    """Denoising step ``step`` (0-based) has ended: later UNet calls belong to step ``step + 1``.
+
+    Call it from the pipeline's ``callback_on_step_end`` (its ``step`` argument is a host int);
+    a no-op where the hooks are not installed. Setting the step, rather than adding one, keeps
+    the count right even if a report were missed or repeated.
+    """
+    hook = HookRegistry.check_if_exists_or_initialize(unet).get_hook(_STEP_HOOK)
+    if hook is not None:
+        hook.state.step = step + 1
 
 
 def deepcache_stats(unet) -> tuple[int, int]:

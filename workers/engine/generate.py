@@ -19,7 +19,7 @@ import torch
 
 from genloop.sdk.errors import Permanent
 
-from .step_cache import DEFAULT_CACHE
+from .step_cache import DEFAULT_CACHE, step_ended
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,8 @@ def call_pipeline(
     init_images: Sequence | None = None,
     masks: Sequence | None = None,
 ) -> list:
-    """PIL images for the candidates, in one pipeline call; caching as already prepared.
+    """PIL images for the candidates, in one pipeline call; caching as already prepared (the
+    step callback tells the step cache where the call is, :func:`.step_cache.step_ended`).
 
     ``on_step_end(step)`` runs after denoising step ``step`` (0-based) and may raise to stop.
     Edits (``settings.kind`` img2img or inpaint) need ``pipe`` to be the matching pipeline
@@ -69,6 +70,7 @@ def call_pipeline(
     negatives = [n or "" for n in negative_prompts]
 
     def callback(_pipe, step, _timestep, kwargs):
+        step_ended(pipe, step)
         if on_step_end is not None:
             on_step_end(step)
         if step == settings.denoised_steps - 1:

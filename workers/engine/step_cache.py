@@ -1,7 +1,9 @@
 """Step caching as a per-request setting: which cache a pipeline call runs with.
 
 A request names a cache mode; :func:`prepare_step_cache` sets the resident pipeline up for one
-call in that mode (the engine calls it under the model's lock, right before the call).
+call in that mode (the engine calls it under the model's lock, right before the call), and the
+call's step callback reports each finished step with :func:`step_ended` (DeepCache counts steps
+on the host, see :mod:`.deepcache`).
 
 =============  ===========================================================================
 mode           meaning
@@ -33,7 +35,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .deepcache import DeepCacheConfig, apply_deepcache, set_deepcache, supports_deepcache
+from .deepcache import (
+    DeepCacheConfig,
+    apply_deepcache,
+    deepcache_step_end,
+    set_deepcache,
+    supports_deepcache,
+)
 
 DEFAULT_CACHE = "default"
 DEFAULT_DEEPCACHE = DeepCacheConfig(interval=2, warmup=1, tail=1, branch="layer")
@@ -106,6 +114,14 @@ def prepare_step_cache(pipe, mode: str, num_steps: int) -> CachePlan:
     if transformer is not None and hasattr(transformer, "enable_cache"):
         _set_transformer_cache(transformer, plan)
     return plan
+
+
+def step_ended(pipe, step: int) -> None:
+    """Denoising step ``step`` (0-based) of ``pipe``'s running call has ended; call it from the
+    pipeline's ``callback_on_step_end``. Without it DeepCache keeps every step full."""
+    unet = getattr(pipe, "unet", None)
+    if unet is not None and supports_deepcache(unet):
+        deepcache_step_end(unet, step)
 
 
 def _has_deepcache(unet) -> bool:
