@@ -291,8 +291,7 @@ class SqliteStateStore(StateStore):
         """As :meth:`.redis.RedisStateStore.start_instance`, in one transaction."""
         with self._write() as c:
             return sqlite_steps.start(c, running, key, owner, ttl, started, run_running,
-                                      put_instance=_put_instance, append_event=_append_event,
-                                      take=_take)
+                                      append_event=_append_event, take=_take)
 
     def finish_instance(self, done: InstanceRecord, event: EventRecord,
                         result: ResultRecord | None, lease: tuple[str, str] | None,
@@ -300,7 +299,7 @@ class SqliteStateStore(StateStore):
         """As :meth:`.redis.RedisStateStore.finish_instance`, in one transaction."""
         with self._write() as c:
             return sqlite_steps.finish(c, done, event, result, lease, completion,
-                                       put_instance=_put_instance, append_event=_append_event)
+                                       append_event=_append_event)
 
     # -- results ----------------------------------------------------------------------------
     def get_result(self, key: str) -> ResultRecord | None:

@@ -25,16 +25,23 @@ from .records import EventRecord, InstanceRecord, ResultRecord
 from .redis_scripts import FinishOutcome, ScriptedCompletion
 
 AppendEvent = Callable[[sqlite3.Connection, str, EventRecord], int]
-PutInstance = Callable[[sqlite3.Connection, InstanceRecord], None]
 Take = Callable[[sqlite3.Connection, str, str, str, float], float]
 
 _ENDED = tuple(s.value for s in NodeStatus if s.terminal)
 _NOT_ENDED = f"json_extract(doc, '$.status') NOT IN ({', '.join('?' * len(_ENDED))})"
 
 
+def _update_instance(c: sqlite3.Connection, inst: InstanceRecord) -> None:
+    """Rewrite a stored instance in place (an UPDATE, not the generic path's REPLACE, which
+    deletes and re-inserts the row and both of its index entries)."""
+    c.execute("UPDATE instances SET doc = ?, live = ?, touched = ? WHERE run_id = ? AND "
+              "instance_id = ?", (inst.model_dump_json(), 0 if inst.status.terminal else 1,
+                                  time.time(), inst.run_id, inst.instance_id))
+
+
 def start(c: sqlite3.Connection, running: InstanceRecord, key: str, owner: str, ttl: float,
-          started: EventRecord, run_running: EventRecord, *, put_instance: PutInstance,
-          append_event: AppendEvent, take: Take) -> tuple[str, float]:
+          started: EventRecord, run_running: EventRecord, *, append_event: AppendEvent,
+          take: Take) -> tuple[str, float]:
     """START: claim ``key`` for ``owner`` and store ``running``, its node and run running."""
     run_id = running.run_id
     if c.execute("SELECT 1 FROM results WHERE key = ?", (key,)).fetchone():
@@ -54,7 +61,7 @@ def start(c: sqlite3.Connection, running: InstanceRecord, key: str, owner: str, 
     lease = take(c, "claims", key, owner, ttl)
     if lease:
         return "leased", lease
-    put_instance(c, running)
+    _update_instance(c, running)
     append_event(c, run_id, started)
     c.execute("UPDATE nodes SET doc = json_set(doc, '$.status', ?) WHERE run_id = ? AND "
               "node_id = ? AND json_extract(doc, '$.status') <> ?",
@@ -68,8 +75,7 @@ def start(c: sqlite3.Connection, running: InstanceRecord, key: str, owner: str, 
 
 def finish(c: sqlite3.Connection, done: InstanceRecord, event: EventRecord,
            result: ResultRecord | None, lease: tuple[str, str] | None,
-           completion: ScriptedCompletion | None, *, put_instance: PutInstance,
-           append_event: AppendEvent) -> FinishOutcome:
+           completion: ScriptedCompletion | None, *, append_event: AppendEvent) -> FinishOutcome:
     """FINISH: store ``result`` (first wins) and ``done``, drop the lease, count the node down;
     complete a node of one instance as the script does. Codes as ``redis_scripts.FINISH``'s
     (never -2: nothing here waits on a lock)."""
@@ -86,7 +92,7 @@ def finish(c: sqlite3.Connection, done: InstanceRecord, event: EventRecord,
             "INSERT OR IGNORE INTO results VALUES (?, ?)",
             (result.key, result.model_dump_json())).rowcount:
         return FinishOutcome(-4)
-    put_instance(c, done)
+    _update_instance(c, done)
     append_event(c, run_id, event)
     pending, outputs = c.execute(
         "UPDATE nodes SET doc = json_set(doc, '$.pending_instances', "
