@@ -298,15 +298,18 @@ class Scheduler(Transitions):
     def _finish_scripted(self, finish: Callable[..., FinishOutcome], inst: InstanceRecord,
                          result: ResultRecord, cached: bool,
                          lease: tuple[str, str] | None) -> None:
-        """A success in one script, which also completes a node of one instance (see
-        ``stores/redis_scripts.py``); otherwise, or for the children that became ready, a run
-        transaction follows."""
+        """A success in one scripted step (a Redis script, SQLite's few statements; see
+        ``stores/redis_scripts.py``), which also completes a node of one instance; otherwise,
+        or for the children that became ready, a run transaction follows."""
         run_id, node_id = inst.run_id, inst.node_id
         done = inst.model_copy(update={
             "status": NodeStatus.SUCCEEDED, "result_key": result.key,
             "outputs": len(result.items), "halted": result.halt})
         completion = None
-        if not result.halt:  # a halt skips descendants: the transaction does that
+        # A halt skips descendants: the transaction does that. An instance after the first
+        # belongs to a node of several, which the step never completes: a map's items do not
+        # build what it would need.
+        if not result.halt and inst.seq == 0:
             completion = ScriptedCompletion(
                 outputs_json=_REFS.dump_json(
                     [ItemRef(key=result.key, index=i) for i in range(len(result.items))]
