@@ -8,7 +8,8 @@ Redis, for each queue:
 - ``<p>:fair:<queue>:t:<tenant>``: the tenant's waiting instances (a list, FIFO);
 - ``<p>:fair:<queue>:ring``: the tenants with something waiting, in turn order;
 - ``<p>:fair:<queue>:flight``: instances sent to the broker and not yet finished (a sorted set,
-  scored by a deadline, so a message lost with a dead process frees its slot in time);
+  scored by a deadline, so a message lost with a dead process frees its slot in time, or at
+  once when the sweeper sends it again);
 - ``<p>:fair:<queue>:workers``: each live worker process's threads on the queue (scored by a
   heartbeat deadline).
 
@@ -52,6 +53,10 @@ local flight, workers = base .. ':flight', base .. ':workers'
 if ARGV[5] ~= '' then redis.call('ZREM', flight, ARGV[5]) end
 for i = 6, #ARGV, 3 do
   local tenant, member = ARGV[i], ARGV[i + 1]
+  -- Sent again while its slot is taken: the sweeper re-sends only what nobody works on (a
+  -- dead worker's, a lost message), so that slot is stale; it must not keep the re-sent
+  -- message waiting until it expires.
+  redis.call('ZREM', flight, member)
   if redis.call('SADD', held, member) == 1 then
     redis.call('HSET', payloads, member, ARGV[i + 2])
     if redis.call('RPUSH', base .. ':t:' .. tenant, member) == 1 then
