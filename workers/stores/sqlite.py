@@ -4,7 +4,8 @@ runs survive a crash of the process and ``resume`` can finish them.
 Each thread reads on its own connection. Writes go through one connection in ``BEGIN
 IMMEDIATE`` transactions (SQLite takes the database's write lock up front, which makes every
 transaction serializable; one writer at a time is plenty for one process), and concurrent ones
-share a commit (``sqlite_commit.py``).
+share a commit (``sqlite_commit.py``). An instance's start and finish take a shorter path of
+their own (``sqlite_steps.py``).
 """
 
 from __future__ import annotations
