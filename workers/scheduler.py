@@ -6,10 +6,10 @@ write. Starting and completing an instance is one step (a Redis script, or its S
 ``stores/sqlite_steps.py``); a node of one instance completes in that step too. When a step
 ends the last of a node's several instances, the node's completion (collect its outputs,
 release its children) follows in one run transaction, which the sweeper finishes from an
-outbox mark if the worker dies in between. Children that become ready are written to the outbox in the transaction
-that releases them and enqueued after it commits; if the process dies in between, the sweeper
-(or ``resume``) enqueues them later. Enqueuing twice is harmless: the claim makes the second a
-no-op.
+outbox mark if the worker dies in between. Children that become ready are written to the
+outbox in the transaction that releases them and enqueued after it commits; if the process dies
+in between, the sweeper (or ``resume``) enqueues them later. Enqueuing twice is harmless: the
+claim makes the second a no-op.
 """
 
 from __future__ import annotations
