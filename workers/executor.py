@@ -64,6 +64,7 @@ class LeaseKeeper:
         self._held: dict[str, str] = {}  # owner token -> key
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
 
     @contextmanager
     def hold(self, key: str, owner: str) -> Iterator[None]:
@@ -95,9 +96,12 @@ class LeaseKeeper:
         with self._lock:
             self._held.pop(owner, None)
 
+    def stop(self) -> None:
+        """Stop renewing (the store is closing): the leases still held run out by themselves."""
+        self._stop.set()
+
     def _renew_forever(self) -> None:
-        while True:
-            time.sleep(self.ttl / 3)
+        while not self._stop.wait(self.ttl / 3):
             with self._lock:
                 held = list(self._held.items())
             for owner, key in held:
@@ -241,12 +245,13 @@ class Executor:
                                  started=inst.model_copy(update={"attempts": attempt}))
 
     def close(self) -> None:
-        """Stop the completion pool (deferred work still in flight is abandoned: its lease
-        runs out and the sweeper sends it again), and stop watching for agents' answers in
-        this executor's store before it closes."""
+        """Stop the completion pool and the lease renewals (deferred work still in flight is
+        abandoned: its lease runs out and the sweeper sends it again), and stop watching for
+        agents' answers in this executor's store before it closes."""
         from .agent_refine import forget
 
         forget(self.store)
+        self.leases.stop()
         self._completions.shutdown(wait=False, cancel_futures=True)
 
     def _defer(self, deferred: Deferred, spec: OpSpec, inst: InstanceRecord, key: str,

@@ -8,7 +8,8 @@ Redis, for each queue:
 - ``<p>:fair:<queue>:t:<tenant>``: the tenant's waiting instances (a list, FIFO);
 - ``<p>:fair:<queue>:ring``: the tenants with something waiting, in turn order;
 - ``<p>:fair:<queue>:flight``: instances sent to the broker and not yet finished (a sorted set,
-  scored by a deadline, so a message lost with a dead process frees its slot in time);
+  scored by a deadline, so a message lost with a dead process frees its slot in time, or at
+  once when the sweeper sends it again);
 - ``<p>:fair:<queue>:workers``: each live worker process's threads on the queue (scored by a
   heartbeat deadline).
 
@@ -42,15 +43,20 @@ log = logging.getLogger(__name__)
 Send = Callable[[InstanceRecord, float], str]
 
 #: Take instances for free slots (lock-free for callers: the script runs atomically).
-#: ARGV: prefix, queue, now, flight ttl, then (tenant, member, payload) triples to add first.
-#: Returns the payloads taken, in turn order.
+#: ARGV: prefix, queue, now, flight ttl, the member whose message finished (or ''), then
+#: (tenant, member, payload) triples to add first. Returns the payloads taken, in turn order.
 _PUSH_AND_TAKE = """
 local p, q, now, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local base = p .. ':fair:' .. q
 local ring, held, payloads = base .. ':ring', base .. ':held', base .. ':payload'
 local flight, workers = base .. ':flight', base .. ':workers'
-for i = 5, #ARGV, 3 do
+if ARGV[5] ~= '' then redis.call('ZREM', flight, ARGV[5]) end
+for i = 6, #ARGV, 3 do
   local tenant, member = ARGV[i], ARGV[i + 1]
+  -- Sent again while its slot is taken: the sweeper re-sends only what nobody works on (a
+  -- dead worker's, a lost message), so that slot is stale; it must not keep the re-sent
+  -- message waiting until it expires.
+  redis.call('ZREM', flight, member)
   if redis.call('SADD', held, member) == 1 then
     redis.call('HSET', payloads, member, ARGV[i + 2])
     if redis.call('RPUSH', base .. ':t:' .. tenant, member) == 1 then
@@ -121,19 +127,21 @@ class RedisFairQueue:
             self._take(queue, triples)
 
     def finished(self, queue: str, run_id: str, instance_id: str) -> None:
-        """A message of ``queue`` ended (done, failed or skipped): let the next one in."""
-        self.client.zrem(self.key(queue, "flight"), member(run_id, instance_id))
-        self._take(queue)
+        """A message of ``queue`` ended (done, failed or skipped): let the next one in (one
+        round trip)."""
+        self._take(queue, done=member(run_id, instance_id))
 
     def pump(self, queue: str) -> None:
         """Fill free slots (a worker joined, or a lost message's slot expired)."""
         self._take(queue)
 
-    def running(self, queue: str, run_id: str, instance_id: str, ttl: float) -> None:
-        """Keep a started message's slot for ``ttl`` seconds more (``XX``: one already
-        finished is not re-added)."""
-        self.client.zadd(self.key(queue, "flight"),
-                         {member(run_id, instance_id): time.time() + ttl}, xx=True)
+    def running(self, queue: str, instances: Sequence[tuple[str, str]], ttl: float) -> None:
+        """Keep the slots of started messages, ``(run id, instance id)`` each, for ``ttl``
+        seconds more, in one round trip (``XX``: one already finished is not re-added)."""
+        if instances:
+            deadline = time.time() + ttl
+            self.client.zadd(self.key(queue, "flight"),
+                             {member(r, i): deadline for r, i in instances}, xx=True)
 
     def waiting(self, queue: str) -> int:
         return int(self.client.scard(self.key(queue, "held")))
@@ -145,8 +153,9 @@ class RedisFairQueue:
     def leave(self, worker: str, queue: str, threads: int) -> None:
         self.client.zrem(self.key(queue, "workers"), f"{worker}:{threads}")
 
-    def _take(self, queue: str, triples: Sequence[str] = ()) -> None:
-        taken = self._script(args=[self.prefix, queue, time.time(), self.flight_ttl, *triples])
+    def _take(self, queue: str, triples: Sequence[str] = (), done: str = "") -> None:
+        taken = self._script(args=[self.prefix, queue, time.time(), self.flight_ttl, done,
+                                   *triples])
         for payload in taken:
             self.send(InstanceRecord.model_validate_json(payload), 0.0)
 
@@ -181,13 +190,10 @@ class RedisFairWorker(Middleware):
                                message: dramatiq.Message) -> None:
         if message.actor_name.startswith(self.actor_prefix):
             queue, (run_id, instance_id) = q_name(message.queue_name), message.args
+            # No round trip here: the slot keeps the deadline it was taken with (flight_ttl)
+            # until the next heartbeat, at most ``heartbeat`` seconds away, renews it.
             with self._lock:
                 self._running[message.message_id] = (queue, run_id, instance_id)
-            try:
-                self.fair.running(queue, run_id, instance_id, ttl=3 * self.heartbeat)
-            except redis.RedisError:  # the heartbeat keeps the slot once Redis is back
-                log.warning("fair queue: Redis unreachable at the start of %s/%s", run_id,
-                            instance_id)
 
     def after_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message, *,
                               result: object = None, exception: BaseException | None = None
@@ -212,10 +218,12 @@ class RedisFairWorker(Middleware):
     def _beat(self) -> None:
         for queue in self._queues:
             self.fair.join(self.id, queue, self._threads, ttl=3 * self.heartbeat)
+        by_queue: dict[str, list[tuple[str, str]]] = {}
         with self._lock:
-            running = list(self._running.values())
-        for queue, run_id, instance_id in running:
-            self.fair.running(queue, run_id, instance_id, ttl=3 * self.heartbeat)
+            for queue, run_id, instance_id in self._running.values():
+                by_queue.setdefault(queue, []).append((run_id, instance_id))
+        for queue, instances in by_queue.items():
+            self.fair.running(queue, instances, ttl=3 * self.heartbeat)
         for queue in self._queues:
             self.fair.pump(queue)
 

@@ -2,13 +2,14 @@
 
 Every state change of a run is atomic in the store, so two workers finishing the last two
 parents of a child at the same instant cannot both release it: the second sees the first's
-write. Starting and completing an instance is one step (a transaction, or one Redis script);
-when it ends a node's last instance, the node's completion (collect its outputs, release its
-children) follows in one run transaction, which the sweeper finishes from an outbox mark if the
-worker dies in between. Children that become ready are written to the outbox in the transaction
-that releases them and enqueued after it commits; if the process dies in between, the sweeper
-(or ``resume``) enqueues them later. Enqueuing twice is harmless: the claim makes the second a
-no-op.
+write. Starting and completing an instance is one step (a Redis script, or its SQLite twin in
+``stores/sqlite_steps.py``); a node of one instance completes in that step too. When a step
+ends the last of a node's several instances, the node's completion (collect its outputs,
+release its children) follows in one run transaction, which the sweeper finishes from an
+outbox mark if the worker dies in between. Children that become ready are written to the
+outbox in the transaction that releases them and enqueued after it commits; if the process dies
+in between, the sweeper (or ``resume``) enqueues them later. Enqueuing twice is harmless: the
+claim makes the second a no-op.
 """
 
 from __future__ import annotations
@@ -298,15 +299,18 @@ class Scheduler(Transitions):
     def _finish_scripted(self, finish: Callable[..., FinishOutcome], inst: InstanceRecord,
                          result: ResultRecord, cached: bool,
                          lease: tuple[str, str] | None) -> None:
-        """A success in one script, which also completes a node of one instance (see
-        ``stores/redis_scripts.py``); otherwise, or for the children that became ready, a run
-        transaction follows."""
+        """A success in one scripted step (a Redis script, SQLite's few statements; see
+        ``stores/redis_scripts.py``), which also completes a node of one instance; otherwise,
+        or for the children that became ready, a run transaction follows."""
         run_id, node_id = inst.run_id, inst.node_id
         done = inst.model_copy(update={
             "status": NodeStatus.SUCCEEDED, "result_key": result.key,
             "outputs": len(result.items), "halted": result.halt})
         completion = None
-        if not result.halt:  # a halt skips descendants: the transaction does that
+        # A halt skips descendants: the transaction does that. An instance after the first
+        # belongs to a node of several, which the step never completes: a map's items do not
+        # build what it would need.
+        if not result.halt and inst.seq == 0:
             completion = ScriptedCompletion(
                 outputs_json=_REFS.dump_json(
                     [ItemRef(key=result.key, index=i) for i in range(len(result.items))]

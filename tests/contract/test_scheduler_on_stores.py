@@ -1,5 +1,6 @@
 """The scheduler and executor in this process on every store (StubBroker, real worker threads):
-the scripted Redis transitions and the SQLite transactions must drive runs alike."""
+the scripted transitions (Redis scripts, SQLite statements) and the run transactions must drive
+runs alike."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from genloop.sdk.errors import Permanent
 from genloop.workers import OpRegistry, op
 from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.broker import wire
-from genloop.workers.stores.redis import RedisStateStore
 
 
 class N(BaseModel):
@@ -127,11 +127,10 @@ def test_the_last_node_succeeding_after_another_failed_ends_the_run_failed(pool,
 
 
 def test_node_transitions_left_by_a_crash_are_finished_by_the_sweeper(pool, store):
-    """The scripts leave two kinds of step to a run transaction: expanding a child they
-    released, and completing a node of many instances. A worker that dies before either (every
-    first attempt here) leaves an outbox mark, and the sweeper finishes the step from it."""
-    if not isinstance(store, RedisStateStore):
-        pytest.skip("only the scripted completion leaves a node to finish in a second step")
+    """The scripted steps (Redis scripts, SQLite's few statements) leave two kinds of step to
+    a run transaction: expanding a child they released, and completing a node of many
+    instances. A worker that dies before either (every first attempt here) leaves an outbox
+    mark, and the sweeper finishes the step from it."""
     scheduler, real, calls, crashed = pool.scheduler, pool.scheduler.finish_node, {}, []
 
     def crash_every_other(run_id, node_id):

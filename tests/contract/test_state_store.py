@@ -292,3 +292,28 @@ def test_a_sqlite_store_with_global_event_ids_is_renumbered_per_run(tmp_path):
     assert [(e.id, e.step) for e in store.events("r2")] == [(1, 0), (2, 1), (3, 2)]
     assert store.append_event("r1", EventRecord(type="progress", time=1.0, step=2)) == 3
     store.close()
+
+
+def test_a_sqlite_store_with_specs_in_the_runs_rows_moves_them_to_their_own_table(tmp_path):
+    import sqlite3
+
+    # Given a state.db from before specs had their own table: each in its run's row
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.execute("CREATE TABLE runs (id TEXT PRIMARY KEY, idem_key TEXT UNIQUE, "
+               "doc TEXT NOT NULL, spec TEXT NOT NULL)")
+    spec = RunSpecRecord(spec={"kind": "graph"}, graph={"nodes": [{"id": "a"}]})
+    db.execute("INSERT INTO runs VALUES (?, ?, ?, ?)",
+               ("r0", None, _run("r0").model_dump_json(), spec.model_dump_json()))
+    db.commit()
+    db.close()
+    # When the store opens it, then the old run's spec reads back and new runs are stored
+    from genloop.workers.stores import SqliteStateStore
+
+    store = SqliteStateStore(tmp_path / "state.db")
+    assert store.run_spec("r0") == spec and store.get_run("r0").id == "r0"
+    _create(store)
+    assert store.run_spec("r1") == spec
+    store.close()
+    columns = [c[1] for c in sqlite3.connect(tmp_path / "state.db").execute(
+        "PRAGMA table_info(runs)")]
+    assert columns == ["id", "idem_key", "doc"]

@@ -118,3 +118,25 @@ def test_a_small_run_finishes_before_most_of_another_tenants_large_one(stack):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert backend.get(big).status == "succeeded"
+
+
+def test_an_instance_sent_again_frees_the_slot_its_lost_message_held():
+    import redis
+
+    client = redis.Redis.from_url(redis_url(0))
+    sent: list[InstanceRecord] = []
+    fair = RedisFairQueue(client, lambda i, delay: sent.append(i) or i.instance_id,
+                          tenant_of=lambda run: run, prefix=f"test-{uuid.uuid4().hex[:8]}")
+    # Given one slot, taken by a message whose worker died (nobody reports its end)
+    fair.join("w1", "gpu", threads=1, ttl=30)
+    fair([inst("a", 0)])
+    fair([inst("b", 0)])
+    assert [i.run_id for i in sent] == ["a"]
+    # When the sweeper sends that instance again
+    fair([inst("a", 0)])
+    # Then it goes in at once, in the slot its lost message held, not after the slot expires
+    assert [i.run_id for i in sent] == ["a", "a"]
+    # And the window still holds: b waits for the re-sent message to finish
+    fair.finished("gpu", "a", "n#0")
+    assert [i.run_id for i in sent] == ["a", "a", "b"]
+    client.close()

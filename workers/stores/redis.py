@@ -45,7 +45,14 @@ from .records import (
 )
 from .redis_keys import PoolKeys
 from .redis_scripts import FinishOutcome, ScriptedCompletion
-from .redis_tx import RedisTx, Writes, event_json, translate_redis_errors, write_instances
+from .redis_tx import (
+    InstanceRow,
+    RedisTx,
+    Writes,
+    event_json,
+    translate_redis_errors,
+    write_instances,
+)
 
 __all__ = ["RedisStateStore", "translate_redis_errors"]
 
@@ -96,7 +103,7 @@ class RedisStateStore(StateStore):
         writes.set(k.spec(run.id), spec.model_dump_json())
         if nodes:
             writes.hset(k.nodes(run.id), mapping={n.node_id: n.model_dump_json() for n in nodes})
-        write_instances(writes, k, instances)
+        write_instances(writes, k, [InstanceRow.of(i) for i in instances])
         if instances:
             writes.hset(k.outbox, mapping={
                 f"{run.id}|{i.instance_id}": time.time() for i in instances})

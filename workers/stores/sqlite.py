@@ -4,7 +4,8 @@ runs survive a crash of the process and ``resume`` can finish them.
 Each thread reads on its own connection. Writes go through one connection in ``BEGIN
 IMMEDIATE`` transactions (SQLite takes the database's write lock up front, which makes every
 transaction serializable; one writer at a time is plenty for one process), and concurrent ones
-share a commit (``sqlite_commit.py``).
+share a commit (``sqlite_commit.py``). An instance's start and finish take a shorter path of
+their own (``sqlite_steps.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from genloop.sdk.errors import NotFound, StoreError
 from genloop.sdk.models import Event
 
+from . import sqlite_steps
 from .base import IdempotencyConflict, RunTx, StateStore
 from .records import (
     EventRecord,
@@ -28,11 +30,12 @@ from .records import (
     RunRecord,
     RunSpecRecord,
 )
+from .redis_scripts import FinishOutcome, ScriptedCompletion
 from .sqlite_commit import GroupCommit
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY, idem_key TEXT UNIQUE, doc TEXT NOT NULL, spec TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, idem_key TEXT UNIQUE, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS run_specs (id TEXT PRIMARY KEY, spec TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes (
     run_id TEXT, node_id TEXT, doc TEXT NOT NULL, PRIMARY KEY (run_id, node_id));
 CREATE TABLE IF NOT EXISTS instances (
@@ -56,6 +59,14 @@ _MIGRATE_EVENTS = """
 INSERT OR IGNORE INTO run_events (run_id, id, doc)
     SELECT run_id, ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY id), doc FROM events;
 DROP TABLE events;
+"""
+
+#: A store from before specs had their own table kept each in its run's row: every write of the
+#: run's small state (once per completion) rewrote the whole spec with it (SQLite rewrites a
+#: row whole), which made a 1,000-node run's commits ~100 KB each.
+_MIGRATE_SPECS = """
+INSERT OR IGNORE INTO run_specs (id, spec) SELECT id, spec FROM runs;
+ALTER TABLE runs DROP COLUMN spec;
 """
 
 
@@ -182,6 +193,8 @@ class SqliteStateStore(StateStore):
         conn.executescript(_SCHEMA)
         if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'events'").fetchone():
             conn.executescript(f"BEGIN IMMEDIATE; {_MIGRATE_EVENTS} COMMIT;")
+        if any(col[1] == "spec" for col in conn.execute("PRAGMA table_info(runs)")):
+            conn.executescript(f"BEGIN IMMEDIATE; {_MIGRATE_SPECS} COMMIT;")
         # Writers of this process take turns on one connection and share commits (see
         # sqlite_commit.py) rather than queueing in SQLite's busy handler, which sleeps in
         # growing steps and would stall threads that could run at once.
@@ -226,10 +239,9 @@ class SqliteStateStore(StateStore):
                     if existing.spec_hash != run.spec_hash:
                         raise IdempotencyConflict(existing.id)
                     return existing, False
-            c.execute(
-                "INSERT INTO runs VALUES (?, ?, ?, ?)",
-                (run.id, run.idempotency_key, run.model_dump_json(), spec.model_dump_json()),
-            )
+            c.execute("INSERT INTO runs VALUES (?, ?, ?)",
+                      (run.id, run.idempotency_key, run.model_dump_json()))
+            c.execute("INSERT INTO run_specs VALUES (?, ?)", (run.id, spec.model_dump_json()))
             tx = _SqliteTx(c, run.id)
             for node in nodes:
                 tx.put_node(node)
@@ -246,7 +258,7 @@ class SqliteStateStore(StateStore):
         return RunRecord.model_validate_json(rows[0][0])
 
     def run_spec(self, run_id: str) -> RunSpecRecord:
-        rows = self._read("SELECT spec FROM runs WHERE id = ?", (run_id,))
+        rows = self._read("SELECT spec FROM run_specs WHERE id = ?", (run_id,))
         if not rows:
             raise NotFound(f"no run {run_id!r}")
         return RunSpecRecord.model_validate_json(rows[0][0])
@@ -273,6 +285,22 @@ class SqliteStateStore(StateStore):
     def transaction(self, run_id: str, *, shared: bool = False) -> Iterator[RunTx]:
         with self._write() as c:
             yield _SqliteTx(c, run_id)
+
+    # -- hot transitions (see sqlite_steps) --------------------------------------------------
+    def start_instance(self, running: InstanceRecord, key: str, owner: str, ttl: float,
+                       started: EventRecord, run_running: EventRecord) -> tuple[str, float]:
+        """As :meth:`.redis.RedisStateStore.start_instance`, in one transaction."""
+        with self._write() as c:
+            return sqlite_steps.start(c, running, key, owner, ttl, started, run_running,
+                                      append_event=_append_event, take=_take)
+
+    def finish_instance(self, done: InstanceRecord, event: EventRecord,
+                        result: ResultRecord | None, lease: tuple[str, str] | None,
+                        completion: ScriptedCompletion | None = None) -> FinishOutcome:
+        """As :meth:`.redis.RedisStateStore.finish_instance`, in one transaction."""
+        with self._write() as c:
+            return sqlite_steps.finish(c, done, event, result, lease, completion,
+                                       append_event=_append_event)
 
     # -- results ----------------------------------------------------------------------------
     def get_result(self, key: str) -> ResultRecord | None:

@@ -3,12 +3,12 @@
 Worker threads that complete instances at the same time queue for SQLite's single writer
 anyway. Instead of each paying for its own ``BEGIN IMMEDIATE`` / ``COMMIT`` (a WAL append
 each), the transactions that are queued run one after another inside one SQLite transaction,
-each in its own ``SAVEPOINT`` (so one that raises rolls back only its own writes), and the last
-one in line commits for all. Nobody returns before the COMMIT that holds its writes: a caller
-that enqueues what its transaction released (the outbox) never sends a message for a record
-that could still be rolled back, and a crash loses only transactions whose callers had not
-returned. A batch is committed at :attr:`GroupCommit.max_batch` members at the latest, so
-callers at the head of a long queue are not kept waiting.
+each after the first in its own ``SAVEPOINT`` (so one that raises rolls back only its own
+writes), and the last one in line commits for all. Nobody returns before the COMMIT that holds
+its writes: a caller that enqueues what its transaction released (the outbox) never sends a
+message for a record that could still be rolled back, and a crash loses only transactions
+whose callers had not returned. A batch is committed at :attr:`GroupCommit.max_batch` members
+at the latest, so callers at the head of a long queue are not kept waiting.
 
 Seen from a caller, each transaction is serializable and atomic, as before: bodies run one at
 a time on one connection, and each sees the writes of those before it.
@@ -59,35 +59,45 @@ class GroupCommit:
         with self._count:
             self._waiting -= 1
         try:
-            batch = self._begin()
+            batch, first = self._begin()
         except BaseException:
             self._turn.release()
             raise
         try:
             yield self._conn
         except BaseException:
-            self._end(batch, ok=False)
+            self._end(batch, first, ok=False)
             raise
-        self._end(batch, ok=True)
+        self._end(batch, first, ok=True)
         batch.wait()
 
-    def _begin(self) -> _Batch:
+    def _begin(self) -> tuple[_Batch, bool]:
+        """Join the open batch in a savepoint, or open one. The body that opens a batch needs
+        no savepoint (two statements less): nobody has joined yet, so should it fail, rolling
+        back the whole transaction undoes only its own writes."""
         try:
             if self._batch is None:
                 self._conn.execute("BEGIN IMMEDIATE")
                 self._batch = _Batch()
+                return self._batch, True
             self._conn.execute("SAVEPOINT genloop_tx")
         except sqlite3.Error as exc:
             self._abandon(f"sqlite: {exc}")
             raise StoreError(f"sqlite: {exc}") from exc
-        return self._batch
+        return self._batch, False
 
-    def _end(self, batch: _Batch, ok: bool) -> None:
+    def _end(self, batch: _Batch, first: bool, ok: bool) -> None:
         """Close this body's savepoint; commit the batch if nobody else is in line."""
         try:
-            if not ok:
-                self._conn.execute("ROLLBACK TO genloop_tx")
-            self._conn.execute("RELEASE genloop_tx")
+            if first and not ok:
+                self._conn.execute("ROLLBACK")
+                self._batch = None
+                batch.finish(None)
+                return
+            if not first:
+                if not ok:
+                    self._conn.execute("ROLLBACK TO genloop_tx")
+                self._conn.execute("RELEASE genloop_tx")
             batch.members += ok
             with self._count:
                 others = self._waiting
