@@ -19,7 +19,10 @@ For each loop count it prints the median wall time of each side, the ratio scrip
 (> 1: genloop is faster), the engine's batch-size histogram, the seconds spent inside model
 calls (generation batches + scoring batches) vs the rest (orchestration), and how busy the
 engine was (its share of the wall, and its seconds per image: a starved engine, or one slowed
-by threads fighting over the cores, shows there). Every repetition uses
+by threads fighting over the cores, shows there). On Linux it also splits genloop's CPU time by
+thread (the engine's, the scorer's, torch's own pool, everything else: orchestration) and says
+how long the engine's thread was ready to run but waited for a core (the machine's other work,
+or this process's own threads). Every repetition uses
 a fresh store, so nothing is reused between repetitions. The machine this runs on may be shared:
 compare medians, and rerun when the spread is large.
 """
@@ -35,8 +38,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -66,6 +70,8 @@ class Measured:
     score_s: float
     batches: list[int]
     score_batches: list[int]
+    #: CPU seconds by thread role (see :class:`ThreadClock`); empty where not measured.
+    cpu: dict[str, float] = field(default_factory=dict)
 
 
 class Side(BaseModel):
@@ -73,6 +79,8 @@ class Side(BaseModel):
     model_s: list[float]
     #: genloop only: seconds inside generation batches (the rest of model_s is scoring).
     engine_s: list[float] = []
+    #: genloop only: CPU seconds by thread role, one dict per repetition (Linux).
+    cpu_s: list[dict[str, float]] = []
 
     @property
     def median(self) -> float:
@@ -144,19 +152,75 @@ class Script:
 
 
 # -- genloop ---------------------------------------------------------------------------------
+class ThreadClock:
+    """CPU seconds of this process's threads between :meth:`start` and :meth:`stop`, by role.
+
+    Roles: ``engine`` (the generation engine's batch thread), ``scorer`` (the score batcher's),
+    ``torch pool`` (threads Python did not start: torch's intra-op workers), ``orchestration``
+    (every other thread: Dramatiq's workers, completions, leases, sweeper, the waiting client),
+    and ``engine waited`` (seconds the engine's thread was ready to run but had no core). Reads
+    ``/proc/self/task`` (Linux); elsewhere it measures nothing. Call :meth:`stop` while the
+    client's threads are still alive."""
+
+    ROLES = {"genloop-generation-engine": "engine", "genloop-score-batcher": "scorer"}
+
+    def __init__(self, engine_thread: threading.Thread | None) -> None:
+        self.engine = engine_thread.native_id if engine_thread is not None else None
+        self.began: dict[int, float] = {}
+        self.waited = 0.0
+
+    @staticmethod
+    def _cpu() -> dict[int, float]:
+        tick, out = os.sysconf("SC_CLK_TCK"), {}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # ended meanwhile
+            out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        return out
+
+    def _waited(self) -> float:
+        if self.engine is None:
+            return 0.0
+        stat = Path(f"/proc/self/task/{self.engine}/schedstat")
+        try:  # ns on a cpu, ns runnable but waiting for one, timeslices
+            return int(stat.read_text().split()[1]) / 1e9
+        except (FileNotFoundError, ProcessLookupError):
+            return 0.0
+
+    def start(self) -> None:
+        if os.path.isdir("/proc/self/task"):
+            self.began, self.waited = self._cpu(), self._waited()
+
+    def stop(self) -> dict[str, float]:
+        if not self.began:
+            return {}
+        python = {t.native_id: t.name for t in threading.enumerate()}
+        roles: dict[str, float] = collections.defaultdict(float)
+        for tid, seconds in self._cpu().items():
+            name = python.get(tid)
+            role = "torch pool" if name is None else self.ROLES.get(name, "orchestration")
+            roles[role] += seconds - self.began.get(tid, 0.0)
+        roles["engine waited"] = self._waited() - self.waited
+        return dict(roles)
+
+
 def _loops(prompts: list[str], rounds: int, candidates: int) -> list[Loop]:
     return [Loop(prompt=p, rounds=rounds, candidates=candidates, seed=0,
                  model=shapes.PIPELINE_NAME, evaluator=shapes.CLIP_MODEL_NAME) for p in prompts]
 
 
 def _run_all(client: Client, loops: list[Loop]) -> float:
-    began = time.perf_counter()
+    """Seconds from the first submit to the last run's recorded end (``Run.wait`` notices an
+    end only at its next poll, up to a second later: a tenth of a one-loop run)."""
+    began = time.time()
     runs = [client.submit(loop) for loop in loops]
     for run in runs:
         result = run.wait(timeout=3600)
         if result.status != "succeeded":
             raise RuntimeError(f"run {run.id} ended {result.status}: {result.error}")
-    return time.perf_counter() - began
+    return max(run.status().finished_at or time.time() for run in runs) - began
 
 
 class Local:
@@ -175,11 +239,14 @@ class Local:
         torch.set_num_threads(setting.torch_threads)
         batcher, scoring = self.resources.models.engine.batcher, self.resources.scoring
         gen, score = len(batcher.seconds), len(scoring.seconds)
+        clock = ThreadClock(batcher._thread)
         with Client.local(home=self.root / f"rep{self.n}", resources=self.resources,
                           threads=setting.worker_threads) as client:
+            clock.start()
             wall = _run_all(client, loops)
+            cpu = clock.stop()
         return Measured(wall, sum(batcher.seconds[gen:]), sum(scoring.seconds[score:]),
-                        batcher.batches[gen:], [n for _, n, _ in scoring.batches[score:]])
+                        batcher.batches[gen:], [n for _, n, _ in scoring.batches[score:]], cpu)
 
     def close(self) -> None:
         pass
@@ -300,6 +367,8 @@ def main(argv: list[str] | None = None) -> None:
                         ours.wall_s.append(m.wall)
                         ours.model_s.append(m.engine_s + m.score_s)
                         ours.engine_s.append(m.engine_s)
+                        if m.cpu:
+                            ours.cpu_s.append(m.cpu)
                         gen[setting.label] += m.batches
                         sc[setting.label] += m.score_batches
                 for setting in settings:
@@ -340,6 +409,14 @@ def _print(r: LoopsReport, labelled: bool) -> None:
         print(f"           engine busy {engine / r.genloop.median:.0%} of the wall, "
               f"{1000 * engine / images:.0f} ms per image; batch sizes {r.batch_sizes} "
               f"(median {gen:g}); score batch images {r.score_batch_images}")
+    if r.genloop.cpu_s:
+        roles = {k: statistics.median(c.get(k, 0.0) for c in r.genloop.cpu_s)
+                 for k in ("engine", "scorer", "torch pool", "orchestration", "engine waited")}
+        total = sum(v for k, v in roles.items() if k != "engine waited")
+        print("           CPU " + ", ".join(f"{k} {v:.1f}s" for k, v in roles.items()
+                                            if k != "engine waited")
+              + f" (orchestration {roles['orchestration'] / total:.0%} of the process's CPU); "
+              f"the engine's thread waited {roles['engine waited']:.1f}s for a core")
 
 
 if __name__ == "__main__":
