@@ -87,6 +87,23 @@ class Int8AttnProcessor:
         with SDPAToInt8Mode(force=self.force):
             return self.previous(*args, **kwargs)
 
+    # diffusers configures processors through their attributes (``set_attention_backend`` sets
+    # ``_attention_backend`` where ``hasattr`` finds it, context parallelism ``_parallel_config``):
+    # every attribute but the wrapper's own two is the stock processor's, read and written there.
+    def __getattr__(self, name: str) -> Any:
+        if name in _OWN_ATTRIBUTES:  # not set yet (copy, pickle): no lookup through previous
+            raise AttributeError(name)
+        return getattr(self.previous, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _OWN_ATTRIBUTES:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.previous, name, value)
+
+
+_OWN_ATTRIBUTES = frozenset({"previous", "force"})
+
 
 @functools.cache
 def _showing_signature_of(stock: type) -> type[Int8AttnProcessor]:

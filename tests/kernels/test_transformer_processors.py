@@ -200,6 +200,31 @@ def test_wrapped_processor_shows_the_stock_signature(stock):
     assert isinstance(wrapped, gk.Int8AttnProcessor)
 
 
+def test_flux_attention_backend_set_through_the_wrapper_reaches_the_stock_processor(
+        device, force, monkeypatch):
+    model, inputs = _flux(device)
+    model.set_attention_backend("flex")
+    with torch.no_grad():
+        flex = model(**inputs).sample
+        # Given Flux's processors wrapped, then set back to diffusers' native (SDPA) backend
+        gk.apply_int8_attention(model, force=force)
+        model.set_attention_backend("native")
+        calls = _count_kernel_calls(monkeypatch)
+        model(**inputs)
+        # Then SDPA is intercepted; and with flex attention set again, no SDPA call happens:
+        # the stock flex path runs, untouched
+        assert len(calls) == 2
+        model.set_attention_backend("flex")
+        calls.clear()
+        assert torch.equal(model(**inputs).sample, flex)
+        assert calls == []
+        # And the stock processors restored keep the backend set through the wrappers
+        gk.remove_int8_attention(model)
+    restored = [m.processor for m in model.modules()
+                if type(getattr(m, "processor", None)) is FluxAttnProcessor]
+    assert [p._attention_backend for p in restored] == ["flex", "flex"]
+
+
 @pytest.mark.slow
 def test_torch_compile_traces_the_wrapped_sd3_in_one_graph(device):
     # Given the tiny SD3 with its processors wrapped, dispatch left to decide (declined here)
