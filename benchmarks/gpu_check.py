@@ -15,7 +15,7 @@ Sections, in order (:data:`SECTIONS`), each in its own process with its own time
 ``groupnorm``      ``benchmarks/kernels.py --only groupnorm``: fused vs torch vs a copy
 ``unet``           SDXL-sized UNet, random weights, fp16, with and without the kernels
 ``transformers``   SD3- and Flux-shaped transformers (a few full-width layers, random weights)
-                   at 1024 px: the INT8 processors forced vs diffusers' stock ones, and
+                   at 1024 px: the stock processors with INT8 SDPA forced vs unwrapped, and
                    what dispatch picks unforced
 ``engine``         the engine on ``shapes`` in fp16: batching, DeepCache (host-side step
                    counter: PSNR and full/cached calls), OOM splits, eviction

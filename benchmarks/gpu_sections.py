@@ -10,7 +10,8 @@ so that a dead CUDA context, a hang or a crash costs that section only.
   without the kernels: PSNR of the noise prediction, how many attention / GroupNorm calls ran
   the kernels, ms per forward.
 * ``transformers``: SD3-medium- and Flux-dev-shaped transformers (full width, a few layers,
-  random weights) at 1024 px: the INT8 processors forced against diffusers' stock ones (PSNR,
+  random weights) at 1024 px: diffusers' stock processors with their SDPA call sent to INT8
+  attention (``Int8AttnProcessor``, forced) against the same processors unwrapped (PSNR,
   kernel calls, ms per forward) and what dispatch picks unforced.
 * ``engine``: the generation engine on ``shapes`` in fp16: batching to the cap, DeepCache PSNR
   (steps counted on the host), an injected and a real out-of-memory split, eviction freeing

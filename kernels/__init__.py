@@ -9,7 +9,8 @@
   which it would be.
 * :func:`apply_int8_attention` / :func:`apply_fused_groupnorm_silu` switch a diffusers model to
   them (and the ``remove_*`` functions switch it back), so the engine can choose per request;
-  attention covers UNets' SDPA processors and SD3's and Flux's transformer processors.
+  attention wraps the stock SDPA processors of UNets, SD3 and Flux and intercepts their SDPA call
+  (:class:`Int8AttnProcessor`, :class:`SDPAToInt8Mode`), copying none of diffusers' code.
 
 Importing this package imports neither Triton nor diffusers: names are loaded on first use, and
 the dispatch functions work on machines without Triton (they take the PyTorch path).
@@ -30,9 +31,8 @@ _EXPORTS = {
     "int8_attention_or_sdpa": "dispatch",
     "groupnorm_silu_or_torch": "dispatch",
     "triton_available": "dispatch",
-    "Int8AttnProcessor": "diffusers_hooks",
-    "Int8FluxAttnProcessor": "transformer_processors",
-    "Int8JointAttnProcessor": "transformer_processors",
+    "Int8AttnProcessor": "sdpa_to_int8",
+    "SDPAToInt8Mode": "sdpa_to_int8",
     "apply_int8_attention": "diffusers_hooks",
     "remove_int8_attention": "diffusers_hooks",
     "apply_fused_groupnorm_silu": "diffusers_hooks",
@@ -41,9 +41,8 @@ _EXPORTS = {
 
 __all__ = [
     "Int8AttnProcessor",
-    "Int8FluxAttnProcessor",
-    "Int8JointAttnProcessor",
     "KernelInputError",
+    "SDPAToInt8Mode",
     "apply_fused_groupnorm_silu",
     "apply_int8_attention",
     "attention_reference",
@@ -60,7 +59,6 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .diffusers_hooks import (
-        Int8AttnProcessor,
         apply_fused_groupnorm_silu,
         apply_int8_attention,
         remove_fused_groupnorm_silu,
@@ -75,7 +73,7 @@ if TYPE_CHECKING:
     )
     from .errors import KernelInputError
     from .references import attention_reference, groupnorm_silu_reference, int8_attention_emulated
-    from .transformer_processors import Int8FluxAttnProcessor, Int8JointAttnProcessor
+    from .sdpa_to_int8 import Int8AttnProcessor, SDPAToInt8Mode
 
 
 def __getattr__(name: str) -> Any:

@@ -1,12 +1,11 @@
 """Switch a diffusers UNet (or VAE) to the Triton kernels, and back, per request.
 
-* Attention: :class:`Int8AttnProcessor` is ``AttnProcessor2_0`` with the attention call replaced
-  by :func:`~genloop.kernels.dispatch.int8_attention_or_sdpa`; SD3's ``JointAttnProcessor2_0``
-  and Flux's ``FluxAttnProcessor`` have their counterparts in :mod:`.transformer_processors`.
-  :func:`apply_int8_attention` puts the counterpart on every attention module whose processor is
-  exactly one of those stock classes and keeps the old processor inside the new one, so
-  :func:`remove_int8_attention` restores exactly what was there. Modules with other processors
-  (IP-Adapter, subclasses, custom ones) are left alone.
+* Attention: :func:`apply_int8_attention` wraps every attention processor that is exactly
+  ``AttnProcessor2_0`` (UNets), ``JointAttnProcessor2_0`` (SD3) or ``FluxAttnProcessor`` (Flux)
+  in :class:`~genloop.kernels.sdpa_to_int8.Int8AttnProcessor`, which runs that stock processor
+  unchanged and sends its SDPA call to INT8 attention where it runs; the wrapped processor is
+  what :func:`remove_int8_attention` restores. Modules with other processors (IP-Adapter,
+  subclasses, custom ones, the pre-SDPA ``AttnProcessor``) are left alone.
 * GroupNorm + SiLU: ``ResnetBlock2D`` calls ``norm1`` / ``norm2`` and then ``nonlinearity``, a
   SiLU it also applies to the time embedding. A diffusers ``ModelHook`` on the GroupNorm computes
   the fused ``silu(group_norm(x))``, and a hook on the SiLU passes that exact output tensor through
@@ -23,21 +22,15 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any
 
 import torch
 from diffusers.hooks import HookRegistry, ModelHook
-from diffusers.models.attention_processor import (
-    Attention,
-    AttnProcessor,
-    AttnProcessor2_0,
-    JointAttnProcessor2_0,
-)
+from diffusers.models.attention_processor import AttnProcessor2_0, JointAttnProcessor2_0
 from diffusers.models.resnet import ResnetBlock2D
 from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
 
-from .dispatch import groupnorm_silu_or_torch, int8_attention_or_sdpa
-from .transformer_processors import Int8FluxAttnProcessor, Int8JointAttnProcessor
+from .dispatch import groupnorm_silu_or_torch
+from .sdpa_to_int8 import Int8AttnProcessor
 
 logger = logging.getLogger(__name__)
 
@@ -45,81 +38,11 @@ _NORM_HOOK = "genloop.fused_groupnorm_silu"
 _ACT_HOOK = "genloop.fused_groupnorm_silu.pass_through"
 
 
-class Int8AttnProcessor:
-    """Attention processor for diffusers ``Attention``: INT8 attention where it runs, else SDPA.
-
-    ``previous`` is the processor it replaced (restored by :func:`remove_int8_attention`).
-    """
-
-    def __init__(self, previous: Any = None, *, force: bool = False) -> None:
-        self.previous = previous
-        self.force = force
-
-    def __call__(
-        self, attn: Attention, hidden_states: torch.Tensor,
-        encoder_hidden_states: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None, temb: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        residual = hidden_states
-        if attn.spatial_norm is not None:
-            hidden_states = attn.spatial_norm(hidden_states, temb)
-        input_ndim = hidden_states.ndim
-        if input_ndim == 4:
-            batch_size, channel, height, width = hidden_states.shape
-            hidden_states = hidden_states.view(batch_size, channel, height * width).transpose(1, 2)
-        context = hidden_states if encoder_hidden_states is None else encoder_hidden_states
-        batch_size, sequence_length, _ = context.shape
-        if attention_mask is not None:
-            attention_mask = attn.prepare_attention_mask(attention_mask, sequence_length,
-                                                         batch_size)
-            attention_mask = attention_mask.view(batch_size, attn.heads, -1,
-                                                 attention_mask.shape[-1])
-        if attn.group_norm is not None:
-            hidden_states = attn.group_norm(hidden_states.transpose(1, 2)).transpose(1, 2)
-
-        query = attn.to_q(hidden_states)
-        if encoder_hidden_states is None:
-            encoder_hidden_states = hidden_states
-        elif attn.norm_cross:
-            encoder_hidden_states = attn.norm_encoder_hidden_states(encoder_hidden_states)
-        key = attn.to_k(encoder_hidden_states)
-        value = attn.to_v(encoder_hidden_states)
-
-        head_dim = key.shape[-1] // attn.heads
-        # (B, N, H*D) viewed as (B, H, N, D) without a copy: the kernel takes strided inputs.
-        query = query.view(batch_size, -1, attn.heads, head_dim).transpose(1, 2)
-        key = key.view(batch_size, -1, attn.heads, head_dim).transpose(1, 2)
-        value = value.view(batch_size, -1, attn.heads, head_dim).transpose(1, 2)
-        if attn.norm_q is not None:
-            query = attn.norm_q(query)
-        if attn.norm_k is not None:
-            key = attn.norm_k(key)
-
-        # attn.scale is dim_head**-0.5 unless the model set scale_qk=False; AttnProcessor2_0
-        # ignores it and always uses 1/sqrt(D), the same number in every stock config.
-        hidden_states = int8_attention_or_sdpa(
-            query, key, value, sm_scale=attn.scale, attn_mask=attention_mask, force=self.force
-        )
-        hidden_states = hidden_states.transpose(1, 2).reshape(batch_size, -1, attn.heads * head_dim)
-        hidden_states = hidden_states.to(query.dtype)
-        hidden_states = attn.to_out[0](hidden_states)
-        hidden_states = attn.to_out[1](hidden_states)
-        if input_ndim == 4:
-            hidden_states = hidden_states.transpose(-1, -2).reshape(batch_size, channel, height,
-                                                                    width)
-        if attn.residual_connection:
-            hidden_states = hidden_states + residual
-        return hidden_states / attn.rescale_output_factor
-
-
-#: Stock processor class -> its INT8 counterpart (exact classes: a subclass may change the math).
-_COUNTERPARTS: dict[type, type] = {
-    AttnProcessor: Int8AttnProcessor,
-    AttnProcessor2_0: Int8AttnProcessor,
-    JointAttnProcessor2_0: Int8JointAttnProcessor,
-    FluxAttnProcessor: Int8FluxAttnProcessor,
-}
-_INT8_PROCESSORS = (Int8AttnProcessor, Int8JointAttnProcessor, Int8FluxAttnProcessor)
+#: The stock processors whose attention is one SDPA call on (B, H, N, D) that
+#: :class:`Int8AttnProcessor` can intercept (exact classes: a subclass may change the math).
+#: ``AttnProcessor`` (the pre-SDPA one ``set_default_attn_processor`` installs) computes attention
+#: with ``baddbmm`` and softmax, which no SDPA interception sees, so it is left alone.
+_INTERCEPTABLE: tuple[type, ...] = (AttnProcessor2_0, JointAttnProcessor2_0, FluxAttnProcessor)
 
 
 def apply_int8_attention(model: torch.nn.Module, *, force: bool = False) -> int:
@@ -133,10 +56,10 @@ def apply_int8_attention(model: torch.nn.Module, *, force: bool = False) -> int:
         processor = getattr(module, "processor", None)
         if processor is None or not hasattr(module, "set_processor"):
             continue
-        if isinstance(processor, _INT8_PROCESSORS):
+        if isinstance(processor, Int8AttnProcessor):
             processor.force = force
-        elif type(processor) in _COUNTERPARTS:
-            module.set_processor(_COUNTERPARTS[type(processor)](processor, force=force))
+        elif type(processor) in _INTERCEPTABLE:
+            module.set_processor(Int8AttnProcessor(processor, force=force))
             switched += 1
         else:
             logger.debug("%s keeps its %s", name, type(processor).__name__)
@@ -147,7 +70,7 @@ def remove_int8_attention(model: torch.nn.Module) -> int:
     """Put back the processors :func:`apply_int8_attention` replaced; returns how many."""
     restored = 0
     for module in model.modules():
-        if isinstance(getattr(module, "processor", None), _INT8_PROCESSORS):
+        if isinstance(getattr(module, "processor", None), Int8AttnProcessor):
             module.set_processor(module.processor.previous)
             restored += 1
     return restored

@@ -48,6 +48,13 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+def _log_fallback(message: str, reason: str) -> None:
+    """Debug-log why a kernel was skipped, except while torch.compile traces (a logger call
+    there splits the graph at every attention and every norm)."""
+    if not torch.compiler.is_compiling():
+        logger.debug(message, reason)
+
+
 def _device_blocker(
     t: torch.Tensor, force: bool, min_capability: tuple[int, int], kernel_module: str
 ) -> str | None:
@@ -126,7 +133,7 @@ def int8_attention_or_sdpa(
         from .int8_attention import int8_attention
 
         return int8_attention(q, k, v, sm_scale=sm_scale)
-    logger.debug("int8 attention falls back to SDPA: %s", reason)
+    _log_fallback("int8 attention falls back to SDPA: %s", reason)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=sm_scale)
 
 
@@ -167,5 +174,5 @@ def groupnorm_silu_or_torch(
         from .groupnorm_silu import groupnorm_silu
 
         return groupnorm_silu(x, num_groups, weight, bias, eps)
-    logger.debug("groupnorm+silu falls back to torch: %s", reason)
+    _log_fallback("groupnorm+silu falls back to torch: %s", reason)
     return F.silu(F.group_norm(x, num_groups, weight, bias, eps))
