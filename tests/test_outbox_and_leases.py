@@ -56,3 +56,24 @@ def test_an_identical_concurrent_run_finishes_right_after_the_first(tmp_path, re
     assert [r.status for r in results] == [RunStatus.SUCCEEDED] * 2
     assert executions(log) == 1
     assert gap < 10.0, f"the second run finished {gap:.1f}s after the first"
+
+
+def test_a_run_waiting_on_a_leased_key_is_not_resent_as_lost(tmp_path, resources, caplog):
+    """A delivery that finds its key leased looks again every LEASE_POLL_CAP, between looks
+    in the worker's delay heap where no backlog counts it; it used to look lost to the
+    sweeper after the grace period, which re-sent it again and again while the holder ran
+    (32 loops sharing one prompt: thousands of extra deliveries)."""
+    log = str(tmp_path / "log")
+    g = Graph()
+    g.add("test-count", id="a", params={"log": log, "value": 7, "sleep": 4.0})
+    caplog.set_level(logging.WARNING, logger="genloop.workers.recovery")
+    # A short lease (renewed while the holder runs) makes the grace period short too.
+    with Client.local(home=tmp_path / "home", resources=resources, lease_ttl=1.0,
+                      sweep_every=0.1) as client:
+        first, second = client.submit(g), client.submit(g)
+        results = [first.wait(timeout=60), second.wait(timeout=60)]
+
+    assert [r.status for r in results] == [RunStatus.SUCCEEDED] * 2
+    assert executions(log) == 1
+    resent = [r.getMessage() for r in caplog.records if "re-sending" in r.getMessage()]
+    assert not resent, resent

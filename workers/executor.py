@@ -216,6 +216,9 @@ class Executor:
             delay = min(max(lease, 0.05), LEASE_POLL_CAP)
             log.debug("%s/%s: key %s is leased elsewhere; looking again in %.2fs",
                       run_id, instance_id, key[:12], delay)
+            # Between looks the message waits in a worker's delay heap, which no backlog
+            # counts: touched, the instance is not taken for lost by the sweeper.
+            self.store.touch([(run_id, instance_id)])
             self.scheduler.enqueue([inst], delay)
             return
         if outcome != "started":
