@@ -206,6 +206,19 @@ class ThreadClock:
         return dict(roles)
 
 
+def _distinct_prompts(n: int) -> list[str]:
+    """``n`` different held-out captions: two loops of one prompt are the same work, which
+    genloop would run once for both and the script twice (32 held-out seeds repeat one)."""
+    out: list[str] = []
+    start = 0
+    while len(out) < n:
+        for scene in shapes.heldout_prompts(n, start=start):
+            if (caption := scene.caption()) not in out and len(out) < n:
+                out.append(caption)
+        start += n
+    return out
+
+
 def _loops(prompts: list[str], rounds: int, candidates: int) -> list[Loop]:
     return [Loop(prompt=p, rounds=rounds, candidates=candidates, seed=0,
                  model=shapes.PIPELINE_NAME, evaluator=shapes.CLIP_MODEL_NAME) for p in prompts]
@@ -332,7 +345,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = _settings(args.grid)
     if args.redis and len(settings) > 1:
         parser.error("--redis runs one worker process: give one --grid setting")
-    prompts = [a.caption() for a in shapes.heldout_prompts(max(counts) + 1)]
+    prompts = _distinct_prompts(max(counts) + 1)
     warm, prompts = prompts[:1], prompts[1:]
     # The script runs at torch's own default; torch's thread count is per process, so it is
     # set again before every run of either side.
