@@ -1,6 +1,6 @@
 """Shapes VAE recipes side by side: the generator's ceiling (held-out round trips) per CPU minute.
 
-    python benchmarks/shapes_vae.py [--variants current,objects,...] [--steps 1500]
+    python benchmarks/shapes_vae.py [--variants v2-run,recipe,...] [--steps 1500]
         [--pool 4096] [--n 200] [--json]
 
 Each variant is :class:`~genloop.training.shapes.train_sd.SDTrainConfig` with a few VAE fields
@@ -8,8 +8,8 @@ changed; all train from the same seeded pool for the same steps (unless the vari
 own), then encode and decode the same held-out renders
 (:func:`~genloop.training.shapes.evaluate.evaluate_vae`: the checker's clause rates, one and two
 objects). Prints, per variant, CPU minutes of training (this thread's, so a busy machine does not
-inflate them) and each clause's rate with its 95% Wilson interval, and the shape rates' change
-against the first variant. Run under ``nice -n 19`` on a shared machine.
+inflate them) and each clause's rate with its 95% Wilson interval and its change against the
+first variant. Run under ``nice -n 19`` on a shared machine.
 """
 
 from __future__ import annotations
@@ -28,17 +28,15 @@ from genloop.workers.shapes.dataset import render_pool
 
 #: Name -> SDTrainConfig fields changed from the defaults.
 VARIANTS: dict[str, dict] = {
-    "current": {},
-    "objects": {"vae_crop_on_objects": True},
-    "foreground": {"vae_foreground_weight": 4.0},
-    "edges": {"vae_edge_weight": 1.0},
-    "objects+foreground": {"vae_crop_on_objects": True, "vae_foreground_weight": 4.0},
-    "objects+fg+edges": {"vae_crop_on_objects": True, "vae_foreground_weight": 4.0,
-                         "vae_edge_weight": 1.0},
-    "objects+fg+lr2e-3": {"vae_crop_on_objects": True, "vae_foreground_weight": 4.0,
-                          "vae_lr": 2e-3},
-    "objects+fg+kl1e-4": {"vae_crop_on_objects": True, "vae_foreground_weight": 4.0,
-                          "kl_weight": 1e-4},
+    # The VAE of the v2 run: one random crop corner per batch, plain L1 + MSE.
+    "v2-run": {"vae_crop_on_objects": False, "vae_foreground_weight": 0.0,
+               "vae_edge_weight": 0.0},
+    "objects": {"vae_foreground_weight": 0.0, "vae_edge_weight": 0.0},
+    "foreground": {"vae_crop_on_objects": False, "vae_edge_weight": 0.0},
+    # Crops on the objects, outlines weighted 5x, an edge loss.
+    "recipe": {},
+    "lr2e-3": {"vae_lr": 2e-3},
+    "fg10": {"vae_foreground_weight": 10.0},
 }
 
 
@@ -64,21 +62,21 @@ def run_variant(name: str, steps: int | None, pool, n: int, save: Path | None = 
 
 
 def _row(result: dict, base: dict | None) -> str:
-    parts = [f"{result['variant']:<22} {result['steps']:>5} steps {result['cpu_minutes']:5.1f} min"]
+    lines = [f"{result['variant']:<12} {result['steps']:>5} steps "
+             f"{result['cpu_minutes']:5.1f} CPU min"]
     for label, rates in result["roundtrip"].items():
+        cells = []
         for key, p in rates.items():
             lo, hi = wilson(p, result["n"])
-            if key == "all_correct" or "shape" in key or min(rates.values()) == p:
-                delta = ""
-                if base is not None:
-                    delta = f" ({p - base['roundtrip'][label][key]:+.3f})"
-                parts.append(f"{label}.{key} {p:.3f} [{lo:.3f}, {hi:.3f}]{delta}")
-    return "\n    ".join(parts)
+            delta = "" if base is None else f" {p - base['roundtrip'][label][key]:+.3f}"
+            cells.append(f"{key} {p:.3f} [{lo:.2f}, {hi:.2f}]{delta}")
+        lines.append(f"  {label}: " + "; ".join(cells))
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variants", default="current,objects+foreground",
+    parser.add_argument("--variants", default="v2-run,recipe",
                         help=f"comma-separated, the first the baseline: {', '.join(VARIANTS)}")
     parser.add_argument("--steps", type=int, default=None, help="default: the recipe's")
     parser.add_argument("--pool", type=int, default=4096, help="training images rendered")

@@ -53,8 +53,8 @@ def test_the_foreground_weight_counts_an_error_on_the_shape_more_than_on_the_bac
     on_shape, off_shape = x.clone(), x.clone()
     on_shape[:, :, 32, 32] += 0.5
     off_shape[:, :, 2, 2] -= 0.5
-    weighted = SDTrainConfig(vae_foreground_weight=4.0)
-    plain = SDTrainConfig()
+    weighted = SDTrainConfig(vae_foreground_weight=4.0, vae_edge_weight=0.0)
+    plain = SDTrainConfig(vae_foreground_weight=0.0, vae_edge_weight=0.0)
     assert reconstruction_loss(on_shape, x, background, plain) == reconstruction_loss(
         off_shape, x, background, plain)
     assert reconstruction_loss(on_shape, x, background, weighted) > 4 * reconstruction_loss(
