@@ -37,6 +37,7 @@ VARIANTS: dict[str, dict] = {
     "recipe": {},
     "lr2e-3": {"vae_lr": 2e-3},
     "fg10": {"vae_foreground_weight": 10.0},
+    "fg10+lr2e-3": {"vae_foreground_weight": 10.0, "vae_lr": 2e-3},
 }
 
 
