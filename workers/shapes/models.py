@@ -91,6 +91,10 @@ class UNetShape(BaseModel):
     #: Cross- and self-attention at 16x16 as well: text reaches the level where a small
     #: shape's corners are drawn, not only the coarser ones.
     attention_at_16: bool = False
+    #: The caption, attention-pooled, added to the timestep embedding (diffusers'
+    #: ``addition_embed_type="text"``): every resnet block, the 16x16 ones too, sees what the
+    #: prompt asks for at the cost of one pooling per step rather than attention per pixel.
+    text_in_time_embedding: bool = False
 
 
 def build_unet(shape: UNetShape | None = None) -> UNet2DConditionModel:
@@ -110,6 +114,8 @@ def build_unet(shape: UNetShape | None = None) -> UNet2DConditionModel:
         down_block_types=(f"{top}DownBlock2D",) + ("CrossAttnDownBlock2D",) * 3,
         up_block_types=("CrossAttnUpBlock2D",) * 3 + (f"{top}UpBlock2D",),
         cross_attention_dim=TEXT_WIDTH,
+        addition_embed_type="text" if shape.text_in_time_embedding else None,
+        addition_embed_type_num_heads=2,
         attention_head_dim=4,
         norm_num_groups=16,
     )

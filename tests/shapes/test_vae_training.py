@@ -1,0 +1,61 @@
+"""The VAE's training batch and loss: crops that hold the objects, outlines weighted up."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from genloop.training.shapes.train_sd import (
+    SDTrainConfig,
+    crops_around,
+    object_centres,
+    reconstruction_loss,
+    to_pixels,
+)
+from genloop.workers.shapes import dataset
+from genloop.workers.shapes.scene import Attributes
+
+
+def _render(position: str, size: str = "small") -> np.ndarray:
+    scene = Attributes(colour="red", shape="star", size=size, position=position,
+                       background="white")
+    return dataset.to_array(dataset.render(scene))
+
+
+def test_object_centres_find_the_shape_where_the_scene_put_it() -> None:
+    pool = np.stack([_render("left"), _render("top"), _render("centre", "large")])
+    centres = object_centres(pool).numpy()
+    (ly, lx), (ty, tx), (cy, cx) = centres
+    assert lx < 22 and abs(ly - 32) < 3
+    assert ty < 22 and abs(tx - 32) < 3
+    assert abs(cy - 32) < 3 and abs(cx - 32) < 3
+
+
+def test_crops_around_objects_hold_the_object_and_stay_inside_the_image() -> None:
+    # Given small shapes near the border, cropped at 32 px with 8 px of jitter
+    pool = np.stack([_render(p) for p in ("left", "right", "top", "bottom")])
+    images = torch.from_numpy(pool)
+    centres = object_centres(pool)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        pick = torch.arange(4)
+        crops = crops_around(images, pick, centres, 32, 8, gen)
+        assert crops.shape == (4, 32, 32, 3)
+        # Then every crop holds most of its object's pixels (red on white)
+        red = (crops[..., 0] > 200) & (crops[..., 1] < 80)
+        full = (images[..., 0] > 200) & (images[..., 1] < 80)
+        assert (red.sum(dim=(1, 2)) >= 0.9 * full.sum(dim=(1, 2))).all()
+
+
+def test_the_foreground_weight_counts_an_error_on_the_shape_more_than_on_the_background() -> None:
+    x = to_pixels(_render("centre", "large")[None])
+    background = x[:, :, :1, :1]
+    on_shape, off_shape = x.clone(), x.clone()
+    on_shape[:, :, 32, 32] += 0.5
+    off_shape[:, :, 2, 2] -= 0.5
+    weighted = SDTrainConfig(vae_foreground_weight=4.0, vae_edge_weight=0.0)
+    plain = SDTrainConfig(vae_foreground_weight=0.0, vae_edge_weight=0.0)
+    assert reconstruction_loss(on_shape, x, background, plain) == reconstruction_loss(
+        off_shape, x, background, plain)
+    assert reconstruction_loss(on_shape, x, background, weighted) > 4 * reconstruction_loss(
+        off_shape, x, background, weighted)
