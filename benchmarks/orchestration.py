@@ -39,6 +39,7 @@ from genloop.workers import OpRegistry, op
 from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.broker import wire
 from genloop.workers.stores import SqliteStateStore
+from genloop.workers.stores.records import InstanceRecord
 from genloop.workers.stores.redis import RedisStateStore
 
 
@@ -108,6 +109,46 @@ def fanout(wiring, n: int, redis_client) -> dict:
     if redis_client:
         out["redis_bytes_per_node"] = (redis_client.info("memory")["used_memory"] - before) / n
     return out
+
+
+#: A queue no worker reads: the expansion benchmark's messages wait there until deleted.
+EXPANSION_QUEUE = "bench-expansion"
+
+
+def expansion(wiring, n: int, redis_client, prefix: str) -> dict:
+    """The enqueue that releasing an ``n``-item map does (``Enqueuer(instances)``), side by side
+    with one message per call, on a queue no worker reads: wall time and round trips to Redis
+    (socket writes from this thread; a pipeline is one)."""
+    from redis.connection import AbstractConnection
+
+    instances = [InstanceRecord(run_id="bench", instance_id=f"i{k}", node_id="each", seq=k,
+                                queue=EXPANSION_QUEUE) for k in range(n)]
+    me, writes = threading.get_ident(), [0]
+    real = AbstractConnection.send_packed_command
+
+    def counted(self, command, check_health=True):
+        if threading.get_ident() == me:
+            writes[0] += 1
+        return real(self, command, check_health)
+
+    def timed(send) -> tuple[float, int]:
+        writes[0] = 0
+        t0 = time.perf_counter()
+        send()
+        wall, trips = time.perf_counter() - t0, writes[0]
+        for key in redis_client.scan_iter(f"{prefix}:{EXPANSION_QUEUE}*"):
+            redis_client.delete(key)
+        return wall, trips
+
+    AbstractConnection.send_packed_command = counted
+    try:
+        one_s, one_trips = timed(lambda: [wiring.enqueue.send(i) for i in instances])
+        batch_s, batch_trips = timed(lambda: wiring.enqueue(instances))
+    finally:
+        AbstractConnection.send_packed_command = real
+    return {"expansion_messages": n,
+            "expansion_one_per_call_s": one_s, "expansion_one_per_call_round_trips": one_trips,
+            "expansion_enqueuer_s": batch_s, "expansion_enqueuer_round_trips": batch_trips}
 
 
 class CommandCounter:
@@ -263,6 +304,8 @@ def main() -> None:
             lat_g = genloop_latency(wiring, args.latency_runs, offset=-1 - args.latency_runs)
             lat_r = raw_latency(raw_noop, started, done, args.latency_runs)
             fan = fanout(wiring, args.fanout, redis_client) if args.fanout else {}
+            if redis_client and args.fanout:
+                fan.update(expansion(wiring, args.fanout, redis_client, prefix))
             if redis_client:
                 fan.update(commands_per_node(wiring, broker, raw_noop, min(args.nodes, 400),
                                              10 * args.nodes, redis_client))
@@ -306,6 +349,12 @@ def main() -> None:
         if "redis_bytes_per_node" in fan:
             line += f", {fan['redis_bytes_per_node']:.0f} Redis bytes per node"
         print(line)
+    if "expansion_messages" in fan:
+        print(f"  expansion    : {fan['expansion_messages']} messages, Enqueuer "
+              f"{fan['expansion_enqueuer_s']:.2f} s in {fan['expansion_enqueuer_round_trips']} "
+              f"round trips | one per call {fan['expansion_one_per_call_s']:.2f} s in "
+              f"{fan['expansion_one_per_call_round_trips']} | "
+              f"{fan['expansion_one_per_call_s'] / fan['expansion_enqueuer_s']:.1f}x")
 
 
 if __name__ == "__main__":

@@ -79,23 +79,34 @@ class Metrics:
         self.sweeper_resends = Counter("genloop_sweeper_resends", "Messages the sweeper re-sent, "
                                        "by reason (outbox, lease_ended, message_lost)",
                                        ["reason"], registry=r)
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._error_types: set[str] = set()
         self._started: OrderedDict[tuple[str, str], tuple[float, str, str]] = OrderedDict()
         self._lock = threading.Lock()
         self._models = _ResidentModels()
         r.register(self._models)
 
+    def _child(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)``, kept once made: ``labels`` checks its arguments and takes
+        a lock on every call (about 25 us; two or three per node), and the label sets are
+        bounded (see above), so the children kept are too. Two threads making the same child at
+        once get the same one from ``labels``."""
+        child = self._children.get((metric, values))
+        if child is None:
+            child = self._children[(metric, values)] = metric.labels(*values)
+        return child
+
     # -- events ---------------------------------------------------------------------------------
     def observe(self, run_id: str, event: EventRecord, op_of: OpOf) -> None:
         """Count a committed event of ``run_id``."""
         kind = event.type
         if kind in _RUN_STATUSES:
-            self.runs.labels(_RUN_STATUSES[kind]).inc()
+            self._child(self.runs, _RUN_STATUSES[kind]).inc()
             return
         if event.node_id is None:
             return
         if kind.startswith("node.") and kind[5:] in _NODE_STATUSES:
-            self.nodes.labels(op_of(run_id, event.node_id)[0], kind[5:]).inc()
+            self._child(self.nodes, op_of(run_id, event.node_id)[0], kind[5:]).inc()
         elif kind.startswith("instance.") and event.instance_id is not None:
             self._instance(run_id, event, kind[9:], op_of)
 
@@ -114,15 +125,16 @@ class Metrics:
             started = self._started.pop(key, None)
         op = started[1] if started else op_of(run_id, event.node_id or "")[0]
         if started is not None:
-            self.op_duration.labels(op, started[2]).observe(max(event.time - started[0], 0.0))
+            self._child(self.op_duration, op, started[2]).observe(
+                max(event.time - started[0], 0.0))
         if what == "retry":
-            self.retries.labels(op, self._error_type(event.error)).inc()
+            self._child(self.retries, op, self._error_type(event.error)).inc()
             return
-        self.instances.labels(op, what).inc()
+        self._child(self.instances, op, what).inc()
         if what == "failed":
-            self.failures.labels(op, self._error_type(event.error)).inc()
+            self._child(self.failures, op, self._error_type(event.error)).inc()
         elif started is None and (event.message or "").endswith("cached"):
-            self.result_reuses.labels(op).inc()
+            self._child(self.result_reuses, op).inc()
 
     def _error_type(self, error: str | None) -> str:
         name = (error or "").split(":", 1)[0].strip() or "unknown"
@@ -137,14 +149,14 @@ class Metrics:
 
     # -- the engine, models and queues -------------------------------------------------------
     def engine_batch(self, kind: str, size: int) -> None:
-        self.batch_size.labels(kind).observe(size)
+        self._child(self.batch_size, kind).observe(size)
 
     def watch_models(self, registry: Any) -> None:
         """Report ``registry``'s resident models (a ``ModelRegistry``) while it lives."""
         self._models.add(registry)
 
     def queue_waited(self, queue: str, seconds: float) -> None:
-        self.queue_wait.labels(queue).observe(max(seconds, 0.0))
+        self._child(self.queue_wait, queue).observe(max(seconds, 0.0))
 
 
 class _ResidentModels(Collector):

@@ -41,6 +41,8 @@ from .stores.records import InstanceRecord
 log = logging.getLogger(__name__)
 
 Send = Callable[[InstanceRecord, float], str]
+#: Sends several messages at once (the :class:`~.broker.Enqueuer` pipelines them).
+SendMany = Callable[[Sequence[InstanceRecord], float], object]
 
 #: Take instances for free slots (lock-free for callers: the script runs atomically).
 #: ARGV: prefix, queue, now, flight ttl, the member whose message finished (or ''), then
@@ -102,11 +104,14 @@ class RedisFairQueue:
     a slot and lets the next tenant's message in. ``flight_ttl``: seconds a slot stays taken
     by a message no worker has started (lost with a dead process, or stuck behind retries,
     which run outside the window: freeing it early lets one message more in, no harm); a
-    running one's slot is kept by its worker's heartbeat, and ends soon after that worker."""
+    running one's slot is kept by its worker's heartbeat, and ends soon after that worker.
+    ``send_many``: sends the messages taken at once (by default ``send`` each)."""
 
     def __init__(self, client: redis.Redis, send: Send, tenant_of: Callable[[str], str], *,
-                 prefix: str = "genloop", flight_ttl: float = 10.0) -> None:
+                 prefix: str = "genloop", flight_ttl: float = 10.0,
+                 send_many: SendMany | None = None) -> None:
         self.client, self.send, self.tenant_of = client, send, tenant_of
+        self.send_many = send_many or (lambda records, delay: [send(r, delay) for r in records])
         self.prefix, self.flight_ttl = prefix, flight_ttl
         self._script = client.register_script(_PUSH_AND_TAKE)
 
@@ -156,8 +161,8 @@ class RedisFairQueue:
     def _take(self, queue: str, triples: Sequence[str] = (), done: str = "") -> None:
         taken = self._script(args=[self.prefix, queue, time.time(), self.flight_ttl, done,
                                    *triples])
-        for payload in taken:
-            self.send(InstanceRecord.model_validate_json(payload), 0.0)
+        if taken:
+            self.send_many([InstanceRecord.model_validate_json(p) for p in taken], 0.0)
 
 
 class RedisFairWorker(Middleware):

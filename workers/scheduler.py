@@ -43,7 +43,7 @@ from .stores.records import (
     RunSpecRecord,
 )
 from .stores.redis_scripts import FinishOutcome, ScriptedCompletion
-from .transitions import Transitions, instance_event, new_event
+from .transitions import Transitions, instance_event, new_event, record_ended
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class Scheduler(Transitions):
         spec_json = spec.model_dump(mode="json")
         run = RunRecord(
             id=uuid.uuid4().hex, spec_hash=spec_hash(spec_json), idempotency_key=idempotency_key,
-            pending_nodes=len(graph.nodes), created_at=time.time(),
+            pending_nodes=len(graph.nodes), ended_items={}, created_at=time.time(),
         )
         submitted = RunSpecRecord(spec=spec_json, graph=graph.model_dump(mode="json"))
         nodes, roots = [], []
@@ -315,6 +315,7 @@ class Scheduler(Transitions):
                 outputs_json=_REFS.dump_json(
                     [ItemRef(key=result.key, index=i) for i in range(len(result.items))]
                 ).decode(),
+                output_count=len(result.items),
                 node_event=new_event(f"node.{NodeStatus.SUCCEEDED.value}", node_id=node_id,
                                status=NodeStatus.SUCCEEDED.value),
                 run_event=new_event(f"run.{RunStatus.SUCCEEDED.value}",
@@ -384,6 +385,7 @@ class Scheduler(Transitions):
                 else:
                     node.status = NodeStatus.CANCELLED
                     tx.put_node(node)
+                    record_ended(run, node)
                     tx.event(new_event("node.cancelled", node_id=node_id, status="cancelled"))
                     run.pending_nodes -= 1
             if run.pending_nodes == 0:

@@ -5,6 +5,7 @@ runs alike."""
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 import dramatiq
 import pytest
@@ -13,6 +14,7 @@ from pydantic import BaseModel
 
 from genloop.sdk import Graph
 from genloop.sdk.errors import Permanent
+from genloop.sdk.graph import RunLimits
 from genloop.workers import OpRegistry, op
 from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.broker import wire
@@ -93,6 +95,41 @@ def test_a_map_reads_its_parents_result_once_per_process(pool, store):
     assert _wait(store, run.id).status == "succeeded"
     spread = next(n for n in store.nodes(run.id) if n.node_id == "spread")
     assert reads.count(spread.outputs[0].key) == 1
+
+
+def _chain(length: int) -> Graph:
+    g = Graph(limits=RunLimits(items=100, images=100))
+    node = g.add("spread", id="n0", params={"n": 1})
+    for i in range(1, length):
+        node = g.add("double", id=f"n{i}", inputs=[node])
+    return g
+
+
+def test_the_limits_check_reads_no_more_nodes_per_node_in_a_bigger_run(pool, store):
+    """A graph with limits (every gateway run) re-plans each node that becomes ready with the
+    real item counts of the nodes that ended; reading every node of the run for it made a run
+    of N nodes read N^2. The counts are kept in the run, the scripted completions included."""
+    reads: list[str] = []
+    real = store.transaction
+
+    @contextmanager
+    def counted(run_id, **kwargs):
+        with real(run_id, **kwargs) as tx:
+            read = tx.node
+            tx.node = lambda node_id: reads.append(node_id) or read(node_id)
+            yield tx
+
+    store.transaction = counted
+    total = {}
+    for length in (4, 8, 16):
+        reads.clear()
+        run = pool.scheduler.submit(_chain(length))
+        assert _wait(store, run.id).status == "succeeded"
+        assert _wait(store, run.id).ended_items == {f"n{i}": 1 for i in range(length)}
+        total[length] = len(reads)
+
+    # Each node added reads as many nodes as those before it did.
+    assert total[16] - total[8] <= 2 * (total[8] - total[4]), total
 
 
 def test_instances_this_process_sent_start_without_being_read_back(pool, store):

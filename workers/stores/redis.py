@@ -222,7 +222,8 @@ class RedisStateStore(StateStore):
         k, r = self.keys, done.run_id
         more = [] if completion is None else [
             "1", completion.outputs_json, event_json(completion.node_event),
-            event_json(completion.run_event), *completion.children]
+            event_json(completion.run_event),
+            f"{json.dumps(done.node_id)}:{completion.output_count}", *completion.children]
         out = _until_not_busy(lambda: self._finish(
             keys=[k.instances(r), k.nodes(r), k.events(r), k.live, k.lock(r),
                   k.result(result.key if result else ""), k.outbox,

@@ -38,9 +38,11 @@ from .records import EventRecord
 @dataclass(frozen=True)
 class ScriptedCompletion:
     """What :data:`FINISH` needs to complete a node of one instance that succeeded: the node's
-    outputs (``list[ItemRef]`` as JSON), the events it would append, and the node's children."""
+    outputs (``list[ItemRef]`` as JSON) and their count (for the run's ``ended_items``), the
+    events it would append, and the node's children."""
 
     outputs_json: str
+    output_count: int
     node_event: EventRecord
     run_event: EventRecord
     children: list[str]
@@ -119,7 +121,8 @@ end
 #: ARGV: instance id, ended instance JSON, node id, event JSON, result JSON or '', live member,
 #:       now, outbox member prefix ``run|@``, lease owner or '', then for the node's completion:
 #:       '1' if the caller allows it here, the node's outputs JSON, node.succeeded event JSON,
-#:       run.succeeded event JSON, and the node's children's ids.
+#:       run.succeeded event JSON, the node's ``"id":count`` entry for the run's ended_items,
+#:       and the node's children's ids.
 #: The caller's lease is dropped whatever the outcome (unless busy): its work is over.
 #: Returns {code, run ended (0/1), ready children...}. code: the node's pending instances left
 #: (0: the caller completes the node), -1 ended already, -2 busy, -3 missing, -4 another result
@@ -158,7 +161,7 @@ if string.find(run, '"cancel_requested":true', 1, true) then return defer() end
 local left = tonumber(string.match(run, '"pending_nodes":(%-?%d+)')) - 1
 if left <= 0 and not string.find(run, '"error":null', 1, true) then return defer() end
 local children, ready = {}, {}
-for i = 14, #ARGV do
+for i = 15, #ARGV do
   local child = redis.call('hget', KEYS[2], ARGV[i])
   if child and not terminal[status_of(child)] then
     local waiting = tonumber(string.match(child, '"waiting":(%-?%d+)')) - 1
@@ -172,6 +175,12 @@ redis.call('rpush', KEYS[3], ARGV[12])
 for id, doc in pairs(children) do redis.call('hset', KEYS[2], id, doc) end
 for _, id in ipairs(ready) do redis.call('hset', KEYS[7], ARGV[8] .. id, ARGV[7]) end
 run = replace(run, '"pending_nodes":%-?%d+', '"pending_nodes":' .. left)
+-- A run stored before ended_items was kept has it null: its limits check reads the nodes.
+local at = string.find(run, '"ended_items":{', 1, true)
+if at then
+  local sep = string.sub(run, at + 15, at + 15) == '}' and '' or ','
+  run = string.sub(run, 1, at + 14) .. ARGV[14] .. sep .. string.sub(run, at + 15)
+end
 local ended = 0
 if left <= 0 then
   run = replace(with_status(run, 'succeeded'), '"finished_at":null', '"finished_at":' .. ARGV[7])

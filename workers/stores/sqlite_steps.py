@@ -130,6 +130,11 @@ def finish(c: sqlite3.Connection, done: InstanceRecord, event: EventRecord,
     c.execute("UPDATE nodes SET doc = json_set(doc, '$.status', ?, '$.outputs', json(?)) "
               "WHERE run_id = ? AND node_id = ?",
               (NodeStatus.SUCCEEDED.value, completion.outputs_json, run_id, node_id))
+    # A run stored before ended_items was kept has it null: its limits check reads the nodes.
+    c.execute("UPDATE runs SET doc = json_set(doc, '$.ended_items', json_patch("
+              "json_extract(doc, '$.ended_items'), json_object(?, ?))) "
+              "WHERE id = ? AND json_type(doc, '$.ended_items') = 'object'",
+              (node_id, completion.output_count, run_id))
     append_event(c, run_id, completion.node_event)
     if left <= 0:
         c.execute("UPDATE runs SET doc = json_set(doc, '$.pending_nodes', ?, '$.status', ?, "
