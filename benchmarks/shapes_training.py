@@ -26,7 +26,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from genloop.training.shapes.steps import adamw, is_cuda, synchronize
+from genloop.training.shapes.steps import adamw, is_cuda, synchronize, update
 from genloop.training.shapes.train_sd import SDTrainConfig, _unet_loss
 from genloop.workers.shapes.models import (
     CONTEXT_LENGTH,
@@ -74,13 +74,7 @@ def v2_run_steps(cfg: SDTrainConfig, device: str, pool, steps: int) -> None:
         noisy = scheduler.add_noise(latents, noise, t.to(device))
         pred = unet(noisy, t.to(device), encoder_hidden_states=text(ids).last_hidden_state).sample
         loss = F.mse_loss(pred, scheduler.get_velocity(latents, noise, t.to(device)))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        decay = min(cfg.ema_decay, (1 + step) / (10 + step))
-        with torch.no_grad():
-            torch._foreach_lerp_(ema, [p.detach() for p in params], 1 - decay)
+        update(opt, loss, params, ema, cfg.ema_decay, step)
 
 
 def efficient_steps(cfg: SDTrainConfig, device: str, pool, steps: int) -> None:
@@ -93,13 +87,7 @@ def efficient_steps(cfg: SDTrainConfig, device: str, pool, steps: int) -> None:
     for step in range(steps):
         loss = _unet_loss(unet, text, cfg, gen, device, mean, std, token_ids, empty_ids, alphas,
                           scheduler.config.num_train_timesteps, 1.0)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        decay = min(cfg.ema_decay, (1 + step) / (10 + step))
-        with torch.no_grad():
-            torch._foreach_lerp_(ema, [p.detach() for p in params], 1 - decay)
+        update(opt, loss, params, ema, cfg.ema_decay, step)
 
 
 def seconds_per_step(run, cfg: SDTrainConfig, device: str, pool, steps: int,

@@ -46,6 +46,19 @@ def adamw(params, lr: float, weight_decay: float, device: str | torch.device):
                              fused=True if is_cuda(device) else None)
 
 
+def update(opt: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor],
+           ema: list[torch.Tensor], ema_decay: float, step: int) -> None:
+    """One optimiser step on ``loss`` (gradients clipped to norm 1), then the EMA copy of
+    ``params`` moved towards them, its decay warming up over the first steps."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    decay = min(ema_decay, (1 + step) / (10 + step))
+    with torch.no_grad():
+        torch._foreach_lerp_(ema, [p.detach() for p in params], 1 - decay)
+
+
 class StepPlan:
     """How long a training loop runs, and its learning-rate factor at each step.
 

@@ -33,7 +33,7 @@ from genloop.workers.shapes.models import (
     build_vae,
 )
 
-from .steps import LOOPS_FILE, StepPlan, adamw, autocast, is_cuda
+from .steps import LOOPS_FILE, StepPlan, adamw, autocast, is_cuda, update
 
 logger = logging.getLogger(__name__)
 
@@ -242,13 +242,7 @@ def train_unet(cfg: SDTrainConfig, vae, tokenizer, pool: np.ndarray, captions: l
         _set_lr(opt, cfg.unet_lr, plan.lr_factor(step))
         loss = _unet_loss(unet, text_encoder, cfg, gen, device, mean, std, token_ids,
                           empty_ids, alphas, timesteps, sf)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        decay = min(cfg.ema_decay, (1 + step) / (10 + step))
-        with torch.no_grad():
-            torch._foreach_lerp_(ema, [p.detach() for p in params], 1 - decay)
+        update(opt, loss, params, ema, cfg.ema_decay, step)
         plan.after_step(step)
         if step % 500 == 0 or step == plan.total - 1:
             logger.info("unet step %d/%d loss %.4f (%.0fs)", step, plan.total, loss.item(),
