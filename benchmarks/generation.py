@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                         else platform.processor() or platform.machine()),
         "torch_threads": torch.get_num_threads(), "images": args.images,
         "repeats": args.repeats, "steps": base.steps, "size": [base.width, base.height],
-        "max_batch": engine.max_batch, "engine_cache": args.cache, "compile": args.compile,
+        "max_batch": engine.max_batch(base.width, base.height), "engine_cache": args.cache, "compile": args.compile,
         "batch_sizes": batches,
         "seconds": {k: [round(x, 3) for x in v] for k, v in times.items()},
         "images_per_s": {k: round(v, 3) for k, v in rate.items()},

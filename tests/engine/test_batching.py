@@ -60,3 +60,25 @@ def test_shards_of_one_run_are_batched_by_the_worker(client, resources):
     assert result.status == RunStatus.SUCCEEDED
     assert [c.seed for c in result.items(node)] == list(range(3, 11))
     assert max(batches[before:]) > 2
+
+
+def test_the_default_cap_batches_small_images_by_32_on_cpu_and_larger_ones_by_8():
+    from genloop.workers.engine.engine import EngineOptions
+    from genloop.workers.engine.registry import ModelRegistry
+
+    # Given an engine with no configured cap
+    registry = ModelRegistry("cpu", engine_options=EngineOptions(window=0.0))
+    engine = registry.engine
+    small = ImageSettings(steps=1, guidance=5.0, width=32, height=32, cache="off")
+    large = ImageSettings(steps=1, guidance=5.0, width=96, height=96, cache="off")
+    batches = engine.batcher.batches
+    try:
+        # When 40 small images and then 10 larger ones are asked for in one request each
+        engine.generate("tiny", [f"a dog {i}" for i in range(40)], list(range(40)), small)
+        engine.generate("tiny", [f"a cat {i}" for i in range(10)], list(range(10)), large)
+    finally:
+        engine.close()
+
+    # Then small images (at most 64x64) ran 32 to a call, larger ones 8
+    assert batches == [32, 8, 8, 2]
+    assert engine.max_batch(64, 64) == 32 and engine.max_batch(65, 64) == 8

@@ -5,15 +5,15 @@ and return; its future resolves later (no thread waits on it, see ``genloop.work
 One executor thread per batcher takes the oldest waiting candidate, waits up to ``window``
 seconds for more candidates with the same :data:`BatchKey` (model, size, steps, guidance, cache
 mode, edit kind and strength; prompts, negative prompts, seeds and init images may differ), and
-hands up to ``cap(key)`` of them to ``run_batch``. Candidates that arrive while a batch runs are
+hands up to ``limit(key)`` of them to ``run_batch``. Candidates that arrive while a batch runs are
 merged into the next one, so under load the window costs nothing.
 
 A job may name its ``group`` (a node of a run) and the group's size (the node's instances):
 while a group that has candidates waiting is incomplete, the batch waits for its other members
 (up to ``group_wait`` from the group's first arrival, past ``window`` if need be), so a loop
 round mapped into one instance per image still reaches the model as one call. A full batch
-(``cap`` candidates) never waits. Just before a batch runs, each job's ``check()`` runs and may
-raise (its run was cancelled): that job fails alone.
+(``limit(key)`` candidates) never waits. Just before a batch runs, each job's ``check()`` runs
+and may raise (its run was cancelled): that job fails alone.
 
 A job's candidates may be spread over several batches (more than the cap, or an OOM split);
 its future resolves when the last one is in. Progress is per job: ``on_step(done, total)`` with
@@ -136,13 +136,14 @@ class Batcher(BatchQueue[Slot]):
     what = "generation engine"
 
     def __init__(self, run_batch: Callable[[BatchKey, list[Slot]], None], *,
-                 window: float = 0.05, max_batch: int = 8,
-                 cap: Callable[[BatchKey], int | None] = lambda key: None,
+                 window: float = 0.05, max_batch: int | Callable[[BatchKey], int] = 8,
                  group_wait: float = 1.0) -> None:
-        if max_batch < 1 or window < 0 or group_wait < 0:
+        """``max_batch``: the most candidates one batch takes, or a function of the batch key
+        giving it (the engine's caps by image size and learned from OOMs)."""
+        if window < 0 or group_wait < 0 or (isinstance(max_batch, int) and max_batch < 1):
             raise ValueError("max_batch must be >= 1, window and group_wait >= 0")
         super().__init__()
-        self.run_batch, self.window, self.max_batch, self._cap = run_batch, window, max_batch, cap
+        self.run_batch, self.window, self.max_batch = run_batch, window, max_batch
         self.group_wait = group_wait
         # Incomplete groups: group -> [jobs arrived, first arrival]. Dropped once complete.
         self._groups: dict[Hashable, list] = {}
@@ -176,8 +177,7 @@ class Batcher(BatchQueue[Slot]):
             del self._groups[g]
 
     def limit(self, key: BatchKey) -> int:
-        cap = self._cap(key)
-        return self.max_batch if cap is None else max(1, min(cap, self.max_batch))
+        return max(1, self.max_batch(key) if callable(self.max_batch) else self.max_batch)
 
     def _wait_left(self, head: Slot) -> float:
         key = head.job.key
