@@ -412,9 +412,12 @@ def _print(r: LoopsReport, labelled: bool) -> None:
 
     spread = ", ".join(f"{w:.1f}" for w in r.genloop.wall_s)
     label = f" [{r.setting.label}]" if labelled else ""
-    print(f"{r.loops:3d} loop(s){label}: script {r.script.median:.1f}s{share(r.script)}; "
-          f"genloop {r.genloop.median:.1f}s{share(r.genloop)} [{spread}]; "
-          f"ratio {r.ratio:.2f}x")
+    ours = f"genloop {r.genloop.median:.1f}s{share(r.genloop)} [{spread}]"
+    if r.script.wall_s:
+        print(f"{r.loops:3d} loop(s){label}: script {r.script.median:.1f}s{share(r.script)}; "
+              f"{ours}; ratio {r.ratio:.2f}x")
+    else:  # --no-script
+        print(f"{r.loops:3d} loop(s){label}: {ours}")
     if r.batch_sizes:
         gen = statistics.median([s for s, c in r.batch_sizes.items() for _ in range(c)])
         engine = statistics.median(r.genloop.engine_s)
