@@ -217,8 +217,8 @@ class Executor:
             log.debug("%s/%s: key %s is leased elsewhere; looking again in %.2fs",
                       run_id, instance_id, key[:12], delay)
             # Between looks the message waits in a worker's delay heap, which no backlog
-            # counts: touched, the instance is not taken for lost by the sweeper.
-            self.store.touch([(run_id, instance_id)])
+            # counts: the claim step touched the instance, so the sweeper does not take it for
+            # lost.
             self.scheduler.enqueue([inst], delay)
             return
         if outcome != "started":

@@ -202,8 +202,9 @@ class Scheduler(Transitions):
                         ttl: float) -> tuple[str, float]:
         """Take the lease on ``key`` and mark ``inst`` running. Returns ``(outcome, lease)``:
         ``started`` (``owner`` holds the lease), ``stored`` (a result is there: complete with
-        it), ``leased`` (someone else holds it, ``lease`` seconds left) or ``ended`` (the
-        instance must not run). On a store with scripted transitions this is one round trip."""
+        it), ``leased`` (someone else holds it, ``lease`` seconds left; the instance is
+        touched, so the sweeper leaves it alone while its delivery looks again) or ``ended``
+        (the instance must not run). On a store with scripted transitions this is one round trip."""
         fast = getattr(self.store, "start_instance", None)
         if fast is not None:
             running = inst.model_copy(update={
@@ -222,12 +223,13 @@ class Scheduler(Transitions):
             if tx.get_result(key) is not None:
                 return "stored", 0.0
             lease = tx.claim(key, owner, ttl)
-            if lease:
-                return "leased", lease
-            if self._start(tx, inst.instance_id, attempt, key) is None:
-                tx.release(key, owner)
-                return "ended", 0.0
-            return "started", 0.0
+            if not lease:
+                if self._start(tx, inst.instance_id, attempt, key) is None:
+                    tx.release(key, owner)
+                    return "ended", 0.0
+                return "started", 0.0
+        self.store.touch([(inst.run_id, inst.instance_id)])  # as the scripted step does
+        return "leased", lease
 
     def retrying(self, run_id: str, instance_id: str, attempt: int, error: BaseException) -> None:
         """An attempt failed and Dramatiq will retry the message."""

@@ -317,3 +317,23 @@ def test_a_sqlite_store_with_specs_in_the_runs_rows_moves_them_to_their_own_tabl
     columns = [c[1] for c in sqlite3.connect(tmp_path / "state.db").execute(
         "PRAGMA table_info(runs)")]
     assert columns == ["id", "idem_key", "doc"]
+
+
+def test_a_start_that_finds_the_key_leased_touches_the_instance(store):
+    # Given a run whose instances nobody has touched for a while, and a key leased elsewhere
+    _create(store)
+    assert store.claim("k", "holder", ttl=30)
+    time.sleep(0.05)
+    assert sorted(store.stale_instances(older_than=0.01)) == [("r1", "a#0"), ("r1", "a#1")]
+
+    # When a delivery of a#1 tries to start on that key
+    running = store.instance("r1", "a#1").model_copy(update={
+        "status": NodeStatus.RUNNING, "attempts": 1, "result_key": "k"})
+    outcome, lease = store.start_instance(
+        running, "k", "looker", 30, EventRecord(type="instance.started", time=time.time()),
+        EventRecord(type="run.running", time=time.time()))
+
+    # Then it is told the key is leased, a#1 is not started, and it counts as just seen
+    assert outcome == "leased" and 0 < lease <= 30
+    assert store.instance("r1", "a#1").status == NodeStatus.QUEUED
+    assert store.stale_instances(older_than=0.01) == [("r1", "a#0")]

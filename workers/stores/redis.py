@@ -202,7 +202,8 @@ class RedisStateStore(StateStore):
                        started: EventRecord, run_running: EventRecord) -> tuple[str, float]:
         """Claim ``key`` for ``owner`` and store ``running`` in one step. Returns the outcome
         (``started``, ``stored``, ``leased``, ``ended``, ``cancelling``, ``missing``) and, when
-        leased, the seconds left on the holder's lease."""
+        leased, the seconds left on the holder's lease; a leased outcome also touches the
+        instance (see :meth:`touch`), since its delivery will look again."""
         k, r = self.keys, running.run_id
         outcome, ms = _until_not_busy(lambda: self._start(
             keys=[k.claim(key), k.result(key), k.instances(r), k.nodes(r), k.run(r),

@@ -79,7 +79,8 @@ end
 #: KEYS: claim, result, instances, nodes, run, events, live, run lock
 #: ARGV: owner, ttl ms, instance id, running instance JSON, node id, started event JSON,
 #:       run.running event JSON, live member, now
-#: Returns {outcome, lease ms}: started | stored | leased | ended | cancelling | missing | busy
+#: Returns {outcome, lease ms}: started | stored | leased | ended | cancelling | missing | busy.
+#: ``leased`` also touches the instance: its delivery will look again (see ``Executor``).
 START = _LIB + """
 if exclusive(KEYS[8]) then return {'busy', 0} end
 if redis.call('exists', KEYS[2]) == 1 then return {'stored', 0} end
@@ -89,6 +90,7 @@ if terminal[status_of(cur)] then return {'ended', 0} end
 local run = redis.call('get', KEYS[5])
 if string.find(run, '"cancel_requested":true', 1, true) then return {'cancelling', 0} end
 if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('zadd', KEYS[7], 'XX', ARGV[9], ARGV[8])
   return {'leased', redis.call('pttl', KEYS[1])}
 end
 redis.call('hset', KEYS[3], ARGV[3], ARGV[4])

@@ -59,7 +59,9 @@ def start(c: sqlite3.Connection, running: InstanceRecord, key: str, owner: str, 
     if run[0]:
         return "cancelling", 0.0
     lease = take(c, "claims", key, owner, ttl)
-    if lease:
+    if lease:  # the delivery will look again: touched, it is not taken for lost meanwhile
+        c.execute("UPDATE instances SET touched = ? WHERE run_id = ? AND instance_id = ?",
+                  (time.time(), run_id, running.instance_id))
         return "leased", lease
     _update_instance(c, running)
     append_event(c, run_id, started)
