@@ -45,7 +45,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """How a process's engine batches and speeds up; ``None`` means "by device"."""
+    """How a process's engine batches and speeds up; ``None`` means "by device" (and, for
+    ``max_batch``, by image size: :func:`default_max_batch`)."""
 
     window: float = 0.05
     group_wait: float = 1.0
