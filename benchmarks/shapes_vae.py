@@ -30,14 +30,16 @@ from genloop.workers.shapes.dataset import render_pool
 VARIANTS: dict[str, dict] = {
     # The VAE of the v2 run: one random crop corner per batch, plain L1 + MSE.
     "v2-run": {"vae_crop_on_objects": False, "vae_foreground_weight": 0.0,
-               "vae_edge_weight": 0.0},
-    "objects": {"vae_foreground_weight": 0.0, "vae_edge_weight": 0.0},
-    "foreground": {"vae_crop_on_objects": False, "vae_edge_weight": 0.0},
-    # Crops on the objects, outlines weighted 5x, an edge loss.
+               "vae_edge_weight": 0.0, "vae_lr": 1e-3},
+    "objects": {"vae_foreground_weight": 0.0, "vae_edge_weight": 0.0, "vae_lr": 1e-3},
+    "foreground": {"vae_crop_on_objects": False, "vae_edge_weight": 0.0,
+                   "vae_foreground_weight": 4.0, "vae_lr": 1e-3},
+    # The first recipe: crops on the objects, outlines weighted 5x, an edge loss.
+    "recipe-5x": {"vae_foreground_weight": 4.0, "vae_lr": 1e-3},
+    "recipe-5x-lr2e-3": {"vae_foreground_weight": 4.0},
+    "recipe-11x-lr1e-3": {"vae_lr": 1e-3},
+    # The defaults: outlines weighted 11x, learning rate 2e-3.
     "recipe": {},
-    "lr2e-3": {"vae_lr": 2e-3},
-    "fg10": {"vae_foreground_weight": 10.0},
-    "fg10+lr2e-3": {"vae_foreground_weight": 10.0, "vae_lr": 2e-3},
 }
 
 
