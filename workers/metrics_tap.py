@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from genloop.sdk.models import NodeStatus
+
 from .stores.base import RunTx, StateStore
 from .stores.records import EventRecord
 from .stores.redis_scripts import FinishOutcome
@@ -51,7 +53,8 @@ class MeteredStore:
         stored, created = self._store.create_run(run, spec, nodes, instances)
         if created:
             self._observe(stored.id, EventRecord(type="run.submitted", time=stored.created_at))
-            for node in (n for n in nodes if n.status == "queued"):  # roots: queued, no event
+            # Roots are stored queued, with no event of their own.
+            for node in (n for n in nodes if n.status == NodeStatus.QUEUED):
                 self._observe(stored.id, EventRecord(type="node.queued", time=stored.created_at,
                                                      node_id=node.node_id, status="queued"))
         return stored, created

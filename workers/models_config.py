@@ -23,6 +23,7 @@ models it serves from it (:func:`served_models`) without importing diffusers.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tomllib
@@ -126,7 +127,13 @@ def shipped_shapes() -> ShippedShapes | None:
         from genloop.workers import shapes
     except ImportError:
         return None
-    path = shapes.pipeline_path()
+    return _shapes_at(shapes.pipeline_path())
+
+
+@functools.cache
+def _shapes_at(path: Path) -> ShippedShapes | None:
+    """Read once per path: every submit lists the served models, and a package's weights do
+    not change while the process runs."""
     if not (path / "model_index.json").is_file():
         return None
     unet = json.loads((path / "unet" / "config.json").read_text())

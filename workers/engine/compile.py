@@ -105,8 +105,7 @@ class _BatchBucketHook(ModelHook):
         self.padded = None if size == batch else (size, batch)
         if self.padded is None:
             return args, kwargs
-        return (_pad(args, batch, size),
-                {k: v if k in _SHARED_ARGS else _pad(v, batch, size) for k, v in kwargs.items()})
+        return _pad(args, batch, size), _pad(kwargs, batch, size)
 
     def post_forward(self, module, output):
         if self.padded is None:

@@ -177,9 +177,9 @@ def apply_deepcache(unet) -> None:
     """Install the (inactive) hooks on ``unet``; idempotent. Activate with :func:`set_deepcache`."""
     if not supports_deepcache(unet):
         raise TypeError(f"DeepCache needs a UNet with down/up blocks, not {type(unet).__name__}")
-    registry = HookRegistry.check_if_exists_or_initialize(unet)
-    if registry.get_hook(_STEP_HOOK) is not None:
+    if has_deepcache(unet):
         return
+    registry = HookRegistry.check_if_exists_or_initialize(unet)
     state = _State()
     registry.register_hook(_StepHook(state), _STEP_HOOK)
     deep, outer = _deep_blocks(unet), _outer_layers(unet)
@@ -215,7 +215,7 @@ def deepcache_step_end(unet, step: int) -> None:
     a no-op where the hooks are not installed. Setting the step, rather than adding one, keeps
     the count right even if a report were missed or repeated.
     """
-    hook = HookRegistry.check_if_exists_or_initialize(unet).get_hook(_STEP_HOOK)
+    hook = _step_hook(unet)
     if hook is not None:
         hook.state.step = step + 1
 
@@ -226,8 +226,17 @@ def deepcache_stats(unet) -> tuple[int, int]:
     return state.full_steps, state.cached_steps
 
 
+def has_deepcache(unet) -> bool:
+    """Whether :func:`apply_deepcache` has installed its hooks on ``unet``."""
+    return _step_hook(unet) is not None
+
+
+def _step_hook(unet) -> _StepHook | None:
+    return HookRegistry.check_if_exists_or_initialize(unet).get_hook(_STEP_HOOK)
+
+
 def _state(unet) -> _State:
-    hook = HookRegistry.check_if_exists_or_initialize(unet).get_hook(_STEP_HOOK)
+    hook = _step_hook(unet)
     if hook is None:
         raise RuntimeError("DeepCache hooks are not installed; call apply_deepcache(unet) first")
     return hook.state

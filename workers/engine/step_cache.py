@@ -39,6 +39,7 @@ from .deepcache import (
     DeepCacheConfig,
     apply_deepcache,
     deepcache_step_end,
+    has_deepcache,
     set_deepcache,
     supports_deepcache,
 )
@@ -108,7 +109,7 @@ def prepare_step_cache(pipe, mode: str, num_steps: int) -> CachePlan:
                                      DEFAULT_DEEPCACHE.branch)
         if config is not None:
             apply_deepcache(unet)
-        if config is not None or _has_deepcache(unet):
+        if config is not None or has_deepcache(unet):
             set_deepcache(unet, config, num_steps)
     transformer = getattr(pipe, "transformer", None)
     if transformer is not None and hasattr(transformer, "enable_cache"):
@@ -122,14 +123,6 @@ def step_ended(pipe, step: int) -> None:
     unet = getattr(pipe, "unet", None)
     if unet is not None and supports_deepcache(unet):
         deepcache_step_end(unet, step)
-
-
-def _has_deepcache(unet) -> bool:
-    from diffusers.hooks import HookRegistry
-
-    from .deepcache import _STEP_HOOK
-
-    return HookRegistry.check_if_exists_or_initialize(unet).get_hook(_STEP_HOOK) is not None
 
 
 def transformer_cache_config(plan: CachePlan):

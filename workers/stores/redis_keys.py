@@ -44,15 +44,6 @@ class PoolKeys:
     def idem(self, key: str) -> str:
         return f"{self.p}:idem:{key}"
 
-    def summary(self, run_id: str) -> str:
-        """An ended run's row in the console's runs list."""
-        return f"{self.p}:summary:{run_id}"
-
-    @property
-    def listed(self) -> str:
-        """Set once the runs recorded before the ``runs`` index are in it."""
-        return f"{self.p}:runs-listed"
-
     def result(self, key: str) -> str:
         return f"{self.p}:result:{key}"
 
