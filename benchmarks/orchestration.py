@@ -27,6 +27,8 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import dramatiq
 import redis
@@ -115,14 +117,12 @@ def fanout(wiring, n: int, redis_client) -> dict:
 EXPANSION_QUEUE = "bench-expansion"
 
 
-def expansion(wiring, n: int, redis_client, prefix: str) -> dict:
-    """The enqueue that releasing an ``n``-item map does (``Enqueuer(instances)``), side by side
-    with one message per call, on a queue no worker reads: wall time and round trips to Redis
-    (socket writes from this thread; a pipeline is one)."""
+@contextmanager
+def round_trips() -> Iterator[list[int]]:
+    """Counts socket writes to Redis from this thread while the block runs (a pipeline is one):
+    ``counts[0]``, which the caller may reset."""
     from redis.connection import AbstractConnection
 
-    instances = [InstanceRecord(run_id="bench", instance_id=f"i{k}", node_id="each", seq=k,
-                                queue=EXPANSION_QUEUE) for k in range(n)]
     me, writes = threading.get_ident(), [0]
     real = AbstractConnection.send_packed_command
 
@@ -131,21 +131,31 @@ def expansion(wiring, n: int, redis_client, prefix: str) -> dict:
             writes[0] += 1
         return real(self, command, check_health)
 
+    AbstractConnection.send_packed_command = counted
+    try:
+        yield writes
+    finally:
+        AbstractConnection.send_packed_command = real
+
+
+def expansion(wiring, n: int, redis_client, prefix: str) -> dict:
+    """The enqueue that releasing an ``n``-item map does (``Enqueuer(instances)``), side by side
+    with one message per call, on a queue no worker reads: wall time and round trips to Redis
+    (:func:`round_trips`)."""
+    instances = [InstanceRecord(run_id="bench", instance_id=f"i{k}", node_id="each", seq=k,
+                                queue=EXPANSION_QUEUE) for k in range(n)]
+
     def timed(send) -> tuple[float, int]:
-        writes[0] = 0
-        t0 = time.perf_counter()
-        send()
-        wall, trips = time.perf_counter() - t0, writes[0]
+        with round_trips() as writes:
+            t0 = time.perf_counter()
+            send()
+            wall, trips = time.perf_counter() - t0, writes[0]
         for key in redis_client.scan_iter(f"{prefix}:{EXPANSION_QUEUE}*"):
             redis_client.delete(key)
         return wall, trips
 
-    AbstractConnection.send_packed_command = counted
-    try:
-        one_s, one_trips = timed(lambda: [wiring.enqueue.send(i) for i in instances])
-        batch_s, batch_trips = timed(lambda: wiring.enqueue(instances))
-    finally:
-        AbstractConnection.send_packed_command = real
+    one_s, one_trips = timed(lambda: [wiring.enqueue.send(i) for i in instances])
+    batch_s, batch_trips = timed(lambda: wiring.enqueue(instances))
     return {"expansion_messages": n,
             "expansion_one_per_call_s": one_s, "expansion_one_per_call_round_trips": one_trips,
             "expansion_enqueuer_s": batch_s, "expansion_enqueuer_round_trips": batch_trips}

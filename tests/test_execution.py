@@ -217,11 +217,18 @@ def test_the_same_work_in_two_runs_at_once_runs_once(client, tmp_path):
     assert executions(log) == 1
 
 
-def test_a_submitted_runs_graph_is_its_own_copy_whatever_the_caller_does_next(runtime, tmp_path):
+def test_a_submitted_runs_graph_is_its_own_copy_whatever_the_caller_does_next(
+        runtime, tmp_path, monkeypatch):
     # Given a graph submitted, whose topology the submitting scheduler keeps from the submit
+    # (it releases the roots without reading the stored spec back)
+    store = runtime.scheduler.store
+    spec_reads = []
+    monkeypatch.setattr(store, "run_spec", lambda run_id: spec_reads.append(run_id))
     g = Graph()
     g.add("test-count", id="a", params={"log": str(tmp_path / "log"), "value": 1})
     run = runtime.scheduler.submit(g)
+    assert spec_reads == []
+    monkeypatch.undo()
 
     # When the caller goes on building on its graph object
     g.nodes[0].params["value"] = 2

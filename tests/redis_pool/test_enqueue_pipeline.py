@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import threading
+import importlib.util
 import uuid
+from pathlib import Path
 
 import dramatiq
 import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
-from redis.connection import AbstractConnection
 from redis_util import redis_url
 
 from genloop.workers.broker import PIPELINE_MESSAGES, Enqueuer
@@ -29,18 +29,15 @@ def broker():
 
 
 @pytest.fixture
-def round_trips(monkeypatch):
-    """Socket writes to Redis from this thread (a pipeline is one)."""
-    me, writes = threading.get_ident(), [0]
-    real = AbstractConnection.send_packed_command
-
-    def counted(self, command, check_health=True):
-        if threading.get_ident() == me:
-            writes[0] += 1
-        return real(self, command, check_health)
-
-    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
-    return writes
+def round_trips():
+    """Socket writes to Redis from this thread (a pipeline is one), counted by the orchestration
+    benchmark's counter."""
+    spec = importlib.util.spec_from_file_location(
+        "_bench_orchestration", Path(__file__).parents[2] / "benchmarks" / "orchestration.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with bench.round_trips() as writes:
+        yield writes
 
 
 def test_many_messages_go_in_a_few_round_trips_and_arrive_whole(broker, round_trips):
