@@ -21,23 +21,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from genloop.training.shapes.evaluate import evaluate_generator
-from genloop.training.shapes.train_sd import SDTrainConfig, to_pixels, train_unet
+from genloop.training.shapes.evaluate import evaluate_generator, wilson
+from genloop.training.shapes.train_sd import (
+    SDTrainConfig,
+    assemble_pipeline,
+    to_pixels,
+    train_unet,
+)
 from genloop.workers.shapes import DEFAULT_GUIDANCE, DEFAULT_STEPS, dataset
 from genloop.workers.shapes.dataset import render_pool
-from genloop.workers.shapes.models import UNetShape, build_tokenizer
+from genloop.workers.shapes.models import UNetShape, build_scheduler, build_tokenizer
 from genloop.workers.shapes.scene import one_attribute_variants
-
-sys.path.insert(0, str(Path(__file__).parent))
-from shapes_vae import wilson  # noqa: E402
 
 #: Name -> SDTrainConfig fields changed from the defaults.
 VARIANTS: dict[str, dict] = {
@@ -49,54 +51,67 @@ VARIANTS: dict[str, dict] = {
 }
 
 
-def shape_preference(unet, text_encoder, tokenizer, vae, n: int = 256) -> float:
-    """Share of noised held-out latents whose true caption predicts v better than a caption
-    naming another shape (same noise, same timestep)."""
-    samples = [dataset.sample(s) for s in dataset.heldout_seeds(n, start=70_000)]
-    wrong = [one_attribute_variants(s.attributes, "shape")[i % 3].caption()
-             for i, s in enumerate(samples)]
-    images = torch.stack([to_pixels(dataset.to_array(s.image)[None])[0] for s in samples])
-    from genloop.workers.shapes.models import build_scheduler
+@dataclass(frozen=True)
+class ShapeProbe:
+    """What :func:`shape_preference` feeds every variant: held-out latents noised at one seeded
+    noise and timestep each, their v target, and the true and other-shape caption ids. Built
+    once: only the text encoder and the UNet differ between variants."""
 
-    alphas = build_scheduler().alphas_cumprod
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        latents = vae.encode(images).latent_dist.mean * vae.config.scaling_factor
+    noisy: torch.Tensor
+    t: torch.Tensor
+    v: torch.Tensor
+    right: torch.Tensor
+    wrong: torch.Tensor
+
+    @classmethod
+    def build(cls, vae, tokenizer, n: int) -> ShapeProbe:
+        samples = [dataset.sample(s) for s in dataset.heldout_seeds(n, start=70_000)]
+        wrong = [one_attribute_variants(s.attributes, "shape")[i % 3].caption()
+                 for i, s in enumerate(samples)]
+        images = torch.stack([to_pixels(dataset.to_array(s.image)[None])[0] for s in samples])
+        scheduler = build_scheduler()
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            latents = vae.encode(images).latent_dist.mean * vae.config.scaling_factor
         noise = torch.randn(latents.shape, generator=g)
         t = torch.randint(500, 1000, (n,), generator=g)
-        a = alphas[t].sqrt().view(n, 1, 1, 1)
-        s = (1 - alphas[t]).sqrt().view(n, 1, 1, 1)
-        noisy, v = a * latents + s * noise, a * noise - s * latents
 
-        def loss(captions: list[str]) -> torch.Tensor:
-            ids = tokenizer(captions, padding="max_length", max_length=tokenizer.model_max_length,
-                            truncation=True, return_tensors="pt").input_ids
-            pred = unet(noisy, t, encoder_hidden_states=text_encoder(ids).last_hidden_state)
-            return F.mse_loss(pred.sample, v, reduction="none").mean(dim=(1, 2, 3))
+        def ids(captions: list[str]) -> torch.Tensor:
+            return tokenizer(captions, padding="max_length", max_length=tokenizer.model_max_length,
+                             truncation=True, return_tensors="pt").input_ids
 
-        right = loss([s.caption for s in samples])
-        return float((right < loss(wrong)).float().mean())
+        return cls(scheduler.add_noise(latents, noise, t), t,
+                   scheduler.get_velocity(latents, noise, t),
+                   ids([s.caption for s in samples]), ids(wrong))
+
+
+def shape_preference(unet, text_encoder, probe: ShapeProbe) -> float:
+    """Share of noised held-out latents whose true caption predicts v better than a caption
+    naming another shape (same noise, same timestep)."""
+    with torch.no_grad():
+        def loss(ids: torch.Tensor) -> torch.Tensor:
+            pred = unet(probe.noisy, probe.t,
+                        encoder_hidden_states=text_encoder(ids).last_hidden_state)
+            return F.mse_loss(pred.sample, probe.v, reduction="none").mean(dim=(1, 2, 3))
+
+        return float((loss(probe.right) < loss(probe.wrong)).float().mean())
 
 
 def run_variant(name: str, steps: int, batch: int, vae, tokenizer, pool, captions, n: int,
-                preference_n: int) -> dict:
-    from diffusers import StableDiffusionPipeline
-
+                probe: ShapeProbe) -> dict:
     cfg = SDTrainConfig(unet_steps=steps, unet_batch=batch, **VARIANTS[name])
     began = time.thread_time()
     unet, text_encoder, scheduler = train_unet(cfg, vae, tokenizer, pool, captions, "cpu")
     cpu_minutes = (time.thread_time() - began) / 60
-    preference = shape_preference(unet, text_encoder, tokenizer, vae, preference_n)
-    pipe = StableDiffusionPipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
-                                   unet=unet, scheduler=scheduler, safety_checker=None,
-                                   feature_extractor=None, requires_safety_checker=False)
+    preference = shape_preference(unet, text_encoder, probe)
+    pipe = assemble_pipeline(vae, text_encoder, tokenizer, unet, scheduler)
     pipe.set_progress_bar_config(disable=True)
     report = evaluate_generator(pipe, dataset.heldout_prompts(n, objects=1), "one",
                                 DEFAULT_STEPS, DEFAULT_GUIDANCE)
     return {"variant": name, "steps": steps, "batch": batch, "fields": {k: str(v) for k, v in
                                                         VARIANTS[name].items()},
             "cpu_minutes": round(cpu_minutes, 2), "shape_preference": preference,
-            "preference_n": preference_n, "n": n,
+            "preference_n": len(probe.t), "n": n,
             "found": report.found, "all_correct": report.all_correct}
 
 
@@ -121,8 +136,9 @@ def main(argv: list[str] | None = None) -> None:
     pool, captions = render_pool(range(args.pool))
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer = build_tokenizer(Path(tmp) / "tokenizer")
+    probe = ShapeProbe.build(vae, tokenizer, args.preference_n)
     results = [run_variant(name, args.steps, args.batch, vae, tokenizer, pool, captions, args.n,
-                           args.preference_n)
+                           probe)
                for name in args.variants.split(",")]
     if args.json:
         print(json.dumps(results))

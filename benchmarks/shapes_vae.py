@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
 import torch
 
-from genloop.training.shapes.evaluate import evaluate_vae
+from genloop.training.shapes.evaluate import evaluate_vae, wilson
 from genloop.training.shapes.train_sd import SDTrainConfig, train_vae
 from genloop.workers.shapes.dataset import render_pool
 
@@ -43,15 +42,8 @@ VARIANTS: dict[str, dict] = {
 }
 
 
-def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion ``p`` measured on ``n`` trials."""
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def run_variant(name: str, steps: int | None, pool, n: int, save: Path | None = None) -> dict:
-    fields = {"warmup": 100, **VARIANTS[name]}
+    fields = dict(VARIANTS[name])
     if steps is not None:
         fields.setdefault("vae_steps", steps)
     cfg = SDTrainConfig(**fields)

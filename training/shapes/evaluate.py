@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import tempfile
 import time
@@ -181,6 +182,13 @@ def auc(positive: Sequence[float], negative: Sequence[float]) -> float:
     """P(score of a random positive > a random negative), ties counting half."""
     p, q = np.asarray(positive)[:, None], np.asarray(negative)[None, :]
     return float(((p > q).sum() + 0.5 * (p == q).sum()) / (p.size * q.size))
+
+
+def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion ``p`` measured on ``n`` trials."""
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def selection_auc(pipe, clips: dict[str, ClipModel], n_prompts: int, k: int, steps: int,

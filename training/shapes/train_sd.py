@@ -107,15 +107,18 @@ def _set_lr(opt, peak: float, factor: float) -> None:
 
 def train_vae(cfg: SDTrainConfig, pool: np.ndarray, device: str, seconds: float | None = None,
               record: dict | None = None):
-    """Train the VAE on random crops of ``pool``; ``seconds``: as many steps as fit.
+    """Train the VAE on crops of ``pool`` (around its objects, or at random corners; see
+    :class:`SDTrainConfig`); ``seconds``: as many steps as fit.
     ``record`` gets the loop's :meth:`~.steps.StepPlan.summary` under ``"vae"``."""
     torch.manual_seed(cfg.seed)
     vae = build_vae().to(device)
     opt = adamw(vae.parameters(), cfg.vae_lr, 0.0, device)
     plan = StepPlan(cfg.vae_steps, cfg.warmup, device, seconds, min_steps=cfg.warmup)
     # The pool lives on the device and random numbers are drawn there: a step copies nothing
-    # from the host and waits for nothing (crop corners come from a CPU generator: Python ints).
+    # from the host and waits for nothing (random crop corners come from a CPU generator: they
+    # are Python ints).
     images = torch.from_numpy(pool).to(device)
+    backgrounds = to_pixels(images[:, :1, :1], device)  # each image's corner pixel
     gen = torch.Generator(device).manual_seed(cfg.seed + 3)
     corners = torch.Generator().manual_seed(cfg.seed + 4)
     size, crop = pool.shape[1], cfg.vae_crop
@@ -134,7 +137,7 @@ def train_vae(cfg: SDTrainConfig, pool: np.ndarray, device: str, seconds: float 
         with autocast(device):
             posterior = vae.encode(x).latent_dist
             recon = vae.decode(posterior.sample()).sample.float()
-        rec = reconstruction_loss(recon, x, to_pixels(images[pick, :1, :1], device), cfg)
+        rec = reconstruction_loss(recon, x, backgrounds[pick], cfg)
         kl = posterior.kl().float().mean() / posterior.mean[0].numel()
         loss = rec + cfg.kl_weight * kl
         opt.zero_grad(set_to_none=True)
@@ -290,13 +293,18 @@ def _with_ema(unet, text_encoder, params, ema):
     return unet_copy.eval(), text_copy.eval()
 
 
-def save_pipeline(out: Path, vae, text_encoder, tokenizer, unet, scheduler) -> None:
+def assemble_pipeline(vae, text_encoder, tokenizer, unet, scheduler):
+    """The shapes ``StableDiffusionPipeline`` of these parts (no safety checker)."""
     from diffusers import StableDiffusionPipeline
 
-    pipe = StableDiffusionPipeline(
+    return StableDiffusionPipeline(
         vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet, scheduler=scheduler,
         safety_checker=None, feature_extractor=None, requires_safety_checker=False,
     )
+
+
+def save_pipeline(out: Path, vae, text_encoder, tokenizer, unet, scheduler) -> None:
+    pipe = assemble_pipeline(vae, text_encoder, tokenizer, unet, scheduler)
     pipe.to("cpu").save_pretrained(out, safe_serialization=True)
     # transformers writes a 3.6 MB tokenizer.json; the classic vocab.json + merges.txt layout
     # (1.5 MB) loads the same tokenizer and keeps the package under its size budget.
