@@ -227,7 +227,7 @@ def bench_attention(shape: AttentionShape, dtype_name: str, device: str) -> Atte
 
 def bench_groupnorm(shape, groups: int, dtype_name: str, layout: str,
                     device: str) -> GroupNormResult:
-    from genloop.kernels.groupnorm_silu import GROUP_PATH_MAX_ELEMENTS, groupnorm_silu
+    from genloop.kernels.groupnorm_silu import group_path_fits, groupnorm_silu
 
     dtype = DTYPES[dtype_name]
     g = torch.Generator(device=device).manual_seed(0)
@@ -237,8 +237,8 @@ def bench_groupnorm(shape, groups: int, dtype_name: str, layout: str,
     weight = torch.randn(shape[1], generator=g, device=device).to(dtype)
     bias = torch.randn(shape[1], generator=g, device=device).to(dtype)
     result = GroupNormResult(tuple(shape), groups, dtype_name, layout)
-    result.auto_path = ("group" if shape[1] // groups * shape[2] * shape[3]
-                        <= GROUP_PATH_MAX_ELEMENTS else "chunked")
+    result.auto_path = ("group" if group_path_fits(shape[2] * shape[3], shape[1] // groups)
+                        else "chunked")
     ref = F.silu(F.group_norm(x.float(), groups, weight.float(), bias.float()))
     errors = []
     for path in ("group", "chunked"):

@@ -225,6 +225,11 @@ def check_groupnorm_silu_inputs(
         raise KernelInputError("x must have fewer than 2**31 elements (int32 offsets); split it")
 
 
+def group_path_fits(hw: int, channels_per_group: int) -> bool:
+    """Whether ``path="auto"`` takes the one-launch group path for groups of this size."""
+    return hw * channels_per_group <= GROUP_PATH_MAX_ELEMENTS
+
+
 def groupnorm_silu(
     x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
     bias: torch.Tensor | None = None, eps: float = 1e-5, *, path: str = "auto",
@@ -246,7 +251,7 @@ def groupnorm_silu(
     block_c = triton.next_power_of_2(cg)
     block_hw = min(triton.next_power_of_2(hw), max(1, _TILE_ELEMENTS // block_c))
     stride_n, stride_c, stride_hw = _layout_strides(x)
-    if path == "group" or (path == "auto" and hw * cg <= GROUP_PATH_MAX_ELEMENTS):
+    if path == "group" or (path == "auto" and group_path_fits(hw, cg)):
         y = torch.empty_like(x)  # keeps x's memory format
         with on_device(x.device):
             _group_kernel[(batch * num_groups,)](

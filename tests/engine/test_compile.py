@@ -140,9 +140,13 @@ def test_deepcache_on_a_compiled_padded_denoiser_gives_the_eager_images():
     assert compiler.apply(pipe)
 
     # When the same call runs compiled
+    rows = []
+    seen = pipe.unet.conv_in.register_forward_pre_hook(lambda m, args: rows.append(len(args[0])))
     compiled = compiler.call(pipe, (3, 32, 32), images)
+    seen.remove()
 
     # Then the kept features were replayed on the padded batch and the images are the same
+    assert set(rows) == {8}
     assert deepcache_stats(pipe.unet) == (4, 2)
     assert not compiler.failed
     assert min(psnr(a, b) for a, b in zip(compiled, eager, strict=True)) >= 40.0

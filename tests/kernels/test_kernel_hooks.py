@@ -21,6 +21,7 @@ pytest.importorskip("diffusers")
 from diffusers import UNet2DConditionModel  # noqa: E402
 from diffusers.models.attention_processor import Attention, AttnProcessor2_0  # noqa: E402
 from diffusers.models.resnet import ResnetBlock2D  # noqa: E402
+from kernel_checks import psnr
 
 import genloop.kernels as gk  # noqa: E402
 from genloop.kernels import groupnorm_silu as gn_module  # noqa: E402
@@ -39,12 +40,6 @@ def _tiny_unet() -> UNet2DConditionModel:
         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=64,
         attention_head_dim=1, norm_num_groups=2,
     ).eval()
-
-
-def psnr(out: torch.Tensor, ref: torch.Tensor) -> float:
-    peak = (ref.max() - ref.min()).float()
-    mse = ((out.float() - ref.float()) ** 2).mean()
-    return (10 * torch.log10(peak**2 / mse)).item()
 
 
 def _count_calls(monkeypatch, module, name):

@@ -24,6 +24,7 @@ from diffusers.models.attention_processor import (  # noqa: E402
     JointAttnProcessor2_0,
 )
 from diffusers.models.transformers.transformer_flux import FluxAttnProcessor  # noqa: E402
+from kernel_checks import psnr
 
 import genloop.kernels as gk  # noqa: E402
 from genloop.kernels import int8_attention as attn_module  # noqa: E402
@@ -75,12 +76,6 @@ def _to(inputs: dict, device) -> dict:
 
 
 MODELS = {"sd3": (_sd3, "JointAttnProcessor2_0"), "flux": (_flux, "FluxAttnProcessor")}
-
-
-def psnr(out: torch.Tensor, ref: torch.Tensor) -> float:
-    peak = (ref.max() - ref.min()).float()
-    mse = ((out.float() - ref.float()) ** 2).mean()
-    return (10 * torch.log10(peak**2 / mse)).item()
 
 
 def _stock_modules(model, processor_name: str) -> int:
