@@ -1,7 +1,7 @@
 """Shapes UNet recipes side by side at small scale: what buys shape accuracy per CPU minute.
 
     python benchmarks/shapes_unet.py --vae DIR [--variants current,lr2e-3,...] [--steps 400]
-        [--batch 64] [--pool 4096] [--n 200] [--json]
+        [--batch 64] [--pool 4096] [--n 200] [--save DIR] [--json]
 
 Every variant is :class:`~genloop.training.shapes.train_sd.SDTrainConfig` with a few UNet fields
 changed, trained for the same steps on the same seeded pool, encoded by the same VAE (``--vae``:
@@ -48,6 +48,13 @@ VARIANTS: dict[str, dict] = {
     "attention16": {"unet": UNetShape(attention_at_16=True)},
     "text-in-time": {"unet": UNetShape(text_in_time_embedding=True)},
     "dropout0.05": {"caption_dropout": 0.05},
+    "foreground": {"unet_foreground_weight": 10.0},
+    "foreground-text-in-time": {"unet_foreground_weight": 10.0,
+                                "unet": UNetShape(text_in_time_embedding=True)},
+    "foreground-lr2e-3": {"unet_foreground_weight": 10.0, "unet_lr": 2e-3},
+    "foreground-text-in-time-attention16": {
+        "unet_foreground_weight": 10.0,
+        "unet": UNetShape(text_in_time_embedding=True, attention_at_16=True)},
 }
 
 
@@ -98,7 +105,7 @@ def shape_preference(unet, text_encoder, probe: ShapeProbe) -> float:
 
 
 def run_variant(name: str, steps: int, batch: int, vae, tokenizer, pool, captions, n: int,
-                probe: ShapeProbe) -> dict:
+                probe: ShapeProbe, save: Path | None = None) -> dict:
     cfg = SDTrainConfig(unet_steps=steps, unet_batch=batch, **VARIANTS[name])
     began = time.thread_time()
     unet, text_encoder, scheduler = train_unet(cfg, vae, tokenizer, pool, captions, "cpu")
@@ -106,6 +113,8 @@ def run_variant(name: str, steps: int, batch: int, vae, tokenizer, pool, caption
     preference = shape_preference(unet, text_encoder, probe)
     pipe = assemble_pipeline(vae, text_encoder, tokenizer, unet, scheduler)
     pipe.set_progress_bar_config(disable=True)
+    if save is not None:
+        pipe.save_pretrained(save / name, safe_serialization=True)
     report = evaluate_generator(pipe, dataset.heldout_prompts(n, objects=1), "one",
                                 DEFAULT_STEPS, DEFAULT_GUIDANCE)
     return {"variant": name, "steps": steps, "batch": batch, "fields": {k: str(v) for k, v in
@@ -129,6 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preference-n", type=int, default=256,
                         help="held-out renders for the shape preference")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--save", type=Path,
+                        help="write each variant's pipeline to SAVE/<variant>")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -138,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
         tokenizer = build_tokenizer(Path(tmp) / "tokenizer")
     probe = ShapeProbe.build(vae, tokenizer, args.preference_n)
     results = [run_variant(name, args.steps, args.batch, vae, tokenizer, pool, captions, args.n,
-                           probe)
+                           probe, args.save)
                for name in args.variants.split(",")]
     if args.json:
         print(json.dumps(results))

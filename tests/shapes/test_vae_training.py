@@ -1,4 +1,5 @@
-"""The VAE's training batch and loss: crops that hold the objects, outlines weighted up."""
+"""The VAE's training batch and loss: crops that hold the objects, outlines weighted up; and
+the UNet's per-cell loss weights, from the same object masks."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 from genloop.training.shapes.train_sd import (
     SDTrainConfig,
     crops_around,
+    latent_weights,
     object_centres,
     reconstruction_loss,
     to_pixels,
@@ -59,3 +61,18 @@ def test_the_foreground_weight_counts_an_error_on_the_shape_more_than_on_the_bac
         off_shape, x, background, plain)
     assert reconstruction_loss(on_shape, x, background, weighted) > 4 * reconstruction_loss(
         off_shape, x, background, weighted)
+
+
+def test_unet_latent_weights_mark_the_cells_under_the_shape_and_only_those() -> None:
+    # Given a small star on the left (64 px image, 16x16 latents: a cell is 4x4 pixels)
+    pool = np.stack([_render("left"), _render("top")])
+    weights = latent_weights(pool, 16, 10.0, "cpu")
+    assert weights.shape == (2, 1, 16, 16)
+    assert set(weights.unique().tolist()) == {1.0, 11.0}
+    # Then the marked cells sit where the object is, and the far corners are plain
+    (ly, lx), (ty, tx) = (object_centres(pool) / 4).long().tolist()
+    assert weights[0, 0, ly, lx] == 11.0 and weights[1, 0, ty, tx] == 11.0
+    assert weights[:, 0, 0, 0].eq(1.0).all() and weights[:, 0, 15, 15].eq(1.0).all()
+    # and a small shape marks a few cells, not the field
+    assert 4 <= int(weights[0].eq(11.0).sum()) <= 25
+    assert latent_weights(pool, 16, 0.0, "cpu") is None
