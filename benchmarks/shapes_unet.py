@@ -1,6 +1,6 @@
 """Shapes UNet recipes side by side at small scale: what buys shape accuracy per CPU minute.
 
-    python benchmarks/shapes_unet.py --vae DIR [--variants current,lr2e-3,...] [--steps 400]
+    python benchmarks/shapes_unet.py --vae DIR [--variants v2-run,recipe,...] [--steps 400]
         [--batch 64] [--pool 4096] [--n 200] [--save DIR] [--json]
 
 Every variant is :class:`~genloop.training.shapes.train_sd.SDTrainConfig` with a few UNet fields
@@ -41,20 +41,18 @@ from genloop.workers.shapes.dataset import render_pool
 from genloop.workers.shapes.models import UNetShape, build_scheduler, build_tokenizer
 from genloop.workers.shapes.scene import one_attribute_variants
 
-#: Name -> SDTrainConfig fields changed from the defaults.
+#: Name -> SDTrainConfig fields changed from the defaults (``recipe``: the defaults).
+_V2_RUN = {"unet_foreground_weight": 0.0, "unet": UNetShape()}
 VARIANTS: dict[str, dict] = {
-    "current": {},
-    "lr2e-3": {"unet_lr": 2e-3},
-    "attention16": {"unet": UNetShape(attention_at_16=True)},
-    "text-in-time": {"unet": UNetShape(text_in_time_embedding=True)},
-    "dropout0.05": {"caption_dropout": 0.05},
-    "foreground": {"unet_foreground_weight": 10.0},
-    "foreground-text-in-time": {"unet_foreground_weight": 10.0,
-                                "unet": UNetShape(text_in_time_embedding=True)},
-    "foreground-lr2e-3": {"unet_foreground_weight": 10.0, "unet_lr": 2e-3},
-    "foreground-text-in-time-attention16": {
-        "unet_foreground_weight": 10.0,
-        "unet": UNetShape(text_in_time_embedding=True, attention_at_16=True)},
+    "recipe": {},
+    # The first v2 run's UNet: plain loss, caption through cross-attention only.
+    "v2-run": _V2_RUN,
+    "v2-run-lr2e-3": {**_V2_RUN, "unet_lr": 2e-3},
+    "v2-run-text-in-time": {**_V2_RUN, "unet": UNetShape(text_in_time_embedding=True)},
+    "foreground": {"unet": UNetShape()},
+    "foreground-lr2e-3": {"unet": UNetShape(), "unet_lr": 2e-3},
+    "recipe-attention16": {"unet": UNetShape(text_in_time_embedding=True,
+                                             attention_at_16=True)},
 }
 
 
@@ -129,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vae", type=Path, required=True)
-    parser.add_argument("--variants", default="current,lr2e-3",
+    parser.add_argument("--variants", default="v2-run,recipe",
                         help=f"comma-separated, the first the baseline: {', '.join(VARIANTS)}")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--batch", type=int, default=SDTrainConfig().unet_batch)

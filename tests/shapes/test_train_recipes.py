@@ -17,6 +17,13 @@ def test_the_gpu_recipe_fills_a_gpu_and_lets_text_reach_the_16x16_level() -> Non
     assert build_unet(cpu.unet).config.down_block_types[0] == "DownBlock2D"
 
 
+def test_both_recipes_weight_the_objects_and_pool_the_caption_into_the_timestep() -> None:
+    for recipe in ("cpu", "gpu"):
+        sd, _, _ = train._configs(smoke=False, seed=0, recipe=recipe)
+        assert sd.unet_foreground_weight > 0
+        assert build_unet(sd.unet).config.addition_embed_type == "text"
+
+
 def test_the_cpu_recipe_stays_the_default() -> None:
     sd, _, _ = train._configs(smoke=False, seed=0)
     assert sd == SDTrainConfig()
@@ -33,11 +40,11 @@ def test_the_caption_can_reach_every_block_through_the_timestep_embedding() -> N
         UNetShape,
     )
 
-    # Given the option on (a lever benchmarks/shapes_unet.py measures), the UNet pools the
-    # caption into its timestep embedding and runs with the pipeline's usual arguments
+    # Given the option on, the UNet pools the caption into its timestep embedding and runs
+    # with the pipeline's usual arguments
     unet = build_unet(UNetShape(text_in_time_embedding=True))
     assert unet.config.addition_embed_type == "text"
-    assert build_unet().config.addition_embed_type is None
+    assert build_unet(UNetShape()).config.addition_embed_type is None
     out = unet(torch.randn(2, LATENT_CHANNELS, LATENT_SIZE, LATENT_SIZE), torch.tensor([1, 900]),
                encoder_hidden_states=torch.randn(2, CONTEXT_LENGTH, TEXT_WIDTH)).sample
     assert out.shape == (2, LATENT_CHANNELS, LATENT_SIZE, LATENT_SIZE)
