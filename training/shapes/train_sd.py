@@ -75,14 +75,14 @@ class SDTrainConfig(BaseModel):
     #: shape is a few latent cells in a flat field, and a plain mean lets the field drown out
     #: what tells a star from a circle. Those cells weigh ``1 + unet_foreground_weight``.
     #: At 1,500 steps of batch 32 it took generated colour from 0.42 to 1.00 and size from
-    #: 0.67 to 0.94 (``benchmarks/shapes_unet.py``, variants ``current`` / ``foreground``).
+    #: 0.67 to 0.94 (``benchmarks/shapes_unet.py``, variants ``v2-run`` / ``foreground``).
     unet_foreground_weight: float = 10.0
     caption_dropout: float = 0.1
     ema_decay: float = 0.999
     warmup: int = 100
     #: The UNet's architecture (:func:`~genloop.workers.shapes.models.build_unet`). The
     #: caption pooled into the timestep embedding took generated position from 0.35 to 0.58
-    #: at 1,500 steps (variants ``foreground`` / ``foreground-text-in-time``), same step cost.
+    #: at 1,500 steps (variants ``foreground`` / ``recipe``), same step cost.
     unet: UNetShape = UNetShape(text_in_time_embedding=True)
 
     @classmethod
@@ -167,10 +167,16 @@ def train_vae(cfg: SDTrainConfig, pool: np.ndarray, device: str, seconds: float 
     return vae
 
 
+def object_pixels(pool: np.ndarray) -> np.ndarray:
+    """``(B, H, W)`` bool: the pixels that differ from the image's top-left corner (the
+    background: shapes never reach the border)."""
+    return np.abs(pool.astype(np.int16) - pool[:, :1, :1].astype(np.int16)).max(axis=3) > 24
+
+
 def object_centres(pool: np.ndarray) -> torch.Tensor:
-    """Per image, the (y, x) centroid of its pixels that differ from the top-left corner's
-    (the background: shapes never reach the border); the centre for an empty image."""
-    diff = np.abs(pool.astype(np.int16) - pool[:, :1, :1].astype(np.int16)).max(axis=3) > 24
+    """Per image, the (y, x) centroid of its :func:`object_pixels`; the centre for an empty
+    image."""
+    diff = object_pixels(pool)
     ys, xs = np.mgrid[:pool.shape[1], :pool.shape[2]]
     count = np.maximum(diff.sum(axis=(1, 2)), 1)
     cy = np.where(diff.any(axis=(1, 2)), (diff * ys).sum(axis=(1, 2)) / count, pool.shape[1] / 2)
@@ -213,8 +219,7 @@ def latent_weights(pool: np.ndarray, latent_size: int, weight: float,
     cells that hold any object pixel or its one-pixel outline, 1 elsewhere; None for weight 0."""
     if not weight:
         return None
-    on_object = torch.from_numpy(
-        np.abs(pool.astype(np.int16) - pool[:, :1, :1].astype(np.int16)).max(axis=3) > 24)
+    on_object = torch.from_numpy(object_pixels(pool))
     ring = F.max_pool2d(on_object[:, None].float(), 3, stride=1, padding=1)
     cells = F.adaptive_max_pool2d(ring, latent_size)
     return (1 + weight * cells).to(device)
