@@ -47,8 +47,6 @@ VARIANTS: dict[str, dict] = {
     "recipe": {},
     # The first v2 run's UNet: plain loss, caption through cross-attention only.
     "v2-run": _V2_RUN,
-    "v2-run-lr2e-3": {**_V2_RUN, "unet_lr": 2e-3},
-    "v2-run-text-in-time": {**_V2_RUN, "unet": UNetShape(text_in_time_embedding=True)},
     "foreground": {"unet": UNetShape()},
     "foreground-lr2e-3": {"unet": UNetShape(), "unet_lr": 2e-3},
     "recipe-attention16": {"unet": UNetShape(text_in_time_embedding=True,
