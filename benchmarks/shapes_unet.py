@@ -51,6 +51,8 @@ VARIANTS: dict[str, dict] = {
     "foreground-lr2e-3": {"unet": UNetShape(), "unet_lr": 2e-3},
     "recipe-attention16": {"unet": UNetShape(text_in_time_embedding=True,
                                              attention_at_16=True)},
+    "logit-normal": {"unet_timestep_logit": (0.0, 1.0)},
+    "logit-normal-noisy": {"unet_timestep_logit": (0.5, 1.0)},
 }
 
 

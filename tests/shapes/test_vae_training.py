@@ -13,6 +13,7 @@ from genloop.training.shapes.train_sd import (
     object_centres,
     reconstruction_loss,
     to_pixels,
+    training_timesteps,
 )
 from genloop.workers.shapes import dataset
 from genloop.workers.shapes.scene import Attributes
@@ -99,3 +100,16 @@ def test_the_unet_step_is_trained_on_the_weighted_loss(tmp_path) -> None:
     # Then the step is reproducible, and the weight changes what it learns
     assert torch.equal(trained(0.0), trained(0.0))
     assert not torch.equal(trained(0.0), trained(10.0))
+
+
+def test_logit_normal_timesteps_lean_where_their_mean_says_and_stay_in_range() -> None:
+    gen = torch.Generator().manual_seed(0)
+    uniform = training_timesteps(None, 4000, 1000, gen, "cpu")
+    noisy = training_timesteps((1.0, 1.0), 4000, 1000, gen, "cpu")
+    clean = training_timesteps((-1.0, 1.0), 4000, 1000, gen, "cpu")
+    for t in (uniform, noisy, clean):
+        assert t.dtype == torch.long and 0 <= t.min() and t.max() <= 999
+    assert abs((uniform >= 500).float().mean().item() - 0.5) < 0.05
+    # sigmoid(N(1, 1)) > 0.5 with probability P(N(0, 1) > -1) = 0.84
+    assert abs((noisy >= 500).float().mean().item() - 0.84) < 0.03
+    assert abs((clean < 500).float().mean().item() - 0.84) < 0.03

@@ -77,6 +77,9 @@ class SDTrainConfig(BaseModel):
     #: At 1,500 steps of batch 32 it took generated colour from 0.42 to 1.00 and size from
     #: 0.67 to 0.94 (``benchmarks/shapes_unet.py``, variants ``v2-run`` / ``foreground``).
     unet_foreground_weight: float = 10.0
+    #: Mean and std of logit(t / T) for the UNet's training timesteps (logit-normal sampling,
+    #: Esser et al. 2024, "Scaling Rectified Flow Transformers"); None: uniform over t.
+    unet_timestep_logit: tuple[float, float] | None = None
     caption_dropout: float = 0.1
     ema_decay: float = 0.999
     warmup: int = 100
@@ -299,7 +302,7 @@ def _unet_loss(unet, text_encoder, cfg: SDTrainConfig, gen: torch.Generator, dev
     eps = torch.randn(mean[pick].shape, generator=gen, device=device)
     latents = (mean[pick] + std[pick] * eps) * sf
     noise = torch.randn(latents.shape, generator=gen, device=device)
-    t = torch.randint(0, timesteps, (b,), generator=gen, device=device)
+    t = training_timesteps(cfg.unet_timestep_logit, b, timesteps, gen, device)
     a = alphas[t].sqrt().view(b, 1, 1, 1)
     s = (1 - alphas[t]).sqrt().view(b, 1, 1, 1)
     noisy = a * latents + s * noise
@@ -313,6 +316,17 @@ def _unet_loss(unet, text_encoder, cfg: SDTrainConfig, gen: torch.Generator, dev
     if weights is not None:
         error = error * weights[pick]
     return error.mean()
+
+
+def training_timesteps(logit: tuple[float, float] | None, b: int, timesteps: int,
+                       gen: torch.Generator, device: str) -> torch.Tensor:
+    """``b`` training timesteps in ``[0, timesteps)``: uniform, or with logit(t / T) drawn from
+    a normal of ``logit``'s mean and std."""
+    if logit is None:
+        return torch.randint(0, timesteps, (b,), generator=gen, device=device)
+    mean, std = logit
+    u = torch.sigmoid(mean + std * torch.randn(b, generator=gen, device=device))
+    return (u * timesteps).long().clamp(max=timesteps - 1)
 
 
 def _with_ema(unet, text_encoder, params, ema):
