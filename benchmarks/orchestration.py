@@ -2,12 +2,16 @@
 
     python benchmarks/orchestration.py [--nodes 1000] [--threads 4] [--repeats 3] [--json]
     python benchmarks/orchestration.py --redis redis://127.0.0.1:6379/8 [--fanout 10000]
+    python benchmarks/orchestration.py [--redis URL] --fair
 
 Both sides run on one broker and one Dramatiq Worker in this process: the StubBroker with the
 SQLite store (embedded), or with ``--redis`` a RedisBroker with the Redis store (keys under a
 fresh prefix, deleted afterwards). Raw Dramatiq sends N messages to a no-op actor and joins the
 queue. genloop submits a graph of N independent no-op nodes and waits for the run; every node
-goes through validation, the store, a claim, a result and the scheduler. Also: latency from
+goes through validation, the store, a claim, a result and the scheduler. Its roots, released at
+once, travel up to 16 to a message (``workers/chunks.py``); raw Dramatiq sends one per call, as
+its API does. ``--fair`` sends genloop's messages through its fair queue (in memory, or in
+Redis with ``--redis``), the path served and pooled deployments take. Also: latency from
 submit to the first node's start (p50/p99 over single-node runs), and with ``--fanout`` one run
 that maps a node over that many items (wall time, and Redis memory per node instance).
 
@@ -40,6 +44,7 @@ from genloop.sdk import Graph
 from genloop.workers import OpRegistry, op
 from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.broker import wire
+from genloop.workers.chunks import chunked
 from genloop.workers.stores import SqliteStateStore
 from genloop.workers.stores.records import InstanceRecord
 from genloop.workers.stores.redis import RedisStateStore
@@ -59,7 +64,7 @@ class Count(BaseModel):
     count: int
 
 
-def build(home: str, threads: int, redis_url: str | None, prefix: str):
+def build(home: str, threads: int, redis_url: str | None, prefix: str, fair: bool = False):
     registry = OpRegistry()
     op("noop", params=Index, output=Nothing, registry=registry)(
         lambda params, inputs, ctx: Nothing()
@@ -78,8 +83,11 @@ def build(home: str, threads: int, redis_url: str | None, prefix: str):
         broker = StubBroker()
         store = SqliteStateStore(f"{home}/state.db")
     broker.emit_after("process_boot")
+    # --fair: the path real deployments take, tenants' turns kept in memory (embedded, a
+    # window of one message per thread) or in Redis (a pool: its window is the live threads).
     wiring = wire(broker, store, LocalArtifactStore(f"{home}/artifacts"), registry,
-                  queues=("cpu",))
+                  queues=("cpu",), fair_window=threads if fair and not redis_url else None,
+                  shared_fair=prefix if fair and redis_url else None)
     started: dict[int, float] = {}
     done = threading.Semaphore(0)
 
@@ -156,7 +164,7 @@ def expansion(wiring, n: int, redis_client, prefix: str) -> dict:
 
     one_s, one_trips = timed(lambda: [wiring.enqueue.send(i) for i in instances])
     batch_s, batch_trips = timed(lambda: wiring.enqueue(instances))
-    return {"expansion_messages": n,
+    return {"expansion_instances": n, "expansion_messages": len(chunked(instances)),
             "expansion_one_per_call_s": one_s, "expansion_one_per_call_round_trips": one_trips,
             "expansion_enqueuer_s": batch_s, "expansion_enqueuer_round_trips": batch_trips}
 
@@ -297,6 +305,8 @@ def main() -> None:
     parser.add_argument("--latency-runs", type=int, default=100)
     parser.add_argument("--redis", help="run on this Redis instead of the embedded seams")
     parser.add_argument("--fanout", type=int, default=0, help="also time a map over N items")
+    parser.add_argument("--fair", action="store_true",
+                        help="genloop through its fair queue, as served pools and workers run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -305,7 +315,7 @@ def main() -> None:
     redis_client = redis.Redis.from_url(args.redis) if args.redis else None
     with tempfile.TemporaryDirectory() as home:
         broker, wiring, worker, raw_noop, started, done = build(
-            home, args.threads, args.redis, prefix)
+            home, args.threads, args.redis, prefix, args.fair)
         try:
             raw, gl = [], []
             for r in range(args.repeats):  # interleaved, so drift hits both sides alike
@@ -328,6 +338,7 @@ def main() -> None:
     report = {
         "backend": "redis" if args.redis else "embedded",
         "nodes": args.nodes, "threads": args.threads, "repeats": args.repeats,
+        "fair_queue": args.fair,
         # Both sides share the machine's load; on a busy one only the ratio is worth quoting.
         "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
         "raw_dramatiq_msgs_per_s": statistics.median(raw),
@@ -340,7 +351,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"{report['backend']}: {args.nodes} no-op nodes, {args.threads} worker threads, "
+    fair = ", through the fair queue" if args.fair else ""
+    print(f"{report['backend']}{fair}: {args.nodes} no-op nodes, {args.threads} worker threads, "
           f"median of {args.repeats}, load average {load_before:.1f} -> "
           f"{report['load_average_1m']['after']:.1f}")
     print(f"  raw Dramatiq : {report['raw_dramatiq_msgs_per_s']:9.0f} messages/s")
@@ -360,8 +372,9 @@ def main() -> None:
             line += f", {fan['redis_bytes_per_node']:.0f} Redis bytes per node"
         print(line)
     if "expansion_messages" in fan:
-        print(f"  expansion    : {fan['expansion_messages']} messages, Enqueuer "
-              f"{fan['expansion_enqueuer_s']:.2f} s in {fan['expansion_enqueuer_round_trips']} "
+        print(f"  expansion    : {fan['expansion_instances']} instances, Enqueuer "
+              f"{fan['expansion_enqueuer_s']:.2f} s, {fan['expansion_messages']} messages in "
+              f"{fan['expansion_enqueuer_round_trips']} "
               f"round trips | one per call {fan['expansion_one_per_call_s']:.2f} s in "
               f"{fan['expansion_one_per_call_round_trips']} | "
               f"{fan['expansion_one_per_call_s'] / fan['expansion_enqueuer_s']:.1f}x")

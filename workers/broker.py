@@ -3,7 +3,8 @@
 Every actor runs the same :class:`~genloop.workers.executor.Executor`; queues only route work
 (``generate`` to ``gpu`` workers, ``select`` to ``cpu`` ones). A message is
 ``(run id, instance id)`` with the node's retry policy in its options, so Dramatiq's own Retries
-middleware applies it.
+middleware applies it, or ``(run id, [instance id, ...])`` for a chunk of a large release
+(:mod:`.chunks`), whose instances are retried one by one.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dramatiq.middleware import CurrentMessage, Retries
 from genloop.sdk.errors import Cancelled, Permanent
 
 from .artifacts.base import ArtifactStore
+from .chunks import Chunk, chunked, message_args
 from .executor import Executor
 from .fair_queue import FairEnqueuer, FairRelease
 from .metrics import metrics
@@ -49,22 +51,27 @@ def actor_name(queue: str) -> str:
     return ACTOR_PREFIX + queue
 
 
-def _message(inst: InstanceRecord, **options: object) -> dramatiq.Message:
-    """``inst``'s message (with extra message ``options``), as its queue's actor would send it."""
+def _message(chunk: Chunk, **options: object) -> dramatiq.Message:
+    """The message for ``chunk`` (one instance or several of one run and queue; with extra
+    message ``options``), as its queue's actor would send it. A chunk is never retried as a
+    whole for an op's failure (its instances are, one by one), so the first instance's retry
+    policy stands for it."""
+    first = chunk[0]
     return dramatiq.Message(
-        queue_name=inst.queue, actor_name=actor_name(inst.queue),
-        args=(inst.run_id, inst.instance_id), kwargs={},
+        queue_name=first.queue, actor_name=actor_name(first.queue),
+        args=message_args(chunk), kwargs={},
         options={
-            "max_retries": inst.max_retries,
-            "min_backoff": int(inst.min_backoff * 1000),
-            "max_backoff": int(inst.max_backoff * 1000),
+            "max_retries": first.max_retries,
+            "min_backoff": int(first.min_backoff * 1000),
+            "max_backoff": int(first.max_backoff * 1000),
             **options,
         },
     )
 
 
 class Enqueuer:
-    """Sends one message per instance to its queue's actor.
+    """Sends instances to their queue's actor, several of one run to a message when many are
+    released at once (:mod:`.chunks`).
 
     It builds the messages itself rather than through the actors, so a process that only
     submits (``Client.connect``) declares no actor: see :func:`submitter`.
@@ -74,12 +81,20 @@ class Enqueuer:
         self.broker = broker
 
     def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
-        if isinstance(self.broker, RedisBroker) and not delay and len(instances) > 1:
-            for start in range(0, len(instances), PIPELINE_MESSAGES):
-                self._send_pipelined(instances[start:start + PIPELINE_MESSAGES])
+        if delay:
+            for inst in instances:
+                self.send(inst, delay)
             return
-        for inst in instances:
-            self.send(inst, delay)
+        self.send_chunks(chunked(instances))
+
+    def send_chunks(self, chunks: Sequence[Chunk], delay: float = 0.0) -> None:
+        """One message per chunk; on Redis, in pipelines of :data:`PIPELINE_MESSAGES`."""
+        if isinstance(self.broker, RedisBroker) and not delay and len(chunks) > 1:
+            for start in range(0, len(chunks), PIPELINE_MESSAGES):
+                self._send_pipelined(chunks[start:start + PIPELINE_MESSAGES])
+            return
+        for chunk in chunks:
+            self.send_chunk(chunk, delay)
 
     def retry(self, inst: InstanceRecord, retries: int, delay: float) -> None:
         """Send ``inst`` again after ``retries`` failed attempts, as Dramatiq's Retries would."""
@@ -87,11 +102,15 @@ class Enqueuer:
 
     def send(self, inst: InstanceRecord, delay: float = 0.0, **options: object) -> str:
         """Send one instance's message (with extra message ``options``); its message id."""
-        message = _message(inst, **options)
+        return self.send_chunk([inst], delay, **options)
+
+    def send_chunk(self, chunk: Chunk, delay: float = 0.0, **options: object) -> str:
+        """Send one message for ``chunk`` (with extra message ``options``); its message id."""
+        message = _message(chunk, **options)
         self.broker.enqueue(message, delay=int(delay * 1000) or None)
         return message.message_id
 
-    def _send_pipelined(self, instances: Sequence[InstanceRecord]) -> None:
+    def _send_pipelined(self, chunks: Sequence[Chunk]) -> None:
         """What ``RedisBroker.enqueue`` does for each message (a Redis message id of its own,
         the enqueue hooks, a call of the broker's dispatch script), with the script calls in
         one pipeline: one round trip for the batch, not one per message. A released
@@ -100,8 +119,8 @@ class Enqueuer:
         If the pipeline fails, the outbox keeps the instances and the sweeper re-sends them."""
         broker = self.broker
         dispatch = broker.scripts["dispatch"]
-        messages = [_message(inst).copy(options={"redis_message_id": str(uuid.uuid4())})
-                    for inst in instances]
+        messages = [_message(chunk).copy(options={"redis_message_id": str(uuid.uuid4())})
+                    for chunk in chunks]
         with broker.client.pipeline(transaction=False) as pipe:
             for message in messages:
                 broker.emit_before("enqueue", message, None)
@@ -154,8 +173,8 @@ def submitter(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, 
     def tenant_of(run_id: str) -> str:
         return scheduler.topology(run_id).graph.namespace or run_id
 
-    fair = RedisFairQueue(broker.client, enqueue.send, tenant_of, prefix=shared_fair,
-                          send_many=enqueue)
+    fair = RedisFairQueue(broker.client, enqueue.send_chunk, tenant_of, prefix=shared_fair,
+                          send_many=enqueue.send_chunks)
 
     def backlog(queue: str) -> int:  # waiting their turn is not lost either
         return enqueue.backlog(queue) + fair.waiting(queue)
@@ -197,13 +216,13 @@ def wire(
     fair: FairEnqueuer | RedisFairQueue | None = None
     backlog = enqueue.backlog
     if fair_window is not None:
-        fair = FairEnqueuer(enqueue.send, fair_window, tenant_of)
+        fair = FairEnqueuer(enqueue.send_chunk, fair_window, tenant_of)
         broker.add_middleware(FairRelease(fair))
     elif shared_fair is not None:
         if not isinstance(broker, RedisBroker):
             raise TypeError("shared_fair needs a RedisBroker (its client holds the queue)")
-        shared = fair = RedisFairQueue(broker.client, enqueue.send, tenant_of,
-                                       prefix=shared_fair, send_many=enqueue)
+        shared = fair = RedisFairQueue(broker.client, enqueue.send_chunk, tenant_of,
+                                       prefix=shared_fair, send_many=enqueue.send_chunks)
         broker.add_middleware(RedisFairWorker(shared, ACTOR_PREFIX))
 
         def backlog(queue: str) -> int:  # waiting their turn is not lost either

@@ -1,6 +1,7 @@
 """The body of every genloop Dramatiq actor: claim -> op body -> complete.
 
-A message names (run id, instance id); the instance's params and inputs are in the store.
+A message names a run and one instance, or a chunk of several (:mod:`.chunks`), each run as
+below; the instances' params and inputs are in the store.
 1. An instance that already ended (a duplicate delivery, or a cancelled run) is acked and dropped.
 2. If a result is stored under the instance's result key, it completes at once (no op body).
 3. Otherwise the worker takes a lease on the key. If another worker holds it (the same message
@@ -14,7 +15,8 @@ A message names (run id, instance id); the instance's params and inputs are in t
    completion pool when the work is done, still under the lease (see :mod:`.deferred`).
 Failures of a synchronous body propagate to Dramatiq: its Retries middleware decides on a retry,
 and :class:`~genloop.workers.middleware.attempts.AttemptOutcomes` records the outcome. Failures of
-deferred work follow the same policy here (the message is already acked).
+deferred work, and of an instance in a chunk (a message for several, :mod:`.chunks`), follow the
+same policy here: the instance is recorded and re-sent alone.
 """
 
 from __future__ import annotations
@@ -179,7 +181,31 @@ class Executor:
                                                thread_name_prefix="genloop-complete")
         self._inputs = InputResults(self.store)
 
-    def __call__(self, run_id: str, instance_id: str) -> None:
+    def __call__(self, run_id: str, instance_ids: str | list[str]) -> None:
+        """Run a message's instances: one (``instance_ids`` a string), or a chunk."""
+        if isinstance(instance_ids, str):
+            self.run_one(run_id, instance_ids)
+        else:
+            self.run_chunk(run_id, instance_ids)
+
+    def run_chunk(self, run_id: str, instance_ids: list[str]) -> None:
+        """Run a chunk's instances one after another (:mod:`.chunks`). An instance that fails
+        is recorded and re-sent alone, as deferred work is: the message carries the others,
+        so it must not fail for one of them."""
+        attempt = self._attempt_of()
+        for instance_id in instance_ids:
+            try:
+                self.run_one(run_id, instance_id)
+            except Exception as exc:  # noqa: BLE001  (this instance's failure: retry policy)
+                try:
+                    inst = self.store.instance(run_id, instance_id)
+                    self._attempt_failed(inst, attempt, exc)
+                except Exception:  # a store outage: the sweeper re-sends it once it is stale
+                    log.exception("%s/%s: recording a chunk's failed instance failed",
+                                  run_id, instance_id)
+
+    def run_one(self, run_id: str, instance_id: str) -> None:
+        """Run one instance (steps 1-5 above); an op's failure propagates."""
         inst = self.scheduler.just_sent.take(run_id, instance_id) \
             or self.store.instance(run_id, instance_id)
         if inst.status.terminal:
@@ -276,7 +302,7 @@ class Executor:
             try:
                 result = self._record(spec, deferred.then(deferred.future.result()), key, ctx)
             except Exception as exc:  # noqa: BLE001  (the op's failure: retry policy below)
-                self._deferred_failed(inst, attempt, exc)
+                self._attempt_failed(inst, attempt, exc)
             else:
                 self.leases.forget(owner)
                 self.scheduler.succeeded(run_id, instance_id, result, lease=(key, owner))
@@ -287,8 +313,9 @@ class Executor:
             if not completed:
                 self.leases.drop(key, owner)
 
-    def _deferred_failed(self, inst: InstanceRecord, attempt: int, exc: Exception) -> None:
-        """What Retries and AttemptOutcomes do for a message, for work whose message is acked."""
+    def _attempt_failed(self, inst: InstanceRecord, attempt: int, exc: Exception) -> None:
+        """What Retries and AttemptOutcomes do for a message, for an instance whose message is
+        not retried for it: deferred work (the message is acked) and a chunk's instances."""
         final = (isinstance(exc, Permanent) or attempt > inst.max_retries
                  or self._requeue is None)
         record_outcome(self.scheduler, inst.run_id, inst.instance_id, attempt, exc, final=final)

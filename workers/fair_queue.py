@@ -25,13 +25,16 @@ import dramatiq
 from dramatiq.common import q_name
 from dramatiq.middleware import Middleware
 
+from .chunks import Chunk, chunked
 from .stores.records import InstanceRecord
 
-Send = Callable[[InstanceRecord, float], str]
+#: Sends one message for a chunk of instances (:mod:`.chunks`) after a delay; its message id.
+Send = Callable[[Chunk, float], str]
 
 
 class FairEnqueuer:
-    """``enqueue(instances, delay)`` with per-queue windows and per-tenant turns."""
+    """``enqueue(instances, delay)`` with per-queue windows and per-tenant turns. What waits
+    and takes a slot is a message: one instance, or a chunk of a large release."""
 
     def __init__(self, send: Send, window: int, tenant_of: Callable[[str], str]) -> None:
         if window < 1:
@@ -39,31 +42,31 @@ class FairEnqueuer:
         self.send, self.window, self.tenant_of = send, window, tenant_of
         self._lock = threading.Lock()
         self._in_flight: dict[str, set[str]] = {}  # queue -> message ids in the broker
-        # queue -> tenant -> waiting instances; OrderedDict order is the round robin's
-        self._waiting: dict[str, OrderedDict[str, deque[InstanceRecord]]] = {}
-        self._held: set[tuple[str, str]] = set()
+        # queue -> tenant -> waiting chunks; OrderedDict order is the round robin's
+        self._waiting: dict[str, OrderedDict[str, deque[Chunk]]] = {}
+        self._held: set[tuple[str, ...]] = set()
 
     def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
-        ready: list[tuple[InstanceRecord, float]] = []
+        ready: list[tuple[Chunk, float]] = []
+        if delay > 0:
+            # A re-look after a lease's remaining time: it is already someone's turn.
+            self._send([([inst], delay) for inst in instances])
+            return
         with self._lock:
-            for inst in instances:
-                if delay > 0:
-                    # A re-look after a lease's remaining time: it is already someone's turn.
-                    ready.append((inst, delay))
-                    continue
-                key = (inst.run_id, inst.instance_id)
+            for chunk in chunked(instances):
+                key = _key(chunk)
                 if key in self._held:
                     continue  # a duplicate send (sweeper) of one already waiting here
                 self._held.add(key)
-                tenants = self._waiting.setdefault(inst.queue, OrderedDict())
-                tenant = self.tenant_of(inst.run_id)
+                tenants = self._waiting.setdefault(chunk[0].queue, OrderedDict())
+                tenant = self.tenant_of(chunk[0].run_id)
                 if tenant not in tenants:
                     # A tenant with nothing waiting goes first (as FQ-CoDel favours sparse
                     # flows): its small run should not wait a turn behind a large one.
                     tenants[tenant] = deque()
                     tenants.move_to_end(tenant, last=False)
-                tenants[tenant].append(inst)
-            ready.extend((inst, 0.0) for inst in self._take_all())
+                tenants[tenant].append(chunk)
+            ready.extend((chunk, 0.0) for chunk in self._take_all())
         self._send(ready)
 
     def finished(self, queue: str, message_id: str) -> None:
@@ -73,33 +76,38 @@ class FairEnqueuer:
             if flight is None or message_id not in flight:
                 return
             flight.discard(message_id)
-            ready = [(inst, 0.0) for inst in self._take_all()]
+            ready = [(chunk, 0.0) for chunk in self._take_all()]
         self._send(ready)
 
     def waiting(self) -> int:
+        """Messages waiting for their turn."""
         with self._lock:
             return len(self._held)
 
-    def _take_all(self) -> list[InstanceRecord]:
-        """Every instance that fits its queue's window, tenants in turn (lock held)."""
-        out = []
+    def _take_all(self) -> list[Chunk]:
+        """Every chunk that fits its queue's window, tenants in turn (lock held)."""
+        out: list[Chunk] = []
         for queue, tenants in self._waiting.items():
             flight = self._in_flight.setdefault(queue, set())
-            while tenants and len(flight) + sum(i.queue == queue for i in out) < self.window:
+            while tenants and len(flight) + sum(c[0].queue == queue for c in out) < self.window:
                 tenant, fifo = next(iter(tenants.items()))
-                inst = fifo.popleft()
+                chunk = fifo.popleft()
                 tenants.pop(tenant)
                 if fifo:
                     tenants[tenant] = fifo  # to the back of the turn order
-                self._held.discard((inst.run_id, inst.instance_id))
-                out.append(inst)
+                self._held.discard(_key(chunk))
+                out.append(chunk)
         return out
 
-    def _send(self, ready: list[tuple[InstanceRecord, float]]) -> None:
-        for inst, delay in ready:
-            message_id = self.send(inst, delay)
+    def _send(self, ready: list[tuple[Chunk, float]]) -> None:
+        for chunk, delay in ready:
+            message_id = self.send(chunk, delay)
             with self._lock:
-                self._in_flight.setdefault(inst.queue, set()).add(message_id)
+                self._in_flight.setdefault(chunk[0].queue, set()).add(message_id)
+
+
+def _key(chunk: Chunk) -> tuple[str, ...]:
+    return (chunk[0].run_id, *(inst.instance_id for inst in chunk))
 
 
 class FairRelease(Middleware):

@@ -5,9 +5,10 @@ works because one process sends and runs everything. A Redis pool has many sende
 clients, every worker that completes a node) and many consumers, so the same idea lives in
 Redis, for each queue:
 
-- ``<p>:fair:<queue>:t:<tenant>``: the tenant's waiting instances (a list, FIFO);
+- ``<p>:fair:<queue>:t:<tenant>``: the tenant's waiting messages (a list, FIFO), each one
+  instance or a chunk of a large release (:mod:`.chunks`), named by :func:`member`;
 - ``<p>:fair:<queue>:ring``: the tenants with something waiting, in turn order;
-- ``<p>:fair:<queue>:flight``: instances sent to the broker and not yet finished (a sorted set,
+- ``<p>:fair:<queue>:flight``: messages sent to the broker and not yet finished (a sorted set,
   scored by a deadline, so a message lost with a dead process frees its slot in time, or at
   once when the sweeper sends it again);
 - ``<p>:fair:<queue>:workers``: each live worker process's threads on the queue (scored by a
@@ -35,14 +36,17 @@ import dramatiq
 import redis
 from dramatiq.common import q_name
 from dramatiq.middleware import Middleware
+from pydantic import TypeAdapter
 
+from .chunks import Chunk, chunked, instances_of
 from .stores.records import InstanceRecord
 
 log = logging.getLogger(__name__)
 
-Send = Callable[[InstanceRecord, float], str]
+#: Sends one message for a chunk of instances (:mod:`.chunks`) after a delay; its message id.
+Send = Callable[[Chunk, float], str]
 #: Sends several messages at once (the :class:`~.broker.Enqueuer` pipelines them).
-SendMany = Callable[[Sequence[InstanceRecord], float], object]
+SendMany = Callable[[Sequence[Chunk], float], object]
 
 #: Take instances for free slots (lock-free for callers: the script runs atomically).
 #: ARGV: prefix, queue, now, flight ttl, the member whose message finished (or ''), then
@@ -57,7 +61,8 @@ for i = 6, #ARGV, 3 do
   local tenant, member = ARGV[i], ARGV[i + 1]
   -- Sent again while its slot is taken: the sweeper re-sends only what nobody works on (a
   -- dead worker's, a lost message), so that slot is stale; it must not keep the re-sent
-  -- message waiting until it expires.
+  -- message waiting until it expires. (The sweeper re-sends a lost chunk's instances one by one:
+  -- those names differ from the chunk's, whose slot frees itself at its deadline.)
   redis.call('ZREM', flight, member)
   if redis.call('SADD', held, member) == 1 then
     redis.call('HSET', payloads, member, ARGV[i + 2])
@@ -95,8 +100,20 @@ _PAYLOAD = {"run_id", "instance_id", "node_id", "seq", "queue", "max_retries", "
             "max_backoff"}
 
 
-def member(run_id: str, instance_id: str) -> str:
-    return f"{run_id}|{instance_id}"
+def member(run_id: str, instance_ids: Sequence[str]) -> str:
+    """The name of a message's slot: its run and instances (one, or a chunk's)."""
+    return f"{run_id}|{','.join(instance_ids)}"
+
+
+def _payload(chunk: Chunk) -> str:
+    return "[" + ",".join(inst.model_dump_json(include=_PAYLOAD) for inst in chunk) + "]"
+
+
+def _chunk(payload: bytes | str) -> list[InstanceRecord]:
+    return _CHUNK.validate_json(payload)
+
+
+_CHUNK = TypeAdapter(list[InstanceRecord])
 
 
 class RedisFairQueue:
@@ -105,13 +122,14 @@ class RedisFairQueue:
     by a message no worker has started (lost with a dead process, or stuck behind retries,
     which run outside the window: freeing it early lets one message more in, no harm); a
     running one's slot is kept by its worker's heartbeat, and ends soon after that worker.
-    ``send_many``: sends the messages taken at once (by default ``send`` each)."""
+    ``send_many``: sends the messages taken at once (by default ``send`` each). A slot is a
+    message: one instance, or a chunk of a large release (:mod:`.chunks`)."""
 
     def __init__(self, client: redis.Redis, send: Send, tenant_of: Callable[[str], str], *,
                  prefix: str = "genloop", flight_ttl: float = 10.0,
                  send_many: SendMany | None = None) -> None:
         self.client, self.send, self.tenant_of = client, send, tenant_of
-        self.send_many = send_many or (lambda records, delay: [send(r, delay) for r in records])
+        self.send_many = send_many or (lambda chunks, delay: [send(c, delay) for c in chunks])
         self.prefix, self.flight_ttl = prefix, flight_ttl
         self._script = client.register_script(_PUSH_AND_TAKE)
 
@@ -119,34 +137,36 @@ class RedisFairQueue:
         return f"{self.prefix}:fair:{queue}:{part}"
 
     def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
+        if delay > 0:
+            # A re-look after a lease's remaining time: it is already someone's turn.
+            for inst in instances:
+                self.send([inst], delay)
+            return
         by_queue: dict[str, list[str]] = {}
-        for inst in instances:
-            if delay > 0:
-                # A re-look after a lease's remaining time: it is already someone's turn.
-                self.send(inst, delay)
-                continue
-            by_queue.setdefault(inst.queue, []).extend([
-                self.tenant_of(inst.run_id), member(inst.run_id, inst.instance_id),
-                inst.model_dump_json(include=_PAYLOAD)])
+        for chunk in chunked(instances):
+            first = chunk[0]
+            by_queue.setdefault(first.queue, []).extend([
+                self.tenant_of(first.run_id),
+                member(first.run_id, [inst.instance_id for inst in chunk]), _payload(chunk)])
         for queue, triples in by_queue.items():
             self._take(queue, triples)
 
-    def finished(self, queue: str, run_id: str, instance_id: str) -> None:
-        """A message of ``queue`` ended (done, failed or skipped): let the next one in (one
-        round trip)."""
-        self._take(queue, done=member(run_id, instance_id))
+    def finished(self, queue: str, run_id: str, instance_ids: Sequence[str]) -> None:
+        """A message of ``queue`` for ``instance_ids`` of ``run_id`` ended (done, failed or
+        skipped): let the next one in (one round trip)."""
+        self._take(queue, done=member(run_id, instance_ids))
 
     def pump(self, queue: str) -> None:
         """Fill free slots (a worker joined, or a lost message's slot expired)."""
         self._take(queue)
 
-    def running(self, queue: str, instances: Sequence[tuple[str, str]], ttl: float) -> None:
-        """Keep the slots of started messages, ``(run id, instance id)`` each, for ``ttl``
+    def running(self, queue: str, members: Sequence[str], ttl: float) -> None:
+        """Keep the slots of started messages (their :func:`member` names) for ``ttl``
         seconds more, in one round trip (``XX``: one already finished is not re-added)."""
-        if instances:
+        if members:
             deadline = time.time() + ttl
-            self.client.zadd(self.key(queue, "flight"),
-                             {member(r, i): deadline for r, i in instances}, xx=True)
+            self.client.zadd(self.key(queue, "flight"), dict.fromkeys(members, deadline),
+                             xx=True)
 
     def waiting(self, queue: str) -> int:
         return int(self.client.scard(self.key(queue, "held")))
@@ -162,7 +182,7 @@ class RedisFairQueue:
         taken = self._script(args=[self.prefix, queue, time.time(), self.flight_ttl, done,
                                    *triples])
         if taken:
-            self.send_many([InstanceRecord.model_validate_json(p) for p in taken], 0.0)
+            self.send_many([_chunk(p) for p in taken], 0.0)
 
 
 class RedisFairWorker(Middleware):
@@ -174,7 +194,7 @@ class RedisFairWorker(Middleware):
         self.id = uuid.uuid4().hex[:12]
         self._queues: list[str] = []
         self._threads = 0
-        self._running: dict[str, tuple[str, str, str]] = {}  # message id -> queue, run, inst
+        self._running: dict[str, tuple[str, str]] = {}  # message id -> queue, slot member
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
@@ -194,11 +214,11 @@ class RedisFairWorker(Middleware):
     def before_process_message(self, broker: dramatiq.Broker,
                                message: dramatiq.Message) -> None:
         if message.actor_name.startswith(self.actor_prefix):
-            queue, (run_id, instance_id) = q_name(message.queue_name), message.args
+            queue = q_name(message.queue_name)
             # No round trip here: the slot keeps the deadline it was taken with (flight_ttl)
             # until the next heartbeat, at most ``heartbeat`` seconds away, renews it.
             with self._lock:
-                self._running[message.message_id] = (queue, run_id, instance_id)
+                self._running[message.message_id] = (queue, member(*instances_of(message.args)))
 
     def after_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message, *,
                               result: object = None, exception: BaseException | None = None
@@ -214,21 +234,21 @@ class RedisFairWorker(Middleware):
         if message.actor_name.startswith(self.actor_prefix):
             with self._lock:
                 self._running.pop(message.message_id, None)
-            run_id, instance_id = message.args
+            run_id, instance_ids = instances_of(message.args)
             try:
-                self.fair.finished(q_name(message.queue_name), run_id, instance_id)
+                self.fair.finished(q_name(message.queue_name), run_id, instance_ids)
             except redis.RedisError:  # the slot expires on its own; the sweeper re-sends
-                log.exception("releasing the fair-queue slot of %s/%s", run_id, instance_id)
+                log.exception("releasing the fair-queue slot of %s/%s", run_id, instance_ids)
 
     def _beat(self) -> None:
         for queue in self._queues:
             self.fair.join(self.id, queue, self._threads, ttl=3 * self.heartbeat)
-        by_queue: dict[str, list[tuple[str, str]]] = {}
+        by_queue: dict[str, list[str]] = {}
         with self._lock:
-            for queue, run_id, instance_id in self._running.values():
-                by_queue.setdefault(queue, []).append((run_id, instance_id))
-        for queue, instances in by_queue.items():
-            self.fair.running(queue, instances, ttl=3 * self.heartbeat)
+            for queue, slot in self._running.values():
+                by_queue.setdefault(queue, []).append(slot)
+        for queue, slots in by_queue.items():
+            self.fair.running(queue, slots, ttl=3 * self.heartbeat)
         for queue in self._queues:
             self.fair.pump(queue)
 

@@ -12,6 +12,7 @@ from gateway_settings import redis_url
 
 from genloop.sdk import Graph
 from genloop.sdk.models import NodeStatus
+from genloop.workers.chunks import MIN_MESSAGES
 from genloop.workers.fair_queue import FairEnqueuer
 from genloop.workers.redis_fair_queue import RedisFairQueue
 from genloop.workers.stores.records import InstanceRecord
@@ -24,8 +25,11 @@ def inst(run: str, i: int) -> InstanceRecord:
 def test_tenants_take_turns_within_the_window():
     # Given a window of one message and tenant a's three messages waiting before b's one
     sent: list[str] = []
-    fair = FairEnqueuer(lambda i, delay: sent.append(f"{i.run_id}{i.instance_id}") or
-                        sent[-1], window=1, tenant_of=lambda run: run)
+    def send(chunk, delay):
+        sent.append(f"{chunk[0].run_id}{chunk[0].instance_id}")
+        return sent[-1]
+
+    fair = FairEnqueuer(send, window=1, tenant_of=lambda run: run)
     fair([inst("a", 0), inst("a", 1), inst("a", 2)])
     fair([inst("b", 0)])
     assert sent == ["an#0"]
@@ -44,7 +48,7 @@ def test_tenants_take_turns_in_redis_within_the_live_workers_threads():
 
     client = redis.Redis.from_url(redis_url(0))
     sent: list[InstanceRecord] = []
-    fair = RedisFairQueue(client, lambda i, delay: sent.append(i) or i.instance_id,
+    fair = RedisFairQueue(client, lambda chunk, delay: sent.extend(chunk) or chunk[0].instance_id,
                           tenant_of=lambda run: run, prefix=f"test-{uuid.uuid4().hex[:8]}")
     names = lambda: [f"{i.run_id}{i.instance_id}" for i in sent]  # noqa: E731
     # Given no live worker: everything waits its turn in Redis
@@ -58,11 +62,11 @@ def test_tenants_take_turns_in_redis_within_the_live_workers_threads():
     assert fair.waiting("gpu") == 3
     # And as each finishes, the tenants take turns: b's goes second, not fourth
     for _ in range(3):
-        fair.finished("gpu", sent[-1].run_id, sent[-1].instance_id)
+        fair.finished("gpu", sent[-1].run_id, [sent[-1].instance_id])
     assert names() == ["an#0", "bn#0", "an#1", "an#2"]
     assert sent[1].max_retries == 3 and sent[1].queue == "gpu"  # the message's options
     # And a slot whose message nobody reports on frees itself after the flight ttl
-    fair.finished("gpu", "a", "n#2")
+    fair.finished("gpu", "a", ["n#2"])
     fair.flight_ttl = 0.05
     fair([inst("c", 0), inst("c", 1)])
     assert names()[-1] == "cn#0"
@@ -125,7 +129,7 @@ def test_an_instance_sent_again_frees_the_slot_its_lost_message_held():
 
     client = redis.Redis.from_url(redis_url(0))
     sent: list[InstanceRecord] = []
-    fair = RedisFairQueue(client, lambda i, delay: sent.append(i) or i.instance_id,
+    fair = RedisFairQueue(client, lambda chunk, delay: sent.extend(chunk) or chunk[0].instance_id,
                           tenant_of=lambda run: run, prefix=f"test-{uuid.uuid4().hex[:8]}")
     # Given one slot, taken by a message whose worker died (nobody reports its end)
     fair.join("w1", "gpu", threads=1, ttl=30)
@@ -137,6 +141,26 @@ def test_an_instance_sent_again_frees_the_slot_its_lost_message_held():
     # Then it goes in at once, in the slot its lost message held, not after the slot expires
     assert [i.run_id for i in sent] == ["a", "a"]
     # And the window still holds: b waits for the re-sent message to finish
-    fair.finished("gpu", "a", "n#0")
+    fair.finished("gpu", "a", ["n#0"])
     assert [i.run_id for i in sent] == ["a", "a", "b"]
+    client.close()
+
+
+def test_a_chunk_of_a_large_release_takes_one_slot_and_arrives_whole():
+    import redis
+
+    client = redis.Redis.from_url(redis_url(0))
+    chunks: list[list[InstanceRecord]] = []
+    fair = RedisFairQueue(client, lambda chunk, delay: chunks.append(list(chunk)) or "id",
+                          tenant_of=lambda run: run, prefix=f"test-{uuid.uuid4().hex[:8]}")
+    fair.join("w1", "gpu", threads=1, ttl=30)
+    # When a release large enough to be chunked (two instances a message) meets one slot
+    fair([inst("a", i) for i in range(2 * MIN_MESSAGES)])
+    # Then one chunk goes in, whole, with its instances' fields
+    assert [[i.instance_id for i in c] for c in chunks] == [["n#0", "n#1"]]
+    assert chunks[0][1].seq == 1 and chunks[0][1].queue == "gpu"
+    assert fair.waiting("gpu") == MIN_MESSAGES - 1
+    # And when that message ends, its slot lets the next chunk in
+    fair.finished("gpu", "a", ["n#0", "n#1"])
+    assert [i.instance_id for i in chunks[-1]] == ["n#2", "n#3"]
     client.close()

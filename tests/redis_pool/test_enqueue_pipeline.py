@@ -1,5 +1,6 @@
-"""The Enqueuer sends a released map's messages in pipelined batches on a RedisBroker: a
-10,000-item map sent one message per round trip."""
+"""The Enqueuer sends a released map's messages in pipelined batches on a RedisBroker (a
+10,000-item map sent one message per round trip), several instances to a message when many are
+released at once."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dramatiq.brokers.redis import RedisBroker
 from redis_util import redis_url
 
 from genloop.workers.broker import PIPELINE_MESSAGES, Enqueuer
+from genloop.workers.chunks import MAX_CHUNK, MIN_MESSAGES, instances_of
 from genloop.workers.stores.records import InstanceRecord
 from genloop.workers.stores.redis_keys import PoolKeys
 
@@ -49,7 +51,7 @@ def test_many_messages_go_in_a_few_round_trips_and_arrive_whole(broker, round_tr
     # Not counted: the connection's set-up, and the broker's one-time look at Redis' limits.
     enqueue([i.model_copy(update={"queue": "warm-up"}) for i in instances[:2]])
     round_trips[0] = 0
-    enqueue(instances)
+    enqueue.send_chunks([[i] for i in instances])  # one message each
 
     # Three pipelines, each with the script-exists check redis-py makes before it.
     assert round_trips[0] <= 2 * 3
@@ -66,3 +68,29 @@ def test_many_messages_go_in_a_few_round_trips_and_arrive_whole(broker, round_tr
         assert message.actor_name == "genloop.execute.cpu"
         assert message.options["max_retries"] == inst.max_retries
     assert len({m.options["redis_message_id"] for m in messages}) == n
+
+
+def _sent(broker) -> list[dramatiq.Message]:
+    client = redis.Redis.from_url(redis_url())
+    queue = PoolKeys.dramatiq_queue(broker.namespace, "cpu")
+    ids = [i.decode() for i in client.lrange(queue, 0, -1)]
+    return [dramatiq.Message.decode(client.hget(f"{queue}.msgs", i)) for i in ids]
+
+
+def test_a_large_release_goes_out_in_chunks_of_one_run_that_name_each_instance_once(broker):
+    big = [InstanceRecord(run_id="big", instance_id=f"b{k}", node_id="each", seq=k, queue="cpu")
+           for k in range(1000)]
+    small = [InstanceRecord(run_id="small", instance_id=f"s{k}", node_id="each", seq=k,
+                            queue="cpu") for k in range(MIN_MESSAGES + 3)]
+    # When two runs' instances are released in one call
+    Enqueuer(broker)(big[:500] + small + big[500:])
+    messages = [instances_of(m.args) for m in _sent(broker)]
+    # Then every instance is in exactly one message, each message holds one run's instances
+    named = [(run, i) for run, ids in messages for i in ids]
+    assert sorted(named) == sorted((i.run_id, i.instance_id) for i in big + small)
+    big_chunks = [ids for run, ids in messages if run == "big"]
+    assert all(ids[0].startswith("b") for ids in big_chunks)
+    # And the large release pays one message per MAX_CHUNK instances
+    assert len(big_chunks) == 1000 // MAX_CHUNK + 1
+    # While a release too small to keep MIN_MESSAGES threads busy in chunks is one per instance
+    assert sorted(len(ids) for run, ids in messages if run == "small") == [1] * len(small)

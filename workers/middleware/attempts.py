@@ -22,6 +22,7 @@ from dramatiq.middleware import Middleware
 
 from genloop.sdk.errors import Cancelled, Transient
 
+from ..chunks import instances_of
 from ..scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -66,9 +67,16 @@ class AttemptOutcomes(Middleware):
     def after_process_message(self, broker, message, *, result=None, exception=None):
         if exception is None or not message.actor_name.startswith(self.actor_prefix):
             return
-        run_id, instance_id = message.args
+        run_id, instance_ids = instances_of(message.args)
+        if len(instance_ids) > 1:
+            # A chunk records each instance's failure itself (Executor.run_chunk); one that
+            # escapes it is the worker's (a time limit, a shutdown): Retries re-sends the chunk,
+            # whose ended instances are then skipped, or the sweeper re-sends what is left.
+            log.warning("%s: a chunk of %d instances stopped: %s", run_id, len(instance_ids),
+                        exception)
+            return
         attempt = int(message.options.get("genloop_attempt", 1))
-        record_outcome(self.scheduler, run_id, instance_id, attempt, _op_error(exception),
+        record_outcome(self.scheduler, run_id, instance_ids[0], attempt, _op_error(exception),
                        final=message.failed)
 
 

@@ -1,0 +1,72 @@
+"""Chunked delivery (genloop.workers.chunks): a large release travels several instances to a
+message, and each instance keeps its own execution, retries and failure."""
+
+from __future__ import annotations
+
+import dramatiq
+from dramatiq.middleware import Middleware
+from genloop_test_ops import executions
+
+from genloop.sdk import Graph, RunStatus
+from genloop.workers.chunks import MAX_CHUNK, MIN_MESSAGES, chunked, instances_of
+from genloop.workers.stores.records import InstanceRecord
+
+
+class MessageLog(Middleware):
+    """The instance ids of every genloop message a worker starts."""
+
+    def __init__(self) -> None:
+        self.messages: list[list[str]] = []
+
+    def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
+        if message.actor_name.startswith("genloop.execute."):
+            self.messages.append(instances_of(message.args)[1])
+
+
+def _inst(run: str, i: int, queue: str = "cpu") -> InstanceRecord:
+    return InstanceRecord(run_id=run, instance_id=f"n{i}#0", node_id=f"n{i}", seq=0, queue=queue)
+
+
+def test_chunks_keep_runs_and_queues_apart_and_small_releases_whole():
+    many = [_inst("a", i) for i in range(10 * MIN_MESSAGES)]
+    gpu = [_inst("a", i, "gpu") for i in range(3)]
+    chunks = chunked(many + gpu + [_inst("b", 0)])
+    assert all(len({(i.run_id, i.queue) for i in c}) == 1 for c in chunks)
+    assert [len(c) for c in chunks if c[0].queue == "gpu"] == [1, 1, 1]
+    assert [len(c) for c in chunks if c[0].run_id == "a" and c[0].queue == "cpu"] == [10] * 16
+    assert [[i.instance_id for i in c] for c in chunks if c[0].run_id == "b"] == [["n0#0"]]
+    huge = chunked([_inst("c", i) for i in range(100 * MAX_CHUNK)])
+    assert {len(c) for c in huge} == {MAX_CHUNK}
+
+
+def test_a_chunks_failing_instance_is_retried_alone_and_the_others_run_once(client, runtime,
+                                                                            tmp_path):
+    seen = MessageLog()
+    runtime.broker.add_middleware(seen)
+    log = str(tmp_path / "log")
+    g = Graph()
+    n = 4 * MIN_MESSAGES
+    for i in range(n):
+        params = {"log": log, "value": i}
+        if i == 5:
+            params["fail_times"] = 2  # fails twice (Transient), then succeeds
+        if i == 9:
+            params.update(fail_times=9, permanent=True)
+        g.add("test-count", id=f"n{i}", params=params, max_retries=3)
+
+    run = client.submit(g)
+    result = run.wait(timeout=60)
+
+    # Then the roots went out four to a message
+    chunks = [ids for ids in seen.messages if len(ids) > 1]
+    assert sum(len(ids) for ids in chunks) == n and {len(ids) for ids in chunks} == {4}
+    # And the flaky one was sent again alone, twice, and succeeded; the permanent one failed
+    # alone; every other instance of their chunks ran once
+    assert seen.messages.count(["n5"]) == 2
+    assert executions(log, "n5:5") == 3 and executions(log, "n9:9") == 1
+    assert all(executions(log, f"n{i}:{i}") == 1 for i in range(n) if i not in (5, 9))
+    assert result.status == RunStatus.FAILED
+    assert [(f.node_id, f.error_type, f.attempts) for f in result.failures] == [
+        ("n9", "Permanent", 1)]
+    retries = [e for e in run.events(follow=False) if e.type == "instance.retry"]
+    assert {(e.node_id, e.attempt) for e in retries} == {("n5", 1), ("n5", 2)}
