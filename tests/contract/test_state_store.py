@@ -177,6 +177,19 @@ def test_first_result_wins(store):
     assert store.get_result("k").items == [1]
 
 
+def test_results_are_read_many_at_once_across_batches_and_missing_ones_left_out(store):
+    from genloop.workers.stores.base import READ_BATCH
+
+    keys = [f"k{i}" for i in range(READ_BATCH + 3)]
+    for i, key in enumerate(keys[::2]):
+        store.put_result(ResultRecord(key=key, op="op", items=[i], created_at=1.0))
+    found = store.get_results(keys + ["nothing"])
+    assert sorted(found) == sorted(keys[::2])
+    assert [found[key].items for key in keys[::2][:3]] == [[0], [1], [2]]
+    assert found[keys[-1]].key == keys[-1]  # past the first batch
+    assert store.get_results([]) == {}
+
+
 def test_claims_are_exclusive_until_released_or_expired(store):
     assert store.claim("k", "w1", ttl=5)
     assert not store.claim("k", "w2", ttl=5)

@@ -34,7 +34,7 @@ from genloop.sdk.errors import NotFound, StoreError
 from genloop.sdk.models import Event
 
 from . import redis_scripts
-from .base import IdempotencyConflict, RunTx, StateStore
+from .base import READ_BATCH, IdempotencyConflict, RunTx, StateStore
 from .records import (
     EventRecord,
     InstanceRecord,
@@ -243,6 +243,17 @@ class RedisStateStore(StateStore):
     def get_result(self, key: str) -> ResultRecord | None:
         raw = self.client.get(self.keys.result(key))
         return ResultRecord.model_validate_json(raw) if raw is not None else None
+
+    @translate_redis_errors
+    def get_results(self, keys: Sequence[str]) -> dict[str, ResultRecord]:
+        out = {}
+        for lo in range(0, len(keys), READ_BATCH):
+            part = keys[lo:lo + READ_BATCH]
+            for key, raw in zip(part, self.client.mget([self.keys.result(k) for k in part]),
+                                strict=True):
+                if raw is not None:
+                    out[key] = ResultRecord.model_validate_json(raw)
+        return out
 
     @translate_redis_errors
     def put_result(self, result: ResultRecord) -> ResultRecord:

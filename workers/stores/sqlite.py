@@ -21,7 +21,7 @@ from genloop.sdk.errors import NotFound, StoreError
 from genloop.sdk.models import Event
 
 from . import sqlite_steps
-from .base import IdempotencyConflict, RunTx, StateStore
+from .base import READ_BATCH, IdempotencyConflict, RunTx, StateStore
 from .records import (
     EventRecord,
     InstanceRecord,
@@ -306,6 +306,15 @@ class SqliteStateStore(StateStore):
     def get_result(self, key: str) -> ResultRecord | None:
         rows = self._read("SELECT doc FROM results WHERE key = ?", (key,))
         return ResultRecord.model_validate_json(rows[0][0]) if rows else None
+
+    def get_results(self, keys: Sequence[str]) -> dict[str, ResultRecord]:
+        out = {}
+        for lo in range(0, len(keys), READ_BATCH):
+            part = keys[lo:lo + READ_BATCH]
+            rows = self._read(f"SELECT key, doc FROM results WHERE key IN "
+                              f"({','.join('?' * len(part))})", tuple(part))
+            out.update((key, ResultRecord.model_validate_json(doc)) for key, doc in rows)
+        return out
 
     def put_result(self, result: ResultRecord) -> ResultRecord:
         with self._write() as c:
