@@ -97,8 +97,8 @@ def test_a_map_reads_its_parents_result_once_per_process(pool, store):
     assert reads.count(spread.outputs[0].key) == 1
 
 
-def _chain(length: int) -> Graph:
-    g = Graph(limits=RunLimits(items=100, images=100))
+def _chain(length: int, limits: bool = True) -> Graph:
+    g = Graph(limits=RunLimits(items=100, images=100) if limits else None)
     node = g.add("spread", id="n0", params={"n": 1})
     for i in range(1, length):
         node = g.add("double", id=f"n{i}", inputs=[node])
@@ -130,6 +130,13 @@ def test_the_limits_check_reads_no_more_nodes_per_node_in_a_bigger_run(pool, sto
 
     # Each node added reads as many nodes as those before it did.
     assert total[16] - total[8] <= 2 * (total[8] - total[4]), total
+
+
+def test_a_run_without_limits_keeps_no_item_counts_in_the_record_every_completion_rewrites(
+        pool, store):
+    run = pool.scheduler.submit(_chain(8, limits=False))
+    ended = _wait(store, run.id)
+    assert ended.status == "succeeded" and ended.ended_items is None
 
 
 def test_instances_this_process_sent_start_without_being_read_back(pool, store):

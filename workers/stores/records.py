@@ -47,8 +47,9 @@ class RunRecord(BaseModel):
     pending_nodes: int = 0
     ended_items: dict[str, int] | None = Field(
         None, description="each ended node's output count, kept for the run-time limits check so "
-        "a node that becomes ready reads this, not every node of the run; None in a run stored "
-        "before it was kept (the check then reads the nodes)")
+        "a node that becomes ready reads this, not every node of the run; None in a run without "
+        "limits (nothing reads it), or in one stored before it was kept (the check then reads "
+        "the nodes)")
     created_at: float
     finished_at: float | None = None
     error: str | None = None
