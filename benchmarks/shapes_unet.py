@@ -51,8 +51,15 @@ VARIANTS: dict[str, dict] = {
     "foreground-lr2e-3": {"unet": UNetShape(), "unet_lr": 2e-3},
     "recipe-attention16": {"unet": UNetShape(text_in_time_embedding=True,
                                              attention_at_16=True)},
-    "logit-normal": {"unet_timestep_logit": (0.0, 1.0)},
-    "logit-normal-noisy": {"unet_timestep_logit": (0.5, 1.0)},
+    # Training timesteps: uniform (the recipe before 2026-12-01), and logit-normal with other
+    # means than the recipe's 1.0 (towards noise is positive).
+    "uniform-timesteps": {"unet_timestep_logit": None},
+    "logit-normal-centred": {"unet_timestep_logit": (0.0, 1.0)},
+    "logit-normal-0.5": {"unet_timestep_logit": (0.5, 1.0)},
+    "logit-normal-1.5": {"unet_timestep_logit": (1.5, 1.0)},
+    # A shorter EMA horizon (200 steps, not 1,000): a short run's EMA still averages in
+    # weights from well before its end.
+    "ema-0.995": {"ema_decay": 0.995},
 }
 
 

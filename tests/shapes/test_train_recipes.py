@@ -17,11 +17,13 @@ def test_the_gpu_recipe_fills_a_gpu_and_lets_text_reach_the_16x16_level() -> Non
     assert build_unet(cpu.unet).config.down_block_types[0] == "DownBlock2D"
 
 
-def test_both_recipes_weight_the_objects_and_pool_the_caption_into_the_timestep() -> None:
+def test_both_recipes_weight_the_objects_pool_the_caption_and_lean_to_noise() -> None:
     for recipe in ("cpu", "gpu"):
         sd, _, _ = train._configs(smoke=False, seed=0, recipe=recipe)
         assert sd.unet_foreground_weight > 0
         assert build_unet(sd.unet).config.addition_embed_type == "text"
+        # and spend most steps on the noisier half, where the prompt decides what is drawn
+        assert sd.unet_timestep_logit is not None and sd.unet_timestep_logit[0] > 0
 
 
 def test_the_cpu_recipe_stays_the_default() -> None:
