@@ -10,10 +10,12 @@ fresh prefix, deleted afterwards). Raw Dramatiq sends N messages to a no-op acto
 queue. genloop submits a graph of N independent no-op nodes and waits for the run; every node
 goes through validation, the store, a claim, a result and the scheduler. Its roots, released at
 once, travel up to 16 to a message (``workers/chunks.py``); raw Dramatiq sends one per call, as
-its API does. ``--fair`` sends genloop's messages through its fair queue (in memory, or in
-Redis with ``--redis``), the path served and pooled deployments take. Also: latency from
-submit to the first node's start (p50/p99 over single-node runs), and with ``--fanout`` one run
-that maps a node over that many items (wall time, and Redis memory per node instance).
+its API does, and also as many items to a message as genloop's chunks hold (``raw, chunked``:
+the plain alternative for many tiny tasks). ``--fair`` sends genloop's messages through its fair
+queue (in memory, or in Redis with ``--redis``), the path served and pooled deployments take.
+Also: latency from submit to the first node's start (p50/p99 over single-node runs), and with
+``--fanout`` one run that maps a node over that many items (wall time, and Redis memory per node
+instance).
 
 On Redis it also counts Redis commands per node (``MONITOR``: what clients send, so a script
 call counts as one; Dramatiq's own commands included) over one more run of up to 400 nodes,
@@ -44,7 +46,7 @@ from genloop.sdk import Graph
 from genloop.workers import OpRegistry, op
 from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.broker import wire
-from genloop.workers.chunks import chunked
+from genloop.workers.chunks import MAX_CHUNK, MIN_MESSAGES, chunked
 from genloop.workers.stores import SqliteStateStore
 from genloop.workers.stores.records import InstanceRecord
 from genloop.workers.stores.redis import RedisStateStore
@@ -97,9 +99,14 @@ def build(home: str, threads: int, redis_url: str | None, prefix: str, fair: boo
             started[i] = time.perf_counter()
             done.release()
 
+    @dramatiq.actor(broker=broker, queue_name="cpu", actor_name="raw_noop_chunk")
+    def raw_noop_chunk(items: list[int]) -> None:
+        for _ in items:
+            pass
+
     worker = dramatiq.Worker(broker, worker_threads=threads, worker_timeout=20)
     worker.start()
-    return broker, wiring, worker, raw_noop, started, done
+    return broker, wiring, worker, (raw_noop, raw_noop_chunk), started, done
 
 
 def fanout(wiring, n: int, redis_client) -> dict:
@@ -243,6 +250,17 @@ def raw_throughput(broker, raw_noop, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def raw_chunked_throughput(broker, raw_noop_chunk, n: int) -> float:
+    """Raw Dramatiq with items batched as genloop batches a release (``chunked``'s sizes): the
+    plain alternative a skilled user would write for many tiny tasks."""
+    size = min(MAX_CHUNK, max(1, n // MIN_MESSAGES))
+    t0 = time.perf_counter()
+    for lo in range(0, n, size):
+        raw_noop_chunk.send(list(range(lo, min(n, lo + size))))
+    join(broker)
+    return n / (time.perf_counter() - t0)
+
+
 def join(broker) -> None:
     if isinstance(broker, RedisBroker):
         broker.join("cpu", interval=int(POLL * 1000))
@@ -314,12 +332,13 @@ def main() -> None:
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     redis_client = redis.Redis.from_url(args.redis) if args.redis else None
     with tempfile.TemporaryDirectory() as home:
-        broker, wiring, worker, raw_noop, started, done = build(
+        broker, wiring, worker, (raw_noop, raw_noop_chunk), started, done = build(
             home, args.threads, args.redis, prefix, args.fair)
         try:
-            raw, gl = [], []
-            for r in range(args.repeats):  # interleaved, so drift hits both sides alike
+            raw, raw_chunked, gl = [], [], []
+            for r in range(args.repeats):  # interleaved, so drift hits all sides alike
                 raw.append(raw_throughput(broker, raw_noop, args.nodes))
+                raw_chunked.append(raw_chunked_throughput(broker, raw_noop_chunk, args.nodes))
                 gl.append(genloop_throughput(wiring, args.nodes, offset=r * args.nodes))
             lat_g = genloop_latency(wiring, args.latency_runs, offset=-1 - args.latency_runs)
             lat_r = raw_latency(raw_noop, started, done, args.latency_runs)
@@ -344,6 +363,8 @@ def main() -> None:
         "raw_dramatiq_msgs_per_s": statistics.median(raw),
         "genloop_nodes_per_s": statistics.median(gl),
         "ratio": statistics.median(gl) / statistics.median(raw),
+        "raw_dramatiq_chunked_items_per_s": statistics.median(raw_chunked),
+        "ratio_to_chunked": statistics.median(gl) / statistics.median(raw_chunked),
         "genloop_submit_to_start_ms": {"p50": 1e3 * pct(lat_g, 0.5), "p99": 1e3 * pct(lat_g, .99)},
         "raw_send_to_start_ms": {"p50": 1e3 * pct(lat_r, 0.5), "p99": 1e3 * pct(lat_r, 0.99)},
         **fan,
@@ -358,6 +379,9 @@ def main() -> None:
     print(f"  raw Dramatiq : {report['raw_dramatiq_msgs_per_s']:9.0f} messages/s")
     print(f"  genloop      : {report['genloop_nodes_per_s']:9.0f} nodes/s")
     print(f"  ratio        : {report['ratio']:.2f}x")
+    print(f"  raw, chunked : {report['raw_dramatiq_chunked_items_per_s']:9.0f} items/s "
+          f"(as many to a message as genloop's chunks); genloop "
+          f"{report['ratio_to_chunked']:.2f}x of it")
     g, r = report["genloop_submit_to_start_ms"], report["raw_send_to_start_ms"]
     print(f"  submit->start: genloop p50 {g['p50']:.2f} ms p99 {g['p99']:.2f} ms | "
           f"raw p50 {r['p50']:.2f} ms p99 {r['p99']:.2f} ms")
