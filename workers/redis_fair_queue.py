@@ -110,6 +110,10 @@ def _payload(chunk: Chunk) -> str:
 
 
 def _chunk(payload: bytes | str) -> list[InstanceRecord]:
+    """The instances a waiting member's payload holds: a JSON list, or one instance's JSON
+    object as members were written before chunks (still waiting in Redis after an upgrade)."""
+    if payload[:1] in (b"{", "{"):
+        return [InstanceRecord.model_validate_json(payload)]
     return _CHUNK.validate_json(payload)
 
 

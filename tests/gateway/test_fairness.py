@@ -164,3 +164,11 @@ def test_a_chunk_of_a_large_release_takes_one_slot_and_arrives_whole():
     fair.finished("gpu", "a", ["n#0", "n#1"])
     assert [i.instance_id for i in chunks[-1]] == ["n#2", "n#3"]
     client.close()
+
+
+def test_a_member_written_before_chunks_still_comes_out_as_its_instance():
+    from genloop.workers.redis_fair_queue import _chunk
+
+    one = inst("a", 7)
+    assert _chunk(one.model_dump_json().encode()) == [one]
+    assert _chunk(f"[{one.model_dump_json()}]".encode()) == [one]
