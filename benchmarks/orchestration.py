@@ -46,7 +46,7 @@ from genloop.sdk import Graph
 from genloop.workers import OpRegistry, op
 from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.broker import wire
-from genloop.workers.chunks import MAX_CHUNK, MIN_MESSAGES, chunked
+from genloop.workers.chunks import chunk_size, chunked
 from genloop.workers.stores import SqliteStateStore
 from genloop.workers.stores.records import InstanceRecord
 from genloop.workers.stores.redis import RedisStateStore
@@ -253,7 +253,7 @@ def raw_throughput(broker, raw_noop, n: int) -> float:
 def raw_chunked_throughput(broker, raw_noop_chunk, n: int) -> float:
     """Raw Dramatiq with items batched as genloop batches a release (``chunked``'s sizes): the
     plain alternative a skilled user would write for many tiny tasks."""
-    size = min(MAX_CHUNK, max(1, n // MIN_MESSAGES))
+    size = chunk_size(n)
     t0 = time.perf_counter()
     for lo in range(0, n, size):
         raw_noop_chunk.send(list(range(lo, min(n, lo + size))))

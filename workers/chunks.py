@@ -31,6 +31,11 @@ MIN_MESSAGES = 16
 Chunk = Sequence[InstanceRecord]
 
 
+def chunk_size(n: int) -> int:
+    """Instances per message for a release of ``n`` instances of one run and queue."""
+    return min(MAX_CHUNK, max(1, n // MIN_MESSAGES))
+
+
 def chunked(instances: Sequence[InstanceRecord]) -> list[list[InstanceRecord]]:
     """``instances`` as chunks of one run and queue each, in their order within each group."""
     groups: dict[tuple[str, str], list[InstanceRecord]] = {}
@@ -38,9 +43,15 @@ def chunked(instances: Sequence[InstanceRecord]) -> list[list[InstanceRecord]]:
         groups.setdefault((inst.run_id, inst.queue), []).append(inst)
     out = []
     for group in groups.values():
-        size = min(MAX_CHUNK, max(1, len(group) // MIN_MESSAGES))
+        size = chunk_size(len(group))
         out.extend(group[i:i + size] for i in range(0, len(group), size))
     return out
+
+
+def chunk_name(run_id: str, instance_ids: Sequence[str]) -> str:
+    """A message's name among those waiting or in flight (a fair queue's slot): its run and
+    instances, one or a chunk's."""
+    return f"{run_id}|{','.join(instance_ids)}"
 
 
 def message_args(chunk: Chunk) -> tuple[str, str | list[str]]:

@@ -25,7 +25,7 @@ import dramatiq
 from dramatiq.common import q_name
 from dramatiq.middleware import Middleware
 
-from .chunks import Chunk, chunked
+from .chunks import Chunk, chunk_name, chunked
 from .stores.records import InstanceRecord
 
 #: Sends one message for a chunk of instances (:mod:`.chunks`) after a delay; its message id.
@@ -44,7 +44,7 @@ class FairEnqueuer:
         self._in_flight: dict[str, set[str]] = {}  # queue -> message ids in the broker
         # queue -> tenant -> waiting chunks; OrderedDict order is the round robin's
         self._waiting: dict[str, OrderedDict[str, deque[Chunk]]] = {}
-        self._held: set[tuple[str, ...]] = set()
+        self._held: set[str] = set()  # the waiting messages' chunk names
 
     def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
         ready: list[tuple[Chunk, float]] = []
@@ -54,7 +54,7 @@ class FairEnqueuer:
             return
         with self._lock:
             for chunk in chunked(instances):
-                key = _key(chunk)
+                key = _name(chunk)
                 if key in self._held:
                     continue  # a duplicate send (sweeper) of one already waiting here
                 self._held.add(key)
@@ -95,7 +95,7 @@ class FairEnqueuer:
                 tenants.pop(tenant)
                 if fifo:
                     tenants[tenant] = fifo  # to the back of the turn order
-                self._held.discard(_key(chunk))
+                self._held.discard(_name(chunk))
                 out.append(chunk)
         return out
 
@@ -106,8 +106,8 @@ class FairEnqueuer:
                 self._in_flight.setdefault(chunk[0].queue, set()).add(message_id)
 
 
-def _key(chunk: Chunk) -> tuple[str, ...]:
-    return (chunk[0].run_id, *(inst.instance_id for inst in chunk))
+def _name(chunk: Chunk) -> str:
+    return chunk_name(chunk[0].run_id, [inst.instance_id for inst in chunk])
 
 
 class FairRelease(Middleware):

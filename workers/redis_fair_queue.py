@@ -6,7 +6,7 @@ clients, every worker that completes a node) and many consumers, so the same ide
 Redis, for each queue:
 
 - ``<p>:fair:<queue>:t:<tenant>``: the tenant's waiting messages (a list, FIFO), each one
-  instance or a chunk of a large release (:mod:`.chunks`), named by :func:`member`;
+  instance or a chunk of a large release (:mod:`.chunks`), named by :func:`~.chunks.chunk_name`;
 - ``<p>:fair:<queue>:ring``: the tenants with something waiting, in turn order;
 - ``<p>:fair:<queue>:flight``: messages sent to the broker and not yet finished (a sorted set,
   scored by a deadline, so a message lost with a dead process frees its slot in time, or at
@@ -38,7 +38,7 @@ from dramatiq.common import q_name
 from dramatiq.middleware import Middleware
 from pydantic import TypeAdapter
 
-from .chunks import Chunk, chunked, instances_of
+from .chunks import Chunk, chunk_name, chunked, instances_of
 from .stores.records import InstanceRecord
 
 log = logging.getLogger(__name__)
@@ -100,11 +100,6 @@ _PAYLOAD = {"run_id", "instance_id", "node_id", "seq", "queue", "max_retries", "
             "max_backoff"}
 
 
-def member(run_id: str, instance_ids: Sequence[str]) -> str:
-    """The name of a message's slot: its run and instances (one, or a chunk's)."""
-    return f"{run_id}|{','.join(instance_ids)}"
-
-
 def _payload(chunk: Chunk) -> str:
     return "[" + ",".join(inst.model_dump_json(include=_PAYLOAD) for inst in chunk) + "]"
 
@@ -151,21 +146,21 @@ class RedisFairQueue:
             first = chunk[0]
             by_queue.setdefault(first.queue, []).extend([
                 self.tenant_of(first.run_id),
-                member(first.run_id, [inst.instance_id for inst in chunk]), _payload(chunk)])
+                chunk_name(first.run_id, [inst.instance_id for inst in chunk]), _payload(chunk)])
         for queue, triples in by_queue.items():
             self._take(queue, triples)
 
     def finished(self, queue: str, run_id: str, instance_ids: Sequence[str]) -> None:
         """A message of ``queue`` for ``instance_ids`` of ``run_id`` ended (done, failed or
         skipped): let the next one in (one round trip)."""
-        self._take(queue, done=member(run_id, instance_ids))
+        self._take(queue, done=chunk_name(run_id, instance_ids))
 
     def pump(self, queue: str) -> None:
         """Fill free slots (a worker joined, or a lost message's slot expired)."""
         self._take(queue)
 
     def running(self, queue: str, members: Sequence[str], ttl: float) -> None:
-        """Keep the slots of started messages (their :func:`member` names) for ``ttl``
+        """Keep the slots of started messages (their :func:`~.chunks.chunk_name`) for ``ttl``
         seconds more, in one round trip (``XX``: one already finished is not re-added)."""
         if members:
             deadline = time.time() + ttl
@@ -222,7 +217,7 @@ class RedisFairWorker(Middleware):
             # No round trip here: the slot keeps the deadline it was taken with (flight_ttl)
             # until the next heartbeat, at most ``heartbeat`` seconds away, renews it.
             with self._lock:
-                self._running[message.message_id] = (queue, member(*instances_of(message.args)))
+                self._running[message.message_id] = (queue, chunk_name(*instances_of(message.args)))
 
     def after_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message, *,
                               result: object = None, exception: BaseException | None = None

@@ -79,11 +79,12 @@ def test_unet_latent_weights_mark_the_cells_under_the_shape_and_only_those() -> 
     assert latent_weights(pool, 16, 0.0, "cpu") is None
 
 
-def test_the_unet_step_is_trained_on_the_weighted_loss(tmp_path) -> None:
+def _one_unet_step(tmp_path):
+    """``trained(**fields)``: the UNet's weights after one seeded step on four renders, with
+    those SDTrainConfig fields."""
     from genloop.training.shapes.train_sd import train_unet
     from genloop.workers.shapes.models import build_tokenizer, build_vae
 
-    # Given one seeded UNet step on a few renders, with and without the object weights
     pool = np.stack([_render(p) for p in ("left", "top", "centre", "right")])
     captions = [f"a small red star {p}, white background"
                 for p in ("on the left", "at the top", "in the centre", "on the right")]
@@ -91,15 +92,28 @@ def test_the_unet_step_is_trained_on_the_weighted_loss(tmp_path) -> None:
     torch.manual_seed(0)
     vae = build_vae().eval().requires_grad_(False)
 
-    def trained(weight: float) -> torch.Tensor:
-        cfg = SDTrainConfig(unet_steps=1, unet_batch=4, warmup=1, ema_decay=0.0,
-                            unet_foreground_weight=weight)
+    def trained(**fields) -> torch.Tensor:
+        cfg = SDTrainConfig(unet_steps=1, unet_batch=4, warmup=1, ema_decay=0.0, **fields)
         unet, _, _ = train_unet(cfg, vae, tokenizer, pool, captions, "cpu")
         return torch.cat([p.detach().flatten() for p in unet.parameters()])
 
+    return trained
+
+
+def test_the_unet_step_is_trained_on_the_weighted_loss(tmp_path) -> None:
+    # Given one seeded UNet step on a few renders, with and without the object weights
+    trained = _one_unet_step(tmp_path)
+
     # Then the step is reproducible, and the weight changes what it learns
-    assert torch.equal(trained(0.0), trained(0.0))
-    assert not torch.equal(trained(0.0), trained(10.0))
+    assert torch.equal(trained(unet_foreground_weight=0.0), trained(unet_foreground_weight=0.0))
+    assert not torch.equal(trained(unet_foreground_weight=0.0),
+                           trained(unet_foreground_weight=10.0))
+
+
+def test_the_unet_step_draws_its_timesteps_as_configured(tmp_path) -> None:
+    trained = _one_unet_step(tmp_path)
+    assert not torch.equal(trained(unet_timestep_logit=None),
+                           trained(unet_timestep_logit=(1.0, 1.0)))
 
 
 def test_logit_normal_timesteps_lean_where_their_mean_says_and_stay_in_range() -> None:

@@ -327,11 +327,13 @@ def _unet_loss(unet, text_encoder, cfg: SDTrainConfig, gen: torch.Generator, dev
 def training_timesteps(logit: tuple[float, float] | None, b: int, timesteps: int,
                        gen: torch.Generator, device: str) -> torch.Tensor:
     """``b`` training timesteps in ``[0, timesteps)``: uniform, or with logit(t / T) drawn from
-    a normal of ``logit``'s mean and std."""
+    a normal of ``logit``'s mean and std (diffusers' SD3 sampler)."""
     if logit is None:
         return torch.randint(0, timesteps, (b,), generator=gen, device=device)
-    mean, std = logit
-    u = torch.sigmoid(mean + std * torch.randn(b, generator=gen, device=device))
+    from diffusers.training_utils import compute_density_for_timestep_sampling
+
+    u = compute_density_for_timestep_sampling("logit_normal", b, logit_mean=logit[0],
+                                              logit_std=logit[1], device=device, generator=gen)
     return (u * timesteps).long().clamp(max=timesteps - 1)
 
 
