@@ -10,6 +10,7 @@ know (name -> params model); the SDK knows the built-ins, a worker pool knows it
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -113,6 +114,12 @@ def bad_values(value: Any, where: str = "", max_string: int | None = None
     ``max_string``, strings longer than that (a long prompt is copied into every candidate of
     a node). The gateway's admission refuses a spec with any; the sweeper quarantines a stored
     record with any, so that it cannot trip recovery for everyone."""
+    if max_string is None:
+        try:  # what nearly every value is, found at C speed: nothing to report
+            json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+            return []
+        except (TypeError, ValueError, UnicodeEncodeError):
+            pass  # something to report (or a value JSON cannot hold): walk it to say where
     found: list[tuple[str, str]] = []
 
     def walk(value: Any, where: str) -> None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 from genloop.sdk import GraphError, RunSpec
+from genloop.sdk.validation import bad_values
 from genloop.workers import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 from genloop.workers.ops.registry import default_registry
 from genloop.workers.scheduler import Scheduler
@@ -86,3 +87,10 @@ def test_accepted_specs_read_back_and_rejected_ones_store_nothing(tmp_path_facto
         assert stored_runs(store) == 1
     finally:
         store.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=values)
+def test_the_quick_look_for_bad_values_finds_what_the_walk_finds(value):
+    # A limit no string reaches takes the walk; none takes the JSON encoder's quick look first
+    assert bad_values(value, "v") == bad_values(value, "v", max_string=10**9)
