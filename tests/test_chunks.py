@@ -3,12 +3,15 @@ message, and each instance keeps its own execution, retries and failure."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import dramatiq
 from dramatiq.middleware import Middleware
 from genloop_test_ops import executions
 
 from genloop.sdk import Graph, RunStatus
 from genloop.workers.chunks import MAX_CHUNK, MIN_MESSAGES, chunked, instances_of
+from genloop.workers.executor import TOGETHER_BELOW
 from genloop.workers.stores.records import InstanceRecord
 
 
@@ -70,3 +73,54 @@ def test_a_chunks_failing_instance_is_retried_alone_and_the_others_run_once(clie
         ("n9", "Permanent", 1)]
     retries = [e for e in run.events(follow=False) if e.type == "instance.retry"]
     assert {(e.node_id, e.attempt) for e in retries} == {("n5", 1), ("n5", 2)}
+
+
+def _chunk_runs(client, runtime, tmp_path, sleep_of) -> tuple[list[list[str]], dict]:
+    """Run 4 * MIN_MESSAGES test-count roots (chunks of 4; node ``n{i}`` sleeps
+    ``sleep_of(i)`` seconds); each chunk's instance ids, and each instance's start and success
+    as ``(position in the run's events, time)`` under ``(type, instance id)``."""
+    seen = MessageLog()
+    runtime.broker.add_middleware(seen)
+    log = str(tmp_path / "log")
+    g = Graph()
+    for i in range(4 * MIN_MESSAGES):
+        g.add("test-count", id=f"n{i}", params={"log": log, "value": i, "sleep": sleep_of(i)})
+    run = client.submit(g)
+    assert run.wait(timeout=60).status == RunStatus.SUCCEEDED
+    events = [e for e in run.events(follow=False)
+              if e.type in ("instance.started", "instance.succeeded")]
+    chunks = [ids for ids in seen.messages if len(ids) > 1]
+    assert [len(ids) for ids in chunks] == [4] * MIN_MESSAGES
+    return chunks, {(e.type, e.instance_id): (k, e.time) for k, e in enumerate(events)}
+
+
+def test_a_chunk_of_quick_instances_starts_them_together_and_stores_them_together(
+        client, runtime, tmp_path):
+    chunks, at = _chunk_runs(client, runtime, tmp_path, lambda i: 0.0)
+
+    # Then in every chunk the first ran alone, and the others all started before any ended
+    for first, *rest in chunks:
+        started = [at["instance.started", i][0] for i in rest]
+        succeeded = [at["instance.succeeded", i][0] for i in rest]
+        assert at["instance.succeeded", first][0] < min(started)
+        assert max(started) < min(succeeded)
+
+
+def test_a_chunk_of_slow_instances_runs_them_one_by_one(client, runtime, tmp_path):
+    chunks, at = _chunk_runs(client, runtime, tmp_path, lambda i: 2 * TOGETHER_BELOW)
+
+    # Then each instance ended before the next one of its chunk started
+    for ids in chunks:
+        for this, following in pairwise(ids):
+            assert at["instance.succeeded", this][0] < at["instance.started", following][0]
+
+
+def test_a_slow_instance_among_quick_ones_holds_their_results_back_no_longer_than_itself(
+        client, runtime, tmp_path):
+    slow = 0.15
+    chunks, at = _chunk_runs(client, runtime, tmp_path, lambda i: slow if i % 4 >= 2 else 0.0)
+
+    # Then the quick second instance's result was stored with the slow third's, not held
+    # until the slow fourth ended too
+    for _, quick, _, last in chunks:
+        assert at["instance.succeeded", quick][1] < at["instance.succeeded", last][1] - slow / 2

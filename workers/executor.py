@@ -17,6 +17,10 @@ Failures of a synchronous body propagate to Dramatiq: its Retries middleware dec
 and :class:`~genloop.workers.middleware.attempts.AttemptOutcomes` records the outcome. Failures of
 deferred work, and of an instance in a chunk (a message for several, :mod:`.chunks`), follow the
 same policy here: the instance is recorded and re-sent alone.
+
+A chunk of quick instances takes steps 3 and 4 for all of them at once: they start in one store
+step and their results are stored in one (:meth:`Executor.run_chunk`), so a no-op node costs a
+fraction of a store transaction rather than two.
 """
 
 from __future__ import annotations
@@ -30,11 +34,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from dramatiq.common import compute_backoff
 from pydantic import BaseModel, ValidationError
 
-from genloop.sdk.errors import Cancelled, Permanent
+from genloop.sdk.errors import Cancelled, NotFound, Permanent
 from genloop.sdk.graph import Node
 
 from .artifacts.base import ArtifactStore
@@ -44,7 +49,7 @@ from .keys import result_key
 from .middleware.attempts import record_outcome
 from .ops.registry import OpRegistry, OpSpec
 from .ops.typed_inputs import model_path, output_model
-from .scheduler import Scheduler
+from .scheduler import Claim, Scheduler, Succeeded
 from .stores.base import StateStore
 from .stores.records import InstanceRecord, ItemRef, ResultRecord
 
@@ -52,6 +57,21 @@ log = logging.getLogger(__name__)
 
 #: Longest wait before a delivery that found its key leased looks again (seconds).
 LEASE_POLL_CAP = 0.5
+#: A chunk's instances start and store their results together when its first one's op body
+#: took less than this (seconds); a result waits about this long at most for the others'
+#: before it is stored.
+TOGETHER_BELOW = 0.02
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """An instance ready to claim: its node, op, validated params and result key."""
+
+    inst: InstanceRecord
+    node: Node
+    spec: OpSpec
+    params: BaseModel
+    key: str
 
 
 class LeaseKeeper:
@@ -209,27 +229,129 @@ class Executor:
             self.run_chunk(run_id, instance_ids)
 
     def run_chunk(self, run_id: str, instance_ids: list[str]) -> None:
-        """Run a chunk's instances one after another (:mod:`.chunks`). An instance that fails
-        is recorded and re-sent alone, as deferred work is: the message carries the others,
-        so it must not fail for one of them."""
+        """Run a chunk's instances (:mod:`.chunks`). An instance that fails is recorded and
+        re-sent alone, as deferred work is: the message carries the others, so it must not
+        fail for one of them. The first runs alone; if its op body took less than
+        :data:`TOGETHER_BELOW`, the others start in one store step and their results are
+        stored in one (or a few, see :meth:`_run_together`): two store steps for a chunk of
+        quick instances rather than two for each."""
         attempt = self._attempt_of()
+        body_seconds = self._run_member(run_id, instance_ids[0], attempt)
+        rest = instance_ids[1:]
+        if rest and body_seconds < TOGETHER_BELOW:
+            self._run_together(run_id, rest, attempt)
+        else:
+            for instance_id in rest:
+                self._run_member(run_id, instance_id, attempt)
+
+    def run_one(self, run_id: str, instance_id: str) -> float:
+        """Run one instance (steps 1-5 above); an op's failure propagates. Returns the seconds
+        its op body took (0 if none ran)."""
+        prepared = self._prepare(run_id, instance_id)
+        if prepared is None:
+            return 0.0
+        owner, attempt = self._new_owner(), self._attempt_of()
+        outcome, lease = self.scheduler.claim_and_start(prepared.inst, attempt, prepared.key,
+                                                        owner, self.lease_ttl)
+        if not self._claimed(prepared, outcome, lease):
+            return 0.0
+        self.leases.keep(prepared.key, owner)
+        began = time.monotonic()
+        result = self._execute(prepared, attempt, owner)
+        body_seconds = time.monotonic() - began
+        if result is not None:
+            self.scheduler.succeeded(run_id, instance_id, result, lease=(prepared.key, owner),
+                                     started=prepared.inst.model_copy(
+                                         update={"attempts": attempt}))
+        return body_seconds
+
+    def _run_member(self, run_id: str, instance_id: str, attempt: int) -> float:
+        """:meth:`run_one`, its failure recorded and retried alone; the body's seconds, or
+        infinity if it failed (a failure says nothing about how quick the others are)."""
+        try:
+            return self.run_one(run_id, instance_id)
+        except Exception as exc:  # noqa: BLE001  (this instance's failure: retry policy)
+            self._member_failed(run_id, instance_id, attempt, exc)
+            return math.inf
+
+    def _member_failed(self, run_id: str, instance_id: str, attempt: int,
+                       exc: Exception) -> None:
+        try:
+            self._attempt_failed(self.store.instance(run_id, instance_id), attempt, exc)
+        except Exception:  # a store outage: the sweeper re-sends it once it is stale
+            log.exception("%s/%s: recording a chunk's failed instance failed",
+                          run_id, instance_id)
+
+    def _run_together(self, run_id: str, instance_ids: list[str], attempt: int) -> None:
+        """Start ``instance_ids`` in one store step, run them one after another, and store
+        their results in one step, or in several if the instances turn out slow: results
+        that have waited :data:`TOGETHER_BELOW` are stored before the next instance runs.
+        Their leases are renewed from the start, so the last may wait behind the others."""
+        members: list[tuple[_Prepared, str]] = []
         for instance_id in instance_ids:
             try:
-                self.run_one(run_id, instance_id)
-            except Exception as exc:  # noqa: BLE001  (this instance's failure: retry policy)
+                prepared = self._prepare(run_id, instance_id)
+            except Exception as exc:  # noqa: BLE001  (a bad op or params: this one fails)
+                self._member_failed(run_id, instance_id, attempt, exc)
+                continue
+            if prepared is not None:
+                members.append((prepared, self._new_owner()))
+        outcomes = self.scheduler.claim_and_start_many(
+            [Claim(p.inst, attempt, p.key, owner) for p, owner in members], self.lease_ttl)
+        started = []
+        for (prepared, owner), (outcome, lease) in zip(members, outcomes, strict=True):
+            try:
+                if outcome == "missing":
+                    raise NotFound(f"no instance {prepared.inst.instance_id!r} in run "
+                                   f"{run_id!r}")
+                if self._claimed(prepared, outcome, lease):
+                    self.leases.keep(prepared.key, owner)
+                    started.append((prepared, owner))
+            except Exception as exc:  # noqa: BLE001
+                self._member_failed(run_id, prepared.inst.instance_id, attempt, exc)
+        done: list[Succeeded] = []
+        waiting_since = 0.0
+        try:
+            while started:
+                prepared, owner = started.pop(0)
                 try:
-                    inst = self.store.instance(run_id, instance_id)
-                    self._attempt_failed(inst, attempt, exc)
-                except Exception:  # a store outage: the sweeper re-sends it once it is stale
-                    log.exception("%s/%s: recording a chunk's failed instance failed",
-                                  run_id, instance_id)
+                    result = self._execute(prepared, attempt, owner)
+                except Exception as exc:  # noqa: BLE001
+                    self._member_failed(run_id, prepared.inst.instance_id, attempt, exc)
+                    continue
+                if result is not None:
+                    waiting_since = waiting_since or time.monotonic()
+                    done.append(Succeeded(prepared.inst.model_copy(update={"attempts": attempt}),
+                                          result, (prepared.key, owner)))
+                if done and time.monotonic() - waiting_since >= TOGETHER_BELOW:
+                    self._store_results(done)
+                    done, waiting_since = [], 0.0
+        finally:
+            # Stopped early (the worker is shutting down): what ran is stored, what did not
+            # run gives its lease back, and its redelivery or the sweeper runs it.
+            self._store_results(done)
+            for prepared, owner in started:
+                self.leases.drop(prepared.key, owner)
 
-    def run_one(self, run_id: str, instance_id: str) -> None:
-        """Run one instance (steps 1-5 above); an op's failure propagates."""
+    def _store_results(self, done: list[Succeeded]) -> None:
+        if not done:
+            return
+        try:
+            self.scheduler.succeeded_many(done)
+        except Exception:  # the store stayed away: the leases run out, the sweeper re-sends
+            log.exception("storing %d results of a chunk failed", len(done))
+
+    def _new_owner(self) -> str:
+        """One lease token per execution: two threads of this process are two claimants."""
+        return f"{self.owner}/{uuid.uuid4().hex[:8]}"
+
+    def _prepare(self, run_id: str, instance_id: str) -> _Prepared | None:
+        """The instance, its op and validated params, and its result key; ``None`` if it has
+        ended (a duplicate delivery, a cancelled run)."""
         inst = self.scheduler.just_sent.take(run_id, instance_id) \
             or self.store.instance(run_id, instance_id)
         if inst.status.terminal:
-            return
+            return None
         node = self.scheduler.topology(run_id).nodes[inst.node_id]
         spec = self.registry.get(node.op)
         if spec is None:
@@ -244,44 +366,48 @@ class Executor:
         # client that could not validate them (a remote op) still shares stored results.
         key = result_key(spec.name, spec.version, params.model_dump(mode="json"), inst.inputs,
                          identity, self.scheduler.topology(run_id).graph.namespace)
+        return _Prepared(inst, node, spec, params, key)
 
-        # One lease token per execution: two threads of this process are two claimants.
-        owner = f"{self.owner}/{uuid.uuid4().hex[:8]}"
-        attempt = self._attempt_of()
-        outcome, lease = self.scheduler.claim_and_start(inst, attempt, key, owner,
-                                                        self.lease_ttl)
+    def _claimed(self, prepared: _Prepared, outcome: str, lease: float) -> bool:
+        """Act on a claim's outcome (steps 2-3 above); True if this execution may run the body."""
+        inst, key = prepared.inst, prepared.key
         if outcome == "stored":
             stored = self.store.get_result(key)
             if stored is not None:  # results are never deleted; None only if the store lost it
-                self.scheduler.succeeded(run_id, instance_id, stored, cached=True, started=inst)
-                return
+                self.scheduler.succeeded(inst.run_id, inst.instance_id, stored, cached=True,
+                                         started=inst)
+                return False
             outcome, lease = "leased", 0.0
         if outcome == "leased":
             # Look again soon rather than after the whole lease: the holder usually finishes
             # long before its lease would run out, and then the stored result completes us.
             delay = min(max(lease, 0.05), LEASE_POLL_CAP)
             log.debug("%s/%s: key %s is leased elsewhere; looking again in %.2fs",
-                      run_id, instance_id, key[:12], delay)
+                      inst.run_id, inst.instance_id, key[:12], delay)
             # Between looks the message waits in a worker's delay heap, which no backlog
             # counts: the claim step touched the instance, so the sweeper does not take it for
             # lost.
             self.scheduler.enqueue([inst], delay)
-            return
-        if outcome != "started":
-            return
-        self.leases.keep(key, owner)
+            return False
+        return outcome == "started"
+
+    def _execute(self, prepared: _Prepared, attempt: int, owner: str) -> ResultRecord | None:
+        """Run the body under ``owner``'s lease (kept by the caller); its result, or ``None``
+        if the body deferred its work (step 5 above). On failure the lease is dropped and the
+        error propagates."""
+        inst, spec, key = prepared.inst, prepared.spec, prepared.key
         try:
             inputs, parents = self._load_inputs(inst.inputs)
             ctx = OpContext(
                 run_id=inst.run_id, node_id=inst.node_id, instance_id=inst.instance_id,
                 attempt=inst.attempts, store=self.store, artifacts=self.artifacts,
                 resources=self.resources,
-                siblings=_siblings(node, spec, parents) if attempt == 1 else 1,
+                siblings=_siblings(prepared.node, spec, parents) if attempt == 1 else 1,
             )
-            output = spec.fn(params, inputs, ctx)
+            output = spec.fn(prepared.params, inputs, ctx)
             if isinstance(output, Deferred):
                 self._defer(output, spec, inst, key, owner, ctx, attempt)
-                return
+                return None
             result = self._record(spec, output, key, ctx)
         except BaseException:
             self.leases.drop(key, owner)
@@ -290,8 +416,7 @@ class Executor:
         # on the lease finds the result the moment the lease is gone. (Should it fail, the
         # lease runs out unrenewed and the sweeper re-sends the instance.)
         self.leases.forget(owner)
-        self.scheduler.succeeded(run_id, instance_id, result, lease=(key, owner),
-                                 started=inst.model_copy(update={"attempts": attempt}))
+        return result
 
     def close(self) -> None:
         """Stop the completion pool and the lease renewals (deferred work still in flight is

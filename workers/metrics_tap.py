@@ -8,7 +8,7 @@ finish of an instance (a Redis store's) when the script says it wrote them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,7 +16,7 @@ from genloop.sdk.models import NodeStatus
 
 from .stores.base import RunTx, StateStore
 from .stores.records import EventRecord
-from .stores.redis_scripts import FinishOutcome
+from .stores.redis_scripts import Finish, FinishOutcome, Start
 
 Observe = Callable[[str, EventRecord], None]
 
@@ -43,10 +43,10 @@ class MeteredStore:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._store, name)  # AttributeError where the store has no such script
-        if name == "start_instance":
-            return self._start_instance(attr)
-        if name == "finish_instance":
-            return self._finish_instance(attr)
+        if name == "start_instances":
+            return self._start_instances(attr)
+        if name == "finish_instances":
+            return self._finish_instances(attr)
         return attr
 
     def create_run(self, run, spec, nodes, instances):
@@ -72,24 +72,28 @@ class MeteredStore:
         self._observe(run_id, event)
         return event_id
 
-    def _start_instance(self, start: Callable[..., tuple[str, float]]) -> Callable:
-        def started(running, key, owner, ttl, started_event, run_running):
-            outcome, lease = start(running, key, owner, ttl, started_event, run_running)
-            if outcome == "started":
-                self._observe(running.run_id, started_event)
-            return outcome, lease
+    def _start_instances(self, start: Callable[..., list[tuple[str, float]]]) -> Callable:
+        def started(starts: Sequence[Start]) -> list[tuple[str, float]]:
+            outcomes = start(starts)
+            for s, (outcome, _) in zip(starts, outcomes, strict=False):
+                if outcome == "started":
+                    self._observe(s.running.run_id, s.started)
+            return outcomes
         return started
 
-    def _finish_instance(self, finish: Callable[..., FinishOutcome]) -> Callable:
-        def finished(done, event, result, lease, completion=None):
-            out = finish(done, event, result, lease, completion)
-            # code >= 0: the instance's event written; -5: so were its node's (and the run's,
-            # if that ended it); other negatives wrote nothing (see redis_scripts.FINISH)
-            if out.code >= 0 or out.code == -5:
-                self._observe(done.run_id, event)
-            if out.code == -5 and completion is not None:
-                self._observe(done.run_id, completion.node_event)
-                if out.run_ended:
-                    self._observe(done.run_id, completion.run_event)
-            return out
+    def _finish_instances(self, finish: Callable[..., list[FinishOutcome]]) -> Callable:
+        def finished(finishes: Sequence[Finish]) -> list[FinishOutcome]:
+            outs = finish(finishes)
+            for f, out in zip(finishes, outs, strict=False):
+                # code >= 0: the instance's event written; -5: so were its node's (and the
+                # run's, if that ended it); other negatives wrote nothing (see
+                # redis_scripts.FINISH)
+                run_id = f.done.run_id
+                if out.code >= 0 or out.code == -5:
+                    self._observe(run_id, f.event)
+                if out.code == -5 and f.completion is not None:
+                    self._observe(run_id, f.completion.node_event)
+                    if out.run_ended:
+                        self._observe(run_id, f.completion.run_event)
+            return outs
         return finished

@@ -20,6 +20,8 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 from pydantic import TypeAdapter
 
@@ -42,7 +44,7 @@ from .stores.records import (
     RunRecord,
     RunSpecRecord,
 )
-from .stores.redis_scripts import FinishOutcome, ScriptedCompletion
+from .stores.redis_scripts import Finish, FinishOutcome, ScriptedCompletion, Start
 from .transitions import Transitions, instance_event, new_event, record_ended
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,8 @@ log = logging.getLogger(__name__)
 Enqueue = Callable[[Sequence[InstanceRecord], float], None]
 #: Messages waiting, not yet fetched by any worker, on a queue.
 Backlog = Callable[[str], int]
+FinishMany = Callable[[Sequence[Finish]], list[FinishOutcome]]
+T = TypeVar("T")
 _SPEC = TypeAdapter(RunSpec)
 _REFS = TypeAdapter(list[ItemRef])
 
@@ -57,6 +61,26 @@ _REFS = TypeAdapter(list[ItemRef])
 #: Outbox entries ``(run id, NODE_MARK + node id)`` stand for a node whose instances all ended
 #: and whose completion may still be due. Node ids cannot contain it.
 NODE_MARK = "@"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A delivery's claim on ``key`` for ``owner``, to start ``inst``'s attempt ``attempt``."""
+
+    inst: InstanceRecord
+    attempt: int
+    key: str
+    owner: str
+
+
+@dataclass(frozen=True)
+class Succeeded:
+    """A started instance (as :meth:`Scheduler.claim_and_start` stored it), its new result and
+    the ``(key, owner)`` lease that guarded the work."""
+
+    inst: InstanceRecord
+    result: ResultRecord
+    lease: tuple[str, str] | None
 
 
 class JustSent:
@@ -216,26 +240,38 @@ class Scheduler(Transitions):
         it), ``leased`` (someone else holds it, ``lease`` seconds left; the instance is
         touched, so the sweeper leaves it alone while its delivery looks again) or ``ended``
         (the instance must not run). On a store with scripted transitions this is one round trip."""
-        fast = getattr(self.store, "start_instance", None)
-        if fast is not None:
-            running = inst.model_copy(update={
-                "status": NodeStatus.RUNNING, "attempts": attempt, "result_key": key})
-            outcome, lease = fast(
-                running, key, owner, ttl,
-                new_event("instance.started", node_id=inst.node_id, instance_id=inst.instance_id,
-                    attempt=attempt, status="running"),
-                new_event("run.running", status="running"))
-            if outcome == "missing":
-                raise NotFound(f"no instance {inst.instance_id!r} in run {inst.run_id!r}")
-            if outcome != "cancelling":
-                return outcome, lease
-        # One transaction; "cancelling" comes here too, where _start cancels the instance.
+        outcome, lease = self.claim_and_start_many([Claim(inst, attempt, key, owner)], ttl)[0]
+        if outcome == "missing":
+            raise NotFound(f"no instance {inst.instance_id!r} in run {inst.run_id!r}")
+        return outcome, lease
+
+    def claim_and_start_many(self, claims: Sequence[Claim],
+                             ttl: float) -> list[tuple[str, float]]:
+        """:meth:`claim_and_start` for several instances (a chunk's, :mod:`.chunks`), in one
+        store step on a store with scripted transitions; one not stored comes back ``missing``."""
+        fast = getattr(self.store, "start_instances", None)
+        if fast is None:
+            return [self._claim_and_start_tx(c, ttl) for c in claims]
+        outcomes = fast([Start(
+            running=c.inst.model_copy(update={
+                "status": NodeStatus.RUNNING, "attempts": c.attempt, "result_key": c.key}),
+            key=c.key, owner=c.owner, ttl=ttl,
+            started=new_event("instance.started", node_id=c.inst.node_id,
+                              instance_id=c.inst.instance_id, attempt=c.attempt,
+                              status="running"),
+            run_running=new_event("run.running", status="running")) for c in claims])
+        # "cancelling" takes the transaction, which cancels the instance.
+        return [self._claim_and_start_tx(c, ttl) if outcome == "cancelling" else (outcome, lease)
+                for c, (outcome, lease) in zip(claims, outcomes, strict=False)]
+
+    def _claim_and_start_tx(self, claim: Claim, ttl: float) -> tuple[str, float]:
+        inst, key, owner = claim.inst, claim.key, claim.owner
         with self.store.transaction(inst.run_id) as tx:
             if tx.get_result(key) is not None:
                 return "stored", 0.0
             lease = tx.claim(key, owner, ttl)
             if not lease:
-                if self._start(tx, inst.instance_id, attempt, key) is None:
+                if self._start(tx, inst.instance_id, claim.attempt, key) is None:
                     tx.release(key, owner)
                     return "ended", 0.0
                 return "started", 0.0
@@ -269,7 +305,30 @@ class Scheduler(Transitions):
     def cancelled(self, run_id: str, instance_id: str) -> None:
         self._complete(run_id, instance_id, NodeStatus.CANCELLED)
 
+    def succeeded_many(self, done: Sequence[Succeeded]) -> None:
+        """:meth:`succeeded` for several started instances with new results (a chunk's), in one
+        store step on a store with scripted transitions. What follows an instance's step (a
+        node to complete, children to expand) is done for each in turn; one of those that
+        fails is logged and left to the sweeper, which finds its outbox mark."""
+        fast = getattr(self.store, "finish_instances", None)
+        if fast is None:
+            for d in done:
+                self.succeeded(d.inst.run_id, d.inst.instance_id, d.result, lease=d.lease,
+                               started=d.inst)
+            return
+        finishes = [self._scripted_finish(d.inst, d.result, False, d.lease) for d in done]
+        outs = self._patiently(lambda: fast(finishes), "a chunk")
+        for d, f, out in zip(done, finishes, outs, strict=False):
+            try:
+                self._after_finish(fast, d.inst, f, out)
+            except Exception:  # noqa: BLE001  (the others' completions must still go on)
+                log.exception("%s/%s: completing failed", d.inst.run_id, d.inst.instance_id)
+
     def _complete(self, run_id: str, instance_id: str, status: NodeStatus, **how) -> None:
+        self._patiently(lambda: self._complete_once(run_id, instance_id, status, **how),
+                        f"{run_id}/{instance_id}")
+
+    def _patiently(self, complete: Callable[[], T], what: str) -> T:
         """Complete, retried with a capped backoff through a store outage (a Redis restart):
         the work is done and its lease still held, so it is worth landing. Retrying is safe:
         a completion that did commit finds the instance ended and stops. If the store stays
@@ -277,12 +336,11 @@ class Scheduler(Transitions):
         deadline, delay = time.monotonic() + self.complete_patience, 0.1
         while True:
             try:
-                return self._complete_once(run_id, instance_id, status, **how)
+                return complete()
             except StoreError as exc:
                 if time.monotonic() + delay > deadline:
                     raise
-                log.warning("%s/%s: completing failed (%s); retrying in %.1fs",
-                            run_id, instance_id, exc, delay)
+                log.warning("%s: completing failed (%s); retrying in %.1fs", what, exc, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
@@ -291,7 +349,7 @@ class Scheduler(Transitions):
                        error: BaseException | None = None, attempts: int = 1,
                        lease: tuple[str, str] | None = None,
                        started: InstanceRecord | None = None) -> None:
-        fast = getattr(self.store, "finish_instance", None)
+        fast = getattr(self.store, "finish_instances", None)
         if fast is not None and result is not None:
             inst = started or self.store.instance(run_id, instance_id)
             return self._finish_scripted(fast, inst, result, cached, lease)
@@ -316,12 +374,16 @@ class Scheduler(Transitions):
             tx.put_run(run)
         self.flush([(run_id, i.instance_id) for i in released], released)
 
-    def _finish_scripted(self, finish: Callable[..., FinishOutcome], inst: InstanceRecord,
-                         result: ResultRecord, cached: bool,
-                         lease: tuple[str, str] | None) -> None:
+    def _finish_scripted(self, finish: FinishMany, inst: InstanceRecord, result: ResultRecord,
+                         cached: bool, lease: tuple[str, str] | None) -> None:
         """A success in one scripted step (a Redis script, SQLite's few statements; see
         ``stores/redis_scripts.py``), which also completes a node of one instance; otherwise,
         or for the children that became ready, a run transaction follows."""
+        step = self._scripted_finish(inst, result, cached, lease)
+        self._after_finish(finish, inst, step, finish([step])[0])
+
+    def _scripted_finish(self, inst: InstanceRecord, result: ResultRecord, cached: bool,
+                         lease: tuple[str, str] | None) -> Finish:
         run_id, node_id = inst.run_id, inst.node_id
         done = inst.model_copy(update={
             "status": NodeStatus.SUCCEEDED, "result_key": result.key,
@@ -341,10 +403,16 @@ class Scheduler(Transitions):
                 run_event=new_event(f"run.{RunStatus.SUCCEEDED.value}",
                               status=RunStatus.SUCCEEDED.value),
                 children=self.topology(run_id).children[node_id])
-        out = finish(done, instance_event(done, cached), None if cached else result, lease,
-                     completion)
+        return Finish(done, instance_event(done, cached), None if cached else result, lease,
+                      completion)
+
+    def _after_finish(self, finish: FinishMany, inst: InstanceRecord, step: Finish,
+                      out: FinishOutcome) -> None:
+        """What follows a scripted finish: completing with the result stored first by another
+        execution, and the node or children the step left to a run transaction."""
+        run_id, node_id = inst.run_id, inst.node_id
         if out.code == -4:  # another execution stored first: complete with its result
-            stored = self.store.get_result(result.key)
+            stored = self.store.get_result(step.done.result_key)
             return self._finish_scripted(finish, inst, stored, True, None)
         if out.code == -3:
             raise NotFound(f"no instance {inst.instance_id!r} in run {run_id!r}")

@@ -18,11 +18,21 @@ from genloop.workers.stores import (
     RunRecord,
     RunSpecRecord,
 )
+from genloop.workers.stores.redis_scripts import Finish, Start
 
 
 def _run(run_id="r1", key=None, spec_hash="h1", nodes=1):
     return RunRecord(id=run_id, spec_hash=spec_hash, idempotency_key=key,
                      pending_nodes=nodes, created_at=time.time())
+
+
+def _start(instance_id: str, key: str) -> Start:
+    """Starting ``instance_id`` of node ``a`` of run ``r1`` on ``key``, owner ``me/ID``."""
+    running = InstanceRecord(run_id="r1", instance_id=instance_id, node_id="a", seq=0,
+                             status=NodeStatus.RUNNING, attempts=1, result_key=key)
+    return Start(running, key, f"me/{instance_id}", 30,
+                 EventRecord(type="instance.started", time=time.time()),
+                 EventRecord(type="run.running", time=time.time()))
 
 
 def _create(store, run_id="r1", key=None, spec_hash="h1"):
@@ -342,11 +352,42 @@ def test_a_start_that_finds_the_key_leased_touches_the_instance(store):
     # When a delivery of a#1 tries to start on that key
     running = store.instance("r1", "a#1").model_copy(update={
         "status": NodeStatus.RUNNING, "attempts": 1, "result_key": "k"})
-    outcome, lease = store.start_instance(
+    [(outcome, lease)] = store.start_instances([Start(
         running, "k", "looker", 30, EventRecord(type="instance.started", time=time.time()),
-        EventRecord(type="run.running", time=time.time()))
+        EventRecord(type="run.running", time=time.time()))])
 
     # Then it is told the key is leased, a#1 is not started, and it counts as just seen
     assert outcome == "leased" and 0 < lease <= 30
     assert store.instance("r1", "a#1").status == NodeStatus.QUEUED
     assert store.stale_instances(older_than=0.01) == [("r1", "a#0")]
+
+
+def test_several_starts_and_finishes_go_in_one_call_each_with_its_own_outcome(store):
+    # Given a run of two instances, and a key leased elsewhere
+    _create(store)
+    assert store.claim("held", "other", ttl=30)
+
+    # When three starts go in one call: a free key, the leased one, and an unknown instance
+    outcomes = store.start_instances([_start("a#0", "k0"), _start("a#1", "held"),
+                                      _start("a#9", "k9")])
+
+    # Then each has its own outcome, and only the first started
+    assert [o for o, _ in outcomes] == ["started", "leased", "missing"]
+    assert 0 < outcomes[1][1] <= 30
+    assert store.instance("r1", "a#0").status == NodeStatus.RUNNING
+    assert store.instance("r1", "a#1").status == NodeStatus.QUEUED
+
+    # When a#0 finishes twice in one call (a duplicate delivery's finish behind the first)
+    done = store.instance("r1", "a#0").model_copy(update={
+        "status": NodeStatus.SUCCEEDED, "outputs": 1})
+    result = ResultRecord(key="k0", op="o", items=[{"v": 1}], created_at=time.time())
+    finish = Finish(done, EventRecord(type="instance.succeeded", time=time.time()), result,
+                    ("k0", "me/a#0"))
+    outs = store.finish_instances([finish, finish])
+
+    # Then the second sees the first's write: the node counted down once, the result stored,
+    # the lease dropped
+    assert [o.code for o in outs] == [1, -1]
+    assert store.get_result("k0").items == [{"v": 1}]
+    assert store.instance("r1", "a#0").status == NodeStatus.SUCCEEDED
+    assert store.claim("k0", "someone", ttl=30)

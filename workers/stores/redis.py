@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis
+from redis.exceptions import NoScriptError
 
 from genloop.sdk.errors import NotFound, StoreError
 from genloop.sdk.models import Event
@@ -44,7 +45,7 @@ from .records import (
     RunSpecRecord,
 )
 from .redis_keys import PoolKeys
-from .redis_scripts import FinishOutcome, ScriptedCompletion
+from .redis_scripts import Finish, FinishOutcome, Start
 from .redis_tx import (
     InstanceRow,
     RedisTx,
@@ -198,45 +199,68 @@ class RedisStateStore(StateStore):
 
     # -- hot transitions as scripts (see redis_scripts) --------------------------------------
     @translate_redis_errors
-    def start_instance(self, running: InstanceRecord, key: str, owner: str, ttl: float,
-                       started: EventRecord, run_running: EventRecord) -> tuple[str, float]:
-        """Claim ``key`` for ``owner`` and store ``running`` in one step. Returns the outcome
-        (``started``, ``stored``, ``leased``, ``ended``, ``cancelling``, ``missing``) and, when
-        leased, the seconds left on the holder's lease; a leased outcome also touches the
-        instance (see :meth:`touch`), since its delivery will look again."""
-        k, r = self.keys, running.run_id
-        outcome, ms = _until_not_busy(lambda: self._start(
-            keys=[k.claim(key), k.result(key), k.instances(r), k.nodes(r), k.run(r),
-                  k.events(r), k.live, k.lock(r)],
-            args=[owner, int(ttl * 1000), running.instance_id, running.model_dump_json(),
-                  running.node_id, event_json(started), event_json(run_running),
-                  f"{r}|{running.instance_id}", time.time()]))
-        return outcome.decode(), max(int(ms), 0) / 1000.0
+    def start_instances(self, starts: Sequence[Start]) -> list[tuple[str, float]]:
+        """Claim each start's key for its owner and store its instance running, each in one
+        script, all in one round trip. Returns each outcome (``started``, ``stored``,
+        ``leased``, ``ended``, ``cancelling``, ``missing``) and, when leased, the seconds left
+        on the holder's lease; a leased outcome also touches the instance (see :meth:`touch`),
+        since its delivery will look again."""
+        outs = self._pipelined([self._start_call(s) for s in starts])
+        return [(outcome.decode(), max(int(ms), 0) / 1000.0) for outcome, ms in outs]
 
     @translate_redis_errors
-    def finish_instance(self, done: InstanceRecord, event: EventRecord,
-                        result: ResultRecord | None, lease: tuple[str, str] | None,
-                        completion: ScriptedCompletion | None = None) -> FinishOutcome:
-        """Store ``result`` (unless ``None``) and ``done``, count its node down and drop the
-        ``(key, owner)`` lease, in one step; with ``completion``, also complete a node of one
-        instance when nothing stands in the way (see ``redis_scripts.FINISH``)."""
-        k, r = self.keys, done.run_id
-        more = [] if completion is None else [
-            "1", completion.outputs_json, event_json(completion.node_event),
-            event_json(completion.run_event),
-            f"{json.dumps(done.node_id)}:{completion.output_count}", *completion.children]
-        out = _until_not_busy(lambda: self._finish(
-            keys=[k.instances(r), k.nodes(r), k.events(r), k.live, k.lock(r),
-                  k.result(result.key if result else ""), k.outbox,
-                  k.claim(lease[0] if lease else ""), k.run(r),
-                  k.node_instances(r, done.node_id)],
-            args=[done.instance_id, done.model_dump_json(), done.node_id, event_json(event),
-                  result.model_dump_json() if result else "", f"{r}|{done.instance_id}",
-                  time.time(), f"{r}|@", lease[1] if lease else "", *more]))
-        code = int(out[0])
-        if code != -5:
-            return FinishOutcome(code)
-        return FinishOutcome(code, run_ended=bool(out[1]), ready=[c.decode() for c in out[2:]])
+    def finish_instances(self, finishes: Sequence[Finish]) -> list[FinishOutcome]:
+        """Store each finish's result (unless ``None``) and instance, count its node down and
+        drop its lease, each in one script, all in one round trip; with a ``completion``, also
+        complete a node of one instance when nothing stands in the way (see
+        ``redis_scripts.FINISH``)."""
+        outs = self._pipelined([self._finish_call(f) for f in finishes])
+        return [FinishOutcome(int(out[0])) if int(out[0]) != -5 else
+                FinishOutcome(-5, run_ended=bool(out[1]), ready=[c.decode() for c in out[2:]])
+                for out in outs]
+
+    def _pipelined(self, calls: list[tuple[Any, list, list]]) -> list[Any]:
+        """Run ``(script, keys, args)`` calls, several in one pipeline of EVALSHAs (not the
+        pipeline's own script loading, which asks SCRIPT EXISTS every time); one that found no
+        script (a restarted Redis) or a run transaction holding the lock (``busy``) runs again
+        alone, until it goes through."""
+        if len(calls) == 1:
+            script, keys, args = calls[0]
+            return [_until_not_busy(lambda: script(keys=keys, args=args))]
+        with self.client.pipeline(transaction=False) as pipe:
+            for script, keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            outs = pipe.execute(raise_on_error=False)
+        for out in outs:
+            if isinstance(out, Exception) and not isinstance(out, NoScriptError):
+                raise out
+        return [out if not isinstance(out, NoScriptError) and out not in ([-2], [b"busy", 0])
+                else _until_not_busy(lambda s=script, k=keys, a=args: s(keys=k, args=a))
+                for out, (script, keys, args) in zip(outs, calls, strict=False)]
+
+    def _start_call(self, s: Start) -> tuple[Any, list, list]:
+        k, r = self.keys, s.running.run_id
+        return (self._start,
+                [k.claim(s.key), k.result(s.key), k.instances(r), k.nodes(r), k.run(r),
+                 k.events(r), k.live, k.lock(r)],
+                [s.owner, int(s.ttl * 1000), s.running.instance_id, s.running.model_dump_json(),
+                 s.running.node_id, event_json(s.started), event_json(s.run_running),
+                 f"{r}|{s.running.instance_id}", time.time()])
+
+    def _finish_call(self, f: Finish) -> tuple[Any, list, list]:
+        k, r, done, result, lease = self.keys, f.done.run_id, f.done, f.result, f.lease
+        more = [] if f.completion is None else [
+            "1", f.completion.outputs_json, event_json(f.completion.node_event),
+            event_json(f.completion.run_event),
+            f"{json.dumps(done.node_id)}:{f.completion.output_count}", *f.completion.children]
+        return (self._finish,
+                [k.instances(r), k.nodes(r), k.events(r), k.live, k.lock(r),
+                 k.result(result.key if result else ""), k.outbox,
+                 k.claim(lease[0] if lease else ""), k.run(r),
+                 k.node_instances(r, done.node_id)],
+                [done.instance_id, done.model_dump_json(), done.node_id, event_json(f.event),
+                 result.model_dump_json() if result else "", f"{r}|{done.instance_id}",
+                 time.time(), f"{r}|@", lease[1] if lease else "", *more])
 
     # -- results ----------------------------------------------------------------------------
     @translate_redis_errors

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .records import EventRecord
+from .records import EventRecord, InstanceRecord, ResultRecord
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,32 @@ class FinishOutcome:
     code: int
     run_ended: bool = False
     ready: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Start:
+    """One :data:`START`: claim ``key`` for ``owner`` (``ttl`` seconds) and store ``running``,
+    with its event and the run's, should this be the run's first start."""
+
+    running: InstanceRecord
+    key: str
+    owner: str
+    ttl: float
+    started: EventRecord
+    run_running: EventRecord
+
+
+@dataclass(frozen=True)
+class Finish:
+    """One :data:`FINISH`: store ``result`` (``None``: already stored) and ``done`` with its
+    ``event``, drop the ``(key, owner)`` lease; with ``completion``, complete a node of one
+    instance."""
+
+    done: InstanceRecord
+    event: EventRecord
+    result: ResultRecord | None
+    lease: tuple[str, str] | None
+    completion: ScriptedCompletion | None = None
 
 _LIB = """
 local function status_of(doc)

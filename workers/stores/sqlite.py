@@ -5,7 +5,8 @@ Each thread reads on its own connection. Writes go through one connection in ``B
 IMMEDIATE`` transactions (SQLite takes the database's write lock up front, which makes every
 transaction serializable; one writer at a time is plenty for one process), and concurrent ones
 share a commit (``sqlite_commit.py``). An instance's start and finish take a shorter path of
-their own (``sqlite_steps.py``).
+their own (``sqlite_steps.py``), the starts or finishes of a chunk's instances (``chunks.py``)
+in one transaction.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .records import (
     RunRecord,
     RunSpecRecord,
 )
-from .redis_scripts import FinishOutcome, ScriptedCompletion
+from .redis_scripts import Finish, FinishOutcome, Start
 from .sqlite_commit import GroupCommit
 
 _SCHEMA = """
@@ -287,20 +288,18 @@ class SqliteStateStore(StateStore):
             yield _SqliteTx(c, run_id)
 
     # -- hot transitions (see sqlite_steps) --------------------------------------------------
-    def start_instance(self, running: InstanceRecord, key: str, owner: str, ttl: float,
-                       started: EventRecord, run_running: EventRecord) -> tuple[str, float]:
-        """As :meth:`.redis.RedisStateStore.start_instance`, in one transaction."""
+    def start_instances(self, starts: Sequence[Start]) -> list[tuple[str, float]]:
+        """As :meth:`.redis.RedisStateStore.start_instances`, all in one transaction."""
         with self._write() as c:
-            return sqlite_steps.start(c, running, key, owner, ttl, started, run_running,
-                                      append_event=_append_event, take=_take)
+            return [sqlite_steps.start(c, s.running, s.key, s.owner, s.ttl, s.started,
+                                       s.run_running, append_event=_append_event, take=_take)
+                    for s in starts]
 
-    def finish_instance(self, done: InstanceRecord, event: EventRecord,
-                        result: ResultRecord | None, lease: tuple[str, str] | None,
-                        completion: ScriptedCompletion | None = None) -> FinishOutcome:
-        """As :meth:`.redis.RedisStateStore.finish_instance`, in one transaction."""
+    def finish_instances(self, finishes: Sequence[Finish]) -> list[FinishOutcome]:
+        """As :meth:`.redis.RedisStateStore.finish_instances`, all in one transaction."""
         with self._write() as c:
-            return sqlite_steps.finish(c, done, event, result, lease, completion,
-                                       append_event=_append_event)
+            return [sqlite_steps.finish(c, f.done, f.event, f.result, f.lease, f.completion,
+                                        append_event=_append_event) for f in finishes]
 
     # -- results ----------------------------------------------------------------------------
     def get_result(self, key: str) -> ResultRecord | None:
