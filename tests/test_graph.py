@@ -64,6 +64,19 @@ def test_every_problem_is_reported_at_once_with_its_node():
     assert "problem(s)" in str(err.value)
 
 
+def test_values_no_spec_may_hold_are_reported_with_their_node_and_place():
+    g = Graph()
+    for i in range(50):
+        g.add("my-op", id=f"ok{i}", params={"k": [i, 0.5, "fine"]})
+    g.add("my-op", id="nan", params={"deep": {"x": [1.0, float("nan")]}})
+    g.add("my-op", id="surrogate", params={"text": "a \ud800 b"})
+
+    found = {(p.node_id, p.message) for p in graph_problems(g)}
+
+    assert found == {("nan", "params.deep.x[1]: nan is not a finite number"),
+                     ("surrogate", "params.text: not valid Unicode (a lone surrogate)")}
+
+
 def test_limits_are_enforced():
     empty = Graph()
     assert [p.message for p in graph_problems(empty)] == ["the graph has no nodes"]
