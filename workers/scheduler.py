@@ -142,7 +142,8 @@ class Scheduler(Transitions):
             # kept for a 1,000-node run without limits, it made each rewrite O(nodes).
             ended_items={} if graph.limits is not None else None, created_at=time.time(),
         )
-        submitted = RunSpecRecord(spec=spec_json, graph=graph.model_dump(mode="json"))
+        submitted = RunSpecRecord(
+            spec=spec_json, graph=spec_json if graph is spec else graph.model_dump(mode="json"))
         nodes, roots = [], []
         for node in graph.nodes:
             record = NodeRecord(run_id=run.id, node_id=node.id, waiting=len(node.inputs))
@@ -252,6 +253,7 @@ class Scheduler(Transitions):
         fast = getattr(self.store, "start_instances", None)
         if fast is None:
             return [self._claim_and_start_tx(c, ttl) for c in claims]
+        run_running = new_event("run.running", status="running")  # written once, if at all
         outcomes = fast([Start(
             running=c.inst.model_copy(update={
                 "status": NodeStatus.RUNNING, "attempts": c.attempt, "result_key": c.key}),
@@ -259,7 +261,7 @@ class Scheduler(Transitions):
             started=new_event("instance.started", node_id=c.inst.node_id,
                               instance_id=c.inst.instance_id, attempt=c.attempt,
                               status="running"),
-            run_running=new_event("run.running", status="running")) for c in claims])
+            run_running=run_running) for c in claims])
         # "cancelling" takes the transaction, which cancels the instance.
         return [self._claim_and_start_tx(c, ttl) if outcome == "cancelling" else (outcome, lease)
                 for c, (outcome, lease) in zip(claims, outcomes, strict=False)]
