@@ -25,6 +25,7 @@ fraction of a store transaction rather than two.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import threading
@@ -215,6 +216,7 @@ class Executor:
         self.lease_ttl = lease_ttl
         self.leases = LeaseKeeper(self.store, lease_ttl)
         self.owner = f"worker-{uuid.uuid4().hex[:12]}"
+        self._executions = itertools.count()  # next() is atomic under the GIL
         self._attempt_of = attempt_of
         self._requeue = requeue
         self._completions = ThreadPoolExecutor(completion_threads,
@@ -231,48 +233,55 @@ class Executor:
     def run_chunk(self, run_id: str, instance_ids: list[str]) -> None:
         """Run a chunk's instances (:mod:`.chunks`). An instance that fails is recorded and
         re-sent alone, as deferred work is: the message carries the others, so it must not
-        fail for one of them. The first runs alone; if its op body took less than
-        :data:`TOGETHER_BELOW`, the others start in one store step and their results are
-        stored in one (or a few, see :meth:`_run_together`): two store steps for a chunk of
-        quick instances rather than two for each."""
+        fail for one of them. The first starts alone; if its op body took less than
+        :data:`TOGETHER_BELOW`, the others start in one store step and all the results,
+        the first's included, are stored in one (or a few, see :meth:`_run_together`): three
+        store steps for a chunk of quick instances rather than two for each."""
         attempt = self._attempt_of()
-        body_seconds = self._run_member(run_id, instance_ids[0], attempt)
+        try:
+            body_seconds, first = self._start_and_run(run_id, instance_ids[0], attempt)
+        except Exception as exc:  # noqa: BLE001  (this instance's failure: retry policy)
+            self._member_failed(run_id, instance_ids[0], attempt, exc)
+            body_seconds, first = math.inf, None  # a failure says nothing of the others' speed
         rest = instance_ids[1:]
         if rest and body_seconds < TOGETHER_BELOW:
-            self._run_together(run_id, rest, attempt)
-        else:
-            for instance_id in rest:
-                self._run_member(run_id, instance_id, attempt)
+            self._run_together(run_id, rest, attempt, [first] if first else [])
+            return
+        if first is not None:
+            self._store_results([first])
+        for instance_id in rest:
+            try:
+                self.run_one(run_id, instance_id)
+            except Exception as exc:  # noqa: BLE001
+                self._member_failed(run_id, instance_id, attempt, exc)
 
-    def run_one(self, run_id: str, instance_id: str) -> float:
-        """Run one instance (steps 1-5 above); an op's failure propagates. Returns the seconds
-        its op body took (0 if none ran)."""
+    def run_one(self, run_id: str, instance_id: str) -> None:
+        """Run one instance (steps 1-5 above); an op's failure propagates."""
+        _, done = self._start_and_run(run_id, instance_id, self._attempt_of())
+        if done is not None:
+            self.scheduler.succeeded(run_id, instance_id, done.result, lease=done.lease,
+                                     started=done.inst)
+
+    def _start_and_run(self, run_id: str, instance_id: str,
+                       attempt: int) -> tuple[float, Succeeded | None]:
+        """Steps 1-5 for one instance but storing its result: the seconds its op body took (0
+        if none ran) and, if it produced a result, what the caller must store."""
         prepared = self._prepare(run_id, instance_id)
         if prepared is None:
-            return 0.0
-        owner, attempt = self._new_owner(), self._attempt_of()
+            return 0.0, None
+        owner = self._new_owner()
         outcome, lease = self.scheduler.claim_and_start(prepared.inst, attempt, prepared.key,
                                                         owner, self.lease_ttl)
         if not self._claimed(prepared, outcome, lease):
-            return 0.0
+            return 0.0, None
         self.leases.keep(prepared.key, owner)
         began = time.monotonic()
         result = self._execute(prepared, attempt, owner)
         body_seconds = time.monotonic() - began
-        if result is not None:
-            self.scheduler.succeeded(run_id, instance_id, result, lease=(prepared.key, owner),
-                                     started=prepared.inst.model_copy(
-                                         update={"attempts": attempt}))
-        return body_seconds
-
-    def _run_member(self, run_id: str, instance_id: str, attempt: int) -> float:
-        """:meth:`run_one`, its failure recorded and retried alone; the body's seconds, or
-        infinity if it failed (a failure says nothing about how quick the others are)."""
-        try:
-            return self.run_one(run_id, instance_id)
-        except Exception as exc:  # noqa: BLE001  (this instance's failure: retry policy)
-            self._member_failed(run_id, instance_id, attempt, exc)
-            return math.inf
+        if result is None:
+            return body_seconds, None
+        return body_seconds, Succeeded(prepared.inst.model_copy(update={"attempts": attempt}),
+                                       result, (prepared.key, owner))
 
     def _member_failed(self, run_id: str, instance_id: str, attempt: int,
                        exc: Exception) -> None:
@@ -282,11 +291,14 @@ class Executor:
             log.exception("%s/%s: recording a chunk's failed instance failed",
                           run_id, instance_id)
 
-    def _run_together(self, run_id: str, instance_ids: list[str], attempt: int) -> None:
+    def _run_together(self, run_id: str, instance_ids: list[str], attempt: int,
+                      done: list[Succeeded]) -> None:
         """Start ``instance_ids`` in one store step, run them one after another, and store
-        their results in one step, or in several if the instances turn out slow: results
-        that have waited :data:`TOGETHER_BELOW` are stored before the next instance runs.
-        Their leases are renewed from the start, so the last may wait behind the others."""
+        their results with those already ``done`` in one step, or in several if the instances
+        turn out slow: results that have waited :data:`TOGETHER_BELOW` are stored before the
+        next instance runs. Their leases are renewed from the start, so the last may wait
+        behind the others."""
+        waiting_since = time.monotonic() if done else 0.0
         members: list[tuple[_Prepared, str]] = []
         for instance_id in instance_ids:
             try:
@@ -309,8 +321,6 @@ class Executor:
                     started.append((prepared, owner))
             except Exception as exc:  # noqa: BLE001
                 self._member_failed(run_id, prepared.inst.instance_id, attempt, exc)
-        done: list[Succeeded] = []
-        waiting_since = 0.0
         try:
             while started:
                 prepared, owner = started.pop(0)
@@ -343,7 +353,7 @@ class Executor:
 
     def _new_owner(self) -> str:
         """One lease token per execution: two threads of this process are two claimants."""
-        return f"{self.owner}/{uuid.uuid4().hex[:8]}"
+        return f"{self.owner}/{next(self._executions)}"
 
     def _prepare(self, run_id: str, instance_id: str) -> _Prepared | None:
         """The instance, its op and validated params, and its result key; ``None`` if it has
