@@ -18,7 +18,7 @@ from genloop.workers.stores import (
     RunRecord,
     RunSpecRecord,
 )
-from genloop.workers.stores.redis_scripts import Finish, Start
+from genloop.workers.stores.redis_scripts import Finish, ScriptedCompletion, Start
 
 
 def _run(run_id="r1", key=None, spec_hash="h1", nodes=1):
@@ -391,3 +391,47 @@ def test_several_starts_and_finishes_go_in_one_call_each_with_its_own_outcome(st
     assert store.get_result("k0").items == [{"v": 1}]
     assert store.instance("r1", "a#0").status == NodeStatus.SUCCEEDED
     assert store.claim("k0", "someone", ttl=30)
+
+
+def test_finishes_in_one_call_complete_nodes_count_the_run_down_and_end_it(store):
+    # Given a run with ended_items kept: roots a and b, and c waiting on both
+    run = _run(nodes=3).model_copy(update={"ended_items": {}})
+    nodes = [NodeRecord(run_id="r1", node_id=n, pending_instances=1, status=NodeStatus.QUEUED)
+             for n in ("a", "b")] + [NodeRecord(run_id="r1", node_id="c", waiting=2)]
+    insts = [InstanceRecord(run_id="r1", instance_id=f"{n}#0", node_id=n, seq=0)
+             for n in ("a", "b", "c")]
+    store.create_run(run, RunSpecRecord(spec={}, graph={}), nodes, insts)
+
+    def finish(node_id: str, children: list[str]) -> Finish:
+        done = insts["abc".index(node_id)].model_copy(update={
+            "status": NodeStatus.SUCCEEDED, "outputs": 1, "result_key": f"k{node_id}"})
+        completion = ScriptedCompletion(
+            f'[{{"key": "k{node_id}", "index": 0}}]', 1,
+            EventRecord(type="node.succeeded", time=time.time(), node_id=node_id),
+            EventRecord(type="run.succeeded", time=time.time()), children)
+        return Finish(done, EventRecord(type="instance.succeeded", time=time.time()),
+                      ResultRecord(key=f"k{node_id}", op="o", items=[1], created_at=time.time()),
+                      None, completion)
+
+    # When a and b finish in one call
+    outs = store.finish_instances([finish("a", ["c"]), finish("b", ["c"])])
+
+    # Then each completed its node, the second released c, and the run counts one node left
+    assert [(o.code, o.run_ended, o.ready) for o in outs] == [(-5, False, []),
+                                                            (-5, False, ["c"])]
+    assert store.get_run("r1").pending_nodes == 1
+    assert store.get_run("r1").ended_items == {"a": 1, "b": 1}
+    status = {n.node_id: n.status for n in store.nodes("r1")}
+    assert (status["a"], status["b"]) == (NodeStatus.SUCCEEDED, NodeStatus.SUCCEEDED)
+
+    # When c finishes
+    [out] = store.finish_instances([finish("c", [])])
+
+    # Then the run has ended, with every event numbered in order
+    assert (out.code, out.run_ended) == (-5, True)
+    ended = store.get_run("r1")
+    assert (ended.status, ended.pending_nodes) == (RunStatus.SUCCEEDED, 0)
+    assert ended.ended_items == {"a": 1, "b": 1, "c": 1}
+    events = store.events("r1")
+    assert [e.id for e in events] == list(range(1, len(events) + 1))
+    assert [e.type for e in events][-2:] == ["node.succeeded", "run.succeeded"]

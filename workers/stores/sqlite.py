@@ -291,15 +291,18 @@ class SqliteStateStore(StateStore):
     def start_instances(self, starts: Sequence[Start]) -> list[tuple[str, float]]:
         """As :meth:`.redis.RedisStateStore.start_instances`, all in one transaction."""
         with self._write() as c:
+            batch = sqlite_steps.Batch(_append_event, _take)
             return [sqlite_steps.start(c, s.running, s.key, s.owner, s.ttl, s.started,
-                                       s.run_running, append_event=_append_event, take=_take)
-                    for s in starts]
+                                       s.run_running, batch) for s in starts]
 
     def finish_instances(self, finishes: Sequence[Finish]) -> list[FinishOutcome]:
         """As :meth:`.redis.RedisStateStore.finish_instances`, all in one transaction."""
         with self._write() as c:
-            return [sqlite_steps.finish(c, f.done, f.event, f.result, f.lease, f.completion,
-                                        append_event=_append_event) for f in finishes]
+            batch = sqlite_steps.Batch(_append_event, _take)
+            outs = [sqlite_steps.finish(c, f.done, f.event, f.result, f.lease, f.completion,
+                                        batch) for f in finishes]
+            batch.flush(c)
+            return outs
 
     # -- results ----------------------------------------------------------------------------
     def get_result(self, key: str) -> ResultRecord | None:

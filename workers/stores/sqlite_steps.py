@@ -8,16 +8,20 @@ again: about 17 statements and 7 model parses and dumps per instance. Here a rec
 for the fields a decision needs, and written with SQLite's JSON functions (``json_set`` keeps
 every other field's text as it was), so a no-op node costs about half the statements and none
 of the parsing. Every write happens inside the caller's ``BEGIN IMMEDIATE`` transaction, so no
-other writer interleaves: the scripts' ``busy`` outcomes never arise.
+other writer interleaves: the scripts' ``busy`` outcomes never arise. The steps of one
+transaction (a chunk's) share a :class:`Batch`, which reads a run's row and next event id once
+for all of them.
 
 A live instance is one whose ``live`` column is 1: not ended (and not quarantined).
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from genloop.sdk.models import NodeStatus, RunStatus
 
@@ -31,6 +35,81 @@ _ENDED = tuple(s.value for s in NodeStatus if s.terminal)
 _NOT_ENDED = f"json_extract(doc, '$.status') NOT IN ({', '.join('?' * len(_ENDED))})"
 
 
+@dataclass
+class _Run:
+    """A run's row as a batch's steps read it once and count it down."""
+
+    cancelling: bool
+    left: int  # pending_nodes
+    error: str | None
+    counted: bool = False  # ``left`` changed and not written yet
+    ended_items: dict[str, int] = field(default_factory=dict)  # not written yet
+
+
+@dataclass
+class Batch:
+    """What the steps of one write transaction (a chunk's starts or finishes) learn once and
+    reuse. The transaction holds the database's write lock, so nobody else writes meanwhile: a
+    run's next event id is read at its first event and counted from there, and its row is read
+    at its first step, counted down in memory and written once, by :meth:`flush`, which must
+    run before the transaction commits."""
+
+    append_event: AppendEvent
+    take: Take
+    _next_event: dict[str, int] = field(default_factory=dict)
+    _runs: dict[str, _Run | None] = field(default_factory=dict)
+    _running: set[str] = field(default_factory=set)
+
+    def event(self, c: sqlite3.Connection, run_id: str, event: EventRecord) -> None:
+        next_id = self._next_event.get(run_id)
+        if next_id is None:
+            next_id = self.append_event(c, run_id, event)
+        else:
+            c.execute("INSERT INTO run_events (run_id, id, doc) VALUES (?, ?, ?)",
+                      (run_id, next_id, event.model_dump_json(exclude_none=True)))
+        self._next_event[run_id] = next_id + 1
+
+    def run(self, c: sqlite3.Connection, run_id: str) -> _Run | None:
+        """The run's row as this batch has it; ``None`` if there is no such run."""
+        if run_id not in self._runs:
+            row = c.execute(
+                "SELECT json_extract(doc, '$.cancel_requested'), "
+                "json_extract(doc, '$.pending_nodes'), json_extract(doc, '$.error') "
+                "FROM runs WHERE id = ?", (run_id,)).fetchone()
+            self._runs[run_id] = None if row is None else _Run(bool(row[0]), row[1], row[2])
+        return self._runs[run_id]
+
+    def run_started(self, c: sqlite3.Connection, run_id: str, event: EventRecord) -> None:
+        """An instance of the run started: a pending run is now running, with ``event``."""
+        if run_id in self._running:
+            return
+        if c.execute("UPDATE runs SET doc = json_set(doc, '$.status', ?) WHERE id = ? AND "
+                     "json_extract(doc, '$.status') = ?",
+                     (RunStatus.RUNNING.value, run_id, RunStatus.PENDING.value)).rowcount:
+            self.event(c, run_id, event)
+        self._running.add(run_id)
+
+    def flush(self, c: sqlite3.Connection) -> None:
+        """Write what the steps counted: each run's nodes left (a run whose every completion
+        so far was cached may still be pending: now it runs) and its nodes' output counts."""
+        for run_id, run in self._runs.items():
+            if run is None:
+                continue
+            if run.counted:
+                c.execute("UPDATE runs SET doc = json_set(doc, '$.pending_nodes', ?, "
+                          "'$.status', CASE json_extract(doc, '$.status') WHEN ? THEN ? "
+                          "ELSE json_extract(doc, '$.status') END) WHERE id = ?",
+                          (run.left, RunStatus.PENDING.value, RunStatus.RUNNING.value, run_id))
+            if run.ended_items:
+                # A run stored before ended_items was kept has it null: its limits check
+                # reads the nodes.
+                c.execute("UPDATE runs SET doc = json_set(doc, '$.ended_items', json_patch("
+                          "json_extract(doc, '$.ended_items'), json(?))) "
+                          "WHERE id = ? AND json_type(doc, '$.ended_items') = 'object'",
+                          (json.dumps(run.ended_items), run_id))
+            run.counted, run.ended_items = False, {}
+
+
 def _update_instance(c: sqlite3.Connection, inst: InstanceRecord) -> None:
     """Rewrite a stored instance in place (an UPDATE, not the generic path's REPLACE, which
     deletes and re-inserts the row and both of its index entries)."""
@@ -40,8 +119,7 @@ def _update_instance(c: sqlite3.Connection, inst: InstanceRecord) -> None:
 
 
 def start(c: sqlite3.Connection, running: InstanceRecord, key: str, owner: str, ttl: float,
-          started: EventRecord, run_running: EventRecord, *, append_event: AppendEvent,
-          take: Take) -> tuple[str, float]:
+          started: EventRecord, run_running: EventRecord, batch: Batch) -> tuple[str, float]:
     """START: claim ``key`` for ``owner`` and store ``running``, its node and run running."""
     run_id = running.run_id
     if c.execute("SELECT 1 FROM results WHERE key = ?", (key,)).fetchone():
@@ -52,32 +130,28 @@ def start(c: sqlite3.Connection, running: InstanceRecord, key: str, owner: str, 
         return "missing", 0.0
     if not row[0]:
         return "ended", 0.0
-    run = c.execute("SELECT json_extract(doc, '$.cancel_requested') FROM runs WHERE id = ?",
-                    (run_id,)).fetchone()
+    run = batch.run(c, run_id)
     if run is None:
         return "missing", 0.0
-    if run[0]:
+    if run.cancelling:
         return "cancelling", 0.0
-    lease = take(c, "claims", key, owner, ttl)
+    lease = batch.take(c, "claims", key, owner, ttl)
     if lease:  # the delivery will look again: touched, it is not taken for lost meanwhile
         c.execute("UPDATE instances SET touched = ? WHERE run_id = ? AND instance_id = ?",
                   (time.time(), run_id, running.instance_id))
         return "leased", lease
     _update_instance(c, running)
-    append_event(c, run_id, started)
+    batch.event(c, run_id, started)
     c.execute("UPDATE nodes SET doc = json_set(doc, '$.status', ?) WHERE run_id = ? AND "
               "node_id = ? AND json_extract(doc, '$.status') <> ?",
               (NodeStatus.RUNNING.value, run_id, running.node_id, NodeStatus.RUNNING.value))
-    if c.execute("UPDATE runs SET doc = json_set(doc, '$.status', ?) WHERE id = ? AND "
-                 "json_extract(doc, '$.status') = ?",
-                 (RunStatus.RUNNING.value, run_id, RunStatus.PENDING.value)).rowcount:
-        append_event(c, run_id, run_running)
+    batch.run_started(c, run_id, run_running)
     return "started", 0.0
 
 
 def finish(c: sqlite3.Connection, done: InstanceRecord, event: EventRecord,
            result: ResultRecord | None, lease: tuple[str, str] | None,
-           completion: ScriptedCompletion | None, *, append_event: AppendEvent) -> FinishOutcome:
+           completion: ScriptedCompletion | None, batch: Batch) -> FinishOutcome:
     """FINISH: store ``result`` (first wins) and ``done``, drop the lease, count the node down;
     complete a node of one instance as the script does. Codes as ``redis_scripts.FINISH``'s
     (never -2: nothing here waits on a lock)."""
@@ -95,7 +169,7 @@ def finish(c: sqlite3.Connection, done: InstanceRecord, event: EventRecord,
             (result.key, result.model_dump_json())).rowcount:
         return FinishOutcome(-4)
     _update_instance(c, done)
-    append_event(c, run_id, event)
+    batch.event(c, run_id, event)
     pending, outputs = c.execute(
         "UPDATE nodes SET doc = json_set(doc, '$.pending_instances', "
         "json_extract(doc, '$.pending_instances') - 1) WHERE run_id = ? AND node_id = ? "
@@ -113,11 +187,9 @@ def finish(c: sqlite3.Connection, done: InstanceRecord, event: EventRecord,
             (run_id, node_id)).fetchone()[0] != 1:
         mark(node_id)
         return FinishOutcome(pending)
-    cancelling, left, error = c.execute(
-        "SELECT json_extract(doc, '$.cancel_requested'), json_extract(doc, '$.pending_nodes'), "
-        "json_extract(doc, '$.error') FROM runs WHERE id = ?", (run_id,)).fetchone()
-    left -= 1
-    if cancelling or (left <= 0 and error is not None):
+    run = batch.run(c, run_id)
+    left = run.left - 1
+    if run.cancelling or (left <= 0 and run.error is not None):
         mark(node_id)
         return FinishOutcome(pending)
     ready = []
@@ -132,21 +204,11 @@ def finish(c: sqlite3.Connection, done: InstanceRecord, event: EventRecord,
     c.execute("UPDATE nodes SET doc = json_set(doc, '$.status', ?, '$.outputs', json(?)) "
               "WHERE run_id = ? AND node_id = ?",
               (NodeStatus.SUCCEEDED.value, completion.outputs_json, run_id, node_id))
-    # A run stored before ended_items was kept has it null: its limits check reads the nodes.
-    c.execute("UPDATE runs SET doc = json_set(doc, '$.ended_items', json_patch("
-              "json_extract(doc, '$.ended_items'), json_object(?, ?))) "
-              "WHERE id = ? AND json_type(doc, '$.ended_items') = 'object'",
-              (node_id, completion.output_count, run_id))
-    append_event(c, run_id, completion.node_event)
+    run.left, run.counted = left, True
+    run.ended_items[node_id] = completion.output_count
+    batch.event(c, run_id, completion.node_event)
     if left <= 0:
-        c.execute("UPDATE runs SET doc = json_set(doc, '$.pending_nodes', ?, '$.status', ?, "
-                  "'$.finished_at', ?) WHERE id = ?",
-                  (left, RunStatus.SUCCEEDED.value, now, run_id))
-        append_event(c, run_id, completion.run_event)
-    else:
-        # A run whose every completion so far was cached may still be pending.
-        c.execute("UPDATE runs SET doc = json_set(doc, '$.pending_nodes', ?, '$.status', "
-                  "CASE json_extract(doc, '$.status') WHEN ? THEN ? "
-                  "ELSE json_extract(doc, '$.status') END) WHERE id = ?",
-                  (left, RunStatus.PENDING.value, RunStatus.RUNNING.value, run_id))
+        c.execute("UPDATE runs SET doc = json_set(doc, '$.status', ?, '$.finished_at', ?) "
+                  "WHERE id = ?", (RunStatus.SUCCEEDED.value, now, run_id))
+        batch.event(c, run_id, completion.run_event)
     return FinishOutcome(-5, run_ended=left <= 0, ready=ready)
