@@ -405,6 +405,7 @@ class SqliteStateStore(StateStore):
         ]
 
     def close(self) -> None:
+        self._commits.close()
         with self._all_lock:
             for conn in self._all:
                 try:

@@ -23,6 +23,8 @@ from contextlib import contextmanager
 
 from genloop.sdk.errors import StoreError
 
+from .sqlite_checkpoint import Checkpointer
+
 
 class _Batch:
     def __init__(self) -> None:
@@ -46,6 +48,9 @@ class GroupCommit:
     def __init__(self, connect: Callable[[], sqlite3.Connection], max_batch: int = 32) -> None:
         self.max_batch = max_batch
         self._conn = connect()
+        # Checkpoints run on a thread of their own, not inside this connection's COMMITs.
+        self._conn.execute("PRAGMA wal_autocheckpoint=0")
+        self._checkpoints = Checkpointer(connect)
         self._turn = threading.Lock()  # one body at a time
         self._count = threading.Lock()
         self._waiting = 0
@@ -105,6 +110,7 @@ class GroupCommit:
                 self._batch = None
                 if batch.members:
                     self._conn.execute("COMMIT")
+                    self._checkpoints.committed()
                 else:
                     self._conn.execute("ROLLBACK")
                 batch.finish(None)
@@ -126,4 +132,5 @@ class GroupCommit:
             self._batch = None
 
     def close(self) -> None:
+        self._checkpoints.close()
         self._conn.close()

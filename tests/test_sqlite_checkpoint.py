@@ -1,0 +1,40 @@
+"""The SQLite store copies its write-ahead log into the database on a thread of its own."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from genloop.workers.stores import EventRecord, RunRecord, RunSpecRecord, SqliteStateStore
+from genloop.workers.stores.sqlite_checkpoint import EVERY_COMMITS
+
+
+def _checkpoint_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "genloop-sqlite-checkpoint"]
+
+
+def test_commits_are_checkpointed_off_the_writer_and_close_stops_the_thread(tmp_path):
+    # Given a store, its database file as first written
+    store = SqliteStateStore(tmp_path / "state.db")
+    before = (tmp_path / "state.db").stat().st_size
+    threads = len(_checkpoint_threads())
+
+    # When it commits enough transactions for a checkpoint to be due
+    for i in range(2 * EVERY_COMMITS):
+        run = RunRecord(id=f"r{i}", spec_hash="h", pending_nodes=0, created_at=time.time())
+        store.create_run(run, RunSpecRecord(spec={"i": i, "pad": "x" * 2000}, graph={}), [], [])
+        store.append_event(f"r{i}", EventRecord(type="run.note", time=time.time()))
+
+    # Then a thread of its own copies the log into the database (with checkpoints left to
+    # the COMMITs turned off, nothing else would before the store closes)
+    copied = before + EVERY_COMMITS * 2000  # at least the first due checkpoint's runs
+    deadline = time.monotonic() + 10
+    while (tmp_path / "state.db").stat().st_size <= copied and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (tmp_path / "state.db").stat().st_size > copied
+    assert len(_checkpoint_threads()) == threads + 1
+    assert store.get_run(f"r{2 * EVERY_COMMITS - 1}").id == f"r{2 * EVERY_COMMITS - 1}"
+
+    # When the store closes, the thread ends
+    store.close()
+    assert len(_checkpoint_threads()) == threads
