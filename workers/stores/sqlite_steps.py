@@ -28,7 +28,6 @@ from genloop.sdk.models import NodeStatus, RunStatus
 from .records import EventRecord, InstanceRecord, ResultRecord
 from .redis_scripts import FinishOutcome, ScriptedCompletion
 
-AppendEvent = Callable[[sqlite3.Connection, str, EventRecord], int]
 Take = Callable[[sqlite3.Connection, str, str, str, float], float]
 
 _ENDED = tuple(s.value for s in NodeStatus if s.terminal)
@@ -50,23 +49,23 @@ class _Run:
 class Batch:
     """What the steps of one write transaction (a chunk's starts or finishes) learn once and
     reuse. The transaction holds the database's write lock, so nobody else writes meanwhile: a
-    run's next event id is read at its first event and counted from there, and its row is read
-    at its first step, counted down in memory and written once, by :meth:`flush`, which must
-    run before the transaction commits."""
+    run's next event id is read at its first event and counted from there, its row is read at
+    its first step and counted down in memory, and the events and counts are written at once
+    by :meth:`flush`, which must run before the transaction commits."""
 
-    append_event: AppendEvent
     take: Take
     _next_event: dict[str, int] = field(default_factory=dict)
+    _events: list[tuple[str, int, str]] = field(default_factory=list)
     _runs: dict[str, _Run | None] = field(default_factory=dict)
     _running: set[str] = field(default_factory=set)
 
     def event(self, c: sqlite3.Connection, run_id: str, event: EventRecord) -> None:
+        """Append ``event`` to the run's events (written by :meth:`flush`, all in one call)."""
         next_id = self._next_event.get(run_id)
         if next_id is None:
-            next_id = self.append_event(c, run_id, event)
-        else:
-            c.execute("INSERT INTO run_events (run_id, id, doc) VALUES (?, ?, ?)",
-                      (run_id, next_id, event.model_dump_json(exclude_none=True)))
+            next_id = c.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM run_events "
+                                "WHERE run_id = ?", (run_id,)).fetchone()[0]
+        self._events.append((run_id, next_id, event.model_dump_json(exclude_none=True)))
         self._next_event[run_id] = next_id + 1
 
     def run(self, c: sqlite3.Connection, run_id: str) -> _Run | None:
@@ -90,8 +89,11 @@ class Batch:
         self._running.add(run_id)
 
     def flush(self, c: sqlite3.Connection) -> None:
-        """Write what the steps counted: each run's nodes left (a run whose every completion
-        so far was cached may still be pending: now it runs) and its nodes' output counts."""
+        """Write what the steps appended and counted: their events, each run's nodes left (a
+        run whose every completion so far was cached may still be pending: now it runs) and
+        its nodes' output counts."""
+        c.executemany("INSERT INTO run_events (run_id, id, doc) VALUES (?, ?, ?)", self._events)
+        self._events = []
         for run_id, run in self._runs.items():
             if run is None:
                 continue
