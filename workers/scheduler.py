@@ -400,10 +400,8 @@ class Scheduler(Transitions):
                     [ItemRef(key=result.key, index=i) for i in range(len(result.items))]
                 ).decode(),
                 output_count=len(result.items),
-                node_event=new_event(f"node.{NodeStatus.SUCCEEDED.value}", node_id=node_id,
-                               status=NodeStatus.SUCCEEDED.value),
-                run_event=new_event(f"run.{RunStatus.SUCCEEDED.value}",
-                              status=RunStatus.SUCCEEDED.value),
+                node_event=new_event("node.succeeded", node_id=node_id, status="succeeded"),
+                run_event=new_event("run.succeeded", status="succeeded"),
                 children=self.topology(run_id).children[node_id])
         return Finish(done, instance_event(done, cached), None if cached else result, lease,
                       completion)

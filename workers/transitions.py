@@ -33,9 +33,10 @@ def new_event(type_: str, **fields) -> EventRecord:
 def instance_event(inst: InstanceRecord, cached: bool = False) -> EventRecord:
     """The event that says how ``inst`` stands now."""
     status = inst.status
+    value = status.value
     return new_event(
-        f"instance.{status.value}", node_id=inst.node_id, instance_id=inst.instance_id,
-        status=status.value, attempt=inst.attempts or None,
+        f"instance.{value}", node_id=inst.node_id, instance_id=inst.instance_id,
+        status=value, attempt=inst.attempts or None,
         error=f"{inst.failure.error_type}: {inst.failure.message}" if inst.failure else None,
         message=(f"{inst.outputs} item(s)" + (", cached" if cached else ""))
         if status == NodeStatus.SUCCEEDED else None,

@@ -12,7 +12,9 @@ other writer interleaves: the scripts' ``busy`` outcomes never arise. The steps 
 transaction (a chunk's) share a :class:`Batch`, which reads a run's row and next event id once
 for all of them.
 
-A live instance is one whose ``live`` column is 1: not ended (and not quarantined).
+A live instance is one whose ``live`` column is 1: not ended (and not quarantined). Statuses go
+to SQLite as the ``StrEnum`` members they are (SQLite binds them as their text; ``.value`` is
+a slow property, and these steps run per instance).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from .redis_scripts import FinishOutcome, ScriptedCompletion
 
 Take = Callable[[sqlite3.Connection, str, str, str, float], float]
 
-_ENDED = tuple(s.value for s in NodeStatus if s.terminal)
+_ENDED = tuple(s for s in NodeStatus if s.terminal)
 _NOT_ENDED = f"json_extract(doc, '$.status') NOT IN ({', '.join('?' * len(_ENDED))})"
 
 
@@ -84,7 +86,7 @@ class Batch:
             return
         if c.execute("UPDATE runs SET doc = json_set(doc, '$.status', ?) WHERE id = ? AND "
                      "json_extract(doc, '$.status') = ?",
-                     (RunStatus.RUNNING.value, run_id, RunStatus.PENDING.value)).rowcount:
+                     (RunStatus.RUNNING, run_id, RunStatus.PENDING)).rowcount:
             self.event(c, run_id, event)
         self._running.add(run_id)
 
@@ -101,7 +103,7 @@ class Batch:
                 c.execute("UPDATE runs SET doc = json_set(doc, '$.pending_nodes', ?, "
                           "'$.status', CASE json_extract(doc, '$.status') WHEN ? THEN ? "
                           "ELSE json_extract(doc, '$.status') END) WHERE id = ?",
-                          (run.left, RunStatus.PENDING.value, RunStatus.RUNNING.value, run_id))
+                          (run.left, RunStatus.PENDING, RunStatus.RUNNING, run_id))
             if run.ended_items:
                 # A run stored before ended_items was kept has it null: its limits check
                 # reads the nodes.
@@ -146,7 +148,7 @@ def start(c: sqlite3.Connection, running: InstanceRecord, key: str, owner: str, 
     batch.event(c, run_id, started)
     c.execute("UPDATE nodes SET doc = json_set(doc, '$.status', ?) WHERE run_id = ? AND "
               "node_id = ? AND json_extract(doc, '$.status') <> ?",
-              (NodeStatus.RUNNING.value, run_id, running.node_id, NodeStatus.RUNNING.value))
+              (NodeStatus.RUNNING, run_id, running.node_id, NodeStatus.RUNNING))
     batch.run_started(c, run_id, run_running)
     return "started", 0.0
 
@@ -205,12 +207,12 @@ def finish(c: sqlite3.Connection, done: InstanceRecord, event: EventRecord,
             mark(child)
     c.execute("UPDATE nodes SET doc = json_set(doc, '$.status', ?, '$.outputs', json(?)) "
               "WHERE run_id = ? AND node_id = ?",
-              (NodeStatus.SUCCEEDED.value, completion.outputs_json, run_id, node_id))
+              (NodeStatus.SUCCEEDED, completion.outputs_json, run_id, node_id))
     run.left, run.counted = left, True
     run.ended_items[node_id] = completion.output_count
     batch.event(c, run_id, completion.node_event)
     if left <= 0:
         c.execute("UPDATE runs SET doc = json_set(doc, '$.status', ?, '$.finished_at', ?) "
-                  "WHERE id = ?", (RunStatus.SUCCEEDED.value, now, run_id))
+                  "WHERE id = ?", (RunStatus.SUCCEEDED, now, run_id))
         batch.event(c, run_id, completion.run_event)
     return FinishOutcome(-5, run_ended=left <= 0, ready=ready)
