@@ -10,6 +10,7 @@ from dramatiq.middleware import Middleware
 from genloop_test_ops import executions
 
 from genloop.sdk import Graph, RunStatus
+from genloop.sdk.errors import StoreError
 from genloop.workers.chunks import MAX_CHUNK, MIN_MESSAGES, chunked, instances_of
 from genloop.workers.executor import TOGETHER_BELOW
 from genloop.workers.stores.records import InstanceRecord
@@ -125,3 +126,34 @@ def test_a_slow_instance_among_quick_ones_holds_their_results_back_no_longer_tha
     # until the slow fourth ended too
     for _, quick, _, last in chunks:
         assert at["instance.succeeded", quick][1] < at["instance.succeeded", last][1] - slow / 2
+
+
+def test_a_quick_chunks_first_result_survives_a_store_outage_when_the_others_start(
+        client, runtime, tmp_path):
+    # Given the store fails the first time a chunk's other instances start together
+    scheduler = runtime.scheduler
+    real, failed = scheduler.claim_and_start_many, []
+
+    def flaky(claims, ttl):
+        if len(claims) > 1 and not failed:
+            failed.append(len(claims))
+            raise StoreError("redis: connection lost")
+        return real(claims, ttl)
+
+    scheduler.claim_and_start_many = flaky
+    seen = MessageLog()
+    runtime.broker.add_middleware(seen)
+    log = str(tmp_path / "log")
+    g = Graph()
+    for i in range(4 * MIN_MESSAGES):
+        g.add("test-count", id=f"n{i}", params={"log": log, "value": i})
+
+    # When the run goes through
+    run = client.submit(g)
+    assert run.wait(timeout=60).status == RunStatus.SUCCEEDED
+
+    # Then that chunk's message was delivered again, and every instance ran once: the first
+    # one's result, computed before the outage, was stored then, so its redelivery reused it
+    assert failed == [3]
+    assert any(seen.messages.count(ids) == 2 for ids in seen.messages if len(ids) > 1)
+    assert all(executions(log, f"n{i}:{i}") == 1 for i in range(4 * MIN_MESSAGES))

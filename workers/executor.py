@@ -308,20 +308,20 @@ class Executor:
                 continue
             if prepared is not None:
                 members.append((prepared, self._new_owner()))
-        outcomes = self.scheduler.claim_and_start_many(
-            [Claim(p.inst, attempt, p.key, owner) for p, owner in members], self.lease_ttl)
-        started = []
-        for (prepared, owner), (outcome, lease) in zip(members, outcomes, strict=True):
-            try:
-                if outcome == "missing":
-                    raise NotFound(f"no instance {prepared.inst.instance_id!r} in run "
-                                   f"{run_id!r}")
-                if self._claimed(prepared, outcome, lease):
-                    self.leases.keep(prepared.key, owner)
-                    started.append((prepared, owner))
-            except Exception as exc:  # noqa: BLE001
-                self._member_failed(run_id, prepared.inst.instance_id, attempt, exc)
+        started: list[tuple[_Prepared, str]] = []
         try:
+            outcomes = self.scheduler.claim_and_start_many(
+                [Claim(p.inst, attempt, p.key, owner) for p, owner in members], self.lease_ttl)
+            for (prepared, owner), (outcome, lease) in zip(members, outcomes, strict=True):
+                try:
+                    if outcome == "missing":
+                        raise NotFound(f"no instance {prepared.inst.instance_id!r} in run "
+                                       f"{run_id!r}")
+                    if self._claimed(prepared, outcome, lease):
+                        self.leases.keep(prepared.key, owner)
+                        started.append((prepared, owner))
+                except Exception as exc:  # noqa: BLE001
+                    self._member_failed(run_id, prepared.inst.instance_id, attempt, exc)
             while started:
                 prepared, owner = started.pop(0)
                 try:
@@ -337,8 +337,9 @@ class Executor:
                     self._store_results(done)
                     done, waiting_since = [], 0.0
         finally:
-            # Stopped early (the worker is shutting down): what ran is stored, what did not
-            # run gives its lease back, and its redelivery or the sweeper runs it.
+            # Stopped early (the claim failed, the worker is shutting down): what ran is
+            # stored, what did not run gives its lease back, and its redelivery or the
+            # sweeper runs it.
             self._store_results(done)
             for prepared, owner in started:
                 self.leases.drop(prepared.key, owner)
