@@ -13,22 +13,10 @@ CAPTION = "a small green star on the left, gray background"
 
 
 def _shipped_render(attrs):
-    """``attrs`` drawn in the world the shipped shapes-clip was trained on (v1: 32x32, its
-    radii and offsets); the v2 world's renders (64x64, other proportions) are not it."""
-    import numpy as np
-    from PIL import Image
+    """``attrs`` drawn, unjittered, in the world the shipped shapes-clip was trained on."""
+    from genloop.workers.shapes import dataset
 
-    from genloop.workers.shapes import dataset, scene
-
-    size, radius, offset = 32, {"small": 5.0, "large": 9.0}, {"small": 8.0, "large": 4.5}
-    ux, uy = {"centre": (0, 0), "left": (-1, 0), "right": (1, 0), "top": (0, -1),
-              "bottom": (0, 1)}[attrs.position]
-    alpha = dataset.coverage(attrs.shape, size / 2 + ux * offset[attrs.size],
-                             size / 2 + uy * offset[attrs.size], radius[attrs.size],
-                             size=size)[..., None]
-    pixels = (alpha * np.asarray(scene.COLOURS[attrs.colour], dtype=np.float32)
-              + (1 - alpha) * np.asarray(scene.BACKGROUNDS[attrs.background], dtype=np.float32))
-    return Image.fromarray(np.round(pixels).astype(np.uint8))
+    return dataset.render(attrs)
 
 
 def test_a_shapes_caption_splits_into_its_attributes_with_one_clause_changed_alternatives():
