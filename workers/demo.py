@@ -18,13 +18,13 @@ from genloop.sdk import Client, Loop
 
 from .contact_sheet import Verdict, contact_sheet
 
-#: The demo's loop: a hard prompt (a small shape off the centre) and a first seed where round 1
-#: misses, so the sheet shows what refinement does. On the shipped v1 model, at this seed, round
-#: 1's 4 images all have the wrong shape and round 2 (fresh seeds) finds a right one, which the
-#: loop keeps. It is a demo, not a measurement: on held-out prompts the loop's gain over
-#: best-of-N is within noise (benchmarks/loop_quality.py).
-DEMO_PROMPT = "a small blue triangle at the bottom, gray background"
-DEMO_SEED = 15
+#: The demo's loop: a hard prompt (two objects and a relation: one image gets all of it right
+#: about a third of the time) and a first seed where round 1 misses, so the sheet shows what
+#: refinement does. On the shipped v2 model, at this seed, round 1's 4 images are all wrong
+#: and round 2 (fresh seeds) gets 3 of 4 right, one of which the loop keeps. It is a demo, not
+#: a measurement (benchmarks/loop_quality.py measures).
+DEMO_PROMPT = "a small yellow circle above a large green triangle, black background"
+DEMO_SEED = 12
 DEMO_ROUNDS = 2
 DEMO_CANDIDATES = 4
 
@@ -38,8 +38,8 @@ def shapes_verdict(prompt: str) -> Callable[[Image.Image], Verdict] | None:
     except ValueError:
         return None
     def grade(image: Image.Image) -> Verdict:
-        match = shapes.compare(wanted, shapes.check(image, shapes.world_of(image.width)))
-        wrong = [k for k, ok in match.model_dump().items() if not ok]
+        match = shapes.grade(wanted, image, shapes.world_of(image.width))
+        wrong = [k for k, ok in match.clauses().items() if not ok]
         return Verdict(not wrong, "ok" if not wrong else "wrong " + ",".join(wrong))
 
     return grade

@@ -45,3 +45,13 @@ def test_the_sheet_prints_the_checkers_verdict_beside_each_score():
 
 def test_free_text_prompts_get_no_verdict():
     assert shapes_verdict("a red sneaker") is None
+
+
+def test_two_object_prompts_get_a_verdict_naming_the_wrong_clause():
+    pair = "a small red star left of a large blue square, white background"
+    right = shapes.dataset.render(shapes.parse_caption(pair))
+    swapped = shapes.dataset.render(shapes.parse_caption(pair.replace("left of", "right of")))
+    grade = shapes_verdict(pair)
+
+    assert grade(right).ok
+    assert grade(swapped) == (False, "wrong relation")
