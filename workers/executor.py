@@ -74,6 +74,11 @@ class _Prepared:
     params: BaseModel
     key: str
 
+    def succeeded(self, attempt: int, result: ResultRecord, owner: str) -> Succeeded:
+        """This instance's attempt ``attempt`` done with ``result`` under ``owner``'s lease."""
+        return Succeeded(self.inst.model_copy(update={"attempts": attempt}), result,
+                         (self.key, owner))
+
 
 class LeaseKeeper:
     """Renews the leases this process holds, every third of their ttl, from one thread.
@@ -280,8 +285,7 @@ class Executor:
         body_seconds = time.monotonic() - began
         if result is None:
             return body_seconds, None
-        return body_seconds, Succeeded(prepared.inst.model_copy(update={"attempts": attempt}),
-                                       result, (prepared.key, owner))
+        return body_seconds, prepared.succeeded(attempt, result, owner)
 
     def _member_failed(self, run_id: str, instance_id: str, attempt: int,
                        exc: Exception) -> None:
@@ -331,8 +335,7 @@ class Executor:
                     continue
                 if result is not None:
                     waiting_since = waiting_since or time.monotonic()
-                    done.append(Succeeded(prepared.inst.model_copy(update={"attempts": attempt}),
-                                          result, (prepared.key, owner)))
+                    done.append(prepared.succeeded(attempt, result, owner))
                 if done and time.monotonic() - waiting_since >= TOGETHER_BELOW:
                     self._store_results(done)
                     done, waiting_since = [], 0.0

@@ -75,7 +75,7 @@ class MeteredStore:
     def _start_instances(self, start: Callable[..., list[tuple[str, float]]]) -> Callable:
         def started(starts: Sequence[Start]) -> list[tuple[str, float]]:
             outcomes = start(starts)
-            for s, (outcome, _) in zip(starts, outcomes, strict=False):
+            for s, (outcome, _) in zip(starts, outcomes, strict=True):
                 if outcome == "started":
                     self._observe(s.running.run_id, s.started)
             return outcomes
@@ -84,7 +84,7 @@ class MeteredStore:
     def _finish_instances(self, finish: Callable[..., list[FinishOutcome]]) -> Callable:
         def finished(finishes: Sequence[Finish]) -> list[FinishOutcome]:
             outs = finish(finishes)
-            for f, out in zip(finishes, outs, strict=False):
+            for f, out in zip(finishes, outs, strict=True):
                 # code >= 0: the instance's event written; -5: so were its node's (and the
                 # run's, if that ended it); other negatives wrote nothing (see
                 # redis_scripts.FINISH)

@@ -264,7 +264,7 @@ class Scheduler(Transitions):
             run_running=run_running) for c in claims])
         # "cancelling" takes the transaction, which cancels the instance.
         return [self._claim_and_start_tx(c, ttl) if outcome == "cancelling" else (outcome, lease)
-                for c, (outcome, lease) in zip(claims, outcomes, strict=False)]
+                for c, (outcome, lease) in zip(claims, outcomes, strict=True)]
 
     def _claim_and_start_tx(self, claim: Claim, ttl: float) -> tuple[str, float]:
         inst, key, owner = claim.inst, claim.key, claim.owner
@@ -320,7 +320,7 @@ class Scheduler(Transitions):
             return
         finishes = [self._scripted_finish(d.inst, d.result, False, d.lease) for d in done]
         outs = self._patiently(lambda: fast(finishes), "a chunk")
-        for d, f, out in zip(done, finishes, outs, strict=False):
+        for d, f, out in zip(done, finishes, outs, strict=True):
             try:
                 self._after_finish(fast, d.inst, f, out)
             except Exception:  # noqa: BLE001  (the others' completions must still go on)

@@ -236,7 +236,7 @@ class RedisStateStore(StateStore):
                 raise out
         return [out if not isinstance(out, NoScriptError) and out not in ([-2], [b"busy", 0])
                 else _until_not_busy(lambda s=script, k=keys, a=args: s(keys=k, args=a))
-                for out, (script, keys, args) in zip(outs, calls, strict=False)]
+                for out, (script, keys, args) in zip(outs, calls, strict=True)]
 
     def _start_call(self, s: Start) -> tuple[Any, list, list]:
         k, r = self.keys, s.running.run_id

@@ -291,18 +291,16 @@ class SqliteStateStore(StateStore):
     def start_instances(self, starts: Sequence[Start]) -> list[tuple[str, float]]:
         """As :meth:`.redis.RedisStateStore.start_instances`, all in one transaction."""
         with self._write() as c:
-            batch = sqlite_steps.Batch(_take)
-            outcomes = [sqlite_steps.start(c, s.running, s.key, s.owner, s.ttl, s.started,
-                                           s.run_running, batch) for s in starts]
+            batch = sqlite_steps.Batch()
+            outcomes = [sqlite_steps.start(c, s, batch, take=_take) for s in starts]
             batch.flush(c)
             return outcomes
 
     def finish_instances(self, finishes: Sequence[Finish]) -> list[FinishOutcome]:
         """As :meth:`.redis.RedisStateStore.finish_instances`, all in one transaction."""
         with self._write() as c:
-            batch = sqlite_steps.Batch(_take)
-            outs = [sqlite_steps.finish(c, f.done, f.event, f.result, f.lease, f.completion,
-                                        batch) for f in finishes]
+            batch = sqlite_steps.Batch()
+            outs = [sqlite_steps.finish(c, f, batch) for f in finishes]
             batch.flush(c)
             return outs
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 from genloop.sdk.models import NodeStatus, RunStatus
 
-from .records import EventRecord, InstanceRecord, ResultRecord
-from .redis_scripts import FinishOutcome, ScriptedCompletion
+from .records import EventRecord, InstanceRecord
+from .redis_scripts import Finish, FinishOutcome, Start
 
 Take = Callable[[sqlite3.Connection, str, str, str, float], float]
 
@@ -55,7 +55,6 @@ class Batch:
     its first step and counted down in memory, and the events and counts are written at once
     by :meth:`flush`, which must run before the transaction commits."""
 
-    take: Take
     _next_event: dict[str, int] = field(default_factory=dict)
     _events: list[tuple[str, int, str]] = field(default_factory=list)
     _runs: dict[str, _Run | None] = field(default_factory=dict)
@@ -122,9 +121,10 @@ def _update_instance(c: sqlite3.Connection, inst: InstanceRecord) -> None:
                                   time.time(), inst.run_id, inst.instance_id))
 
 
-def start(c: sqlite3.Connection, running: InstanceRecord, key: str, owner: str, ttl: float,
-          started: EventRecord, run_running: EventRecord, batch: Batch) -> tuple[str, float]:
-    """START: claim ``key`` for ``owner`` and store ``running``, its node and run running."""
+def start(c: sqlite3.Connection, step: Start, batch: Batch, *, take: Take) -> tuple[str, float]:
+    """START: claim the step's key for its owner and store its instance, node and run
+    running."""
+    running, key = step.running, step.key
     run_id = running.run_id
     if c.execute("SELECT 1 FROM results WHERE key = ?", (key,)).fetchone():
         return "stored", 0.0
@@ -139,26 +139,25 @@ def start(c: sqlite3.Connection, running: InstanceRecord, key: str, owner: str, 
         return "missing", 0.0
     if run.cancelling:
         return "cancelling", 0.0
-    lease = batch.take(c, "claims", key, owner, ttl)
+    lease = take(c, "claims", key, step.owner, step.ttl)
     if lease:  # the delivery will look again: touched, it is not taken for lost meanwhile
         c.execute("UPDATE instances SET touched = ? WHERE run_id = ? AND instance_id = ?",
                   (time.time(), run_id, running.instance_id))
         return "leased", lease
     _update_instance(c, running)
-    batch.event(c, run_id, started)
+    batch.event(c, run_id, step.started)
     c.execute("UPDATE nodes SET doc = json_set(doc, '$.status', ?) WHERE run_id = ? AND "
               "node_id = ? AND json_extract(doc, '$.status') <> ?",
               (NodeStatus.RUNNING, run_id, running.node_id, NodeStatus.RUNNING))
-    batch.run_started(c, run_id, run_running)
+    batch.run_started(c, run_id, step.run_running)
     return "started", 0.0
 
 
-def finish(c: sqlite3.Connection, done: InstanceRecord, event: EventRecord,
-           result: ResultRecord | None, lease: tuple[str, str] | None,
-           completion: ScriptedCompletion | None, batch: Batch) -> FinishOutcome:
-    """FINISH: store ``result`` (first wins) and ``done``, drop the lease, count the node down;
-    complete a node of one instance as the script does. Codes as ``redis_scripts.FINISH``'s
-    (never -2: nothing here waits on a lock)."""
+def finish(c: sqlite3.Connection, step: Finish, batch: Batch) -> FinishOutcome:
+    """FINISH: store the step's result (first wins) and instance, drop its lease, count the
+    node down; complete a node of one instance as the script does. Codes as
+    ``redis_scripts.FINISH``'s (never -2: nothing here waits on a lock)."""
+    done, result, lease, completion = step.done, step.result, step.lease, step.completion
     run_id, node_id = done.run_id, done.node_id
     if lease is not None:
         c.execute("DELETE FROM claims WHERE key = ? AND owner = ?", lease)
@@ -173,7 +172,7 @@ def finish(c: sqlite3.Connection, done: InstanceRecord, event: EventRecord,
             (result.key, result.model_dump_json())).rowcount:
         return FinishOutcome(-4)
     _update_instance(c, done)
-    batch.event(c, run_id, event)
+    batch.event(c, run_id, step.event)
     pending, outputs = c.execute(
         "UPDATE nodes SET doc = json_set(doc, '$.pending_instances', "
         "json_extract(doc, '$.pending_instances') - 1) WHERE run_id = ? AND node_id = ? "
