@@ -8,15 +8,16 @@ well does this caption fit, on an absolute scale?). Free text has no alternative
 are the comma- and "and"-separated parts, scored on their own.
 
 Splitters are tried in order; the first that recognises the prompt wins. The shapes splitter
-reads the caption through ``genloop.workers.shapes.parse_caption`` and takes each attribute's
-choices from the ``Attributes`` model's field types, so a richer caption grammar (more
-attributes, more values) extends it without a change here. Imports no torch.
+reads the caption through ``genloop.workers.shapes.parse_caption``: a one-object caption's
+clauses are its attributes, a two-object caption's are each object's size, colour and shape,
+the relation and the background (``shapes.PAIR_CLAUSES``), so a critic can say *which* object
+is wrong. Alternatives come from ``shapes.one_attribute_variants``, which leaves out a change
+that shows the same picture (a relation flipped between identical objects). Imports no torch.
 """
 
 from __future__ import annotations
 
 import re
-import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -38,26 +39,23 @@ _ARTICLE = re.compile(r"^(?:a|an|the)\s+", re.IGNORECASE)
 
 
 def shapes_clauses(prompt: str) -> list[Clause] | None:
-    """Clauses of a shapes-world caption (one per attribute), or ``None`` if it is not one."""
+    """Clauses of a shapes-world caption, or ``None`` if it is not one.
+
+    One object: one clause per attribute (``colour``, ``shape``, ...), its text the value.
+    Two objects: ``first.size`` ... ``second.shape``, ``relation`` and ``background``."""
     from genloop.workers import shapes
 
     try:
-        attrs = shapes.parse_caption(prompt)
+        scene = shapes.parse_caption(prompt)
     except ValueError:
         return None
-    caption = attrs.caption()
+    one = isinstance(scene, shapes.Attributes)
     clauses = []
-    for name, info in type(attrs).model_fields.items():
-        choices = typing.get_args(info.annotation)
-        value = getattr(attrs, name)
-        if not choices or not isinstance(value, str):
-            continue
-        alternatives = tuple(
-            attrs.model_copy(update={name: other}).caption()
-            for other in choices if other != value
-        )
-        clauses.append(Clause(name=name, text=value,
-                              alternatives=tuple(a for a in alternatives if a != caption)))
+    for name in shapes.ATTRIBUTE_NAMES if one else shapes.PAIR_CLAUSES:
+        owner, _, field_name = name.rpartition(".")
+        value = getattr(getattr(scene, owner) if owner else scene, field_name)
+        alternatives = tuple(v.caption() for v in shapes.one_attribute_variants(scene, name))
+        clauses.append(Clause(name=name, text=value, alternatives=alternatives))
     return clauses
 
 

@@ -36,6 +36,58 @@ def test_a_shapes_caption_splits_into_its_attributes_with_one_clause_changed_alt
     assert len(clauses[0].alternatives) == 5  # six colours, less the prompt's own
 
 
+PAIR = "a small yellow circle above a large green triangle, black background"
+
+
+def test_a_two_object_caption_splits_per_object_so_a_critic_can_say_which_is_wrong():
+    clauses = split_clauses(PAIR)
+
+    assert [(c.name, c.text) for c in clauses] == [
+        ("first.size", "small"), ("first.colour", "yellow"), ("first.shape", "circle"),
+        ("relation", "above"), ("second.size", "large"), ("second.colour", "green"),
+        ("second.shape", "triangle"), ("background", "black"),
+    ]
+    wanted = shapes.parse_caption(PAIR)
+    for clause in clauses:
+        owner, _, field = clause.name.rpartition(".")
+        assert clause.alternatives
+        for alt in clause.alternatives:
+            other = shapes.parse_caption(alt)
+            assert other.canonical() != wanted.canonical()   # another picture
+            changed = {name for name in shapes.PAIR_CLAUSES
+                       if _clause_value(other, name) != _clause_value(wanted, name)}
+            assert changed == {clause.name}
+
+
+def _clause_value(scene, name: str) -> str:
+    owner, _, field = name.rpartition(".")
+    return getattr(getattr(scene, owner) if owner else scene, field)
+
+
+def test_a_relation_flip_between_identical_objects_is_no_alternative():
+    same = "a small red star left of a small red star, gray background"
+
+    relation = next(c for c in split_clauses(same) if c.name == "relation")
+
+    assert sorted(shapes.parse_caption(a).relation for a in relation.alternatives) == [
+        "above", "below"]
+
+
+def test_the_critic_names_the_object_a_two_object_image_gets_wrong():
+    critic = get_evaluator("shapes-critic", device="cpu")
+    truth = shapes.parse_caption(PAIR)
+    image = _shipped_render(truth)
+    wrong_second = truth.model_copy(
+        update={"second": truth.second.model_copy(update={"colour": "blue"})})
+
+    right = critic.score([image], PAIR)
+    wrong = critic.score([image], wrong_second.caption())
+
+    assert right.values[0] > wrong.values[0]
+    assert wrong.details[0].weakest == "second.colour"
+    assert [c.clause for c in right.details[0].clauses] == list(shapes.PAIR_CLAUSES)
+
+
 def test_free_text_splits_on_commas_and_and_with_articles_dropped():
     assert [c.text for c in split_clauses("A red bicycle, a wooden fence and a dog with a hat")] \
         == ["red bicycle", "wooden fence", "dog", "hat"]
