@@ -9,7 +9,7 @@ from engine_helpers import concurrently, psnr
 
 from genloop.workers.engine.deepcache import deepcache_stats, remove_deepcache
 from genloop.workers.engine.generate import ImageSettings, call_pipeline
-from genloop.workers.engine.step_cache import prepare_step_cache
+from genloop.workers.engine.step_cache import MIN_DEFAULT_DEEPCACHE_STEPS, prepare_step_cache
 
 PROMPTS, SEEDS = ["a red sneaker", "a blue circle", "a green house"], [1, 2, 3]
 #: The bound the step-cache docstring states for DeepCache against no caching.
@@ -46,6 +46,18 @@ def test_deepcache_skips_deep_blocks_and_stays_within_the_bound(registry):
     # a longer interval reuses more and drifts further
     assert np.mean([psnr(a, b) for a, b in zip(off, coarse, strict=True)]) < np.mean(
         [psnr(a, b) for a, b in zip(off, cached, strict=True)])
+
+
+def test_the_default_mode_runs_short_calls_without_deepcache(registry):
+    with registry.acquire("tiny") as pipe:
+        short = prepare_step_cache(pipe, "default", MIN_DEFAULT_DEEPCACHE_STEPS - 1)
+        off = run(pipe, "off", steps=MIN_DEFAULT_DEEPCACHE_STEPS - 1)
+        plain = run(pipe, "default", steps=MIN_DEFAULT_DEEPCACHE_STEPS - 1)
+        long = prepare_step_cache(pipe, "default", MIN_DEFAULT_DEEPCACHE_STEPS)
+        asked = prepare_step_cache(pipe, "deepcache", 4)
+
+    assert (short.kind, long.kind, asked.kind) == ("off", "deepcache", "deepcache")
+    assert all(np.array_equal(a, b) for a, b in zip(off, plain, strict=True))
 
 
 def test_cached_features_are_not_reused_across_a_batch_size_change(registry):
