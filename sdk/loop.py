@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .graph import Graph, RunLimits
-from .ops import BACKEND_DEFAULT, MAX_CANDIDATES_PER_NODE
+from .ops import BACKEND_DEFAULT, MAX_CANDIDATES_PER_NODE, edit_steps, finish_strength
 
 
 class Loop(BaseModel):
@@ -111,8 +111,8 @@ class Loop(BaseModel):
         "4 x candidates.")
     draft_steps: int | None = Field(
         None, ge=1, le=200,
-        description="Denoising steps of a draft. Default with refiner 'draft': steps // 4 "
-        "(at least 1), or 5 when steps is the model's default.")
+        description="Denoising steps of a draft. Default with refiner 'draft': steps // 5 "
+        "(at least 1), or 4 when steps is the model's default.")
     refine_timeout: float = Field(
         300.0, gt=0, le=3000, allow_inf_nan=False,
         description="Refiner 'agent': seconds each refine waits for the agent's answer "
@@ -126,7 +126,7 @@ class Loop(BaseModel):
             raise ValueError("a budget is counted in denoising steps: give steps too")
         if self.refiner == "draft":
             if self.draft_steps is None:
-                self.draft_steps = max(1, self.steps // 4) if self.steps else 5
+                self.draft_steps = max(1, self.steps // 5) if self.steps else 4
             if self.draft_candidates is None:
                 self.draft_candidates = self._default_drafts()
         elif (self.draft_candidates is None) != (self.draft_steps is None):
@@ -141,7 +141,8 @@ class Loop(BaseModel):
     def _default_drafts(self) -> int:
         if self.budget is None or self.steps is None or self.draft_steps is None:
             return min(4 * self.candidates, MAX_CANDIDATES_PER_NODE)
-        finishing = (self.rounds - 1) * self.candidates * self.steps
+        finish = edit_steps(self.steps, finish_strength(self.steps))
+        finishing = (self.rounds - 1) * self.candidates * finish
         return max(1, min((self.budget - finishing) // self.draft_steps,
                           MAX_CANDIDATES_PER_NODE))
 

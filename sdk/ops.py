@@ -20,6 +20,26 @@ from pydantic import (
 MAX_CANDIDATES_PER_NODE = 256
 
 
+#: How far the ``draft`` refiner's finish departs from its draft: img2img (SDEdit) from the
+#: draft at this strength keeps the composition the judge ranked and sharpens it, as SDXL's
+#: refiner polishes its base model's image. Regenerating the draft's seed at full steps instead
+#: draws another picture: on the shapes model the finished image's verdict then agreed with its
+#: draft's no better than chance (benchmarks/loop_quality.py reports the agreement).
+DRAFT_FINISH_STRENGTH = 0.3
+
+
+def edit_steps(steps: int, strength: float) -> int:
+    """Denoising steps an img2img edit of ``steps`` at ``strength`` runs (diffusers rounds
+    ``steps x strength`` down)."""
+    return min(int(steps * strength), steps)
+
+
+def finish_strength(steps: int) -> float:
+    """The ``draft`` refiner's finishing strength at ``steps``: :data:`DRAFT_FINISH_STRENGTH`,
+    raised where that would round to no step at all (1.5 / steps runs exactly one)."""
+    return max(DRAFT_FINISH_STRENGTH, 1.5 / steps)
+
+
 #: Said once, used by every field that names a model or an evaluator.
 BACKEND_DEFAULT = "Omit it (or null) for the back end's default; `genloop schema` lists the names."
 

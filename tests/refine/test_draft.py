@@ -1,8 +1,10 @@
-"""The draft refiner: cheap drafts first, then the best drafts finished with the same seeds."""
+"""The draft refiner: cheap drafts first, then the best drafts finished from their own images,
+with the same seeds."""
 
 from __future__ import annotations
 
 from genloop.sdk import Loop, RunStatus
+from genloop.sdk.ops import DRAFT_FINISH_STRENGTH, edit_steps, finish_strength
 
 
 def test_drafts_are_finished_best_first_with_the_same_seeds(client):
@@ -17,14 +19,25 @@ def test_drafts_are_finished_best_first_with_the_same_seeds(client):
     ranked = [c.seed for c in sorted(drafts.candidates, key=lambda c: (-c.score, c.index))]
     assert [c.seed for c in first.candidates] == ranked[:2]   # only the winners are finished
     assert [c.seed for c in second.candidates] == ranked[2:4]
-    assert {c.steps for c in first.candidates + second.candidates} == {4}
-    assert result.compute.steps == 6 * 1 + 4 * 4
-    finish = result.items("round-1/refine")
+    finish = result.items("round-1/refine") + result.items("round-2/refine")
+    artifact_of = {c.seed: c.artifact for c in drafts.candidates}
+    assert [r.init_image for r in finish] == [artifact_of[s] for s in ranked[:4]]
+    assert {(r.steps, r.strength) for r in finish} == {(4, finish_strength(4))}
+    # an img2img finish at 4 steps and strength 0.375 runs int(1.5) = 1 step
+    assert {(c.steps, c.denoised_steps) for c in first.candidates + second.candidates} \
+        == {(4, 1)}
+    assert result.compute.steps == 6 * 1 + 4 * 1
     assert finish[0].reason.startswith(f"finish draft seed {ranked[0]}: draft rank 1 of 6")
+
+
+def test_the_finish_strength_always_runs_at_least_one_step():
+    assert finish_strength(20) == DRAFT_FINISH_STRENGTH
+    assert all(edit_steps(n, finish_strength(n)) >= 1 for n in range(1, 201))
 
 
 def test_a_budget_sizes_the_drafts_to_what_finishing_leaves():
     loop = Loop(prompt="x", candidates=8, rounds=3, steps=20, budget=24 * 20, refiner="draft")
 
-    assert (loop.draft_steps, loop.draft_candidates) == (5, (480 - 2 * 8 * 20) // 5)
-    assert loop.compile().node("round-1/generate").params["n"] == 32
+    finishes = 2 * 8 * int(20 * DRAFT_FINISH_STRENGTH)
+    assert (loop.draft_steps, loop.draft_candidates) == (4, (480 - finishes) // 4)
+    assert loop.compile().node("round-1/generate").params["n"] == 96

@@ -11,9 +11,11 @@ Strategies are pluggable: ``@refiner("name")`` registers ``fn(scored, params) ->
 - ``prompt-history``: a :class:`~.rewriters.PromptRewriter` (``params.rewriter``; default
   rule-based) reads every (prompt, score) so far and writes the next prompts; the best seeds
   are kept so the wording is what changes.
-- ``draft``: round 1 made cheap drafts (few steps); each later round finishes, at full steps
-  and with the same seeds, the best drafts not yet finished. It buys more candidates for the
-  same compute, and works as far as a draft's score ranks like its finished image's.
+- ``draft``: round 1 made cheap drafts (few steps); each later round finishes the best drafts
+  not yet finished: img2img from the draft at full steps and
+  :data:`~genloop.sdk.ops.DRAFT_FINISH_STRENGTH`, same seed, so what the judge ranked is what
+  gets finished. It buys several times the candidates for the same compute, and works as far
+  as a draft's score ranks like its finished image's.
 - ``critic-edit``: needs a critic evaluator (``shapes-critic``, ``clause-critic``). Half the
   round edits the best images (img2img at :data:`EDIT_STRENGTH`), each request saying which
   clause the critic found weakest and why; on free text the weak clause is repeated at the end
@@ -32,7 +34,13 @@ import random
 from collections.abc import Callable, Iterator, Mapping
 
 from genloop.sdk.errors import Permanent
-from genloop.sdk.ops import GenerationRequest, RefineParams, ScoredCandidate
+from genloop.sdk.ops import (
+    GenerationRequest,
+    RefineParams,
+    ScoredCandidate,
+    edit_steps,
+    finish_strength,
+)
 
 from ..context import OpContext
 from ..deferred import Deferred
@@ -160,14 +168,17 @@ def prompt_history(scored: list[ScoredCandidate],
 @refiner("draft")
 def draft(scored: list[ScoredCandidate], params: RefineParams) -> list[GenerationRequest]:
     """Round 1 draws cheap drafts (few steps); each later round finishes the best-scored
-    drafts at full steps, same seeds."""
+    drafts (img2img from the draft at full steps, same seed)."""
     full = params.steps or max(c.steps for c in scored)
-    finished = {c.seed for c in scored if c.steps >= full}
-    drafts = sorted((c for c in scored if c.steps < full and c.seed not in finished),
+    finished = {c.seed for c in scored if c.strength is not None}
+    drafts = sorted((c for c in scored
+                     if c.strength is None and c.steps < full and c.seed not in finished),
                     key=lambda c: (-c.score, c.index))
+    strength = finish_strength(full)
     requests = [
         GenerationRequest(
             prompt=c.prompt, seed=c.seed, round=params.round + 1, steps=full,
+            init_image=c.artifact, strength=strength,
             reason=f"finish draft seed {c.seed}: draft rank {rank + 1} of {len(drafts)}, "
             f"score {c.score:.2f} at {c.steps} steps",
         )
@@ -226,7 +237,7 @@ def request_cost(request: GenerationRequest, steps: int | None) -> int:
     full = request.steps or steps or 0
     if request.init_image is None:
         return full
-    return min(int(full * (request.strength or EDIT_STRENGTH)), full)
+    return edit_steps(full, request.strength or EDIT_STRENGTH)
 
 
 def within_budget(requests: list[GenerationRequest], scored: list[ScoredCandidate],
