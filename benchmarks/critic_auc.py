@@ -1,18 +1,22 @@
-"""Can a judge tell a checker-correct shapes image from a wrong one? And does a draft rank like
-its finished image?
+"""Can a judge tell a checker-correct shapes image from a wrong one, at full steps and as a
+draft? And does a seed's draft rank like the same seed drawn at full steps?
 
-    python benchmarks/critic_auc.py [--prompts 60] [--seeds 8] [--draft-steps 5] [--json]
+    python benchmarks/critic_auc.py [--prompts 60] [--seeds 8] [--draft-steps 4] [--json]
 
-For held-out shapes prompts, ``--seeds`` images each at full steps (and the same seeds as
-drafts at ``--draft-steps``) come from the shipped ``shapes`` model through ``Client.local``.
-The pixel checker grades every finished image. Per judge (``shapes-clip``, ``shapes-critic``):
+For ``loop_quality``'s held-out prompt set (two objects, held-out colour-shape pairs, small
+objects off the centre), ``--seeds`` images each at full steps and the same seeds as drafts at
+``--draft-steps`` come from the shipped ``shapes`` model through ``Client.local``. The pixel
+checker grades every image. Per judge (``shapes-clip``, ``shapes-critic``):
 
 - mean within-prompt AUC: over prompts with both correct and wrong images, the chance that a
   correct image outscores a wrong one (ties count half); what selecting among one prompt's
-  candidates depends on. The checker grades; no judge is optimised against it;
-- draft AUC: the same, with each image's *draft* score and its finished image's verdict;
-- draft/finish rank agreement: mean within-prompt Spearman correlation of draft and finished
-  scores, and how often the best draft's finished image is the best finished image.
+  candidates depends on. The checker grades; no judge is optimised against it. Overall and per
+  prompt set;
+- draft AUC: the same among the drafts, each graded itself (the ``draft`` refiner keeps a
+  draft's composition when it finishes it, so this is the selection it makes);
+- same-seed agreement: mean within-prompt Spearman correlation of draft and full-step scores of
+  each seed, and how often the best draft's seed is the best at full steps. Low agreement is
+  why the ``draft`` refiner finishes a draft from its own image rather than redrawing its seed.
 """
 
 from __future__ import annotations
@@ -20,14 +24,19 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import sys
 import tempfile
 from pathlib import Path
 
 from PIL import Image
 from pydantic import BaseModel
 
-from genloop.sdk import Client, Graph
-from genloop.workers import shapes
+sys.path.insert(0, str(Path(__file__).parent))
+
+from loop_quality import benchmark_prompts  # noqa: E402
+
+from genloop.sdk import Client, Graph  # noqa: E402
+from genloop.workers import shapes  # noqa: E402
 
 JUDGES = ("shapes-clip", "shapes-critic")
 
@@ -36,6 +45,7 @@ class JudgeReport(BaseModel):
     judge: str
     auc: float
     prompts_with_both: int
+    auc_by_set: dict[str, float]
     draft_auc: float
     draft_spearman: float
     draft_top1_agreement: float
@@ -77,10 +87,10 @@ def _scores(result, node: str) -> list[float]:
     return [c.score for c in sorted(result.items(node), key=lambda c: c.index)]
 
 
-def measure(client: Client, prompts: list[str], seeds: int, steps: int,
+def measure(client: Client, prompts: list[tuple[str, str]], seeds: int, steps: int,
             draft_steps: int) -> list[JudgeReport]:
     runs = []
-    for p in prompts:
+    for _, p in prompts:
         g = Graph()
         fin = g.generate(p, n=seeds, model=shapes.PIPELINE_NAME, steps=steps, id="final")
         dra = g.generate(p, n=seeds, model=shapes.PIPELINE_NAME, steps=draft_steps, id="draft")
@@ -88,32 +98,42 @@ def measure(client: Client, prompts: list[str], seeds: int, steps: int,
             g.score(fin, text=p, evaluator=judge, id=f"final/{judge}")
             g.score(dra, text=p, evaluator=judge, id=f"draft/{judge}")
         runs.append(client.submit(g))
-    correct, finals, drafts = [], {j: [] for j in JUDGES}, {j: [] for j in JUDGES}
-    world = shapes.world_of(shapes.shipped_image_size())
-    for p, run in zip(prompts, runs, strict=True):
+    correct: list[list[bool]] = []
+    draft_correct: list[list[bool]] = []
+    finals: dict[str, list[list[float]]] = {j: [] for j in JUDGES}
+    drafts: dict[str, list[list[float]]] = {j: [] for j in JUDGES}
+    for (_, p), run in zip(prompts, runs, strict=True):
         result = run.wait(timeout=3600)
-        wanted = shapes.parse_caption(p)
-        images = sorted(result.items("final"), key=lambda c: c.index)
-        correct.append([
-            shapes.compare(wanted, shapes.check(
-                Image.open(io.BytesIO(client.read_artifact(c.artifact))), world)).all_correct
-            for c in images
-        ])
+        correct.append(_verdicts(client, result, "final", p))
+        draft_correct.append(_verdicts(client, result, "draft", p))
         for j in JUDGES:
             finals[j].append(_scores(result, f"final/{j}"))
             drafts[j].append(_scores(result, f"draft/{j}"))
+    sets = sorted({name for name, _ in prompts})
     reports = []
     for j in JUDGES:
         value, both = mean_auc(finals[j], correct)
-        draft_value, _ = mean_auc(drafts[j], correct)
+        draft_value, _ = mean_auc(drafts[j], draft_correct)
+        by_set = {}
+        for name in sets:
+            rows = [i for i, (n, _) in enumerate(prompts) if n == name]
+            by_set[name] = mean_auc([finals[j][i] for i in rows], [correct[i] for i in rows])[0]
         rho = [spearman(d, f) for d, f in zip(drafts[j], finals[j], strict=True)]
         top1 = [max(range(len(d)), key=d.__getitem__) == max(range(len(f)), key=f.__getitem__)
                 for d, f in zip(drafts[j], finals[j], strict=True)]
         reports.append(JudgeReport(
-            judge=j, auc=value, prompts_with_both=both, draft_auc=draft_value,
-            draft_spearman=sum(rho) / len(rho), draft_top1_agreement=sum(top1) / len(top1),
+            judge=j, auc=value, prompts_with_both=both, auc_by_set=by_set,
+            draft_auc=draft_value, draft_spearman=sum(rho) / len(rho),
+            draft_top1_agreement=sum(top1) / len(top1),
         ))
     return reports
+
+
+def _verdicts(client: Client, result, node: str, prompt: str) -> list[bool]:
+    wanted = shapes.parse_caption(prompt)
+    images = sorted(result.items(node), key=lambda c: c.index)
+    return [shapes.grade(wanted, Image.open(io.BytesIO(client.read_artifact(c.artifact))),
+                         shapes.world_of(c.width)).all_correct for c in images]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -121,15 +141,14 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=60)
-    parser.add_argument("--start", type=int, default=0, help="first held-out prompt")
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--steps", type=int, default=shapes.DEFAULT_STEPS)
-    parser.add_argument("--draft-steps", type=int, default=5)
+    parser.add_argument("--draft-steps", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    prompts = [a.caption() for a in shapes.heldout_prompts(args.prompts, args.start)]
+    prompts = benchmark_prompts(args.prompts)
     with tempfile.TemporaryDirectory() as home, \
             Client.local(home=Path(home), threads=2) as client:
         reports = measure(client, prompts, args.seeds, args.steps, args.draft_steps)
@@ -139,9 +158,10 @@ def main(argv: list[str] | None = None) -> None:
                           "judges": [r.model_dump() for r in reports]}))
         return
     for r in reports:
-        print(f"{r.judge:14s} AUC={r.auc:.3f} (prompts with both: {r.prompts_with_both}) "
-              f"draft AUC={r.draft_auc:.3f} draft/finish spearman={r.draft_spearman:.3f} "
-              f"top-1 agreement={r.draft_top1_agreement:.3f}")
+        sets = " ".join(f"{k}={v:.3f}" for k, v in r.auc_by_set.items())
+        print(f"{r.judge:14s} AUC={r.auc:.3f} ({sets}; prompts with both: "
+              f"{r.prompts_with_both}) draft AUC={r.draft_auc:.3f} same-seed draft/full "
+              f"spearman={r.draft_spearman:.3f} top-1 agreement={r.draft_top1_agreement:.3f}")
 
 
 if __name__ == "__main__":

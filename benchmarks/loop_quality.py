@@ -1,24 +1,29 @@
 """Does a genloop Loop find better images than best-of-N, at the same denoising-step budget?
 
     python benchmarks/loop_quality.py [--prompts 100] [--rounds 3] [--candidates 8]
-        [--modes best-of-n,draft,critic-edit,seed-search,agent,best-of-n-critic] [--json]
+        [--modes best-of-n,best-of-n-critic,best-of-n-drafts,draft,critic-edit,seed-search,agent]
+        [--json]
 
-On held-out shapes prompts, three in four of them hard (a small shape off the centre), with the
-shipped ``shapes`` generator at ``--steps``, every mode gets the same budget of
-``rounds x candidates x steps`` denoising steps:
+On held-out shapes prompts weighted to the hard ones (:func:`benchmark_prompts`: 60% two objects
+with a relation, 20% one object of a colour-shape pair held out of training, 20% one small
+object off the centre), with the shipped ``shapes`` generator at ``--steps``, every mode gets
+the same budget of ``rounds x candidates x steps`` denoising steps:
 
 - ``best-of-n``: one round of ``rounds x candidates`` images, the best by ``shapes-clip`` kept;
 - ``best-of-n-critic``: the same images judged by ``shapes-critic`` (the clause critic);
+- ``best-of-n-drafts``: one round of as many images at the draft refiner's draft steps as the
+  budget buys, judged by ``shapes-critic``: what a user who simply lowered the steps would get;
 - ``seed-search`` / ``draft`` / ``critic-edit``: Loops with that refiner and ``Loop.budget``
   set to the same budget (the critic refiners judge with ``shapes-critic``);
 - ``agent``: ``Loop(refiner="agent")`` judged by ``shapes-critic``, each refine answered by a
   :class:`ScriptedAgent` through ``run.refine`` with :func:`weakest_clause_policy`.
 
-The kept image of each prompt is graded by the pixel checker (in the world of the image's
-size: the shipped generator's 32 px images are v1's), which no mode optimises: the
-all-correct rate with a 95% bootstrap interval over prompts, the paired difference against
-``best-of-n`` (bootstrap over prompts, same resamples), the steps each mode actually spent and
-its wall time. Each mode runs in a home of its own, so none reuses another's stored images.
+The kept image of each prompt is graded by the pixel checker (``shapes.grade``, in the world of
+the image's size), which no mode optimises: the all-correct rate with a 95% bootstrap interval
+over prompts, per prompt set too, the paired difference against ``best-of-n`` (bootstrap over
+prompts, same resamples), the steps each mode actually spent and its wall time. For ``draft``,
+how often a finished image's verdict is its draft's (the method works as far as it is). Each
+mode runs in a home of its own, so none reuses another's stored images.
 """
 
 from __future__ import annotations
@@ -37,12 +42,14 @@ from pathlib import Path
 from PIL import Image
 from pydantic import BaseModel
 
-from genloop.sdk import Client, GenerationRequest, Loop, RefineRequest, Run
+from genloop.sdk import Client, GenerationRequest, Loop, RefineRequest, Run, RunResult
 from genloop.sdk.backend import TERMINAL_EVENTS
+from genloop.sdk.ops import MAX_CANDIDATES_PER_NODE
 from genloop.workers import shapes
 
 BASELINE = "best-of-n"
-MODES = ("best-of-n", "draft", "critic-edit", "seed-search", "agent", "best-of-n-critic")
+MODES = ("best-of-n", "best-of-n-critic", "best-of-n-drafts", "draft", "critic-edit",
+         "seed-search", "agent")
 
 
 class ModeReport(BaseModel):
@@ -50,27 +57,40 @@ class ModeReport(BaseModel):
     evaluator: str
     all_correct: float
     ci95: tuple[float, float]
+    #: all-correct rate per prompt set (see :func:`benchmark_prompts`)
+    by_set: dict[str, float]
     diff_vs_best_of_n: float | None = None
     diff_ci95: tuple[float, float] | None = None
     steps_per_prompt: float
     images_per_prompt: float
     wall_s: float
+    #: ``draft``: finished images whose checker verdict is their draft's, and how many
+    draft_agreement: tuple[float, int] | None = None
     #: per prompt, whether the kept image was all-correct (for paired comparisons)
     correct: list[bool]
 
 
-def hard_weighted_prompts(n: int, hard_share: float = 0.75) -> list[str]:
-    """``n`` held-out captions, ``hard_share`` of them a small shape off the centre."""
-    hard, easy = [], []
-    for a in shapes.heldout_prompts(8 * n):
-        (hard if a.size == "small" and a.position != "centre" else easy).append(a.caption())
-    n_hard = round(n * hard_share)
-    return hard[:n_hard] + easy[:n - n_hard]
+def benchmark_prompts(n: int) -> list[tuple[str, str]]:
+    """``n`` held-out ``(set, caption)`` pairs: 60% ``two`` (two objects and a relation), 20%
+    ``novel`` (one object of a held-out colour-shape pair), 20% ``small`` (one small object off
+    the centre)."""
+    n_two, n_novel = round(0.6 * n), round(0.2 * n)
+    small = [a for a in shapes.heldout_prompts(20 * n)
+             if a.size == "small" and a.position != "centre"]
+    sets = {"two": shapes.heldout_prompts(n_two, objects=2),
+            "novel": shapes.novel_prompts(n_novel, objects=1, start=1000),
+            "small": small[:n - n_two - n_novel]}
+    return [(name, scene.caption()) for name, scenes in sets.items() for scene in scenes]
 
 
 def loop_for(mode: str, prompt: str, rounds: int, candidates: int, steps: int) -> Loop:
     budget = rounds * candidates * steps
     common = dict(prompt=prompt, seed=0, model=shapes.PIPELINE_NAME, steps=steps)
+    if mode == "best-of-n-drafts":
+        draft_steps = Loop(prompt=prompt, steps=steps, refiner="draft").draft_steps
+        assert draft_steps is not None
+        return Loop(rounds=1, candidates=min(budget // draft_steps, MAX_CANDIDATES_PER_NODE),
+                    evaluator="shapes-critic", **{**common, "steps": draft_steps})
     if mode.startswith("best-of-n"):
         evaluator = "shapes-critic" if mode == "best-of-n-critic" else shapes.CLIP_MODEL_NAME
         return Loop(rounds=1, candidates=rounds * candidates, evaluator=evaluator, **common)
@@ -155,36 +175,53 @@ class ScriptedAgent:
 
 def _all_correct(client: Client, artifact: str, prompt: str) -> bool:
     image = Image.open(io.BytesIO(client.read_artifact(artifact)))
-    found = shapes.check(image, shapes.world_of(image.width))
-    return shapes.compare(shapes.parse_caption(prompt), found).all_correct
+    return shapes.grade(shapes.parse_caption(prompt), image,
+                        shapes.world_of(image.width)).all_correct
 
 
-def run_mode(client: Client, mode: str, prompts: list[str], rounds: int, candidates: int,
-             steps: int) -> ModeReport:
+def run_mode(client: Client, mode: str, prompts: list[tuple[str, str]], rounds: int,
+             candidates: int, steps: int) -> ModeReport:
     began = time.monotonic()
-    loops = [loop_for(mode, p, rounds, candidates, steps) for p in prompts]
+    loops = [loop_for(mode, p, rounds, candidates, steps) for _, p in prompts]
     with ScriptedAgent(weakest_clause_policy) as agent:
         runs = [client.submit(loop) for loop in loops]
         for run in runs if mode == "agent" else ():
             agent.watch(run)
-        return _report(client, mode, loops, prompts, runs, began)
+        results = [run.wait(timeout=3600) for run in runs]
+    wall = time.monotonic() - began
+    return _report(client, mode, loops, prompts, results, wall)
 
 
-def _report(client: Client, mode: str, loops: list[Loop], prompts: list[str], runs: list[Run],
-            began: float) -> ModeReport:
+def _report(client: Client, mode: str, loops: list[Loop], prompts: list[tuple[str, str]],
+            results: list[RunResult], wall: float) -> ModeReport:
     correct, spent, images = [], 0, 0
-    for prompt, run in zip(prompts, runs, strict=True):
-        result = run.wait(timeout=3600)
+    agree: list[bool] = []
+    for (_, prompt), result in zip(prompts, results, strict=True):
         if result.best is None:
             raise RuntimeError(f"run {result.run_id} for {prompt!r} has no best: {result.error}")
         correct.append(_all_correct(client, result.best.artifact, prompt))
         spent += result.compute.steps
         images += result.compute.images
-    wall = time.monotonic() - began
-    return ModeReport(mode=mode, evaluator=loops[0].evaluator,
+        if mode == "draft":
+            agree += _draft_agreement(client, result, prompt)
+    by_set: dict[str, list[bool]] = {}
+    for (name, _), ok in zip(prompts, correct, strict=True):
+        by_set.setdefault(name, []).append(ok)
+    return ModeReport(mode=mode, evaluator=loops[0].evaluator or "",
                       all_correct=sum(correct) / len(correct), ci95=bootstrap(correct),
+                      by_set={k: sum(v) / len(v) for k, v in by_set.items()},
                       steps_per_prompt=spent / len(prompts),
-                      images_per_prompt=images / len(prompts), wall_s=wall, correct=correct)
+                      images_per_prompt=images / len(prompts), wall_s=wall,
+                      draft_agreement=(sum(agree) / len(agree), len(agree)) if agree else None,
+                      correct=correct)
+
+
+def _draft_agreement(client: Client, result: RunResult, prompt: str) -> list[bool]:
+    """Per finished image of a draft run: is its checker verdict its draft's?"""
+    drafts = {c.seed: c for c in result.scored if c.strength is None}
+    return [_all_correct(client, c.artifact, prompt)
+            == _all_correct(client, drafts[c.seed].artifact, prompt)
+            for c in result.scored if c.strength is not None and c.seed in drafts]
 
 
 def bootstrap(values: list[bool], base: list[bool] | None = None, samples: int = 10000,
@@ -215,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     unknown = set(modes) - set(MODES)
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}; known: {', '.join(MODES)}")
-    prompts = hard_weighted_prompts(args.prompts)
+    prompts = benchmark_prompts(args.prompts)
     reports: list[ModeReport] = []
     with tempfile.TemporaryDirectory() as home:
         for mode in modes:
@@ -240,9 +277,14 @@ def _line(r: ModeReport, base: ModeReport | None) -> str:
             f" vs best-of-n {r.diff_vs_best_of_n:+.3f} "
             f"[{r.diff_ci95[0]:+.3f}, {r.diff_ci95[1]:+.3f}]")
     ratio = f" ({r.wall_s / base.wall_s:.2f}x)" if base is not None else ""
+    sets = " ".join(f"{k}={v:.2f}" for k, v in r.by_set.items())
+    agreement = ("" if r.draft_agreement is None else
+                 f" draft/finish verdicts agree {r.draft_agreement[0]:.2f} "
+                 f"(n={r.draft_agreement[1]})")
     return (f"{r.mode:17s} {r.evaluator:13s} all-correct={r.all_correct:.3f} "
-            f"[{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]{diff} steps/prompt={r.steps_per_prompt:.0f} "
-            f"images/prompt={r.images_per_prompt:.1f} wall={r.wall_s:.1f}s{ratio}")
+            f"[{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]{diff} ({sets}) "
+            f"steps/prompt={r.steps_per_prompt:.0f} images/prompt={r.images_per_prompt:.1f} "
+            f"wall={r.wall_s:.1f}s{ratio}{agreement}")
 
 if __name__ == "__main__":
     main()

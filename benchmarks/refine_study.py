@@ -3,7 +3,7 @@ pixel checker (which nothing here optimises).
 
     python benchmarks/refine_study.py [--prompts 100] [--seeds 24] [--edit-prompts 25] [--json]
 
-1. **Pool.** ``--seeds`` images of each held-out prompt (``loop_quality``'s hard-weighted set,
+1. **Pool.** ``--seeds`` images of each held-out prompt (``loop_quality``'s benchmark set,
    seeds 0..n-1, the shipped pipeline called directly at its defaults), graded per clause.
    Reported: how many prompts the model draws right on every seed, on none, on some; which
    clauses miss.
@@ -14,8 +14,9 @@ pixel checker (which nothing here optimises).
    seeds 0..3 are edited (img2img, 2 seeds each) at each ``--strengths``: how often an edit is
    right, beside how often a fresh seed of the same prompt is. (Inpainting is not offered: the
    v1 UNet has 8 input channels, which diffusers' inpainting pipeline refuses.)
-4. **Emphasis.** The same prompts with the missed clause's word repeated at the end
-   ("..., gray background, triangle"), seeds 0..7, paired per prompt with the plain prompt's.
+4. **Emphasis.** The same prompts with the word of the clause the pool missed most repeated at
+   the end ("..., gray background, triangle"), seeds 0..7, paired per prompt with the plain
+   prompt's.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from loop_quality import hard_weighted_prompts  # noqa: E402
+from loop_quality import benchmark_prompts  # noqa: E402
 
 from genloop.workers import shapes  # noqa: E402
 
@@ -46,9 +47,19 @@ def _generate(pipe, prompts: list[str], seeds: list[int], **edit):
                 generator=[torch.Generator("cpu").manual_seed(s) for s in seeds], **edit).images
 
 
+def _grade(prompt: str, image):
+    return shapes.grade(shapes.parse_caption(prompt), image, shapes.world_of(image.width))
+
+
 def _right(prompt: str, image) -> bool:
-    return shapes.compare(shapes.parse_caption(prompt),
-                          shapes.check(image, shapes.world_of(image.width))).all_correct
+    return _grade(prompt, image).all_correct
+
+
+def _clause_word(prompt: str, clause: str) -> str:
+    """The caption's word for ``clause`` ("shape", "second.colour", ...)."""
+    owner, _, name = clause.rpartition(".")
+    scene = shapes.parse_caption(prompt)
+    return getattr(getattr(scene, owner) if owner else scene, name)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,14 +81,12 @@ def main(argv: list[str] | None = None) -> None:
     pipe.set_progress_bar_config(disable=True)
     judges = {name: get_evaluator(name, device="cpu")
               for name in (shapes.CLIP_MODEL_NAME, "shapes-critic")}
-    prompts = hard_weighted_prompts(args.prompts)
+    prompts = [p for _, p in benchmark_prompts(args.prompts)]
     seeds = list(range(args.seeds))
     pool = []  # per prompt: images, verdicts, scores per judge, missed clauses
     for prompt in prompts:
         images = _generate(pipe, [prompt] * len(seeds), seeds)
-        wanted = shapes.parse_caption(prompt)
-        matches = [shapes.compare(wanted, shapes.check(im, shapes.world_of(im.width)))
-                   for im in images]
+        matches = [_grade(prompt, im) for im in images]
         pool.append({"prompt": prompt, "images": images,
                      "right": [m.all_correct for m in matches],
                      "missed": [[k for k, ok in m.clauses().items() if not ok] for m in matches],
@@ -130,9 +139,16 @@ def main(argv: list[str] | None = None) -> None:
 
     plain, emphasised = [], []
     for p in some_miss:
-        wanted = shapes.parse_caption(p["prompt"])
+        counts: dict[str, int] = {}
+        for clauses in p["missed"]:
+            for c in clauses:
+                if c != "count":  # an object too many or too few has no word to repeat
+                    counts[c] = counts.get(c, 0) + 1
+        if not counts:
+            continue
+        word = _clause_word(p["prompt"], max(counts, key=counts.__getitem__))
         n = min(8, args.seeds)
-        out = _generate(pipe, [f"{p['prompt']}, {wanted.shape}"] * n, list(range(n)))
+        out = _generate(pipe, [f"{p['prompt']}, {word}"] * n, list(range(n)))
         emphasised.append(statistics.mean(_right(p["prompt"], im) for im in out))
         plain.append(statistics.mean(p["right"][:n]))
     diff = [e - q for e, q in zip(emphasised, plain, strict=True)]
@@ -140,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
         rng = random.Random(0)
         means = sorted(statistics.mean(rng.choice(diff) for _ in diff) for _ in range(10000))
         report["emphasis"] = {"prompts": len(diff), "plain": statistics.mean(plain),
-                              "shape_emphasised": statistics.mean(emphasised),
+                              "emphasised": statistics.mean(emphasised),
                               "diff_ci95": (means[250], means[9749])}
     print(json.dumps(report, indent=None if args.json else 2))
 
