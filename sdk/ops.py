@@ -109,7 +109,8 @@ class GenerateParams(_Params):
         "default",
         pattern=r"^(default|off|deepcache(:\d+)?|fbcache(:\d+(\.\d+)?)?|taylorseer)$",
         description="Step caching, trading exactness for speed: 'default' (DeepCache every 2 "
-        "steps on UNets, First-Block Cache on transformers), 'off' (exact), 'deepcache:N', "
+        "steps on UNets for calls of 8 steps or more, First-Block Cache on transformers), "
+        "'off' (exact), 'deepcache:N', "
         "'fbcache:T', 'taylorseer'. Leave at 'default' unless images must be bit-exact.",
     )
     shard_size: int = Field(
