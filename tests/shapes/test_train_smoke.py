@@ -77,3 +77,43 @@ def test_training_entry_points_import_no_service_dependencies() -> None:
     # Then none of genloop's service stack comes with them
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.slow
+def test_clip_only_retrains_the_verifier_against_the_generator_already_there(
+        tmp_path: Path) -> None:
+    import hashlib
+    import shutil
+
+    import torch
+
+    from genloop.training.shapes import train
+
+    shutil.copytree(shapes.weights_dir() / "shapes-sd", tmp_path / "shapes-sd")
+    unet = tmp_path / "shapes-sd" / "unet" / "diffusion_pytorch_model.safetensors"
+    before = hashlib.sha256(unet.read_bytes()).hexdigest()
+    threads = torch.get_num_threads()
+    try:
+        # When only shapes-clip is retrained, at smoke size
+        train.main(["--out", str(tmp_path), "--smoke", "--clip-only"])
+    finally:
+        torch.set_num_threads(threads)
+    # Then the generator it mined is the one that was there, untouched
+    assert hashlib.sha256(unet.read_bytes()).hexdigest() == before
+    report = json.loads((tmp_path / "train-report.json").read_text())
+    assert set(report["seconds"]) >= {"clip_clean", "mining", "clip_hard_negatives"}
+    assert set(report["configs"]) == {"clip", "mining"}
+    assert report["mined_images"] == 4
+    assert (tmp_path / "shapes-clip" / "open_clip_model.safetensors").exists()
+
+
+def test_clip_only_without_a_generator_says_where_to_put_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from genloop.training.shapes import train
+
+    # When --clip-only finds no generator to mine
+    with pytest.raises(SystemExit):
+        train.main(["--out", str(tmp_path), "--smoke", "--clip-only"])
+    # Then it says where one goes, and nothing was trained
+    assert "copy one there" in capsys.readouterr().err
+    assert not (tmp_path / "shapes-clip").exists()

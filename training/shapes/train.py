@@ -1,7 +1,7 @@
 """Retrain the whole shapes world, seeded: generator, then hard-negative mining, then shapes-clip.
 
     python -m genloop.training.shapes.train --out DIR [--device cpu|cuda] [--smoke] [--estimate]
-        [--recipe cpu|gpu] [--budget-seconds S]
+        [--recipe cpu|gpu] [--budget-seconds S] [--clip-only]
 
 1. The generator (:mod:`.train_sd`) and shapes-clip's clean phase (:mod:`.train_clip`) are
    independent, so they train at once, each in a process of its own (one core each on a 2-core
@@ -11,6 +11,9 @@
 
 Writes ``DIR/shapes-sd`` and ``DIR/shapes-clip`` (drop-in replacements for the shipped
 ``weights/`` folders) and ``DIR/train-report.json`` (seconds per stage, the mining pass rate).
+``--clip-only`` retrains shapes-clip alone (clean phase, mining, fine-tuning) against the
+generator already in ``DIR/shapes-sd`` (copy the shipped one there): a new verifier recipe for
+the same generator, without the generator's share of the run.
 ``--recipe gpu`` takes :meth:`.train_sd.SDTrainConfig.gpu` (GPU-sized batches and pool, a
 wider-reaching UNet); ``--budget-seconds`` makes every training loop run as many steps as fit:
 :data:`FIRST_PHASE_SHARE` of the budget for the generator (beside clean CLIP), the rest, after
@@ -86,8 +89,8 @@ def _run_stage(stage: str, args: argparse.Namespace) -> None:
 def _first_phase(args: argparse.Namespace) -> None:
     if args.budget_seconds is not None:
         args.stage_seconds = FIRST_PHASE_SHARE * args.budget_seconds
-    if not args.parallel:
-        for stage in ("generator", "clip"):
+    if args.clip_only or not args.parallel:
+        for stage in ("clip",) if args.clip_only else ("generator", "clip"):
             _run_stage(stage, args)
         return
     common = ["--out", str(args.out), "--device", args.device, "--seed", str(args.seed),
@@ -128,7 +131,8 @@ def train_all(args: argparse.Namespace) -> TrainReport:
     seconds: dict[str, float] = {}
     began = time.monotonic()
     _first_phase(args)
-    seconds["generator+clip_clean"] = time.monotonic() - began
+    seconds["clip_clean" if args.clip_only else "generator+clip_clean"] = (
+        time.monotonic() - began)
     torch.set_num_threads(args.mining_threads)
     t = time.monotonic()
     mined, images = _mine(args, mining)
@@ -143,14 +147,15 @@ def train_all(args: argparse.Namespace) -> TrainReport:
     shutil.rmtree(args.out / STAGES)
     seconds["total"] = time.monotonic() - began
     loops: dict = {}
-    for model in ("shapes-sd", "shapes-clip"):
+    for model in ("shapes-clip",) if args.clip_only else ("shapes-sd", "shapes-clip"):
         path = args.out / model / LOOPS_FILE
         loops.update(json.loads(path.read_text()))
         path.unlink()
+    configs = {"clip": clip.model_dump(), "mining": mining.model_dump()}
+    if not args.clip_only:
+        configs["sd"] = sd.model_dump()
     report = TrainReport(device=args.device, seconds=seconds, mined_images=len(mined.prompts),
-                         mined_pass_rate=mined.pass_rate, loops=loops,
-                         configs={"sd": sd.model_dump(), "clip": clip.model_dump(),
-                                  "mining": mining.model_dump()})
+                         mined_pass_rate=mined.pass_rate, loops=loops, configs=configs)
     (args.out / "train-report.json").write_text(report.model_dump_json(indent=2))
     return report
 
@@ -176,9 +181,15 @@ def main(argv: list[str] | None = None) -> None:
                         help="configuration: the CPU one, or GPU-sized batches and pool")
     parser.add_argument("--budget-seconds", type=float, default=None,
                         help="fit every training loop's steps into this many seconds in all")
+    parser.add_argument("--clip-only", action="store_true",
+                        help="retrain shapes-clip alone against the generator in OUT/shapes-sd")
     parser.add_argument("--stage", choices=["generator", "clip"], help=argparse.SUPPRESS)
     parser.add_argument("--stage-seconds", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.clip_only and not (args.out / "shapes-sd" / "model_index.json").exists():
+        parser.error(f"--clip-only mines the generator in {args.out / 'shapes-sd'}, and there "
+                     "is none: copy one there (the shipped one is "
+                     "genloop/workers/shapes/weights/shapes-sd)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(args.threads)
     if args.device.startswith("cuda"):

@@ -213,7 +213,9 @@ def _save(model, target: Path) -> Path:
     from safetensors.torch import save_file
 
     # fp16 halves the file; open_clip casts back to the model's fp32 when it loads the state.
-    state = {k: v.detach().half().cpu().contiguous() for k, v in model.state_dict().items()}
+    # Integer buffers (batch norm's count) stay as they are.
+    state = {k: (v.detach().half() if v.is_floating_point() else v.detach()).cpu().contiguous()
+             for k, v in model.state_dict().items()}
     save_file(state, str(target / CHECKPOINT_NAME))
     return target
 
@@ -239,7 +241,7 @@ def finetune(out: Path, cfg: ClipTrainConfig, mined, images: np.ndarray, device:
     torch.manual_seed(cfg.seed + 7)
     model, tokenizer, target = _build(out, device)
     state = load_file(str(target / CHECKPOINT_NAME))
-    model.load_state_dict({k: v.float() for k, v in state.items()})
+    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     groups = mined.groups()
 
     def extra(model, step, rng, gen, scale):

@@ -2,7 +2,8 @@
 
 Sizes are chosen for one CPU core and a 30 MB package: most bytes are the two 49,408-row token
 embedding tables that the CLIP BPE vocabulary forces on both text encoders, so their width is
-kept at 32; the image side is small because a flat shape carries little information.
+kept small (32 for the generator's, 64 for shapes-clip's); the image side is small because a
+flat shape carries little information.
 """
 
 from __future__ import annotations
@@ -29,22 +30,28 @@ LATENT_SIZE = 16
 LATENT_CHANNELS = 8
 # Captions are ~12 tokens; a short CLIP context makes contrastive training 3x cheaper.
 CLIP_CONTEXT_LENGTH = 24
+# shapes-clip's text tower is twice the generator's width: at 32, after 1,000 steps, it ranked
+# the true caption first for a pair's relation 0.86 and order 0.82 of the time; at 64 (four
+# heads), 1.00 and 1.00. The 3 MB it adds to the token table stays within the package budget.
+CLIP_TEXT_WIDTH = 64
 
+# The image tower is open_clip's ModifiedResNet (convolutions down to 2x2, attention pooling),
+# not a ViT: with 8x8 patches a ViT of the same cost ranked the true caption of clean two-object
+# renders first for the shape clause 0.33 of the time after 1,000 steps (0.43 fully trained),
+# the ResNet 0.99: a shape is an edge pattern that convolutions see at every offset, while a
+# patch embedding sees a different piece of it at each jitter.
 CLIP_CONFIG: dict[str, Any] = {
     "embed_dim": 64,
     "vision_cfg": {
         "image_size": IMAGE_SIZE,
-        "patch_size": 8,
-        "width": 64,
-        "layers": 4,
-        "head_width": 32,
-        "mlp_ratio": 2.0,
+        "layers": [1, 1, 1, 1],
+        "width": 16,
     },
     "text_cfg": {
         "context_length": CLIP_CONTEXT_LENGTH,
         "vocab_size": VOCAB_SIZE,
-        "width": TEXT_WIDTH,
-        "heads": 2,
+        "width": CLIP_TEXT_WIDTH,
+        "heads": 4,
         "layers": 3,
         "mlp_ratio": 2.0,
     },
