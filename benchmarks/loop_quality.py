@@ -2,7 +2,7 @@
 
     python benchmarks/loop_quality.py [--prompts 100] [--rounds 3] [--candidates 8]
         [--modes best-of-n,best-of-n-critic,best-of-n-drafts,draft,critic-edit,seed-search,agent]
-        [--json]
+        [--draft-candidates N] [--json]
 
 On held-out shapes prompts weighted to the hard ones (:func:`benchmark_prompts`: 60% two objects
 with a relation, 20% one object of a colour-shape pair held out of training, 20% one small
@@ -14,7 +14,10 @@ the same budget of ``rounds x candidates x steps`` denoising steps:
 - ``best-of-n-drafts``: one round of as many images at the draft refiner's draft steps as the
   budget buys, judged by ``shapes-critic``: what a user who simply lowered the steps would get;
 - ``seed-search`` / ``draft`` / ``critic-edit``: Loops with that refiner and ``Loop.budget``
-  set to the same budget (the critic refiners judge with ``shapes-critic``);
+  set to the same budget (the critic refiners judge with ``shapes-critic``); ``draft`` and
+  ``best-of-n-drafts`` draw ``--draft-candidates`` drafts when given (fewer steps than the
+  budget: what fewer, cheaper candidates cost in quality and save in wall time), else as many
+  as the budget buys;
 - ``agent``: ``Loop(refiner="agent")`` judged by ``shapes-critic``, each refine answered by a
   :class:`ScriptedAgent` through ``run.refine`` with :func:`weakest_clause_policy`.
 
@@ -83,20 +86,24 @@ def benchmark_prompts(n: int) -> list[tuple[str, str]]:
     return [(name, scene.caption()) for name, scenes in sets.items() for scene in scenes]
 
 
-def loop_for(mode: str, prompt: str, rounds: int, candidates: int, steps: int) -> Loop:
+def loop_for(mode: str, prompt: str, rounds: int, candidates: int, steps: int,
+             draft_candidates: int | None = None) -> Loop:
     budget = rounds * candidates * steps
     common = dict(prompt=prompt, seed=0, model=shapes.PIPELINE_NAME, steps=steps)
     if mode == "best-of-n-drafts":
         draft_steps = Loop(prompt=prompt, steps=steps, refiner="draft").draft_steps
         assert draft_steps is not None
-        return Loop(rounds=1, candidates=min(budget // draft_steps, MAX_CANDIDATES_PER_NODE),
-                    evaluator="shapes-critic", **{**common, "steps": draft_steps})
+        n = draft_candidates or min(budget // draft_steps, MAX_CANDIDATES_PER_NODE)
+        return Loop(rounds=1, candidates=n, evaluator="shapes-critic",
+                    **{**common, "steps": draft_steps})
     if mode.startswith("best-of-n"):
         evaluator = "shapes-critic" if mode == "best-of-n-critic" else shapes.CLIP_MODEL_NAME
         return Loop(rounds=1, candidates=rounds * candidates, evaluator=evaluator, **common)
     evaluator = shapes.CLIP_MODEL_NAME if mode == "seed-search" else "shapes-critic"
     if mode == "agent":  # the scripted agent answers; the timeout only guards a stuck benchmark
         common.update(refine_timeout=3000.0)
+    if mode == "draft" and draft_candidates is not None:
+        common.update(draft_candidates=draft_candidates)
     return Loop(rounds=rounds, candidates=candidates, refiner=mode, evaluator=evaluator,
                 budget=budget, **common)
 
@@ -180,9 +187,9 @@ def _all_correct(client: Client, artifact: str, prompt: str) -> bool:
 
 
 def run_mode(client: Client, mode: str, prompts: list[tuple[str, str]], rounds: int,
-             candidates: int, steps: int) -> ModeReport:
+             candidates: int, steps: int, draft_candidates: int | None = None) -> ModeReport:
     began = time.monotonic()
-    loops = [loop_for(mode, p, rounds, candidates, steps) for _, p in prompts]
+    loops = [loop_for(mode, p, rounds, candidates, steps, draft_candidates) for _, p in prompts]
     with ScriptedAgent(weakest_clause_policy) as agent:
         runs = [client.submit(loop) for loop in loops]
         for run in runs if mode == "agent" else ():
@@ -243,6 +250,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--candidates", type=int, default=8)
     parser.add_argument("--steps", type=int, default=shapes.DEFAULT_STEPS)
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--draft-candidates", type=int, default=None,
+                        help="drafts of draft and best-of-n-drafts (default: what the budget "
+                        "buys)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--workers", type=int, default=2, help="worker threads")
     parser.add_argument("--json", action="store_true")
@@ -258,7 +268,7 @@ def main(argv: list[str] | None = None) -> None:
         for mode in modes:
             with Client.local(home=Path(home) / mode, threads=args.workers) as client:
                 report = run_mode(client, mode, prompts, args.rounds, args.candidates,
-                                  args.steps)
+                                  args.steps, args.draft_candidates)
             base = next((r for r in reports if r.mode == BASELINE), None)
             if base is not None:
                 report.diff_vs_best_of_n = report.all_correct - base.all_correct
@@ -269,6 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         print(json.dumps({"prompts": args.prompts, "rounds": args.rounds,
                           "candidates": args.candidates, "steps": args.steps,
+                          "draft_candidates": args.draft_candidates,
                           "modes": [r.model_dump() for r in reports]}))
 
 

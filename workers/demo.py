@@ -21,8 +21,8 @@ from .contact_sheet import Verdict, contact_sheet
 #: The demo's loop: a hard prompt (two objects and a relation: one image gets all of it right
 #: about a third of the time) and a first seed where round 1 misses, so the sheet shows what
 #: refinement does. On the shipped v2 model, at this seed, round 1's 4 images are all wrong
-#: and round 2 (fresh seeds) gets 3 of 4 right, one of which the loop keeps. It is a demo, not
-#: a measurement (benchmarks/loop_quality.py measures).
+#: and round 2 (fresh seeds) gets 1 of 4 right, which shapes-clip ranks first of all 8, so the
+#: loop keeps it. It is a demo, not a measurement (benchmarks/loop_quality.py measures).
 DEMO_PROMPT = "a small yellow circle above a large green triangle, black background"
 DEMO_SEED = 12
 DEMO_ROUNDS = 2

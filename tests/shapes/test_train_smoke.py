@@ -28,6 +28,7 @@ def test_training_smoke_writes_loadable_models_and_figures(tmp_path: Path) -> No
     import open_clip
     import torch
     from diffusers import StableDiffusionPipeline
+    from PIL import Image
 
     from genloop.training.shapes import evaluate, train
     from genloop.workers.shapes.models import register_clip_config
@@ -51,9 +52,11 @@ def test_training_smoke_writes_loadable_models_and_figures(tmp_path: Path) -> No
     assert not (tmp_path / "shapes-sd" / "tokenizer" / "tokenizer.json").exists()
     # And the CLIP checkpoint loads through open_clip's pretrained= path
     name = register_clip_config(tmp_path / "shapes-clip" / "shapes-clip.json")
-    model, _, _ = open_clip.create_model_and_transforms(
+    model, _, preprocess = open_clip.create_model_and_transforms(
         name, pretrained=str(tmp_path / "shapes-clip" / "open_clip_model.safetensors"))
-    assert model.visual.image_size == (64, 64)
+    pixels = preprocess(Image.new("RGB", (64, 64)))
+    assert pixels.shape == (3, 64, 64)
+    assert model.encode_image(pixels[None]).shape == (1, shapes.clip_config()["embed_dim"])
     # And the evaluation reports every figure, old CLIP beside the new one
     out = tmp_path / "figures.json"
     try:
