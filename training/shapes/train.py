@@ -86,11 +86,20 @@ def _run_stage(stage: str, args: argparse.Namespace) -> None:
         pretrain(args.out, clip, args.device, args.workers, args.stage_seconds)
 
 
+#: The first phase's stages and the model folder each writes.
+STAGE_MODELS = {"generator": "shapes-sd", "clip": "shapes-clip"}
+
+
+def _stages(args: argparse.Namespace) -> tuple[str, ...]:
+    return ("clip",) if args.clip_only else tuple(STAGE_MODELS)
+
+
 def _first_phase(args: argparse.Namespace) -> None:
     if args.budget_seconds is not None:
         args.stage_seconds = FIRST_PHASE_SHARE * args.budget_seconds
-    if args.clip_only or not args.parallel:
-        for stage in ("clip",) if args.clip_only else ("generator", "clip"):
+    stages = _stages(args)
+    if len(stages) == 1 or not args.parallel:
+        for stage in stages:
             _run_stage(stage, args)
         return
     common = ["--out", str(args.out), "--device", args.device, "--seed", str(args.seed),
@@ -101,7 +110,7 @@ def _first_phase(args: argparse.Namespace) -> None:
         common += ["--stage-seconds", str(args.stage_seconds)]
     procs = {stage: subprocess.Popen([sys.executable, "-m", f"{__package__}.train", *common,
                                       "--stage", stage])
-             for stage in ("generator", "clip")}
+             for stage in stages}
     failed = [stage for stage, proc in procs.items() if proc.wait() != 0]
     if failed:
         raise SystemExit(f"training failed: {', '.join(failed)}")
@@ -131,7 +140,7 @@ def train_all(args: argparse.Namespace) -> TrainReport:
     seconds: dict[str, float] = {}
     began = time.monotonic()
     _first_phase(args)
-    seconds["clip_clean" if args.clip_only else "generator+clip_clean"] = (
+    seconds["generator+clip_clean" if "generator" in _stages(args) else "clip_clean"] = (
         time.monotonic() - began)
     torch.set_num_threads(args.mining_threads)
     t = time.monotonic()
@@ -147,12 +156,12 @@ def train_all(args: argparse.Namespace) -> TrainReport:
     shutil.rmtree(args.out / STAGES)
     seconds["total"] = time.monotonic() - began
     loops: dict = {}
-    for model in ("shapes-clip",) if args.clip_only else ("shapes-sd", "shapes-clip"):
-        path = args.out / model / LOOPS_FILE
+    for stage in _stages(args):
+        path = args.out / STAGE_MODELS[stage] / LOOPS_FILE
         loops.update(json.loads(path.read_text()))
         path.unlink()
     configs = {"clip": clip.model_dump(), "mining": mining.model_dump()}
-    if not args.clip_only:
+    if "generator" in _stages(args):
         configs["sd"] = sd.model_dump()
     report = TrainReport(device=args.device, seconds=seconds, mined_images=len(mined.prompts),
                          mined_pass_rate=mined.pass_rate, loops=loops, configs=configs)
@@ -183,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="fit every training loop's steps into this many seconds in all")
     parser.add_argument("--clip-only", action="store_true",
                         help="retrain shapes-clip alone against the generator in OUT/shapes-sd")
-    parser.add_argument("--stage", choices=["generator", "clip"], help=argparse.SUPPRESS)
+    parser.add_argument("--stage", choices=list(STAGE_MODELS), help=argparse.SUPPRESS)
     parser.add_argument("--stage-seconds", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.clip_only and not (args.out / "shapes-sd" / "model_index.json").exists():

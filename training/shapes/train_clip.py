@@ -236,12 +236,12 @@ def finetune(out: Path, cfg: ClipTrainConfig, mined, images: np.ndarray, device:
     """Phase 2: continue from ``out/shapes-clip`` with the mined generated images; ``seconds``
     can lengthen it beyond ``cfg.finetune_steps``, never shorten it (this phase is what the
     selection AUC comes from)."""
-    from safetensors.torch import load_file
+    import open_clip
 
     torch.manual_seed(cfg.seed + 7)
     model, tokenizer, target = _build(out, device)
-    state = load_file(str(target / CHECKPOINT_NAME))
-    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+    # open_clip's own loading path, as the evaluators take it (fp16 copies into fp32 params).
+    open_clip.load_checkpoint(model, str(target / CHECKPOINT_NAME), device=device)
     groups = mined.groups()
 
     def extra(model, step, rng, gen, scale):
