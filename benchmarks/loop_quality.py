@@ -1,8 +1,9 @@
 """Does a genloop Loop find better images than best-of-N, at the same denoising-step budget?
 
     python benchmarks/loop_quality.py [--prompts 100] [--rounds 3] [--candidates 8]
-        [--modes best-of-n,best-of-n-critic,best-of-n-drafts,draft,critic-edit,seed-search,agent]
-        [--draft-candidates N] [--json]
+        [--modes best-of-n,best-of-n-critic,best-of-n-drafts,target,target-drafts,draft,
+                 critic-edit,seed-search,agent]
+        [--draft-candidates N] [--target 50] [--json]
 
 On held-out shapes prompts weighted to the hard ones (:func:`benchmark_prompts`: 60% two objects
 with a relation, 20% one object of a colour-shape pair held out of training, 20% one small
@@ -19,7 +20,12 @@ the same budget of ``rounds x candidates x steps`` denoising steps:
   budget: what fewer, cheaper candidates cost in quality and save in wall time), else as many
   as the budget buys;
 - ``agent``: ``Loop(refiner="agent")`` judged by ``shapes-critic``, each refine answered by a
-  :class:`ScriptedAgent` through ``run.refine`` with :func:`weakest_clause_policy`.
+  :class:`ScriptedAgent` through ``run.refine`` with :func:`weakest_clause_policy`;
+- ``target`` / ``target-drafts``: ``seed-search`` Loops of ``candidates`` images a round at
+  ``--steps`` / at the draft steps, judged by ``shapes-critic`` with ``Loop.target`` at
+  ``--target``, and as many rounds as the budget buys: the loop stops at the first round whose
+  best image the critic finds likely right (its score is the chance, x100, that every clause
+  holds), so hard prompts get more rounds and easy ones fewer.
 
 The kept image of each prompt is graded by the pixel checker (``shapes.grade``, in the world of
 the image's size), which no mode optimises: the all-correct rate with a 95% bootstrap interval
@@ -51,8 +57,10 @@ from genloop.sdk.ops import MAX_CANDIDATES_PER_NODE
 from genloop.workers import shapes
 
 BASELINE = "best-of-n"
-MODES = ("best-of-n", "best-of-n-critic", "best-of-n-drafts", "draft", "critic-edit",
-         "seed-search", "agent")
+MODES = ("best-of-n", "best-of-n-critic", "best-of-n-drafts", "target", "target-drafts",
+         "draft", "critic-edit", "seed-search", "agent")
+#: ``--target``'s default: stop once the critic finds an image more likely right than wrong.
+CRITIC_TARGET = 50.0
 
 
 class ModeReport(BaseModel):
@@ -87,12 +95,17 @@ def benchmark_prompts(n: int) -> list[tuple[str, str]]:
 
 
 def loop_for(mode: str, prompt: str, rounds: int, candidates: int, steps: int,
-             draft_candidates: int | None = None) -> Loop:
+             draft_candidates: int | None = None, target: float = CRITIC_TARGET) -> Loop:
     budget = rounds * candidates * steps
     common = dict(prompt=prompt, seed=0, model=shapes.PIPELINE_NAME, steps=steps)
+    draft_steps = Loop(prompt=prompt, steps=steps, refiner="draft").draft_steps
+    assert draft_steps is not None
+    if mode.startswith("target"):
+        each = draft_steps if mode == "target-drafts" else steps
+        return Loop(rounds=budget // (candidates * each), candidates=candidates,
+                    evaluator="shapes-critic", target=target, budget=budget,
+                    **{**common, "steps": each})
     if mode == "best-of-n-drafts":
-        draft_steps = Loop(prompt=prompt, steps=steps, refiner="draft").draft_steps
-        assert draft_steps is not None
         n = draft_candidates or min(budget // draft_steps, MAX_CANDIDATES_PER_NODE)
         return Loop(rounds=1, candidates=n, evaluator="shapes-critic",
                     **{**common, "steps": draft_steps})
@@ -187,9 +200,11 @@ def _all_correct(client: Client, artifact: str, prompt: str) -> bool:
 
 
 def run_mode(client: Client, mode: str, prompts: list[tuple[str, str]], rounds: int,
-             candidates: int, steps: int, draft_candidates: int | None = None) -> ModeReport:
+             candidates: int, steps: int, draft_candidates: int | None = None,
+             target: float = CRITIC_TARGET) -> ModeReport:
     began = time.monotonic()
-    loops = [loop_for(mode, p, rounds, candidates, steps, draft_candidates) for _, p in prompts]
+    loops = [loop_for(mode, p, rounds, candidates, steps, draft_candidates, target)
+             for _, p in prompts]
     with ScriptedAgent(weakest_clause_policy) as agent:
         runs = [client.submit(loop) for loop in loops]
         for run in runs if mode == "agent" else ():
@@ -253,6 +268,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--draft-candidates", type=int, default=None,
                         help="drafts of draft and best-of-n-drafts (default: what the budget "
                         "buys)")
+    parser.add_argument("--target", type=float, default=CRITIC_TARGET,
+                        help="the critic score at which target and target-drafts stop")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--workers", type=int, default=2, help="worker threads")
     parser.add_argument("--json", action="store_true")
@@ -268,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
         for mode in modes:
             with Client.local(home=Path(home) / mode, threads=args.workers) as client:
                 report = run_mode(client, mode, prompts, args.rounds, args.candidates,
-                                  args.steps, args.draft_candidates)
+                                  args.steps, args.draft_candidates, args.target)
             base = next((r for r in reports if r.mode == BASELINE), None)
             if base is not None:
                 report.diff_vs_best_of_n = report.all_correct - base.all_correct
@@ -279,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         print(json.dumps({"prompts": args.prompts, "rounds": args.rounds,
                           "candidates": args.candidates, "steps": args.steps,
-                          "draft_candidates": args.draft_candidates,
+                          "draft_candidates": args.draft_candidates, "target": args.target,
                           "modes": [r.model_dump() for r in reports]}))
 
 

@@ -1,0 +1,62 @@
+"""benchmarks/loop_quality.py's parts: the scripted agent answers a real loop's
+refine.requested through run.refine, from the critique alone (fresh seeds with the weakest
+clause emphasised); the target modes search the budget every mode gets, and stop at the
+critic's target."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from genloop.sdk import Loop, RunStatus
+from genloop.workers import shapes
+
+BENCHMARK = Path(__file__).parents[2] / "benchmarks" / "loop_quality.py"
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("benchmark_loop_quality", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scripted_agent_answers_with_the_weakest_clause_emphasised(client):
+    bench = _benchmark()
+    loop = Loop(prompt="a red sneaker, white background", candidates=2, rounds=2, steps=2,
+                refiner="agent", evaluator="clause-critic", refine_timeout=120)
+
+    with bench.ScriptedAgent(bench.weakest_clause_policy, poll=0.05) as agent:
+        run = client.submit(loop)
+        agent.watch(run)
+        result = run.wait(timeout=120)
+
+    assert result.status == RunStatus.SUCCEEDED and agent.answered == 1
+    first, second = result.rounds
+    best = max(first.candidates, key=lambda c: c.score)
+    weak = next(c.text for c in best.details.clauses if c.clause == best.details.weakest)
+    assert [c.prompt for c in second.candidates] == [f"{loop.prompt}, {weak}"] * 2
+    assert not {c.seed for c in second.candidates} & {c.seed for c in first.candidates}
+
+
+@pytest.mark.parametrize("mode", ["target", "target-drafts"])
+def test_a_target_mode_searches_the_common_budget_and_stops_at_the_critics_target(client, mode):
+    bench = _benchmark()
+    caption = "a small red circle left of a large blue square, black background"
+    budget = 2 * 2 * 10  # rounds x candidates x steps: what best-of-n spends
+    each = 10 if mode == "target" else Loop(prompt=caption, steps=10, refiner="draft").draft_steps
+
+    def run(target: float):
+        loop = bench.loop_for(mode, caption, 2, 2, 10, target=target)
+        assert loop.model == shapes.PIPELINE_NAME
+        return client.submit(loop).wait(timeout=120)
+
+    reached, missed = run(0.0), run(101.0)  # every score reaches 0; none reaches 101
+
+    assert reached.status == missed.status == RunStatus.SUCCEEDED
+    assert all(c.details is not None for c in reached.scored)  # judged by the clause critic
+    assert len(reached.rounds) == 1 and reached.compute.images == 2
+    assert {c.steps for c in missed.scored} == {each}
+    assert missed.compute.steps == budget and len(missed.rounds) == budget // (2 * each)
