@@ -12,6 +12,8 @@ checker grades every image. Per judge (``shapes-clip``, ``shapes-critic``):
   correct image outscores a wrong one (ties count half); what selecting among one prompt's
   candidates depends on. The checker grades; no judge is optimised against it. Overall and per
   prompt set;
+- pooled AUC: the same over every image of every prompt at once; what a fixed ``Loop.target``
+  depends on, since one threshold stops the loops of every prompt;
 - draft AUC: the same among the drafts, each graded itself (the ``draft`` refiner keeps a
   draft's composition when it finishes it, so this is the selection it makes);
 - same-seed agreement: mean within-prompt Spearman correlation of draft and full-step scores of
@@ -46,6 +48,7 @@ class JudgeReport(BaseModel):
     auc: float
     prompts_with_both: int
     auc_by_set: dict[str, float]
+    pooled_auc: float
     draft_auc: float
     draft_spearman: float
     draft_top1_agreement: float
@@ -118,15 +121,24 @@ def measure(client: Client, prompts: list[tuple[str, str]], seeds: int, steps: i
         for name in sets:
             rows = [i for i, (n, _) in enumerate(prompts) if n == name]
             by_set[name] = mean_auc([finals[j][i] for i in rows], [correct[i] for i in rows])[0]
+        pooled = auc(*_pooled(finals[j], correct))
         rho = [spearman(d, f) for d, f in zip(drafts[j], finals[j], strict=True)]
         top1 = [max(range(len(d)), key=d.__getitem__) == max(range(len(f)), key=f.__getitem__)
                 for d, f in zip(drafts[j], finals[j], strict=True)]
         reports.append(JudgeReport(
-            judge=j, auc=value, prompts_with_both=both, auc_by_set=by_set,
+            judge=j, auc=value, prompts_with_both=both, auc_by_set=by_set, pooled_auc=pooled,
             draft_auc=draft_value, draft_spearman=sum(rho) / len(rho),
             draft_top1_agreement=sum(top1) / len(top1),
         ))
     return reports
+
+
+def _pooled(scores: list[list[float]],
+            correct: list[list[bool]]) -> tuple[list[float], list[float]]:
+    """Every correct image's score and every wrong one's, over all prompts."""
+    pairs = [(v, c) for s, ok in zip(scores, correct, strict=True)
+             for v, c in zip(s, ok, strict=True)]
+    return [v for v, c in pairs if c], [v for v, c in pairs if not c]
 
 
 def _verdicts(client: Client, result, node: str, prompt: str) -> list[bool]:
@@ -160,7 +172,8 @@ def main(argv: list[str] | None = None) -> None:
     for r in reports:
         sets = " ".join(f"{k}={v:.3f}" for k, v in r.auc_by_set.items())
         print(f"{r.judge:14s} AUC={r.auc:.3f} ({sets}; prompts with both: "
-              f"{r.prompts_with_both}) draft AUC={r.draft_auc:.3f} same-seed draft/full "
+              f"{r.prompts_with_both}) pooled AUC={r.pooled_auc:.3f} draft AUC={r.draft_auc:.3f} "
+              f"same-seed draft/full "
               f"spearman={r.draft_spearman:.3f} top-1 agreement={r.draft_top1_agreement:.3f}")
 
 
