@@ -55,8 +55,10 @@ class Loop(BaseModel):
     target: float | None = Field(
         None, allow_inf_nan=False,
         description="Stop early once any score reaches this, on the evaluator's scale "
-        "(CLIP-style: about 0-40); the remaining rounds are skipped and the run succeeds. "
-        "Omit to always run every round.")
+        "(CLIP-style: about 0-40; a critic's on a shapes caption: the chance x 100 that "
+        "every clause holds, so 50 stops once an image is more likely right than wrong); "
+        "the remaining rounds are skipped and the run succeeds. Omit to always run every "
+        "round.")
     evaluator: str | None = Field(
         None, description="Name of the evaluator that scores every image against the prompt. "
         + BACKEND_DEFAULT)
