@@ -173,8 +173,8 @@ def main(argv: list[str] | None = None) -> None:
         sets = " ".join(f"{k}={v:.3f}" for k, v in r.auc_by_set.items())
         print(f"{r.judge:14s} AUC={r.auc:.3f} ({sets}; prompts with both: "
               f"{r.prompts_with_both}) pooled AUC={r.pooled_auc:.3f} draft AUC={r.draft_auc:.3f} "
-              f"same-seed draft/full "
-              f"spearman={r.draft_spearman:.3f} top-1 agreement={r.draft_top1_agreement:.3f}")
+              f"same-seed draft/full spearman={r.draft_spearman:.3f} "
+              f"top-1 agreement={r.draft_top1_agreement:.3f}")
 
 
 if __name__ == "__main__":
