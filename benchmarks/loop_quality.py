@@ -102,9 +102,9 @@ def loop_for(mode: str, prompt: str, rounds: int, candidates: int, steps: int,
     assert draft_steps is not None
     if mode.startswith("target"):
         each = draft_steps if mode == "target-drafts" else steps
+        # seed-search asks for `candidates` a round, so these rounds are the budget exactly
         return Loop(rounds=budget // (candidates * each), candidates=candidates,
-                    evaluator="shapes-critic", target=target, budget=budget,
-                    **{**common, "steps": each})
+                    evaluator="shapes-critic", target=target, **{**common, "steps": each})
     if mode == "best-of-n-drafts":
         n = draft_candidates or min(budget // draft_steps, MAX_CANDIDATES_PER_NODE)
         return Loop(rounds=1, candidates=n, evaluator="shapes-critic",
