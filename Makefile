@@ -5,16 +5,29 @@ BIN    := $(VENV)/bin
 # torch is installed first, pinned, so that pip takes the build this machine serves from disk
 # instead of resolving a newer one through the extras.
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
+EXTRAS := workers,kernels,dev
+# The exact versions the suite last passed with (pip constraints: pyproject keeps ranges).
+LOCK   := requirements.lock
 
-.PHONY: install demo campaign-demo test test-fast bench lint clean gpu-check gpu-wheels shapes-gpu
+.PHONY: install demo campaign-demo test test-fast bench lint clean gpu-check gpu-wheels shapes-gpu \
+	lock latest
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# venv-from-index DIR: a new venv in DIR with genloop and every extra resolved against the index,
+# no lock (make lock, make latest).
+define venv-from-index
+	rm -rf $(1) && $(PYTHON) -m venv $(1)
+	$(1)/bin/pip install -q --upgrade pip
+	$(1)/bin/pip install -q $(TORCH)
+	$(1)/bin/pip install -q --upgrade --upgrade-strategy eager -e ".[$(EXTRAS)]"
+endef
+
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e ".[workers,kernels,dev]"
+	$(BIN)/pip install -q -c $(LOCK) $(TORCH)
+	$(BIN)/pip install -q -c $(LOCK) -e ".[$(EXTRAS)]"
 	touch $@
 
 demo: install
@@ -31,6 +44,21 @@ test-fast: install
 
 bench: install
 	$(BIN)/python benchmarks/orchestration.py
+
+# Refresh the lock against today's index in a throwaway venv, then run the whole suite there: an
+# upgrade is this target and one commit of requirements.lock, nothing else.
+lock:
+	$(call venv-from-index,$(VENV)-lock)
+	{ echo "# genloop's locked dependency set (Python 3.11, x86_64 Linux): written by make lock,"; \
+	  echo "# installed by make install as pip constraints. Do not edit by hand."; \
+	  $(VENV)-lock/bin/pip freeze --exclude-editable | LC_ALL=C sort -f; } > $(LOCK)
+	$(VENV)-lock/bin/python -m pytest -q
+
+# The newest releases of everything, in a throwaway venv, under the fast tests: a breaking release
+# shows here before a fresh machine meets it.
+latest:
+	$(call venv-from-index,$(VENV)-latest)
+	$(VENV)-latest/bin/python -m pytest -q -m "not slow"
 
 lint: install
 	$(BIN)/ruff check sdk workers kernels evaluators integrations campaign training tests benchmarks examples
@@ -62,4 +90,4 @@ gpu-wheels:
 		--platform manylinux2014_x86_64 -d .whl $$($(BIN)/python benchmarks/gpu_check.py --wheels)
 
 clean:
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) $(VENV)-lock $(VENV)-latest out .pytest_cache

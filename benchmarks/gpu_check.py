@@ -8,11 +8,11 @@ Sections, in order (:data:`SECTIONS`), each in its own process with its own time
 
 =================  ==========================================================================
 ``env``            GPU, versions, device copy GB/s and bf16 matmul TFLOP/s (the ceilings)
-``kernel_tests``   ``pytest tests/kernels`` with the interpreter OFF: compiled for the GPU,
+``kernel_tests``   ``pytest tests/kernel_ops`` with the interpreter OFF: compiled for the GPU,
                    checked against float32 references
-``attention``      ``benchmarks/kernels.py --only attention``: INT8 vs default SDPA, flash and
+``attention``      ``benchmarks/kernel_speed.py --only attention``: INT8 vs default SDPA, flash and
                    cuDNN on diffusers-layout shapes, accuracy asserted before timing
-``groupnorm``      ``benchmarks/kernels.py --only groupnorm``: fused vs torch vs a copy
+``groupnorm``      ``benchmarks/kernel_speed.py --only groupnorm``: fused vs torch vs a copy
 ``unet``           SDXL-sized UNet, random weights, fp16, with and without the kernels
 ``transformers``   SD3- and Flux-shaped transformers (a few full-width layers, random weights)
                    at 1024 px: the stock processors with INT8 SDPA forced vs unwrapped, and
@@ -134,9 +134,9 @@ def section_command(name: str, args: argparse.Namespace, out: Path) -> list[str]
     bench = REPO / "benchmarks"
     tiny = ["--tiny"] if args.tiny else []
     if name == "kernel_tests":
-        # --confcutdir: only tests/kernels' own conftest, not the suite's (Redis, dramatiq...).
-        cmd = [PYTHON, "-m", "pytest", str(REPO / "tests" / "kernels"), "-q", "-p",
-               "no:cacheprovider", f"--confcutdir={REPO / 'tests' / 'kernels'}",
+        # --confcutdir: only tests/kernel_ops' own conftest, not the suite's (Redis, dramatiq...).
+        cmd = [PYTHON, "-m", "pytest", str(REPO / "tests" / "kernel_ops"), "-q", "-p",
+               "no:cacheprovider", f"--confcutdir={REPO / 'tests' / 'kernel_ops'}",
                f"--junitxml={out / 'kernel_tests.xml'}", "-o", "addopts="]
         if args.tiny:
             return cmd + ["-k", "dispatch and not sdk"]
@@ -144,7 +144,7 @@ def section_command(name: str, args: argparse.Namespace, out: Path) -> list[str]
             cmd += ["-n", "4"]  # Triton compiles each kernel variant: spread it over the cores
         return cmd
     if name in ("attention", "groupnorm"):
-        return [PYTHON, str(bench / "kernels.py"), "--json", "--only", name, "--device",
+        return [PYTHON, str(bench / "kernel_speed.py"), "--json", "--only", name, "--device",
                 args.device, *tiny]
     if name == "generation":
         model = ["--model", "tiny", "--images", "2", "--repeats", "1"] if args.tiny else [

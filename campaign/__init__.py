@@ -13,13 +13,19 @@ Everything here sits on the SDK (no torch); formats, headlines and the brand pal
 
 from __future__ import annotations
 
-from .manifest import FormatOutput, Manifest, VariantRecord
-from .report import render_report
-from .runner import Progress, campaign_folder, loop_key, report, run
-from .spec import CampaignSpec, CampaignSpecError, FormatSpec, load_spec, parse_spec
+from genloop.campaign.manifest import FormatOutput, Manifest, VariantRecord
+from genloop.campaign.report import render_report
+from genloop.campaign.runner import Progress, campaign_folder, loop_key, report, run
+from genloop.campaign.spec import CampaignSpec, CampaignSpecError, FormatSpec, load_spec, parse_spec
 
 __all__ = [
     "CampaignSpec", "CampaignSpecError", "FormatOutput", "FormatSpec", "Manifest", "Progress",
     "VariantRecord", "campaign_folder", "load_spec", "loop_key", "parse_spec", "render_report",
     "report", "run",
 ]
+
+
+if __name__ != "genloop.campaign":  # imported as a bare `campaign` from the checkout's root
+    from genloop.sdk.unshadow import hand_over
+
+    hand_over(__name__, __path__[0])

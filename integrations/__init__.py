@@ -12,13 +12,13 @@ and needs its extra:
 
 from __future__ import annotations
 
-from .arguments import ToolArguments, argument_models
-from .catalog import Catalog
-from .errors import ToolCallError
-from .openai_schema import adispatch, dispatch, openai_tools, strict_schema
-from .outcome import RoundBest, ToolImage, ToolOutput
-from .progress import Progress, ProgressSink
-from .tools import DESCRIPTIONS, GenloopTools, ToolSpec
+from genloop.integrations.arguments import ToolArguments, argument_models
+from genloop.integrations.catalog import Catalog
+from genloop.integrations.errors import ToolCallError
+from genloop.integrations.openai_schema import adispatch, dispatch, openai_tools, strict_schema
+from genloop.integrations.outcome import RoundBest, ToolImage, ToolOutput
+from genloop.integrations.progress import Progress, ProgressSink
+from genloop.integrations.tools import DESCRIPTIONS, GenloopTools, ToolSpec
 
 __all__ = [
     "DESCRIPTIONS",
@@ -38,3 +38,9 @@ __all__ = [
     "openai_tools",
     "strict_schema",
 ]
+
+
+if __name__ != "genloop.integrations":  # imported as a bare `integrations` from the checkout's root
+    from genloop.sdk.unshadow import hand_over
+
+    hand_over(__name__, __path__[0])

@@ -58,22 +58,26 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .diffusers_hooks import (
+    from genloop.kernels.diffusers_hooks import (
         apply_fused_groupnorm_silu,
         apply_int8_attention,
         remove_fused_groupnorm_silu,
         remove_int8_attention,
     )
-    from .dispatch import (
+    from genloop.kernels.dispatch import (
         can_use_groupnorm_silu,
         can_use_int8_attention,
         groupnorm_silu_or_torch,
         int8_attention_or_sdpa,
         triton_available,
     )
-    from .errors import KernelInputError
-    from .references import attention_reference, groupnorm_silu_reference, int8_attention_emulated
-    from .sdpa_to_int8 import Int8AttnProcessor, SDPAToInt8Mode
+    from genloop.kernels.errors import KernelInputError
+    from genloop.kernels.references import (
+        attention_reference,
+        groupnorm_silu_reference,
+        int8_attention_emulated,
+    )
+    from genloop.kernels.sdpa_to_int8 import Int8AttnProcessor, SDPAToInt8Mode
 
 
 def __getattr__(name: str) -> Any:
@@ -87,3 +91,9 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+if __name__ != "genloop.kernels":  # imported as a bare `kernels` from the checkout's root
+    from genloop.sdk.unshadow import hand_over
+
+    hand_over(__name__, __path__[0])

@@ -31,7 +31,7 @@ level) take a one-launch path instead: one program per group computes the statis
 chunk (merged as it goes, Chan again), then applies, re-reading its group from L2 (at most
 128 KB in fp16). Three launches cost more than the data there (2.6 MB moves in ~1 us at H200
 bandwidth; a launch is a few us); the price is fewer programs (N x G). The threshold is a
-guess until ``benchmarks/kernels.py`` times both paths (``path=``) on a GPU.
+guess until ``benchmarks/kernel_speed.py`` times both paths (``path=``) on a GPU.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ The math, per (batch, head):
 
 Hardware choices (Hopper H100/H200 is the target; sm80 works too): INT8 tensor-core MMA runs at
 twice the fp16 rate (~1979 vs ~989 dense TOPS on H100 SXM) and halves the bytes of Q and K moved
-into shared memory. Compiled offline for sm_90a (see tests/kernels/test_gpu_compile.py), Triton
+into shared memory. Compiled offline for sm_90a (see tests/kernel_ops/test_gpu_compile.py), Triton
 lowers ``tl.dot(int8, int8) -> int32`` to ``wgmma.mma_async ... m64n64k32.s32.s8.s8`` and P·V to
 ``wgmma ... m64nDk16.f32.f16.f16``; loading K as (BLOCK_N, D) rows and transposing with
 ``tl.trans`` gives the K-major operand 8-bit wgmma requires. BLOCK_M = 128 query rows with
@@ -23,7 +23,7 @@ sm_90a: D = 64 at 8 warps 190 registers and no spill (at 4 warps: 255 and 224 by
 D = 128 at BLOCK_N = 64, 8 warps, 255 registers and 8 bytes spilled (BLOCK_N = 128 spills
 776 bytes, BLOCK_N = 32 spills none but halves the wgmma N). Shared memory is small (20 KiB at
 D = 64, 40 KiB at D = 128 with the pipeline stages), far under Hopper's 228 KiB. These are
-compile-time facts, not timings: benchmarks/kernels.py has the numbers when run on a GPU. The
+compile-time facts, not timings: benchmarks/kernel_speed.py has the numbers when run on a GPU. The
 quantization blocks are the attention tiles, so each tile loads one Q scale and one K scale.
 
 Two launches per call: :func:`quantize_qk` (Q blocks, and K's mean and blocks, in one grid) and

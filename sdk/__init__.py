@@ -3,10 +3,10 @@
 Light on purpose: pydantic, httpx and tenacity only. Importing it never imports torch.
 """
 
-from .aio import AsyncClient, AsyncRun
-from .backend import AsyncBackend, Backend
-from .client import Client
-from .errors import (
+from genloop.sdk.aio import AsyncClient, AsyncRun
+from genloop.sdk.backend import AsyncBackend, Backend
+from genloop.sdk.client import Client
+from genloop.sdk.errors import (
     Cancelled,
     ClientError,
     GenloopError,
@@ -24,10 +24,10 @@ from .errors import (
     Transient,
     TransportError,
 )
-from .graph import Graph, Node, NodeRef, RunLimits
-from .http import HttpBackend
-from .loop import Loop
-from .models import (
+from genloop.sdk.graph import Graph, Node, NodeRef, RunLimits
+from genloop.sdk.http import HttpBackend
+from genloop.sdk.loop import Loop
+from genloop.sdk.models import (
     Compute,
     Event,
     EventData,
@@ -41,7 +41,7 @@ from .models import (
     RunSpec,
     RunStatus,
 )
-from .ops import (
+from genloop.sdk.ops import (
     Candidate,
     ClauseScore,
     Critique,
@@ -54,9 +54,9 @@ from .ops import (
     ScoreParams,
     SelectParams,
 )
-from .run import Run
-from .schema import Named, Served, SpecSchema
-from .validation import graph_problems, validate_graph
+from genloop.sdk.run import Run
+from genloop.sdk.schema import Named, Served, SpecSchema
+from genloop.sdk.validation import graph_problems, validate_graph
 
 __all__ = [
     "AsyncBackend",
@@ -116,3 +116,9 @@ __all__ = [
     "graph_problems",
     "validate_graph",
 ]
+
+
+if __name__ != "genloop.sdk":  # imported as a bare `sdk` from the checkout's root
+    from genloop.sdk.unshadow import hand_over
+
+    hand_over(__name__, __path__[0])

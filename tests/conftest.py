@@ -11,7 +11,7 @@ import torch
 
 # Without a GPU the Triton kernels run on CPU tensors through Triton's interpreter, which must be
 # chosen before any test module imports them; with one they are compiled (the interpreter is
-# opt-in: tests/kernels/conftest.py explains).
+# opt-in: tests/kernel_ops/conftest.py explains).
 if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 

@@ -57,7 +57,7 @@ def test_sections_run_compiled_kernels_on_a_gpu_and_only_the_kernel_conftest(che
     assert env["TRITON_INTERPRET"] == "0" and env["PYTHONPATH"].startswith("/farm")
     assert check.section_env(check.parse_args(["--device", "cpu"]), "")["TRITON_INTERPRET"] == "1"
     cmd = check.section_command("kernel_tests", args, tmp_path)
-    assert any(a.startswith("--confcutdir=") and a.endswith("kernels") for a in cmd)
+    assert any(a.startswith("--confcutdir=") and a.endswith("kernel_ops") for a in cmd)
     gen = check.section_command("generation", args, tmp_path)
     assert gen[gen.index("--device") + 1] == "cuda" and "shapes" in gen
 
@@ -82,7 +82,7 @@ def test_the_checkout_becomes_importable_as_genloop(check, tmp_path):
 
 
 def test_benchmark_shapes_are_what_diffusers_runs():
-    kernels = _load("kernels")
+    kernels = _load("kernel_speed")
     shapes = kernels.ATTENTION_SHAPES
     assert {s.head_dim for s in shapes} == {64, 128}
     assert any(s.kv_tokens == 77 for s in shapes)  # text cross-attention

@@ -8,10 +8,9 @@ a :class:`Deferred` instead of waiting for it (see :mod:`genloop.workers.deferre
 """
 
 from genloop.sdk.errors import Cancelled, Permanent, Transient
-
-from .context import OpContext
-from .deferred import Deferred
-from .ops import (
+from genloop.workers.context import OpContext
+from genloop.workers.deferred import Deferred
+from genloop.workers.ops import (
     OpRegistry,
     OpSpec,
     RefinerRegistry,
@@ -35,3 +34,9 @@ __all__ = [
     "op",
     "refiner",
 ]
+
+
+if __name__ != "genloop.workers":  # imported as a bare `workers` from the checkout's root
+    from genloop.sdk.unshadow import hand_over
+
+    hand_over(__name__, __path__[0])

@@ -1,9 +1,9 @@
 """Benchmark of genloop's Triton kernels against PyTorch, for an H100/H200-class GPU.
 
-    python benchmarks/kernels.py                     # tables
-    python benchmarks/kernels.py --json              # one JSON object
-    python benchmarks/kernels.py --only attention    # or groupnorm
-    python benchmarks/kernels.py --device cpu --tiny # the plumbing, under Triton's interpreter
+    python benchmarks/kernel_speed.py                     # tables
+    python benchmarks/kernel_speed.py --json              # one JSON object
+    python benchmarks/kernel_speed.py --only attention    # or groupnorm
+    python benchmarks/kernel_speed.py --device cpu --tiny # the plumbing, under Triton's interpreter
 
 Every kernel output is checked against a float32 reference *before* it is timed; a shape whose
 output misses the bound is reported with ``accurate: false`` and not timed, so a broken kernel
@@ -322,8 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", default="fp16,bf16")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("benchmarks/kernels.py --device cuda needs a CUDA GPU; none is visible. On CPU: "
-              "TRITON_INTERPRET=1 python benchmarks/kernels.py --device cpu --tiny",
+        print("benchmarks/kernel_speed.py --device cuda needs a CUDA GPU; none is visible. On CPU: "
+              "TRITON_INTERPRET=1 python benchmarks/kernel_speed.py --device cpu --tiny",
               file=sys.stderr)
         return 2
     import triton
