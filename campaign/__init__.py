@@ -13,10 +13,10 @@ Everything here sits on the SDK (no torch); formats, headlines and the brand pal
 
 from __future__ import annotations
 
-from genloop.campaign.manifest import FormatOutput, Manifest, VariantRecord
-from genloop.campaign.report import render_report
-from genloop.campaign.runner import Progress, campaign_folder, loop_key, report, run
-from genloop.campaign.spec import CampaignSpec, CampaignSpecError, FormatSpec, load_spec, parse_spec
+from .manifest import FormatOutput, Manifest, VariantRecord
+from .report import render_report
+from .runner import Progress, campaign_folder, loop_key, report, run
+from .spec import CampaignSpec, CampaignSpecError, FormatSpec, load_spec, parse_spec
 
 __all__ = [
     "CampaignSpec", "CampaignSpecError", "FormatOutput", "FormatSpec", "Manifest", "Progress",

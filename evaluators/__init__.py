@@ -16,11 +16,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from genloop.evaluators.base import Evaluator, Scores
-from genloop.evaluators.batcher import ScoreBatcher
-from genloop.evaluators.composite import CompositeEvaluator
-from genloop.evaluators.images import load_image
-from genloop.evaluators.registry import (
+from .base import Evaluator, Scores
+from .batcher import ScoreBatcher
+from .composite import CompositeEvaluator
+from .images import load_image
+from .registry import (
     EvaluatorRegistry,
     FunctionEvaluator,
     default_registry,
@@ -28,7 +28,7 @@ from genloop.evaluators.registry import (
     get_evaluator,
     register_evaluator,
 )
-from genloop.evaluators.selection import select_threshold, select_top_k, select_top_k_diverse
+from .selection import select_threshold, select_top_k, select_top_k_diverse
 
 _LAZY = {
     "EmbeddingEvaluator": ".embedding",

@@ -12,13 +12,13 @@ and needs its extra:
 
 from __future__ import annotations
 
-from genloop.integrations.arguments import ToolArguments, argument_models
-from genloop.integrations.catalog import Catalog
-from genloop.integrations.errors import ToolCallError
-from genloop.integrations.openai_schema import adispatch, dispatch, openai_tools, strict_schema
-from genloop.integrations.outcome import RoundBest, ToolImage, ToolOutput
-from genloop.integrations.progress import Progress, ProgressSink
-from genloop.integrations.tools import DESCRIPTIONS, GenloopTools, ToolSpec
+from .arguments import ToolArguments, argument_models
+from .catalog import Catalog
+from .errors import ToolCallError
+from .openai_schema import adispatch, dispatch, openai_tools, strict_schema
+from .outcome import RoundBest, ToolImage, ToolOutput
+from .progress import Progress, ProgressSink
+from .tools import DESCRIPTIONS, GenloopTools, ToolSpec
 
 __all__ = [
     "DESCRIPTIONS",

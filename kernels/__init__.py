@@ -58,26 +58,26 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from genloop.kernels.diffusers_hooks import (
+    from .diffusers_hooks import (
         apply_fused_groupnorm_silu,
         apply_int8_attention,
         remove_fused_groupnorm_silu,
         remove_int8_attention,
     )
-    from genloop.kernels.dispatch import (
+    from .dispatch import (
         can_use_groupnorm_silu,
         can_use_int8_attention,
         groupnorm_silu_or_torch,
         int8_attention_or_sdpa,
         triton_available,
     )
-    from genloop.kernels.errors import KernelInputError
-    from genloop.kernels.references import (
+    from .errors import KernelInputError
+    from .references import (
         attention_reference,
         groupnorm_silu_reference,
         int8_attention_emulated,
     )
-    from genloop.kernels.sdpa_to_int8 import Int8AttnProcessor, SDPAToInt8Mode
+    from .sdpa_to_int8 import Int8AttnProcessor, SDPAToInt8Mode
 
 
 def __getattr__(name: str) -> Any:

@@ -3,10 +3,10 @@
 Light on purpose: pydantic, httpx and tenacity only. Importing it never imports torch.
 """
 
-from genloop.sdk.aio import AsyncClient, AsyncRun
-from genloop.sdk.backend import AsyncBackend, Backend
-from genloop.sdk.client import Client
-from genloop.sdk.errors import (
+from .aio import AsyncClient, AsyncRun
+from .backend import AsyncBackend, Backend
+from .client import Client
+from .errors import (
     Cancelled,
     ClientError,
     GenloopError,
@@ -24,10 +24,10 @@ from genloop.sdk.errors import (
     Transient,
     TransportError,
 )
-from genloop.sdk.graph import Graph, Node, NodeRef, RunLimits
-from genloop.sdk.http import HttpBackend
-from genloop.sdk.loop import Loop
-from genloop.sdk.models import (
+from .graph import Graph, Node, NodeRef, RunLimits
+from .http import HttpBackend
+from .loop import Loop
+from .models import (
     Compute,
     Event,
     EventData,
@@ -41,7 +41,7 @@ from genloop.sdk.models import (
     RunSpec,
     RunStatus,
 )
-from genloop.sdk.ops import (
+from .ops import (
     Candidate,
     ClauseScore,
     Critique,
@@ -54,9 +54,9 @@ from genloop.sdk.ops import (
     ScoreParams,
     SelectParams,
 )
-from genloop.sdk.run import Run
-from genloop.sdk.schema import Named, Served, SpecSchema
-from genloop.sdk.validation import graph_problems, validate_graph
+from .run import Run
+from .schema import Named, Served, SpecSchema
+from .validation import graph_problems, validate_graph
 
 __all__ = [
     "AsyncBackend",
@@ -119,6 +119,6 @@ __all__ = [
 
 
 if __name__ != "genloop.sdk":  # imported as a bare `sdk` from the checkout's root
-    from genloop.sdk.unshadow import hand_over
+    from .unshadow import hand_over
 
     hand_over(__name__, __path__[0])

@@ -6,7 +6,7 @@ checkout's root (``python -c``, ``python -m pytest``, a subprocess with the root
 directory) puts the root first on ``sys.path``, so a bare ``import kernels`` would find the card
 folder before Hugging Face's ``kernels`` distribution, which transformers imports.
 
-Each card's ``__init__`` therefore begins by checking the name it is imported under. Under its
+Each card's ``__init__`` therefore ends by checking the name it was imported under. Under its
 ``genloop.*`` name nothing happens. Under a bare name, :func:`hand_over` loads the module of that
 name from every other ``sys.path`` entry and puts it in ``sys.modules``, where the import system
 reads the result of the import from; with no such module the import fails as it would outside
@@ -26,11 +26,16 @@ __all__ = ["hand_over"]
 def hand_over(name: str, card_folder: str) -> None:
     """Make ``import <name>`` yield the installed module, not the card folder ``card_folder``.
 
-    Called from the card's ``__init__`` while it is being imported as ``name``. The rest of that
-    ``__init__`` still runs, on a module object nobody holds: it must import its names by their
-    ``genloop.*`` path, never relatively.
+    Called last in the card's ``__init__`` while it is being imported as ``name``. What the
+    ``__init__`` imported relatively before it (``name.client`` ...) is dropped from
+    ``sys.modules`` first: those are the card's files under the installed package's name.
     """
-    checkout = os.path.realpath(os.path.dirname(card_folder))
+    folder = os.path.realpath(card_folder)
+    for loaded in [key for key, module in sys.modules.items() if key.startswith(f"{name}.")
+                   and os.path.realpath(getattr(module, "__file__", None) or "")
+                   .startswith(folder + os.sep)]:
+        del sys.modules[loaded]
+    checkout = os.path.dirname(folder)
     elsewhere = [entry for entry in sys.path
                  if os.path.realpath(entry or os.getcwd()) != checkout]
     spec = PathFinder.find_spec(name, elsewhere)

@@ -8,9 +8,10 @@ a :class:`Deferred` instead of waiting for it (see :mod:`genloop.workers.deferre
 """
 
 from genloop.sdk.errors import Cancelled, Permanent, Transient
-from genloop.workers.context import OpContext
-from genloop.workers.deferred import Deferred
-from genloop.workers.ops import (
+
+from .context import OpContext
+from .deferred import Deferred
+from .ops import (
     OpRegistry,
     OpSpec,
     RefinerRegistry,
