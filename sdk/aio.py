@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from os import PathLike
 from typing import Self
 
@@ -25,7 +26,6 @@ from .client import _ClientBase
 from .http import AsyncHttpBackend, HttpConfig
 from .models import Event, RunInfo, RunResult, RunSpec
 from .ops import GenerationRequest, RefineAnswer
-from .polling import WaitForEnd
 from .run import refine_answer
 from .schema import SpecSchema
 from .uploads import image_upload
@@ -36,6 +36,7 @@ class ThreadedBackend(AsyncBackend):
 
     def __init__(self, backend: Backend) -> None:
         self.sync = backend
+        self._waits = ThreadPoolExecutor(max_workers=64, thread_name_prefix="genloop-wait")
 
     async def submit(self, spec: RunSpec, idempotency_key: str | None) -> RunInfo:
         return await asyncio.to_thread(self.sync.submit, spec, idempotency_key)
@@ -63,11 +64,20 @@ class ThreadedBackend(AsyncBackend):
 
     async def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
         return await asyncio.to_thread(self.sync.refine, run_id, answer)
+    async def wait(self, run_id: str, timeout: float | None = None,
+                   poll: float = 0.05) -> RunInfo:
+        """The sync back end's wait (told of the end, not polling), in a thread of its own:
+        a wait holds its thread until the run ends, and a few of them would take every thread
+        of asyncio's default pool, which the other calls share."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._waits, self.sync.wait, run_id, timeout, poll)
+
     async def schema(self) -> SpecSchema:
         return await asyncio.to_thread(self.sync.schema)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.sync.close)
+        self._waits.shutdown(wait=False)
 
 
 class AsyncRun:
@@ -100,9 +110,7 @@ class AsyncRun:
 
     async def wait(self, timeout: float | None = None) -> RunResult:
         """Wait until the run ends and return its result (``RunTimeout`` after ``timeout`` s)."""
-        waiting = WaitForEnd(self.id, timeout, self._poll)
-        while (pause := waiting.pause(await self.status())) is not None:
-            await asyncio.sleep(pause)
+        self.info = await self._backend.wait(self.id, timeout, self._poll)
         return await self._backend.result(self.id)
 
     async def result(self) -> RunResult:

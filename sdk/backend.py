@@ -16,7 +16,7 @@ from .errors import ClientError, NotFound
 from .models import Event, RunInfo, RunResult, RunSpec
 from .ops import RefineAnswer
 from .polling import TERMINAL_EVENTS as TERMINAL_EVENTS  # re-exported (the gateway's SSE)
-from .polling import FollowByPolling
+from .polling import FollowByPolling, WaitForEnd
 from .schema import SpecSchema
 
 #: A run id no back end ever issues; ``ping`` asks for it to touch the store.
@@ -76,6 +76,19 @@ class Backend(ABC):
             if pause := following.pause():
                 time.sleep(pause)
 
+    def wait(self, run_id: str, timeout: float | None = None, poll: float = 0.05) -> RunInfo:
+        """Block until the run ends and return its last status (``RunTimeout`` after
+        ``timeout`` s).
+
+        The default polls :meth:`get` with a growing pause (``poll`` up to 1 s); a back end that
+        is told when a run ends (the store's run-end watch, the gateway's long poll) overrides
+        it, and returns as soon as the end is committed.
+        """
+        waiting = WaitForEnd(run_id, timeout, poll)
+        while (pause := waiting.pause(info := self.get(run_id))) is not None:
+            time.sleep(pause)
+        return info
+
     def schema(self) -> SpecSchema:
         """Graph and Loop JSON Schema narrowed to the names this back end serves."""
         raise ClientError(f"{type(self).__name__} publishes no spec schema")
@@ -133,6 +146,14 @@ class AsyncBackend(ABC):
                 return
             if pause := following.pause():
                 await asyncio.sleep(pause)
+
+    async def wait(self, run_id: str, timeout: float | None = None,
+                   poll: float = 0.05) -> RunInfo:
+        """:meth:`Backend.wait`, awaited (polls by default)."""
+        waiting = WaitForEnd(run_id, timeout, poll)
+        while (pause := waiting.pause(info := await self.get(run_id))) is not None:
+            await asyncio.sleep(pause)
+        return info
 
     async def schema(self) -> SpecSchema:
         """Graph and Loop JSON Schema narrowed to the names this back end serves."""

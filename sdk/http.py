@@ -31,7 +31,7 @@ from .backend import AsyncBackend, Backend
 from .errors import ClientError, TransportError
 from .models import Event, RunInfo, RunResult, RunSpec
 from .ops import RefineAnswer
-from .polling import TERMINAL_EVENTS
+from .polling import TERMINAL_EVENTS, WaitByLongPoll
 from .schema import SpecSchema
 from .uploads import UPLOAD_MEDIA
 from .wire import (
@@ -109,6 +109,11 @@ class _HttpBase:
             "timeout": timeout,
         }
 
+    def _wait_request(self, seconds: float) -> dict[str, Any]:
+        """A long poll's query and timeout: the request may be held ``seconds`` s."""
+        return {"params": {"wait": round(seconds, 3)} if seconds > 0 else {},
+                "timeout": httpx.Timeout(self.config.timeout + seconds)}
+
     def _check(self, response: httpx.Response) -> httpx.Response:
         if response.is_success:
             return response
@@ -177,6 +182,18 @@ class HttpBackend(_HttpBase, Backend):
     def result(self, run_id: str) -> RunResult:
         response = self._send("GET", f"/v1/runs/{run_id}/result")
         return RunResult.model_validate_json(response.content)
+
+    def wait(self, run_id: str, timeout: float | None = None, poll: float = 0.05) -> RunInfo:
+        """Long polls, each answered by the gateway the moment the run ends."""
+        waiting = WaitByLongPoll(run_id, timeout, poll)
+        while True:
+            asked = waiting.ask()
+            response = self._send("GET", f"/v1/runs/{run_id}", **self._wait_request(asked))
+            info = RunInfo.model_validate_json(response.content)
+            if (pause := waiting.pause(info, asked)) is None:
+                return info
+            if pause:
+                time.sleep(pause)
 
     def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
         response = self._send("POST", f"/v1/runs/{run_id}/refine",
@@ -261,6 +278,20 @@ class AsyncHttpBackend(_HttpBase, AsyncBackend):
     async def result(self, run_id: str) -> RunResult:
         response = await self._send("GET", f"/v1/runs/{run_id}/result")
         return RunResult.model_validate_json(response.content)
+
+    async def wait(self, run_id: str, timeout: float | None = None,
+                   poll: float = 0.05) -> RunInfo:
+        """:meth:`HttpBackend.wait`, awaited."""
+        waiting = WaitByLongPoll(run_id, timeout, poll)
+        while True:
+            asked = waiting.ask()
+            request = self._wait_request(asked)
+            response = await self._send("GET", f"/v1/runs/{run_id}", **request)
+            info = RunInfo.model_validate_json(response.content)
+            if (pause := waiting.pause(info, asked)) is None:
+                return info
+            if pause:
+                await asyncio.sleep(pause)
 
     async def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
         response = await self._send("POST", f"/v1/runs/{run_id}/refine",

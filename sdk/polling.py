@@ -91,3 +91,41 @@ class FollowByPolling:
     def pause(self) -> float:
         """How long to sleep before the next page (0 right after a non-empty one)."""
         return self._pause
+
+
+#: Longest single long poll a client asks a gateway for, seconds (the gateway allows 30).
+LONG_POLL = 25.0
+
+
+class WaitByLongPoll:
+    """``wait`` over a gateway's long poll (``GET /v1/runs/{id}?wait=s``): ask for up to
+    :data:`LONG_POLL` s at a time until the run ends or the deadline passes. An answer that
+    comes early without the end (a gateway that predates the long poll ignores ``wait``) is
+    followed by a growing pause, as a poll would be."""
+
+    def __init__(self, run_id: str, timeout: float | None, poll: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.run_id, self.timeout, self._clock = run_id, timeout, clock
+        self._deadline = None if timeout is None else clock() + timeout
+        self._backoff = Backoff(poll)
+        self._asked_at = 0.0
+
+    def ask(self) -> float:
+        """Seconds to ask the gateway to hold the next request for."""
+        self._asked_at = self._clock()
+        if self._deadline is None:
+            return LONG_POLL
+        return max(min(LONG_POLL, self._deadline - self._asked_at), 0.0)
+
+    def pause(self, info: RunInfo, asked: float) -> float | None:
+        """``None`` once ``info`` says the run ended, else the pause before asking again
+        (``RunTimeout`` past the deadline)."""
+        if info.status.terminal:
+            return None
+        now = self._clock()
+        if self._deadline is not None and now >= self._deadline:
+            raise RunTimeout(f"run {self.run_id} still {info.status} after {self.timeout}s")
+        if now - self._asked_at >= asked * 0.9:
+            return 0.0  # held as asked: ask again at once
+        pause = self._backoff.next()
+        return pause if self._deadline is None else min(pause, self._deadline - now)

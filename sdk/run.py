@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 
 from .backend import Backend
 from .models import Event, RunInfo, RunResult
 from .ops import GenerationRequest, RefineAnswer
-from .polling import WaitForEnd
 
 
 class Run:
@@ -44,9 +42,7 @@ class Run:
         A failed or cancelled run is returned, not raised: look at ``result.status`` and
         ``result.failures``.
         """
-        waiting = WaitForEnd(self.id, timeout, self._poll)
-        while (pause := waiting.pause(self.status())) is not None:
-            time.sleep(pause)
+        self.info = self._backend.wait(self.id, timeout, self._poll)
         return self._backend.result(self.id)
 
     def result(self) -> RunResult:

@@ -13,6 +13,7 @@ from genloop.sdk.errors import GraphError
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
+from genloop.sdk.polling import WaitForEnd
 from genloop.sdk.schema import Served, SpecSchema, fill_defaults, spec_schema
 from genloop.sdk.validation import graph_problems, name_problems
 
@@ -73,6 +74,16 @@ class StoreBackend(Backend):
 
     def result(self, run_id: str) -> RunResult:
         return run_result(self.store, run_id)
+
+    def wait(self, run_id: str, timeout: float | None = None, poll: float = 0.05) -> RunInfo:
+        """Sleeps on the store's watch of the run's end (``stores/run_ends.py``), taken before
+        each status read; the poll's pause bounds each sleep, the fallback should a wake-up be
+        lost."""
+        waiting = WaitForEnd(run_id, timeout, poll)
+        with self.store.watch_end(run_id) as watch:
+            while (pause := waiting.pause(info := self.get(run_id))) is not None:
+                watch.wait(pause)
+        return info
 
     def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
         self.store.get_run(run_id)  # NotFound for an unknown run

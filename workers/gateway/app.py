@@ -106,6 +106,10 @@ def _gateway(request: Request) -> Gateway:
 Gw = Annotated[Gateway, Depends(_gateway)]
 
 
+#: Longest long poll (``GET /v1/runs/{id}?wait=``), seconds: well inside proxies' idle limits.
+MAX_WAIT_S = 30.0
+
+
 def create_app(backend: Backend, store: GatewayStore,
                settings: GatewaySettings | None = None) -> FastAPI:
     """The gateway over ``backend``; keys and ownership in ``store``. Closing either is the
@@ -161,8 +165,14 @@ def create_app(backend: Backend, store: GatewayStore,
         return info
 
     @app.get("/v1/runs/{run_id}", response_model=RunInfo, tags=["runs"])
-    def get_run(run_id: str, gateway: Gw, who: Tenant) -> RunInfo:
-        return gateway.get(who, run_id)
+    async def get_run(run_id: str, gateway: Gw, who: Tenant,
+                      wait: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0) -> RunInfo:
+        """The run's status. With ``wait`` (seconds) the answer comes when the run ends or
+        when ``wait`` has passed, whichever is first: a long poll, answered the moment the
+        run's end is committed."""
+        if wait:
+            return await gateway.wait_async(who, run_id, wait)
+        return await asyncio.to_thread(gateway.get, who, run_id)
 
     @app.get("/v1/runs/{run_id}/result", response_model=RunResult, tags=["runs"])
     def get_result(run_id: str, gateway: Gw, who: Tenant) -> RunResult:
@@ -207,9 +217,8 @@ def create_app(backend: Backend, store: GatewayStore,
         async def fetch(last: int) -> list:
             return await asyncio.to_thread(gateway.events, who, run_id, last, limit)
 
-        async def ended() -> bool:
-            info = await asyncio.to_thread(gateway.get, who, run_id)
-            return info.status.terminal
+        async def ended(pause: float) -> bool:
+            return (await gateway.wait_async(who, run_id, pause)).status.terminal
 
         stream = event_stream(
             fetch, ended, after, follow=follow, poll=settings.sse_poll,

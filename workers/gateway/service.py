@@ -13,15 +13,24 @@ artifacts it names, is reused only within the tenant that paid for it.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import threading
 from collections import defaultdict
 from collections.abc import Collection, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from genloop.sdk.backend import Backend
-from genloop.sdk.errors import ClientError, GenloopError, GraphError, GraphProblem, NotFound
+from genloop.sdk.errors import (
+    ClientError,
+    GenloopError,
+    GraphError,
+    GraphProblem,
+    NotFound,
+    RunTimeout,
+)
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
 
@@ -70,6 +79,7 @@ class Gateway:
         self.backend = backend
         self.store = store
         self.defaults = defaults or TenantLimits()
+        self._waits = ThreadPoolExecutor(max_workers=64, thread_name_prefix="genloop-wait")
         if admission is None:
             ops, queues = backend_ops(backend)
             admission = default_admission(ops, queues=queues)
@@ -139,6 +149,22 @@ class Gateway:
     def get(self, tenant: str, run_id: str) -> RunInfo:
         self._own(tenant, run_id)
         return self.backend.get(run_id)
+
+    def wait(self, tenant: str, run_id: str, timeout: float) -> RunInfo:
+        """The run's status once it has ended, or after ``timeout`` s, whichever comes first:
+        the back end's wait, told of the end rather than polling (a long poll)."""
+        self._own(tenant, run_id)
+        try:
+            return self.backend.wait(run_id, timeout)
+        except RunTimeout:
+            return self.backend.get(run_id)
+
+    async def wait_async(self, tenant: str, run_id: str, timeout: float) -> RunInfo:
+        """:meth:`wait` for the event loop, in a pool of its own: a wait holds its thread for
+        up to ``timeout`` s, and a few of them must not take the threads every other request
+        shares (asyncio's and Starlette's pools)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._waits, self.wait, tenant, run_id, timeout)
 
     def summary(self, tenant: str, run_id: str, info: RunInfo) -> RunSummary:
         """The runs list's row of the run ``info`` describes: the summary kept when the ended

@@ -1,4 +1,8 @@
-"""A run's events as server-sent events, from the back end's ``events`` (which is polled).
+"""A run's events as server-sent events, from the back end's ``events``.
+
+Events are read in pages; between two empty pages the stream waits on the run's end (the back
+end's ``wait``, woken when the end commits), so the last event goes out the moment the run ends,
+and other events within the poll's pause.
 
 Each frame carries the event's id, so a client that loses the connection reconnects with
 ``Last-Event-ID`` and gets exactly the events after it. The stream ends after the run's last
@@ -7,7 +11,6 @@ event; a silent stream sends a comment now and then so proxies keep it open.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -16,7 +19,8 @@ from genloop.sdk.models import Event
 from genloop.sdk.wire import encode_event
 
 Fetch = Callable[[int], Awaitable[list[Event]]]
-Ended = Callable[[], Awaitable[bool]]
+#: ``ended(pause)``: whether the run has ended, waiting up to ``pause`` s for it to end.
+Ended = Callable[[float], Awaitable[bool]]
 
 
 async def event_stream(
@@ -25,9 +29,9 @@ async def event_stream(
 ) -> AsyncIterator[bytes]:
     """Frames for the events after ``after``; without ``follow``, one page of them.
 
-    ``fetch(after)`` returns the next events; ``ended()`` says whether the run has ended, which
-    closes a stream resumed after the run's last event (that stream would otherwise wait
-    forever for a terminal event it has already had).
+    ``fetch(after)`` returns the next events; ``ended(pause)`` says whether the run has ended
+    (waiting up to ``pause`` for it), which also closes a stream resumed after the run's last
+    event (that stream would otherwise wait forever for a terminal event it has already had).
     """
     yield b"retry: 1000\n\n"
     last, delay, quiet_since = after, poll, time.monotonic()
@@ -43,7 +47,7 @@ async def event_stream(
         if batch:
             delay, quiet_since = poll, time.monotonic()
             continue
-        if await ended():
+        if await ended(delay):
             # The terminal event is written in the transaction that ends the run: one more
             # read gets anything written between the fetch above and the status check.
             for event in await fetch(last):
@@ -52,5 +56,4 @@ async def event_stream(
         if time.monotonic() - quiet_since >= keepalive:
             yield b": keep-alive\n\n"
             quiet_since = time.monotonic()
-        await asyncio.sleep(delay)
         delay = min(delay * 1.5, max_poll)

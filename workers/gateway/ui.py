@@ -144,9 +144,8 @@ async def events(request: Request, run_id: str, gateway: Gw, who: DataTenant,
     async def fetch(last: int) -> list:
         return await asyncio.to_thread(gateway.events, who, run_id, last, 500)
 
-    async def ended() -> bool:
-        info = await asyncio.to_thread(gateway.get, who, run_id)
-        return info.status.terminal
+    async def ended(pause: float) -> bool:
+        return (await gateway.wait_async(who, run_id, pause)).status.terminal
 
     stream = event_stream(fetch, ended, after, poll=settings.sse_poll,
                           max_poll=settings.sse_max_poll, keepalive=settings.sse_keepalive)

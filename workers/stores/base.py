@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 
 from genloop.sdk.errors import IdempotencyConflict as IdempotencyConflict  # re-exported
 from genloop.sdk.models import Event
@@ -25,6 +25,7 @@ from .records import (
     RunRecord,
     RunSpecRecord,
 )
+from .run_ends import EndWatch, Sleeping
 
 #: Keys per round trip (Redis MGET) or statement (SQLite ``IN``) of a batched read: small
 #: enough for SQLite's host-parameter limit and a modest reply.
@@ -188,6 +189,12 @@ class StateStore(ABC):
     @abstractmethod
     def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
         """Events of the run with id greater than ``after``, oldest first."""
+
+    def watch_end(self, run_id: str) -> AbstractContextManager[EndWatch]:
+        """A watch on the run's end, to take *before* reading its status (see ``run_ends``):
+        its ``wait`` returns early once the run may have ended. This default cannot signal:
+        its watch only sleeps, so a waiter polls."""
+        return nullcontext(Sleeping())
 
     def close(self) -> None:
         """Release connections."""

@@ -54,6 +54,7 @@ from .redis_tx import (
     translate_redis_errors,
     write_instances,
 )
+from .run_ends import EndWatch
 
 __all__ = ["RedisStateStore", "translate_redis_errors"]
 
@@ -95,6 +96,21 @@ class RedisStateStore(StateStore):
         self._finish = self.client.register_script(redis_scripts.FINISH)
         self._commit_script = self.client.register_script(redis_scripts.COMMIT)
         self._create = self.client.register_script(redis_scripts.CREATE)
+
+    @contextmanager
+    def watch_end(self, run_id: str) -> Iterator[EndWatch]:
+        """A subscription to the run's ``ended`` channel, which the commit (or the ``FINISH``
+        script) that ends the run publishes to."""
+        pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        try:
+            pubsub.subscribe(self.keys.ended(run_id))
+            # Read the confirmation: from here on no end published is missed by this watch.
+            pubsub.get_message(ignore_subscribe_messages=False, timeout=5.0)
+            yield _PubSubWatch(pubsub)
+        except redis.RedisError as exc:
+            raise StoreError(f"redis: {exc}") from exc
+        finally:
+            pubsub.close()
 
     # -- runs -------------------------------------------------------------------------------
     @translate_redis_errors
@@ -366,3 +382,14 @@ class RedisStateStore(StateStore):
 
     def close(self) -> None:
         self.client.close()
+
+
+class _PubSubWatch(EndWatch):
+    def __init__(self, pubsub: redis.client.PubSub) -> None:
+        self._pubsub = pubsub
+
+    def wait(self, timeout: float) -> bool:
+        try:
+            return self._pubsub.get_message(timeout=timeout) is not None
+        except redis.RedisError as exc:
+            raise StoreError(f"redis: {exc}") from exc

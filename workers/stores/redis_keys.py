@@ -36,6 +36,10 @@ class PoolKeys:
     def events(self, r: str) -> str:
         return f"{self.p}:run:{r}:events"
 
+    def ended(self, r: str) -> str:
+        """The pub/sub channel told when the run ends (``FINISH`` builds it from ``events``)."""
+        return f"{self.events(r)}:ended"
+
     def lock(self, r: str) -> str:
         """The run transaction's lock (its token says exclusive ``x:`` or shared ``s:``)."""
         return f"{self.p}:run:{r}:lock"

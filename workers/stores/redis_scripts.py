@@ -152,6 +152,7 @@ end
 #:       run.succeeded event JSON, the node's ``"id":count`` entry for the run's ended_items,
 #:       and the node's children's ids.
 #: The caller's lease is dropped whatever the outcome (unless busy): its work is over.
+#: A run it ends is published on the events key's ``:ended`` channel (``PoolKeys.ended``).
 #: Returns {code, run ended (0/1), ready children...}. code: the node's pending instances left
 #: (0: the caller completes the node), -1 ended already, -2 busy, -3 missing, -4 another result
 #: is stored under the key (the caller completes with that one), -5 the script completed the
@@ -213,6 +214,7 @@ local ended = 0
 if left <= 0 then
   run = replace(with_status(run, 'succeeded'), '"finished_at":null', '"finished_at":' .. ARGV[7])
   redis.call('rpush', KEYS[3], ARGV[13])
+  redis.call('publish', KEYS[3] .. ':ended', 'ended')
   ended = 1
 elseif status_of(run) == 'pending' then
   run = with_status(run, 'running')

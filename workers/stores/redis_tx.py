@@ -127,6 +127,9 @@ class Writes:
     def release(self, key: str, owner: str) -> None:
         self.commands.append(["_release", key, owner])
 
+    def publish(self, channel: str, message: str) -> None:
+        self.commands.append(["PUBLISH", channel, message])
+
 
 class RedisTx(RunTx):
     """Reads go to Redis (under the run lock) through the store, so redis-py's errors arrive
@@ -160,6 +163,8 @@ class RedisTx(RunTx):
     def put_run(self, run: RunRecord) -> None:
         self._run = run.model_dump_json()
         self._buffer.set(self._k.run(run.id), self._run)
+        if run.status.terminal:  # wake the run's watches (run_ends.py), in the same commit
+            self._buffer.publish(self._k.ended(run.id), "ended")
 
     def node(self, node_id: str) -> NodeRecord:
         if node_id in self._nodes:

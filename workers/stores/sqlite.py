@@ -32,6 +32,7 @@ from .records import (
     RunSpecRecord,
 )
 from .redis_scripts import Finish, FinishOutcome, Start
+from .run_ends import EndWatch, LocalRunEnds
 from .sqlite_commit import GroupCommit
 
 _SCHEMA = """
@@ -75,6 +76,7 @@ class _SqliteTx(RunTx):
     def __init__(self, conn: sqlite3.Connection, run_id: str) -> None:
         self._c = conn
         self._run_id = run_id
+        self.ended = False  # the transaction wrote the run ended: announced once it commits
 
     def run(self) -> RunRecord:
         row = self._c.execute("SELECT doc FROM runs WHERE id = ?", (self._run_id,)).fetchone()
@@ -84,6 +86,7 @@ class _SqliteTx(RunTx):
 
     def put_run(self, run: RunRecord) -> None:
         self._c.execute("UPDATE runs SET doc = ? WHERE id = ?", (run.model_dump_json(), run.id))
+        self.ended = run.status.terminal
 
     def node(self, node_id: str) -> NodeRecord:
         row = self._c.execute(
@@ -200,6 +203,7 @@ class SqliteStateStore(StateStore):
         # sqlite_commit.py) rather than queueing in SQLite's busy handler, which sleeps in
         # growing steps and would stall threads that could run at once.
         self._commits = GroupCommit(self._connect)
+        self._ends = LocalRunEnds()
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -285,7 +289,10 @@ class SqliteStateStore(StateStore):
     @contextmanager
     def transaction(self, run_id: str, *, shared: bool = False) -> Iterator[RunTx]:
         with self._write() as c:
-            yield _SqliteTx(c, run_id)
+            tx = _SqliteTx(c, run_id)
+            yield tx
+        if tx.ended:  # committed: the write context returns after the COMMIT
+            self._ends.announce(run_id)
 
     # -- hot transitions (see sqlite_steps) --------------------------------------------------
     def start_instances(self, starts: Sequence[Start]) -> list[tuple[str, float]]:
@@ -302,7 +309,14 @@ class SqliteStateStore(StateStore):
             batch = sqlite_steps.Batch()
             outs = [sqlite_steps.finish(c, f, batch) for f in finishes]
             batch.flush(c)
-            return outs
+        for finish, out in zip(finishes, outs, strict=True):
+            if out.run_ended:
+                self._ends.announce(finish.done.run_id)
+        return outs
+
+    def watch_end(self, run_id: str) -> AbstractContextManager[EndWatch]:
+        """Signalled within this process only: a waiter in another one polls."""
+        return self._ends.watch(run_id)
 
     # -- results ----------------------------------------------------------------------------
     def get_result(self, key: str) -> ResultRecord | None:

@@ -1,0 +1,64 @@
+"""A run's end reaches whoever waits on it when it is committed, not at the next poll: the
+SDK's ``wait`` over HTTP (the gateway's long poll), on the embedded and the Redis back end."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from test_events import slow_chain
+
+from genloop.sdk import Graph, Run
+
+#: Goal: 20 ms (benchmarks/latency.py measures it); the margin is for a loaded test machine.
+LAG = 0.25
+
+
+def one_node(label: str) -> Graph:
+    g = Graph()
+    g.add("gw-wait", params={"label": label, "sleep": 0.4}, id="a")
+    return g
+
+
+@pytest.mark.parametrize("graph", [one_node, slow_chain], ids=["one-node", "chain"])
+def test_wait_returns_when_the_run_ends_not_at_the_next_poll(stack, graph):
+    # Given a run that ends in under a second, and a waiter whose fallback poll is 5 s
+    _, key = stack.tenant()
+    client = stack.client(key)
+    submitted = client.submit(graph(f"lag-{graph.__name__}"))
+    run = Run(client.backend, submitted.info, poll_interval=5.0)
+    # When it waits
+    result = run.wait(timeout=30)
+    returned = time.time()
+    # Then it returns right after the run's end (a poll would have slept 5 s)
+    assert result.status == "succeeded"
+    assert returned - run.info.finished_at < LAG
+
+
+def test_a_long_poll_is_held_until_its_wait_runs_out(stack):
+    # Given a run that takes over a second
+    _, key = stack.tenant()
+    run = stack.client(key).submit(slow_chain("held"))
+    headers = {"Authorization": f"Bearer {key}"}
+    # When the status is asked for with wait=0.3
+    started = time.monotonic()
+    held = httpx.get(f"{stack.url}/v1/runs/{run.id}", params={"wait": 0.3}, headers=headers)
+    # Then the answer comes after the wait, the run still going
+    assert held.status_code == 200 and held.json()["status"] in ("pending", "running")
+    assert time.monotonic() - started >= 0.3
+    # And a longer wait is answered by the run's end
+    done = httpx.get(f"{stack.url}/v1/runs/{run.id}", params={"wait": 20}, headers=headers,
+                     timeout=30)
+    assert done.json()["status"] == "succeeded"
+    assert time.time() - done.json()["finished_at"] < LAG
+
+
+def test_a_long_poll_on_another_tenants_run_is_a_404_at_once(stack):
+    _, owner = stack.tenant()
+    run = stack.client(owner).submit(slow_chain("other"))
+    _, stranger = stack.tenant()
+    started = time.monotonic()
+    answer = httpx.get(f"{stack.url}/v1/runs/{run.id}", params={"wait": 20},
+                       headers={"Authorization": f"Bearer {stranger}"}, timeout=30)
+    assert answer.status_code == 404 and time.monotonic() - started < 5
