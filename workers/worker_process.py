@@ -23,7 +23,6 @@ import os
 
 import dramatiq
 import redis
-from dramatiq.brokers.redis import RedisBroker
 
 from .artifacts import open_artifact_store
 from .broker import DEFAULT_QUEUES, wire
@@ -34,6 +33,7 @@ from .ops.registry import default_registry
 from .redis_backend import artifacts_key
 from .resources import Resources
 from .stores.redis import RedisStateStore
+from .waking_broker import WakingRedisBroker
 
 log = logging.getLogger("genloop.worker")
 
@@ -66,7 +66,7 @@ def build():
     for module in _list(ENV_IMPORTS):
         importlib.import_module(module)
     client = redis.Redis.from_url(url)
-    broker = RedisBroker(
+    broker = WakingRedisBroker(
         url=url,
         heartbeat_timeout=int(os.environ.get(ENV_HEARTBEAT_MS, "60000")),
         # Dramatiq counts this per million fetches; its default (1,000) suits production.
