@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-#: Evaluator name -> the options a tenant may give it (every one is data, never a path).
+#: Evaluator name -> the options a tenant may give it (every one is data, never a path). A name
+#: not listed takes none from a tenant: ``vlm-judge``'s server and key stay the operator's.
 TENANT_OPTIONS: dict[str, frozenset[str]] = {
     "brand-palette": frozenset({"palette", "max_distance"}),
     "composite": frozenset({"weights", "options"}),

@@ -11,7 +11,8 @@ model, so importing genloop.evaluators loads no weights and does not even import
 Built-in names: ``clip`` (open_clip; the default), ``shapes-clip`` (open_clip trained on the
 shapes world, shipped in the package), ``hf-clip`` (transformers CLIP from a local path),
 ``aesthetic`` (a LAION-style head on CLIP image embeddings), ``composite`` (a weighted sum),
-``clause-critic`` / ``shapes-critic`` (per-clause scores over ``clip`` / ``shapes-clip``).
+``clause-critic`` / ``shapes-critic`` (per-clause scores over ``clip`` / ``shapes-clip``),
+``vlm-judge`` (yes/no questions to a hosted vision-language model the operator configures).
 """
 
 from __future__ import annotations
@@ -250,10 +251,20 @@ def _brand_palette(device: str, **options: Any) -> Evaluator:
     return BrandPaletteEvaluator(device=device, **options)
 
 
+def _vlm_judge(device: str, **options: Any) -> Evaluator:
+    """Asks a hosted vision-language model (OpenAI-compatible API) one yes/no question per
+    clause; needs GENLOOP_VLM_BASE_URL and GENLOOP_VLM_MODEL set by the operator."""
+    from .vlm_judge import VlmJudge
+
+    return VlmJudge.from_env(device=device, **options)
+
+
 def register_builtins(registry: EvaluatorRegistry) -> EvaluatorRegistry:
     """Register ``clip``, ``shapes-clip``, ``hf-clip``, ``aesthetic``, ``composite``,
-    ``brand-palette``, ``clause-critic`` (over ``clip``, or ``base=...``) and ``shapes-critic``
-    (the clause critic over ``shapes-clip``) (factories only)."""
+    ``brand-palette``, ``clause-critic`` (over ``clip``, or ``base=...``), ``shapes-critic``
+    (the clause critic over ``shapes-clip``) and ``vlm-judge`` (factories only; like
+    ``hf-clip`` without a path, an unconfigured ``vlm-judge`` is listed and fails with
+    :class:`Permanent` when built, naming the environment variables to set)."""
     registry.register("clip", _clip)
     registry.register("shapes-clip", _shapes_clip)
     registry.register("hf-clip", _hf_clip)
@@ -264,6 +275,7 @@ def register_builtins(registry: EvaluatorRegistry) -> EvaluatorRegistry:
                       functools.partial(_clause_critic, registry, "clip", "clause-critic"))
     registry.register("shapes-critic",
                       functools.partial(_clause_critic, registry, "shapes-clip", "shapes-critic"))
+    registry.register("vlm-judge", _vlm_judge)
     return registry
 
 
