@@ -7,7 +7,7 @@
   diffusers call for the round's images (the ``shapes`` pipeline loaded with diffusers alone,
   the model's steps and guidance, one seeded generator per image, no step cache), one batched
   open_clip scoring call (``shapes-clip``), keep the best, the next round's seeds from the same
-  ``seed-search`` rule genloop uses. This is the baseline the issue measured (1.88 s per loop).
+  ``seed-search`` rule genloop uses, in a process of its own (as a user's script runs).
 - ``genloop``: the same loops as :class:`~genloop.sdk.Loop` runs on ``Client.local()`` at its
   defaults, all submitted at once; with ``--redis URL`` on one ``genloop worker`` process
   instead (the benchmark flushes that database before each repetition). ``--grid 1:1,1:4,2:4``
@@ -42,6 +42,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -50,14 +51,16 @@ from genloop.workers import shapes
 
 
 class Setting(BaseModel):
-    """One thread setting of genloop's side: torch intra-op threads x worker threads."""
+    """One thread setting of genloop's side: torch intra-op threads x worker threads. Torch
+    threads ``None``: genloop's default, each model call taking its share of the cores."""
 
-    torch_threads: int
+    torch_threads: int | None
     worker_threads: int
 
     @property
     def label(self) -> str:
-        return f"torch {self.torch_threads} x workers {self.worker_threads}"
+        torch = "shared" if self.torch_threads is None else self.torch_threads
+        return f"torch {torch} x workers {self.worker_threads}"
 
 
 @dataclass
@@ -151,6 +154,41 @@ class Script:
         return time.perf_counter() - began, self.model_s
 
 
+class ScriptProcess:
+    """The script in a process of its own, as a user's script is. In genloop's process it
+    would share OpenMP with genloop's threads: teams of threads that together outnumber the
+    cores make GNU OpenMP sleep at barriers, and the script's calls ran 2x slower there."""
+
+    def __init__(self, device: str, threads: int | None) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self._conn, theirs = context.Pipe()
+        self._process = context.Process(target=_serve_script, args=(theirs, device, threads),
+                                        daemon=True)
+        self._process.start()
+        self.threads = self._conn.recv()
+
+    def run(self, prompts: list[str], rounds: int, candidates: int) -> tuple[float, float]:
+        self._conn.send((prompts, rounds, candidates))
+        return self._conn.recv()
+
+    def close(self) -> None:
+        self._conn.send(None)
+        self._process.join(30)
+
+
+def _serve_script(conn, device: str, threads: int | None) -> None:
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    script = Script(device)
+    conn.send(torch.get_num_threads())
+    while (job := conn.recv()) is not None:
+        conn.send(script.run(*job))
+
+
 # -- genloop ---------------------------------------------------------------------------------
 class ThreadClock:
     """CPU seconds of this process's threads between :meth:`start` and :meth:`stop`, by role.
@@ -225,35 +263,42 @@ def _loops(prompts: list[str], rounds: int, candidates: int) -> list[Loop]:
 
 
 def _run_all(client: Client, loops: list[Loop]) -> float:
-    """Seconds from the first submit to the last run's recorded end (``Run.wait`` notices an
-    end only at its next poll, up to a second later: a tenth of a one-loop run)."""
-    began = time.time()
+    """Seconds from the first submit to the last ``Run.wait`` returning with its result: what
+    the user waits, as the script's wall is."""
+    began = time.perf_counter()
     runs = [client.submit(loop) for loop in loops]
     for run in runs:
         result = run.wait(timeout=3600)
         if result.status != "succeeded":
             raise RuntimeError(f"run {run.id} ended {result.status}: {result.error}")
-    return max(run.status().finished_at or time.time() for run in runs) - began
+    return time.perf_counter() - began
 
 
 class Local:
     """``Client.local()``; the models stay resident across repetitions and settings."""
 
     def __init__(self, root: Path) -> None:
-        from genloop.workers.resources import Resources
-
-        # torch's threads are set per run here, for each setting; Resources leaves them alone.
-        self.root, self.resources, self.n = root, Resources(torch_threads=0), 0
+        # One Resources (models loaded once) per torch setting: a pinned count is the
+        # process's, set by its Resources, while the default shares the cores per call.
+        self.root, self.n = root, 0
+        self.resources: dict[int | None, Any] = {}
 
     def run(self, loops: list[Loop], setting: Setting) -> Measured:
         import torch
 
         self.n += 1
-        torch.set_num_threads(setting.torch_threads)
-        batcher, scoring = self.resources.models.engine.batcher, self.resources.scoring
+        resources = self.resources.get(setting.torch_threads)
+        if resources is None:
+            from genloop.workers.resources import Resources
+
+            resources = self.resources[setting.torch_threads] = Resources(
+                torch_threads=setting.torch_threads)
+        if setting.torch_threads is not None:
+            torch.set_num_threads(setting.torch_threads)
+        batcher, scoring = resources.models.engine.batcher, resources.scoring
         gen, score = len(batcher.seconds), len(scoring.seconds)
         clock = ThreadClock(batcher._thread)
-        with Client.local(home=self.root / f"rep{self.n}", resources=self.resources,
+        with Client.local(home=self.root / f"rep{self.n}", resources=resources,
                           threads=setting.worker_threads) as client:
             clock.start()
             wall = _run_all(client, loops)
@@ -280,7 +325,7 @@ class Pool:
             [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", url,
              "--artifacts", self.artifacts, "--threads", str(setting.worker_threads),
              "--preload", shapes.PIPELINE_NAME],
-            env={**os.environ, "GENLOOP_TORCH_THREADS": str(setting.torch_threads)})
+            env={**os.environ, "GENLOOP_TORCH_THREADS": str(setting.torch_threads or "")})
         deadline = time.monotonic() + 600
         while not self.redis.hexists("genloop:ops", "generate"):  # published last
             if self.worker.poll() is not None or time.monotonic() > deadline:
@@ -305,10 +350,8 @@ class Pool:
 
 def _settings(grid: str | None) -> list[Setting]:
     """``--grid 1:4,2:2`` (torch threads : worker threads); default genloop's own defaults."""
-    from genloop.workers.threads import torch_threads
-
     if not grid:
-        return [Setting(torch_threads=torch_threads(), worker_threads=DEFAULT_WORKER_THREADS)]
+        return [Setting(torch_threads=None, worker_threads=DEFAULT_WORKER_THREADS)]
     out = []
     for pair in grid.split(","):
         t, w = pair.split(":")
@@ -321,7 +364,6 @@ DEFAULT_WORKER_THREADS = inspect.signature(Client.local).parameters["threads"].d
 
 
 def main(argv: list[str] | None = None) -> None:
-    import torch
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loops", default="1,8,32", help="concurrent loop counts")
@@ -347,12 +389,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--redis runs one worker process: give one --grid setting")
     prompts = _distinct_prompts(max(counts) + 1)
     warm, prompts = prompts[:1], prompts[1:]
-    # The script runs at torch's own default; torch's thread count is per process, so it is
-    # set again before every run of either side.
-    script_threads = args.script_threads or torch.get_num_threads()
-    script = None if args.no_script else Script(args.device)
+    # The script runs in a process of its own, at torch's own default unless told otherwise.
+    script = None if args.no_script else ScriptProcess(args.device, args.script_threads)
+    script_threads = script.threads if script is not None else None
     # Warm-up at full size on both sides: model loads and first-call kernel choices.
-    torch.set_num_threads(script_threads)
     if script is not None:
         script.run(warm, args.rounds, args.candidates)
     reports = []
@@ -370,7 +410,6 @@ def main(argv: list[str] | None = None) -> None:
                 sc: dict[str, list[int]] = {s.label: [] for s in settings}
                 for _ in range(args.repeats):
                     if script is not None:
-                        torch.set_num_threads(script_threads)
                         wall, model = script.run(chosen, args.rounds, args.candidates)
                         theirs.wall_s.append(wall)
                         theirs.model_s.append(model)
@@ -397,6 +436,8 @@ def main(argv: list[str] | None = None) -> None:
                         _print(reports[-1], len(settings) > 1)
         finally:
             side.close()
+            if script is not None:
+                script.close()
     if args.json:
         print(json.dumps({"device": args.device, "rounds": args.rounds,
                           "candidates": args.candidates, "redis": bool(args.redis),

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
-from genloop.workers.threads import MODEL_THREADS, fit_torch_threads, torch_threads
+from genloop.workers.threads import (
+    SCORER_THREADS,
+    available_cores,
+    engine_threads,
+    fit_torch_threads,
+)
 
 
 @pytest.fixture
@@ -16,23 +23,46 @@ def torch_default():
     torch.set_num_threads(before)
 
 
-def test_the_model_threads_together_never_ask_for_more_cores_than_there_are():
-    for cores in range(MODEL_THREADS, 65):
-        assert 1 <= MODEL_THREADS * torch_threads(cores) <= cores
-    assert torch_threads(1) == 1 and torch_threads(16) == 8
-
-
-def test_resources_fit_torch_threads_when_models_are_first_used(monkeypatch, torch_default):
+def test_the_engine_takes_every_core_and_the_scorer_one_unless_pinned(monkeypatch,
+                                                                     torch_default):
     from genloop.workers.resources import Resources
 
-    torch_default.set_num_threads(3)
     monkeypatch.setenv("GENLOOP_TORCH_THREADS", "")
     res = Resources(device="cpu")
-    assert torch_default.get_num_threads() == 3  # nothing happens before a model is needed
+    res.models  # noqa: B018  (first use fits the threads)
+    assert res.models.batch_threads == engine_threads() == available_cores()
+    assert res.scoring.torch_threads == SCORER_THREADS == 1
+    # Every other thread's torch work runs on one thread: no OpenMP team beside the engine's
+    assert torch_default.get_num_threads() == 1
 
-    res.models  # noqa: B018  (first use)
+    pinned = Resources(device="cpu", torch_threads=2)
+    assert pinned.models.batch_threads is None and pinned.scoring.torch_threads is None
+    assert torch_default.get_num_threads() == 2
 
-    assert res.torch_threads == torch_threads() == torch_default.get_num_threads()
+
+def test_a_batch_thread_runs_torch_with_its_own_thread_count(torch_default):
+    from genloop.workers.engine.batching import Batcher, Job
+
+    seen: list[int] = []
+    done = threading.Event()
+
+    def run_batch(key, slots) -> None:
+        seen.append(torch_default.get_num_threads())
+        for slot in slots:
+            slot.job.future.set_result(None)
+        done.set()
+
+    torch_default.set_num_threads(1)
+    batcher = Batcher(run_batch, window=0.0)
+    batcher.torch_threads = 2
+    try:
+        batcher.submit(Job(key=("m", 8, 8), prompts=["p"], seeds=[0], negative_prompts=[None],
+                           steps=1))
+        assert done.wait(10)
+    finally:
+        batcher.close()
+    # Then the serving thread ran at its own count, while this thread kept the process's
+    assert seen == [2] and torch_default.get_num_threads() == 1
 
 
 def test_an_explicit_setting_wins_and_zero_leaves_torch_alone(monkeypatch, torch_default):

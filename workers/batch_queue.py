@@ -35,6 +35,9 @@ class BatchQueue(Generic[T]):
     what = "batch queue"
 
     def __init__(self) -> None:
+        #: torch intra-op threads the serving thread runs with (``None``: the process's
+        #: default); see :mod:`.threads`.
+        self.torch_threads: int | None = None
         self._pending: list[T] = []
         self._cond = threading.Condition()
         self._closed = False
@@ -102,6 +105,10 @@ class BatchQueue(Generic[T]):
         return batch
 
     def _serve(self) -> None:
+        if self.torch_threads is not None:
+            import torch
+
+            torch.set_num_threads(self.torch_threads)  # this thread's own (OpenMP)
         while (batch := self._take()) is not None:
             if batch:
                 self._run(batch)

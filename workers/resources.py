@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ class Resources:
 
         self.device = device
         self.torch_threads = torch_threads
+        self._engine_threads: int | None = None
         self._fitted = False
         self.allowed = allowed
         self._models = models
@@ -62,7 +64,8 @@ class Resources:
             if self._models is None:
                 from .engine.registry import ModelRegistry
 
-                self._models = ModelRegistry(device=self.device, models=self.allowed)
+                self._models = ModelRegistry(device=self.device, models=self.allowed,
+                                             batch_threads=self._engine_threads)
             return self._models
 
     def served_models(self) -> dict[str, str]:
@@ -92,8 +95,19 @@ class Resources:
                             f"{exc}") from exc
 
     def _fit_threads(self) -> None:
+        """Set the process's torch threads and, unless they were pinned (``torch_threads``,
+        ``GENLOOP_TORCH_THREADS``), the model threads' own (see :mod:`.threads`)."""
         if not self._fitted:
-            from .threads import fit_torch_threads
+            from .threads import (
+                ENV_TORCH_THREADS,
+                SCORER_THREADS,
+                engine_threads,
+                fit_torch_threads,
+            )
 
+            pinned = self.torch_threads is not None or os.environ.get(ENV_TORCH_THREADS, "")
             self.torch_threads = fit_torch_threads(self.torch_threads)
+            if not pinned:
+                self._engine_threads = engine_threads()
+                self.scoring.torch_threads = SCORER_THREADS
             self._fitted = True

@@ -109,6 +109,7 @@ class GenerationEngine:
                 self._batcher = Batcher(self._run_batch, window=self.options.window,
                                         max_batch=self._cap,
                                         group_wait=self.options.group_wait)
+                self._batcher.torch_threads = self.models.batch_threads
             return self._batcher
 
     def max_batch(self, width: int, height: int) -> int:

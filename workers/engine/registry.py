@@ -60,7 +60,7 @@ class ModelRegistry:
 
     def __init__(self, device: str | None = None, *, dtype: torch.dtype | None = None,
                  memory_budget: int | None = None, engine_options: Any = None,
-                 models: ModelsConfig | None = None) -> None:
+                 models: ModelsConfig | None = None, batch_threads: int | None = None) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         on_cuda = self.device.startswith("cuda")
         self.dtype = dtype or (torch.float16 if on_cuda else torch.float32)
@@ -73,6 +73,9 @@ class ModelRegistry:
         self._engine_options = engine_options
         self._engine: Any = None
         self.models = models
+        #: torch threads of the engine's batch thread (``None``: the process's; see
+        #: ``workers/threads.py``).
+        self.batch_threads = batch_threads
         self.register("tiny", build_tiny_pipeline, TINY_VERSION,
                       ModelDefaults(steps=4, guidance=5.0, width=32, height=32), TINY_DESCRIPTION)
         _register_shapes(self)
