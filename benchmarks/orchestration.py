@@ -66,7 +66,8 @@ class Count(BaseModel):
     count: int
 
 
-def build(home: str, threads: int, redis_url: str | None, prefix: str, fair: bool = False):
+def build(home: str, threads: int, redis_url: str | None, prefix: str, fair: bool = False,
+          broker_class: type[RedisBroker] = RedisBroker, worker_timeout: int = 20):
     registry = OpRegistry()
     op("noop", params=Index, output=Nothing, registry=registry)(
         lambda params, inputs, ctx: Nothing()
@@ -79,7 +80,7 @@ def build(home: str, threads: int, redis_url: str | None, prefix: str, fair: boo
         lambda params, inputs, ctx: Count(count=len(inputs))
     )
     if redis_url:
-        broker = RedisBroker(url=redis_url, namespace=prefix)
+        broker = broker_class(url=redis_url, namespace=prefix)
         store = RedisStateStore(redis_url, prefix=prefix)
     else:
         broker = StubBroker()
@@ -104,7 +105,7 @@ def build(home: str, threads: int, redis_url: str | None, prefix: str, fair: boo
         for _ in items:
             pass
 
-    worker = dramatiq.Worker(broker, worker_threads=threads, worker_timeout=20)
+    worker = dramatiq.Worker(broker, worker_threads=threads, worker_timeout=worker_timeout)
     worker.start()
     return broker, wiring, worker, (raw_noop, raw_noop_chunk), started, done
 

@@ -7,7 +7,7 @@ import time
 
 from genloop.sdk import AsyncClient, AsyncRun, Graph, Run
 
-#: Goal: 20 ms (benchmarks/latency.py measures it); the margin is for a loaded test machine.
+#: Goal: 20 ms (`benchmarks/latency.py` measures it); the margin is for a loaded test machine.
 LAG = 0.25
 
 

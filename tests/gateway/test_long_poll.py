@@ -11,7 +11,7 @@ from test_events import slow_chain
 
 from genloop.sdk import Graph, Run
 
-#: Goal: 20 ms (benchmarks/latency.py measures it); the margin is for a loaded test machine.
+#: Goal: 20 ms (`benchmarks/latency.py` measures it); the margin is for a loaded test machine.
 LAG = 0.25
 
 
