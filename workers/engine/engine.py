@@ -16,7 +16,8 @@ Defaults, and why:
   batch never waits.
 * ``max_batch`` 16 on CUDA; on CPU 32 for images of at most 64×64 pixels and 8 above (see
   :func:`default_max_batch`); the OOM guard lowers it per (model, size) when memory says so.
-* compile off (compiling takes minutes per shape on CPU); ``channels_last`` on CUDA only.
+* compile off (compiling takes minutes per shape on CPU); ``channels_last`` on CUDA only; bf16
+  autocast on CPUs with native bf16, in the ``default`` cache mode only (see :mod:`.optimize`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from genloop.sdk.errors import Transient
 
@@ -37,8 +41,14 @@ from .compile import Compiler
 from .deepcache import deepcache_stats
 from .generate import ImageSettings, call_pipeline, edit_pipeline
 from .oom import OomGuard
-from .optimize import KernelOptions, apply_kernels, use_channels_last, use_sdpa
-from .step_cache import parse_cache, prepare_step_cache
+from .optimize import (
+    KernelOptions,
+    apply_kernels,
+    cpu_computes_bf16,
+    use_channels_last,
+    use_sdpa,
+)
+from .step_cache import DEFAULT_CACHE, parse_cache, prepare_step_cache
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +65,9 @@ class EngineOptions:
     compile_backend: str | Callable = "inductor"
     compile_mode: str | None = None
     channels_last: bool | None = None
+    #: bf16 autocast on CPU for calls in the ``default`` cache mode (``None``: where the CPU
+    #: computes bf16 natively, see :func:`.optimize.cpu_computes_bf16`).
+    cpu_bf16: bool | None = None
     kernels: KernelOptions = field(default_factory=KernelOptions)
 
 
@@ -91,6 +104,8 @@ class GenerationEngine:
         self.cuda = cuda
         self.channels_last = (cuda if self.options.channels_last is None
                               else self.options.channels_last)
+        self.cpu_bf16 = not cuda and (cpu_computes_bf16() if self.options.cpu_bf16 is None
+                                      else self.options.cpu_bf16)
         self.oom = OomGuard()
         self.compiler = (Compiler(self.options.compile_backend, self.options.compile_mode)
                          if self.options.compile else None)
@@ -253,11 +268,13 @@ class GenerationEngine:
 
         def run() -> list:
             plan = prepare_step_cache(pipe, settings.cache, settings.denoised_steps)
-            images = call_pipeline(
-                pipe, [s.prompt for s in live], [s.seed for s in live], settings,
-                [s.negative_prompt for s in live], step_end,
-                init_images=[s.init_image for s in live] if edit else None,
-                masks=[s.mask for s in live] if settings.kind == "inpaint" else None)
+            bf16 = self.cpu_bf16 and settings.cache == DEFAULT_CACHE
+            with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext():
+                images = call_pipeline(
+                    pipe, [s.prompt for s in live], [s.seed for s in live], settings,
+                    [s.negative_prompt for s in live], step_end,
+                    init_images=[s.init_image for s in live] if edit else None,
+                    masks=[s.mask for s in live] if settings.kind == "inpaint" else None)
             if plan.kind == "deepcache":
                 metrics().step_cache_skips.inc(deepcache_stats(pipe.unet)[1])
             return images
