@@ -16,8 +16,9 @@ Defaults, and why:
   batch never waits.
 * ``max_batch`` 16 on CUDA; on CPU 32 for images of at most 64×64 pixels and 8 above (see
   :func:`default_max_batch`); the OOM guard lowers it per (model, size) when memory says so.
-* compile off (compiling takes minutes per shape on CPU); ``channels_last`` on CUDA only; bf16
-  autocast on CPUs with native bf16, in the ``default`` cache mode only (see :mod:`.optimize`).
+* compile off (compiling takes minutes per shape on CPU); ``channels_last`` on CUDA only; the
+  denoiser in bf16 after its first steps on CPUs with native bf16, in the ``default`` cache mode
+  only (see :mod:`.cpu_bf16`).
 """
 
 from __future__ import annotations
@@ -27,17 +28,15 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
-
-import torch
 
 from genloop.sdk.errors import Transient
 
 from ..metrics import metrics
 from .batching import Batcher, BatchKey, Job, Slot
 from .compile import Compiler
+from .cpu_bf16 import cpu_bf16_step_end, start_cpu_bf16
 from .deepcache import deepcache_stats
 from .generate import ImageSettings, call_pipeline, edit_pipeline
 from .oom import OomGuard
@@ -65,8 +64,9 @@ class EngineOptions:
     compile_backend: str | Callable = "inductor"
     compile_mode: str | None = None
     channels_last: bool | None = None
-    #: bf16 autocast on CPU for calls in the ``default`` cache mode (``None``: where the CPU
-    #: computes bf16 natively, see :func:`.optimize.cpu_computes_bf16`).
+    #: bf16 autocast of the denoiser on CPU, after its first steps, for calls in the
+    #: ``default`` cache mode (``None``: where the CPU computes bf16 natively); see
+    #: :mod:`.cpu_bf16`.
     cpu_bf16: bool | None = None
     kernels: KernelOptions = field(default_factory=KernelOptions)
 
@@ -253,7 +253,11 @@ class GenerationEngine:
         for s in live:
             by_job.setdefault(id(s.job), (s.job, []))[1].append(s.index)
 
+        denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
+
         def step_end(step: int) -> None:
+            if denoiser is not None:
+                cpu_bf16_step_end(denoiser, step)
             if step == 0:
                 self.oom.check_injected(shape_key, len(live))
             if self._closed or (self._batcher is not None and self._batcher.closed):
@@ -268,13 +272,14 @@ class GenerationEngine:
 
         def run() -> list:
             plan = prepare_step_cache(pipe, settings.cache, settings.denoised_steps)
-            bf16 = self.cpu_bf16 and settings.cache == DEFAULT_CACHE
-            with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext():
-                images = call_pipeline(
-                    pipe, [s.prompt for s in live], [s.seed for s in live], settings,
-                    [s.negative_prompt for s in live], step_end,
-                    init_images=[s.init_image for s in live] if edit else None,
-                    masks=[s.mask for s in live] if settings.kind == "inpaint" else None)
+            if denoiser is not None:
+                bf16 = self.cpu_bf16 and settings.cache == DEFAULT_CACHE
+                start_cpu_bf16(denoiser, settings.denoised_steps if bf16 else None)
+            images = call_pipeline(
+                pipe, [s.prompt for s in live], [s.seed for s in live], settings,
+                [s.negative_prompt for s in live], step_end,
+                init_images=[s.init_image for s in live] if edit else None,
+                masks=[s.mask for s in live] if settings.kind == "inpaint" else None)
             if plan.kind == "deepcache":
                 metrics().step_cache_skips.inc(deepcache_stats(pipe.unet)[1])
             return images

@@ -7,12 +7,6 @@
 * The Triton kernels of :mod:`genloop.kernels` through :func:`apply_kernels`, a small optional
   adapter: off unless asked for, never on CPU, and a missing or failing kernels package only logs.
 
-* bf16 autocast around a CPU call whose processor computes in bf16 natively (``avx512_bf16`` or
-  ``amx_bf16``): the weights stay fp32, oneDNN runs convolutions and matmuls in bf16. On the
-  shapes model (20 steps, DeepCache) it took a batch of 8 from 0.50 to 0.43 s and 64 images from
-  2.69 to 2.40 s, every image within 52 dB of fp32. Only under the ``default`` step-cache mode:
-  ``off`` promises the plain pipeline's computation, and keeps it.
-
 The dtype (fp16/bf16 on CUDA, fp32 on CPU) is the registry's choice at load time.
 """
 
@@ -39,8 +33,9 @@ class KernelOptions:
 
 
 def cpu_computes_bf16() -> bool:
-    """Whether this CPU has native bf16 arithmetic (Linux's CPU flags; elsewhere no). torch
-    offers no public check: oneDNN's own says yes wherever it can emulate bf16, slowly."""
+    """Whether this CPU has native bf16 arithmetic (Linux's CPU flags; elsewhere no), which
+    :mod:`.cpu_bf16` needs to pay. torch offers no public check: oneDNN's own says yes wherever
+    it can emulate bf16, slowly."""
     try:
         with open("/proc/cpuinfo") as info:
             flags = next((line for line in info if line.startswith("flags")), "").split()
