@@ -12,8 +12,10 @@ A job may name its ``group`` (a node of a run) and the group's size (the node's 
 while a group that has candidates waiting is incomplete, the batch waits for its other members
 (up to ``group_wait`` from the group's first arrival, past ``window`` if need be), so a loop
 round mapped into one instance per image still reaches the model as one call. A full batch
-(``limit(key)`` candidates) never waits. Just before a batch runs, each job's ``check()`` runs
-and may raise (its run was cancelled): that job fails alone.
+(``limit(key)`` candidates) never waits, and neither does one whose groups have all arrived:
+one loop's round used to wait out the window on an idle engine, 50 ms a round. Just before a
+batch runs, each job's ``check()`` runs and may raise (its run was cancelled): that job fails
+alone.
 
 A job's candidates may be spread over several batches (more than the cap, or an OOM split);
 its future resolves when the last one is in. Progress is per job: ``on_step(done, total)`` with
@@ -183,6 +185,11 @@ class Batcher(BatchQueue[Slot]):
         key = head.job.key
         same = [s for s in self._pending if s.job.key == key]
         if not same or len(same) >= self.limit(key):  # withdrawn while we waited, or full
+            return 0.0
+        groups = {s.job.group for s in same}
+        if None not in groups and not groups & self._groups.keys():
+            # Every request here is of a group that has all arrived (a loop's round): the
+            # engine is idle, so waiting would only bet on another group coming.
             return 0.0
         deadline = same[0].enqueued + self.window
         for group in {s.job.group for s in same} & self._groups.keys():

@@ -11,7 +11,8 @@ in fp32 (then every image stayed above 53 dB), as DeepCache keeps its first step
 
 Which step a call belongs to is counted on the host, as DeepCache counts it: the engine reports
 each finished step (:func:`cpu_bf16_step_end`) from the pipeline's step callback. The VAE and
-the text encoder stay in fp32 (they are a few percent of a call).
+the text encoder stay in fp32 (they are a few percent of a call); the denoiser's output is handed
+back in fp32.
 """
 
 from __future__ import annotations
@@ -36,7 +37,22 @@ class _Bf16Hook(ModelHook):
         if self.from_step is None or self.step < self.from_step:
             return self.fn_ref.original_forward(*args, **kwargs)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            return self.fn_ref.original_forward(*args, **kwargs)
+            out = self.fn_ref.original_forward(*args, **kwargs)
+        return _float32(out)
+
+
+def _float32(value):
+    """The denoiser's output back in fp32: a scheduler that keeps its model output's dtype
+    would hand the fp32 VAE bf16 latents."""
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.dtype == torch.bfloat16 else value
+    if isinstance(value, dict):  # diffusers' BaseOutput is an OrderedDict
+        for key in list(value):
+            value[key] = _float32(value[key])
+        return value
+    if isinstance(value, tuple):
+        return tuple(_float32(v) for v in value)
+    return value
 
 
 def _hook(denoiser) -> _Bf16Hook | None:
