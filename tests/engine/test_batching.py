@@ -3,6 +3,8 @@ it would be alone."""
 
 from __future__ import annotations
 
+import time
+
 from engine_helpers import concurrently, psnr, reference
 
 from genloop.sdk import Graph, RunStatus
@@ -82,3 +84,33 @@ def test_the_default_cap_batches_small_images_by_32_on_cpu_and_larger_ones_by_8(
     # Then small images (at most 64x64) ran 32 to a call, larger ones 8
     assert batches == [32, 8, 8, 2]
     assert engine.max_batch(64, 64) == 32 and engine.max_batch(65, 64) == 8
+
+
+def test_a_batch_whose_groups_have_all_arrived_does_not_wait_out_the_window():
+    from genloop.workers.engine.batching import Batcher, Job
+
+    ran: list[float] = []
+
+    def run_batch(key, slots) -> None:
+        ran.append(time.monotonic())
+        for slot in slots:
+            slot.job.deliver(slot.index, None)
+
+    batcher = Batcher(run_batch, window=2.0, group_wait=2.0)
+    try:
+        # Given a round of one loop: a group of two jobs, both arrived
+        started = time.monotonic()
+        jobs = [Job(("m", 8, 8), ["p"], [i], [None], 1, group=("run", "round-2"), group_size=2)
+                for i in range(2)]
+        for job in jobs:
+            batcher.submit(job)
+        for job in jobs:
+            job.future.result(10)
+        # Then their batch ran at once, not after the 2 s window
+        assert len(ran) == 1 and ran[0] - started < 1.0
+        # While a request of no group still waits the window for others to join it
+        started = time.monotonic()
+        batcher.submit(Job(("m", 8, 8), ["p"], [9], [None], 1)).future.result(10)
+        assert ran[1] - started >= 1.9
+    finally:
+        batcher.close()
