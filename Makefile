@@ -45,14 +45,15 @@ test-fast: install
 bench: install
 	$(BIN)/python benchmarks/orchestration.py
 
-# Refresh the lock against today's index in a throwaway venv, then run the whole suite there: an
-# upgrade is this target and one commit of requirements.lock, nothing else.
+# Refresh the lock against today's index in a throwaway venv and run the whole suite there; the
+# lock is replaced only if it passes: an upgrade is this target and one commit, nothing else.
 lock:
 	$(call venv-from-index,$(VENV)-lock)
 	{ echo "# genloop's locked dependency set (Python 3.11, x86_64 Linux): written by make lock,"; \
 	  echo "# installed by make install as pip constraints. Do not edit by hand."; \
-	  $(VENV)-lock/bin/pip freeze --exclude-editable | LC_ALL=C sort -f; } > $(LOCK)
+	  $(VENV)-lock/bin/pip freeze --exclude-editable | LC_ALL=C sort -f; } > $(LOCK).new
 	$(VENV)-lock/bin/python -m pytest -q
+	mv $(LOCK).new $(LOCK)
 
 # The newest releases of everything, in a throwaway venv, under the fast tests: a breaking release
 # shows here before a fresh machine meets it.
