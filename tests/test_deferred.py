@@ -9,6 +9,7 @@ work follow the node's policy as Dramatiq's would.
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 from genloop_test_ops import executions
@@ -149,24 +150,34 @@ def test_score_requests_of_two_runs_share_one_evaluator_batch(tmp_path, resource
 
 
 def test_a_cancelled_instance_inside_a_shared_batch_ends_alone(tmp_path, resources, models):
-    # Given a run whose instance waits in the engine for a full batch
+    from genloop.workers.engine import ImageSettings
+
+    # Given an engine busy with a request held at its first step
+    gate = threading.Event()
+    held = models.engine.submit(
+        "tiny", ["held"], [0], ImageSettings(steps=2, guidance=5.0, width=32, height=32),
+        on_step=lambda done, total: gate.wait(60), group=("held", "h"), group_size=1)
     with _client(tmp_path, resources, threads=2) as client:
         first, second = Graph(), Graph()
         first.generate("a red circle", n=4, seed=1, model="tiny", id="gen")
         second.generate("a blue square", n=4, seed=1, model="tiny", id="gen")
+        # And a run whose instance waits in the engine's queue behind it
         doomed = client.submit(first)
         store = client.backend.runtime.store
         _wait_until(lambda: store.instances(doomed.id)[0].status == NodeStatus.RUNNING)
 
-        # When it is cancelled, and another run's instance completes the batch
+        # When it is cancelled, and another run's instance joins the queue
         doomed.cancel()
         kept = client.submit(second)
+        _wait_until(lambda: store.instances(kept.id)[0].status == NodeStatus.RUNNING)
+        gate.set()
 
         # Then the other run's images are made, in a batch without the cancelled request
         assert kept.wait(timeout=300).status == RunStatus.SUCCEEDED
         assert doomed.wait(timeout=60).status == RunStatus.CANCELLED
-        assert models.engine.batcher.batches == [4]
-        assert models.engine.batcher.groups == [{(kept.id, "gen"): 4}]
+        held.future.result(60)
+        assert models.engine.batcher.batches == [1, 4]
+        assert models.engine.batcher.groups[1:] == [{(kept.id, "gen"): 4}]
 
 
 def _wait_until(condition, timeout: float = 60.0) -> None:
