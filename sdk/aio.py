@@ -72,6 +72,22 @@ class ThreadedBackend(AsyncBackend):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._waits, self.sync.wait, run_id, timeout, poll)
 
+    async def follow(self, run_id: str, after: int = 0,
+                     poll: float = 0.05) -> AsyncIterator[Event]:
+        """The sync back end's follow (woken by the run's end), each step in a wait thread."""
+        loop = asyncio.get_running_loop()
+        events = self.sync.follow(run_id, after, poll)
+        try:
+            while (event := await loop.run_in_executor(self._waits, next, events, None)):
+                yield event
+        finally:
+            close = getattr(events, "close", None)  # a generator's: releases its watch
+            try:
+                if close is not None:
+                    close()
+            except ValueError:  # cancelled while a step runs: it ends with its pause, unread
+                pass
+
     async def schema(self) -> SpecSchema:
         return await asyncio.to_thread(self.sync.schema)
 

@@ -50,3 +50,26 @@ def test_a_cancelled_run_wakes_its_waiter(client, tmp_path):
     run.cancel()
     assert run.wait(timeout=30).status == "cancelled"
     assert time.time() - run.info.finished_at < LAG
+
+
+def test_following_events_ends_when_the_run_ends_not_at_the_next_poll(client, tmp_path):
+    # Given a run under a second long, followed with a fallback poll of 5 s
+    submitted = client.submit(_sleepy(tmp_path, 2))
+    run = Run(client.backend, submitted.info, poll_interval=5.0)
+    # When its events are followed to the end, Then the last arrives right after the end
+    last = list(run.events())[-1]
+    assert last.type == "run.succeeded" and time.time() - last.time < LAG
+
+
+def test_async_follow_ends_when_the_run_ends(tmp_path, resources):
+    # The agent tools follow a run's events this way while they wait
+    async def main() -> float:
+        async with AsyncClient.local(home=tmp_path / "home", threads=2,
+                                     resources=resources) as aclient:
+            submitted = await aclient.submit(_sleepy(tmp_path, 2))
+            run = AsyncRun(aclient.backend, submitted.info, poll_interval=5.0)
+            events = [event async for event in run.events()]
+            assert events[-1].type == "run.succeeded"
+            return time.time() - events[-1].time
+
+    assert asyncio.run(main()) < LAG

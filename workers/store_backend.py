@@ -3,7 +3,7 @@ store: what the embedded runtime and the Redis pool share. Only how they are bui
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
@@ -13,7 +13,7 @@ from genloop.sdk.errors import GraphError
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
-from genloop.sdk.polling import WaitForEnd
+from genloop.sdk.polling import FollowByPolling, WaitForEnd
 from genloop.sdk.schema import Served, SpecSchema, fill_defaults, spec_schema
 from genloop.sdk.validation import graph_problems, name_problems
 
@@ -84,6 +84,18 @@ class StoreBackend(Backend):
             while (pause := waiting.pause(info := self.get(run_id))) is not None:
                 watch.wait(pause)
         return info
+
+    def follow(self, run_id: str, after: int = 0, poll: float = 0.05) -> Iterator[Event]:
+        """Pages of events, pausing between empty ones on the run-end watch: the last event
+        comes the moment the run ends, the others within the poll's pause."""
+        following = FollowByPolling(after, poll)
+        with self.store.watch_end(run_id) as watch:
+            while True:
+                yield from following.take(self.events(run_id, after=following.last))
+                if following.done:
+                    return
+                if pause := following.pause():
+                    watch.wait(pause)
 
     def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
         self.store.get_run(run_id)  # NotFound for an unknown run
