@@ -1,12 +1,15 @@
 """Can a judge tell a checker-correct shapes image from a wrong one, at full steps and as a
 draft? And does a seed's draft rank like the same seed drawn at full steps?
 
-    python benchmarks/critic_auc.py [--prompts 60] [--seeds 8] [--draft-steps 4] [--json]
+    python benchmarks/critic_auc.py [--prompts 60] [--seeds 8] [--draft-steps 4]
+        [--judges shapes-clip,shapes-critic,shapes-vqa] [--heldout-pairs] [--json]
 
 For ``loop_quality``'s held-out prompt set (two objects, held-out colour-shape pairs, small
 objects off the centre), ``--seeds`` images each at full steps and the same seeds as drafts at
 ``--draft-steps`` come from the shipped ``shapes`` model through ``Client.local``. The pixel
-checker grades every image. Per judge (``shapes-clip``, ``shapes-critic``):
+checker grades every image. ``--heldout-pairs`` takes held-out colour-shape pairs only
+instead (half one object, set ``novel``; half two objects, set ``novel-two``). Per judge
+(``--judges``; by default ``shapes-clip``, ``shapes-critic``, ``shapes-vqa``):
 
 - mean within-prompt AUC: over prompts with both correct and wrong images, the chance that a
   correct image outscores a wrong one (ties count half); what selecting among one prompt's
@@ -40,7 +43,7 @@ from loop_quality import benchmark_prompts  # noqa: E402
 from genloop.sdk import Client, Graph  # noqa: E402
 from genloop.workers import shapes  # noqa: E402
 
-JUDGES = ("shapes-clip", "shapes-critic")
+JUDGES = ("shapes-clip", "shapes-critic", "shapes-vqa")
 
 
 class JudgeReport(BaseModel):
@@ -90,31 +93,38 @@ def _scores(result, node: str) -> list[float]:
     return [c.score for c in sorted(result.items(node), key=lambda c: c.index)]
 
 
+def heldout_pair_prompts(n: int) -> list[tuple[str, str]]:
+    """``n`` prompts with a held-out colour-shape pair: half one object, half two."""
+    one, two = shapes.novel_prompts(n - n // 2, objects=1, start=1000), shapes.novel_prompts(
+        n // 2, objects=2, start=1000)
+    return [("novel", s.caption()) for s in one] + [("novel-two", s.caption()) for s in two]
+
+
 def measure(client: Client, prompts: list[tuple[str, str]], seeds: int, steps: int,
-            draft_steps: int) -> list[JudgeReport]:
+            draft_steps: int, judges: tuple[str, ...] = JUDGES) -> list[JudgeReport]:
     runs = []
     for _, p in prompts:
         g = Graph()
         fin = g.generate(p, n=seeds, model=shapes.PIPELINE_NAME, steps=steps, id="final")
         dra = g.generate(p, n=seeds, model=shapes.PIPELINE_NAME, steps=draft_steps, id="draft")
-        for judge in JUDGES:
+        for judge in judges:
             g.score(fin, text=p, evaluator=judge, id=f"final/{judge}")
             g.score(dra, text=p, evaluator=judge, id=f"draft/{judge}")
         runs.append(client.submit(g))
     correct: list[list[bool]] = []
     draft_correct: list[list[bool]] = []
-    finals: dict[str, list[list[float]]] = {j: [] for j in JUDGES}
-    drafts: dict[str, list[list[float]]] = {j: [] for j in JUDGES}
+    finals: dict[str, list[list[float]]] = {j: [] for j in judges}
+    drafts: dict[str, list[list[float]]] = {j: [] for j in judges}
     for (_, p), run in zip(prompts, runs, strict=True):
         result = run.wait(timeout=3600)
         correct.append(_verdicts(client, result, "final", p))
         draft_correct.append(_verdicts(client, result, "draft", p))
-        for j in JUDGES:
+        for j in judges:
             finals[j].append(_scores(result, f"final/{j}"))
             drafts[j].append(_scores(result, f"draft/{j}"))
     sets = sorted({name for name, _ in prompts})
     reports = []
-    for j in JUDGES:
+    for j in judges:
         value, both = mean_auc(finals[j], correct)
         draft_value, _ = mean_auc(drafts[j], draft_correct)
         by_set = {}
@@ -157,13 +167,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=shapes.DEFAULT_STEPS)
     parser.add_argument("--draft-steps", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--judges", default=",".join(JUDGES))
+    parser.add_argument("--heldout-pairs", action="store_true",
+                        help="prompts with held-out colour-shape pairs only")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    prompts = benchmark_prompts(args.prompts)
+    judges = tuple(args.judges.split(","))
+    prompts = (heldout_pair_prompts if args.heldout_pairs else benchmark_prompts)(args.prompts)
     with tempfile.TemporaryDirectory() as home, \
             Client.local(home=Path(home), threads=2) as client:
-        reports = measure(client, prompts, args.seeds, args.steps, args.draft_steps)
+        reports = measure(client, prompts, args.seeds, args.steps, args.draft_steps, judges)
     if args.json:
         print(json.dumps({"prompts": args.prompts, "seeds": args.seeds,
                           "draft_steps": args.draft_steps,

@@ -2,7 +2,8 @@
 
     python benchmarks/loop_quality.py [--prompts 100] [--rounds 3] [--candidates 8]
         [--modes best-of-n,best-of-n-critic,best-of-n-drafts,target,target-drafts,draft,
-                 critic-edit,seed-search,agent]
+                 critic-edit,seed-search,agent,best-of-n-vqa,best-of-n-drafts-vqa,target-vqa,
+                 target-drafts-vqa]
         [--draft-candidates N] [--target 50] [--json]
 
 On held-out shapes prompts weighted to the hard ones (:func:`benchmark_prompts`: 60% two objects
@@ -25,7 +26,10 @@ the same budget of ``rounds x candidates x steps`` denoising steps:
   ``--steps`` / at the draft steps, judged by ``shapes-critic`` with ``Loop.target`` at
   ``--target``, and as many rounds as the budget buys: the loop stops at the first round whose
   best image the critic finds likely right (its score is the chance, x100, that every clause
-  holds), so hard prompts get more rounds and easy ones fewer.
+  holds), so hard prompts get more rounds and easy ones fewer;
+- ``best-of-n-vqa`` / ``best-of-n-drafts-vqa`` / ``target-vqa`` / ``target-drafts-vqa``: those
+  modes judged by ``shapes-vqa`` (per-clause questions to a model trained on the checker's
+  verdicts) instead; its score is on the critic's scale, so ``--target`` means the same.
 
 The kept image of each prompt is graded by the pixel checker (``shapes.grade``, in the world of
 the image's size), which no mode optimises: the all-correct rate with a 95% bootstrap interval
@@ -58,7 +62,10 @@ from genloop.workers import shapes
 
 BASELINE = "best-of-n"
 MODES = ("best-of-n", "best-of-n-critic", "best-of-n-drafts", "target", "target-drafts",
-         "draft", "critic-edit", "seed-search", "agent")
+         "draft", "critic-edit", "seed-search", "agent", "best-of-n-vqa",
+         "best-of-n-drafts-vqa", "target-vqa", "target-drafts-vqa")
+#: The judge a ``...-vqa`` mode uses in place of the critic (or of shapes-clip in best-of-n).
+VQA_SUFFIX, VQA_JUDGE = "-vqa", "shapes-vqa"
 #: ``--target``'s default: stop once the critic finds an image more likely right than wrong.
 CRITIC_TARGET = 50.0
 
@@ -97,6 +104,8 @@ def benchmark_prompts(n: int) -> list[tuple[str, str]]:
 def loop_for(mode: str, prompt: str, rounds: int, candidates: int, steps: int,
              draft_candidates: int | None = None, target: float = CRITIC_TARGET) -> Loop:
     budget = rounds * candidates * steps
+    judge = VQA_JUDGE if mode.endswith(VQA_SUFFIX) else "shapes-critic"
+    mode = mode.removesuffix(VQA_SUFFIX)
     common = dict(prompt=prompt, seed=0, model=shapes.PIPELINE_NAME, steps=steps)
     draft_steps = Loop(prompt=prompt, steps=steps, refiner="draft").draft_steps
     assert draft_steps is not None
@@ -104,13 +113,14 @@ def loop_for(mode: str, prompt: str, rounds: int, candidates: int, steps: int,
         each = draft_steps if mode == "target-drafts" else steps
         # seed-search asks for `candidates` a round, so these rounds are the budget exactly
         return Loop(rounds=budget // (candidates * each), candidates=candidates,
-                    evaluator="shapes-critic", target=target, **{**common, "steps": each})
+                    evaluator=judge, target=target, **{**common, "steps": each})
     if mode == "best-of-n-drafts":
         n = draft_candidates or min(budget // draft_steps, MAX_CANDIDATES_PER_NODE)
-        return Loop(rounds=1, candidates=n, evaluator="shapes-critic",
+        return Loop(rounds=1, candidates=n, evaluator=judge,
                     **{**common, "steps": draft_steps})
     if mode.startswith("best-of-n"):
-        evaluator = "shapes-critic" if mode == "best-of-n-critic" else shapes.CLIP_MODEL_NAME
+        evaluator = judge if mode == "best-of-n-critic" or judge == VQA_JUDGE else (
+            shapes.CLIP_MODEL_NAME)
         return Loop(rounds=1, candidates=rounds * candidates, evaluator=evaluator, **common)
     evaluator = shapes.CLIP_MODEL_NAME if mode == "seed-search" else "shapes-critic"
     if mode == "agent":  # the scripted agent answers; the timeout only guards a stuck benchmark

@@ -36,6 +36,7 @@ _LAZY = {
     "HFClipEvaluator": ".hf_clip",
     "AestheticEvaluator": ".aesthetic",
     "VlmJudge": ".vlm_judge",
+    "ShapesVqa": ".vqa",
 }
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "OpenClipEvaluator",
     "ScoreBatcher",
     "Scores",
+    "ShapesVqa",
     "VlmJudge",
     "default_registry",
     "evaluator",

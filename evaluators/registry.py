@@ -12,7 +12,8 @@ Built-in names: ``clip`` (open_clip; the default), ``shapes-clip`` (open_clip tr
 shapes world, shipped in the package), ``hf-clip`` (transformers CLIP from a local path),
 ``aesthetic`` (a LAION-style head on CLIP image embeddings), ``composite`` (a weighted sum),
 ``clause-critic`` / ``shapes-critic`` (per-clause scores over ``clip`` / ``shapes-clip``),
-``vlm-judge`` (yes/no questions to a hosted vision-language model the operator configures).
+``vlm-judge`` (yes/no questions to a hosted vision-language model the operator configures),
+``shapes-vqa`` (yes/no questions to a small model trained on the shapes world, shipped).
 """
 
 from __future__ import annotations
@@ -259,10 +260,21 @@ def _vlm_judge(device: str, **options: Any) -> Evaluator:
     return VlmJudge.from_env(device=device, **options)
 
 
+def _shapes_vqa(registry: EvaluatorRegistry, device: str, **options: Any) -> Evaluator:
+    """A small model trained on the shapes world (shipped) asked one yes/no question per clause
+    of a shapes caption: 100 x the product of its P(yes), with per-clause details; other
+    prompts are scored by shapes-critic."""
+    from .vqa import ShapesVqa
+
+    return ShapesVqa(device=device, fallback=lambda: registry.get("shapes-critic", device),
+                     **options)
+
+
 def register_builtins(registry: EvaluatorRegistry) -> EvaluatorRegistry:
     """Register ``clip``, ``shapes-clip``, ``hf-clip``, ``aesthetic``, ``composite``,
     ``brand-palette``, ``clause-critic`` (over ``clip``, or ``base=...``), ``shapes-critic``
-    (the clause critic over ``shapes-clip``) and ``vlm-judge`` (factories only; like
+    (the clause critic over ``shapes-clip``), ``shapes-vqa`` (per-clause questions to a small
+    trained model) and ``vlm-judge`` (factories only; like
     ``hf-clip`` without a path, an unconfigured ``vlm-judge`` is listed and fails with
     :class:`Permanent` when built, naming the environment variables to set)."""
     registry.register("clip", _clip)
@@ -275,6 +287,7 @@ def register_builtins(registry: EvaluatorRegistry) -> EvaluatorRegistry:
                       functools.partial(_clause_critic, registry, "clip", "clause-critic"))
     registry.register("shapes-critic",
                       functools.partial(_clause_critic, registry, "shapes-clip", "shapes-critic"))
+    registry.register("shapes-vqa", functools.partial(_shapes_vqa, registry))
     registry.register("vlm-judge", _vlm_judge)
     return registry
 

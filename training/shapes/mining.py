@@ -84,6 +84,14 @@ def verdict(scene: Scene, image: Image.Image) -> Verdict:
     return Verdict(correct=False, reading=found.caption() if found is not None else None)
 
 
+def clause_verdicts(scenes: Sequence[Scene], image: Image.Image) -> list[dict[str, bool]]:
+    """Per-clause verdicts (:meth:`Match.clauses` / :meth:`PairMatch.clauses`, ``count``
+    included) of one image against several captions: a judge's questions about the prompt and
+    about captions one clause away from it, each labelled by the checker, read once."""
+    reading = read(image, world_of(image.width))
+    return [grade(scene, reading).clauses() for scene in scenes]
+
+
 def _verdict_rows(args: tuple[list[str], np.ndarray]) -> list[Verdict]:
     captions, images = args
     return [verdict(parse_caption(c), Image.fromarray(im)) for c, im in zip(captions, images,
