@@ -27,7 +27,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -42,6 +41,7 @@ from tenacity import (
 )
 
 from genloop.sdk.errors import Permanent, Transient
+from genloop.sdk.wire import retry_after
 
 ENV_BASE_URL = "GENLOOP_VLM_BASE_URL"
 ENV_MODEL = "GENLOOP_VLM_MODEL"
@@ -195,7 +195,7 @@ class ChatClient:
             raise _Retry(f"cannot reach the server: {exc}") from exc
         status = response.status_code
         if status in _RETRY_STATUS or status >= 500:
-            raise _Retry(f"HTTP {status}", _retry_after(response) if status == 429 else None)
+            raise _Retry(f"HTTP {status}", retry_after(response) if status == 429 else None)
         if not response.is_success:
             raise Permanent(_refused(response, self.config))
         try:
@@ -260,20 +260,6 @@ def p_yes_from_logprobs(logprobs: object) -> float | None:
 def p_yes_from_text(text: str) -> float | None:
     """1.0 for a yes, 0.0 for a no, ``None`` for anything else."""
     return {"yes": 1.0, "no": 0.0}.get(_word(text))
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
 
 
 def _refused(response: httpx.Response, config: VlmConfig) -> str:
