@@ -33,7 +33,7 @@ from orchestration import Graph, build, genloop_latency, pct
 from pydantic import BaseModel
 
 from genloop.evaluators import default_registry as default_evaluators
-from genloop.sdk.backend import Backend
+from genloop.sdk.polling import WaitForEnd
 from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.ops import default_refiners
 from genloop.workers.store_backend import StoreBackend
@@ -61,8 +61,12 @@ def wait_lags(backend: StoreBackend, runs: int, polled: bool) -> list[float]:
         g = Graph()
         g.add("sleep", params={"i": i + (runs if polled else 0)})
         run = backend.scheduler.submit(g)
-        wait = Backend.wait if polled else StoreBackend.wait
-        wait(backend, run.id, 60)
+        if polled:  # what wait() did before: read the status, sleep a growing pause
+            waiting = WaitForEnd(run.id, 60, 0.05)
+            while (pause := waiting.pause(backend.get(run.id))) is not None:
+                time.sleep(pause)
+        else:
+            backend.wait(run.id, 60)
         lags.append(time.time() - backend.get(run.id).finished_at)
     return lags
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 
 from .errors import ClientError, NotFound
 from .models import Event, RunInfo, RunResult, RunSpec
@@ -65,29 +66,38 @@ class Backend(ABC):
     def follow(self, run_id: str, after: int = 0, poll: float = 0.05) -> Iterator[Event]:
         """Events after ``after`` as they happen, ending with the run's last event.
 
-        The default polls :meth:`events` with a growing delay (``poll`` up to 1 s); a back end
-        that can push (the HTTP one, over server-sent events) overrides it.
+        Pages through :meth:`events`, pausing between empty pages with a growing delay (``poll``
+        up to 1 s) through :meth:`_pauses`; a back end that can push (the HTTP one, over
+        server-sent events) overrides it.
         """
         following = FollowByPolling(after, poll)
-        while True:
-            yield from following.take(self.events(run_id, after=following.last))
-            if following.done:
-                return
-            if pause := following.pause():
-                time.sleep(pause)
+        with self._pauses(run_id) as pause_for:
+            while True:
+                yield from following.take(self.events(run_id, after=following.last))
+                if following.done:
+                    return
+                if pause := following.pause():
+                    pause_for(pause)
 
     def wait(self, run_id: str, timeout: float | None = None, poll: float = 0.05) -> RunInfo:
         """Block until the run ends and return its last status (``RunTimeout`` after
         ``timeout`` s).
 
-        The default polls :meth:`get` with a growing pause (``poll`` up to 1 s); a back end that
-        is told when a run ends (the store's run-end watch, the gateway's long poll) overrides
-        it, and returns as soon as the end is committed.
+        Reads :meth:`get` with a growing pause between reads (``poll`` up to 1 s) through
+        :meth:`_pauses`, which a back end told of a run's end cuts short; the HTTP one long-polls
+        instead.
         """
         waiting = WaitForEnd(run_id, timeout, poll)
-        while (pause := waiting.pause(info := self.get(run_id))) is not None:
-            time.sleep(pause)
+        with self._pauses(run_id) as pause_for:
+            while (pause := waiting.pause(info := self.get(run_id))) is not None:
+                pause_for(pause)
         return info
+
+    def _pauses(self, run_id: str) -> AbstractContextManager[Callable[[float], object]]:
+        """What :meth:`wait` and :meth:`follow` sleep with between reads of the run, taken
+        before the first read: a plain sleep here. A back end told of a run's end returns one
+        that returns early at it (the store's run-end watch), so nothing waits for a poll."""
+        return nullcontext(time.sleep)
 
     def schema(self) -> SpecSchema:
         """Graph and Loop JSON Schema narrowed to the names this back end serves."""

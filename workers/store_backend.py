@@ -4,6 +4,7 @@ store: what the embedded runtime and the Redis pool share. Only how they are bui
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
@@ -13,7 +14,6 @@ from genloop.sdk.errors import GraphError
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
-from genloop.sdk.polling import FollowByPolling, WaitForEnd
 from genloop.sdk.schema import Served, SpecSchema, fill_defaults, spec_schema
 from genloop.sdk.validation import graph_problems, name_problems
 
@@ -75,27 +75,13 @@ class StoreBackend(Backend):
     def result(self, run_id: str) -> RunResult:
         return run_result(self.store, run_id)
 
-    def wait(self, run_id: str, timeout: float | None = None, poll: float = 0.05) -> RunInfo:
-        """Sleeps on the store's watch of the run's end (``stores/run_ends.py``), taken before
-        each status read; the poll's pause bounds each sleep, the fallback should a wake-up be
-        lost."""
-        waiting = WaitForEnd(run_id, timeout, poll)
+    @contextmanager
+    def _pauses(self, run_id: str) -> Iterator[Callable[[float], object]]:
+        """Pauses on the store's watch of the run's end (``stores/run_ends.py``): ``wait`` and
+        ``follow`` return the moment the run ends; the pause still bounds each sleep, the
+        fallback should a wake-up be lost."""
         with self.store.watch_end(run_id) as watch:
-            while (pause := waiting.pause(info := self.get(run_id))) is not None:
-                watch.wait(pause)
-        return info
-
-    def follow(self, run_id: str, after: int = 0, poll: float = 0.05) -> Iterator[Event]:
-        """Pages of events, pausing between empty ones on the run-end watch: the last event
-        comes the moment the run ends, the others within the poll's pause."""
-        following = FollowByPolling(after, poll)
-        with self.store.watch_end(run_id) as watch:
-            while True:
-                yield from following.take(self.events(run_id, after=following.last))
-                if following.done:
-                    return
-                if pause := following.pause():
-                    watch.wait(pause)
+            yield watch.wait
 
     def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
         self.store.get_run(run_id)  # NotFound for an unknown run
