@@ -9,8 +9,8 @@ from pathlib import Path
 from genloop.sdk import Client
 
 from . import reframe
-from .manifest import read_json
-from .runner import Progress, campaign_folder, report, run
+from .runlog import RunLog
+from .runner import RUNS_FILE, Progress, campaign_folder, report, run
 from .spec import CampaignSpec, CampaignSpecError, load_spec
 
 
@@ -45,8 +45,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"genloop campaign run: {exc}", file=sys.stderr)
         return 2
     with _client(args) as client:
-        manifest = run(spec, client, out=args.out, progress=None if args.quiet else _bar,
-                       timeout=args.timeout)
+        try:
+            manifest = run(spec, client, out=args.out, progress=None if args.quiet else _bar,
+                           timeout=args.timeout, retry_failed=args.retry_failed)
+        except CampaignSpecError as exc:  # a name the back end does not serve
+            print(f"genloop campaign run: {exc}", file=sys.stderr)
+            return 2
     if not args.quiet:
         sys.stderr.write("\n")
     print(_summary(campaign_folder(spec, args.out), manifest))
@@ -75,8 +79,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if spec is None:
         return 2
     folder = campaign_folder(spec, args.out)
-    loops = read_json(folder / "runs.json")
-    formats = read_json(folder / reframe.RUNS_FILE)  # absent until formats are drawn
+    loops = RunLog(folder / RUNS_FILE).current()
+    formats = RunLog(folder / reframe.RUNS_FILE).current()  # empty until formats are drawn
     with _client(args) as client:
         line = f"{spec.name}: {sum(1 for _ in spec.variants())} variants; loop runs: " \
                f"{_counts(client, loops)}"
@@ -123,6 +127,9 @@ def setup(parser: argparse.ArgumentParser) -> None:
     p = command("run", cmd_run, "run a campaign spec (YAML, TOML or JSON); re-running resumes")
     p.add_argument("spec")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="give variants whose run failed a fresh run (the failure stays in their "
+                        "history)")
     command("status", cmd_status, "how far a campaign's runs are").add_argument("name")
     command("report", cmd_report, "rebuild a campaign's folder from its stored runs")\
         .add_argument("name")

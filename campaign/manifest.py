@@ -1,15 +1,26 @@
-"""What a campaign produced, as one JSON document (and a CSV view of it for spreadsheets)."""
+"""What a campaign produced: ``manifest.json`` (the campaign's totals and where its variants
+are), its variants as JSON Lines in shards of :data:`SHARD` (``variants/00000.jsonl`` ...), and
+``manifest.csv``, one row a variant, for spreadsheets.
+
+Everything is written a variant at a time, so time and memory grow linearly and no one file grows
+past a couple of MB however large the campaign (one manifest.json of 10^6 variants was 652 MB).
+"""
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from .runlog import Attempt
+
+#: Variants per JSON Lines shard: about 1.5 MB with three formats.
+SHARD = 1000
 
 VariantStatus = Literal["pending", "running", "succeeded", "failed", "cancelled", "skipped"]
 
@@ -47,6 +58,8 @@ class VariantRecord(BaseModel):
     below_brand_minimum: bool = False
     finalist: bool = False
     formats: dict[str, FormatOutput] = Field(default_factory=dict)
+    history: list[Attempt] = Field(
+        default_factory=list, description="earlier runs, replaced by --retry-failed, oldest first")
 
 
 class Manifest(BaseModel):
@@ -57,7 +70,14 @@ class Manifest(BaseModel):
     budget_steps: int | None = None
     spent_images: int = 0
     spent_steps: int = 0
-    variants: list[VariantRecord]
+    brand_palette: list[str] = Field(default_factory=list)
+    brand_min_compliance: float | None = None
+    brand_max_distance: float | None = Field(
+        None, description="delta E within which a subject pixel counts as a palette colour")
+    variants: list[VariantRecord] = Field(
+        default_factory=list, description="in memory; on disk in the files of variant_files")
+    variant_files: list[str] = Field(
+        default_factory=list, description="the JSON Lines shards that hold the variants, in order")
     sheets: dict[str, str] = Field(
         default_factory=dict, description="contact sheet file -> hash of what it shows")
 
@@ -76,34 +96,65 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_manifest(manifest: Manifest, folder: Path) -> None:
-    write_atomic(folder / "manifest.json", manifest.model_dump_json(indent=2))
-    write_atomic(folder / "manifest.csv", manifest_csv(manifest))
+    """Write the variant shards, the CSV, then ``manifest.json`` (which names the shards)."""
+    shards = folder / "variants"
+    shards.mkdir(exist_ok=True)
+    manifest.variant_files = []
+    for start in range(0, len(manifest.variants), SHARD):
+        name = f"variants/{start // SHARD:05d}.jsonl"
+        _write_lines(folder / name, (v.model_dump_json() + "\n"
+                                     for v in manifest.variants[start:start + SHARD]))
+        manifest.variant_files.append(name)
+    for stale in set(shards.glob("*.jsonl")) - {folder / n for n in manifest.variant_files}:
+        stale.unlink()
+    _write_lines(folder / "manifest.csv", _csv_rows(manifest))
+    write_atomic(folder / "manifest.json", manifest.model_dump_json(indent=2, exclude={"variants"}))
+
+
+def _write_lines(path: Path, lines: Iterable[str]) -> None:
+    """Write ``lines`` as they come, atomically (like :func:`write_atomic`)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="") as f:
+        f.writelines(lines)
+    os.replace(tmp, path)
 
 
 def read_manifest(folder: Path) -> Manifest | None:
     path = folder / "manifest.json"
-    return Manifest.model_validate_json(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    manifest = Manifest.model_validate_json(path.read_text())
+    for name in manifest.variant_files:
+        with (folder / name).open() as f:
+            manifest.variants += [VariantRecord.model_validate_json(line) for line in f]
+    return manifest
 
 
-def manifest_csv(manifest: Manifest) -> str:
+CSV_FIXED = ["variant", "prompt", "headline", "status", "seed", "round", "score",
+             "brand_compliance", "below_brand_minimum", "finalist", "images", "steps", "run_id",
+             "error"]
+
+
+def _csv_rows(manifest: Manifest) -> Iterator[str]:
     axes = list(manifest.axes)
-    columns = ["variant", *axes, "prompt", "status", "seed", "round", "score",
-               "brand_compliance", "finalist", "images", "run_id", "error"]
+    columns = [CSV_FIXED[0], *axes, *CSV_FIXED[1:]]
     columns += [f"file:{f}" for f in manifest.formats]
     columns += [f"contrast:{f}" for f in manifest.formats]
     columns += [f"method:{f}" for f in manifest.formats]
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerow(columns)
+
+    def row(values: list) -> str:
+        buffer.seek(0)
+        buffer.truncate()
+        writer.writerow(values)
+        return buffer.getvalue()
+
+    yield row(columns)
     for v in manifest.variants:
         files = [v.formats[f].file if f in v.formats else "" for f in manifest.formats]
         contrasts = [v.formats[f].contrast if f in v.formats else "" for f in manifest.formats]
         methods = [v.formats[f].method if f in v.formats else "" for f in manifest.formats]
-        writer.writerow([v.key, *(v.values[a] for a in axes), v.prompt, v.status, v.seed,
-                         v.round, v.score, v.brand_compliance, v.finalist, v.images, v.run_id,
-                         v.error, *files, *contrasts, *methods])
-    return buffer.getvalue()
-
-
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.exists() else {}
+        yield row([v.key, *(v.values[a] for a in axes), v.prompt, v.headline, v.status, v.seed,
+                   v.round, v.score, v.brand_compliance, v.below_brand_minimum, v.finalist,
+                   v.images, v.steps, v.run_id, v.error, *files, *contrasts, *methods])

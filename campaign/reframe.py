@@ -7,7 +7,7 @@ seeds if asked, and the loop's evaluator keeps the best. Candidate 0 uses the pi
 it is the pick's noise at the new shape. A format whose size is the pick's own needs no run.
 
 Each variant's format graph is submitted with an idempotency key made from its content and its
-run id is kept in ``format_runs.json``, so a re-run or a resumed crash pays for nothing twice,
+run id is logged in ``format_runs.jsonl``, so a re-run or a resumed crash pays for nothing twice,
 like the loops. A format whose generation failed (a model that cannot draw that size) falls back
 to cropping or padding the pick, and says why.
 """
@@ -21,10 +21,11 @@ from pathlib import Path
 
 from genloop.sdk import Client, Graph, Run, RunResult, ScoredCandidate
 
-from .manifest import VariantRecord, read_json, write_atomic
+from .manifest import VariantRecord
+from .runlog import RunLog
 from .spec import CampaignSpec, FormatSpec
 
-RUNS_FILE = "format_runs.json"
+RUNS_FILE = "format_runs.jsonl"
 
 
 def generation_size(fmt: FormatSpec, pick: ScoredCandidate, size: str) -> tuple[int, int]:
@@ -80,10 +81,9 @@ def graph_key(graph: Graph) -> str:
 def submit(spec: CampaignSpec, client: Client, records: list[VariantRecord],
            picks: dict[str, ScoredCandidate], folder: Path, *,
            start: bool) -> dict[str, tuple[Run, Graph]]:
-    """The format run of every picked variant: found in ``format_runs.json`` (resumed if a crash
+    """The format run of every picked variant: found in ``format_runs.jsonl`` (resumed if a crash
     left it unfinished), or submitted when ``start`` (``False``: rebuild from stored runs only)."""
-    runs_file = folder / RUNS_FILE
-    known: dict[str, str] = read_json(runs_file)
+    log = RunLog(folder / RUNS_FILE)
     runs: dict[str, tuple[Run, Graph]] = {}
     for record in records:
         pick = picks.get(record.key)
@@ -91,15 +91,14 @@ def submit(spec: CampaignSpec, client: Client, records: list[VariantRecord],
         if graph is None:
             continue
         key = graph_key(graph)
-        run_id = known.get(key)
+        run_id = log.run_id(key)
         if run_id is not None:
             run = client.get(run_id)
             if start and not run.info.status.terminal:
                 run = client.resume(run_id)
         elif start:
             run = client.submit(graph, idempotency_key=key)
-            known[key] = run.id
-            write_atomic(runs_file, json.dumps(known, indent=1))
+            log.record(key, run.id)
         else:
             continue
         runs[record.key] = (run, graph)

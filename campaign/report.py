@@ -1,8 +1,12 @@
-"""``report.html``: every variant with its formats, scores and failures, filterable by axis.
+"""``report.html``: every variant with its formats, scores, cost and failures, for offline review.
 
-A static page (no server, no network: it opens from the file system), so it can be mailed or
-dropped in a shared folder next to the images it shows. Rows carry their axis values as data
-attributes and a few lines of inline JavaScript hide the rows a filter excludes.
+Static pages (no server, no network: they open from the file system), so they can be mailed or
+dropped in a shared folder next to the images they show. A large campaign is split into pages of
+:data:`PAGE` variants (``report.html``, ``report-2.html`` ...), each linking to the others, so no
+page grows past a few MB and writing them stays linear. Rows carry their values as data
+attributes; a few lines of inline JavaScript filter (any axis, status, finalist, brand minimum)
+and sort (score, brand) the rows of a page. Review and approval live in the console
+(``/ui/campaigns``); this is the copy that travels.
 """
 
 from __future__ import annotations
@@ -10,22 +14,28 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from .manifest import Manifest, write_atomic
+from .manifest import Manifest, VariantRecord, write_atomic
+
+#: Variants per page.
+PAGE = 250
 
 _STYLE = """
 body{font:14px system-ui,sans-serif;margin:24px;color:#111}
 table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #ddd;padding:6px;
-text-align:left;vertical-align:top}img{max-height:120px;max-width:160px;display:block}
+text-align:left;vertical-align:top}img{max-height:240px;max-width:320px;display:block}
 .failed td,.skipped td{background:#fff3f0}.finalist{font-weight:600;color:#b32}
-figure{display:inline-block;margin:0 8px 0 0}figcaption{font-size:11px;color:#555}
-label{margin-right:12px}
+.below{font-weight:600;color:#a50;background:#fff4d6;padding:0 4px}
+figure{display:inline-block;margin:0 8px 8px 0}figcaption{font-size:12px;color:#555}
+label{margin-right:12px}nav a{margin-right:8px}.history{font-size:12px;color:#555}
 """
 
 _SCRIPT = """
 const selects = document.querySelectorAll('select[data-axis]');
+const body = document.querySelector('tbody');
+const order = [...body.rows];
 function applyFilters() {
   let shown = 0;
-  for (const row of document.querySelectorAll('tbody tr')) {
+  for (const row of body.rows) {
     let ok = true;
     for (const s of selects) {
       if (s.value && row.dataset[s.dataset.axis] !== s.value) ok = false;
@@ -35,7 +45,14 @@ function applyFilters() {
   }
   document.getElementById('shown').textContent = shown;
 }
+function applySort() {
+  const by = document.getElementById('sort').value;
+  const value = r => r.dataset[by] === '' ? -Infinity : Number(r.dataset[by]);
+  const rows = by ? [...order].sort((a, b) => value(b) - value(a)) : order;
+  for (const row of rows) body.appendChild(row);
+}
 for (const s of selects) s.addEventListener('change', applyFilters);
+document.getElementById('sort').addEventListener('change', applySort);
 applyFilters();
 """
 
@@ -45,56 +62,110 @@ def _data_name(axis: str) -> str:
     return "ax" + "".join(ch for ch in axis.lower() if ch.isalnum())
 
 
-def render_report(manifest: Manifest) -> str:
-    axes = list(manifest.axes)
-    filters = []
-    for axis in [*axes, "status"]:
-        values = manifest.axes.get(axis) or sorted({v.status for v in manifest.variants})
+def page_file(page: int) -> str:
+    return "report.html" if page == 1 else f"report-{page}.html"
+
+
+def _filters(manifest: Manifest) -> str:
+    choices = {axis: values for axis, values in manifest.axes.items()}
+    choices["status"] = sorted(manifest.counts())
+    choices["finalist"] = ["yes", "no"]
+    if manifest.brand_max_distance is not None:
+        choices["brand minimum"] = ["below", "met"]
+    out = []
+    for axis, values in choices.items():
         options = "".join(f'<option value="{escape(v)}">{escape(v)}</option>' for v in values)
-        filters.append(
-            f'<label>{escape(axis)} <select data-axis="{_data_name(axis)}" '
-            f'aria-label="filter by {escape(axis)}"><option value="">all</option>{options}'
-            "</select></label>"
-        )
-    head = "".join(f"<th>{escape(a)}</th>" for a in axes)
-    rows = []
-    for v in manifest.variants:
-        data = " ".join(f'data-{_data_name(a)}="{escape(v.values[a])}"' for a in axes)
-        data += f' data-{_data_name("status")}="{v.status}"'
-        cells = "".join(f"<td>{escape(v.values[a])}</td>" for a in axes)
-        figures = "".join(
-            f'<figure><img src="{escape(out.file)}" alt="{escape(v.prompt)}, {escape(name)}">'
-            f"<figcaption>{escape(name)}, {out.method}"
-            + (f", contrast {out.contrast:.1f}" if out.contrast is not None else "")
-            + (f'<br><span class="note">not drawn: {escape(out.note)}</span>' if out.note else "")
-            + ("</figcaption></figure>")
-            for name, out in v.formats.items()
-        )
-        score = "" if v.score is None else f"{v.score:.2f}"
-        brand = "" if v.brand_compliance is None else f"{100 * v.brand_compliance:.0f}%"
-        note = escape(v.error or "")
-        finalist = '<span class="finalist">finalist</span>' if v.finalist else ""
-        rows.append(
-            f'<tr class="{v.status}" data-key="{v.key}" {data}>{cells}'
-            f"<td>{escape(v.prompt)}</td><td>{v.status} {finalist}<br>{note}</td>"
-            f"<td>{score}</td><td>{brand}</td><td>{figures}</td></tr>"
-        )
+        out.append(f'<label>{escape(axis)} <select data-axis="{_data_name(axis)}" '
+                   f'aria-label="filter by {escape(axis)}"><option value="">all</option>'
+                   f"{options}</select></label>")
+    out.append('<label>sort <select id="sort" aria-label="sort by"><option value="">variant '
+               'order</option><option value="score">score, best first</option>'
+               '<option value="brand">brand, best first</option></select></label>')
+    return "".join(out)
+
+
+def _row(manifest: Manifest, v: VariantRecord) -> str:
+    axes = list(manifest.axes)
+    data = {**{a: v.values[a] for a in axes}, "status": v.status,
+            "finalist": "yes" if v.finalist else "no",
+            "brand minimum": "below" if v.below_brand_minimum else "met"}
+    attrs = " ".join(f'data-{_data_name(k)}="{escape(val)}"' for k, val in data.items())
+    attrs += f' data-score="{"" if v.score is None else v.score}"'
+    attrs += f' data-brand="{"" if v.brand_compliance is None else v.brand_compliance}"'
+    cells = "".join(f"<td>{escape(v.values[a])}</td>" for a in axes)
+    figures = "".join(
+        f'<figure><a href="{escape(out.file)}" title="open full size">'
+        f'<img src="{escape(out.file)}" alt="{escape(v.prompt)}, {escape(name)}" '
+        f'loading="lazy"></a><figcaption>{escape(name)}, {out.method}'
+        + (f", contrast {out.contrast:.1f}" if out.contrast is not None else "")
+        + (", on a panel" if out.panel else "")
+        + (f'<br><span class="note">not drawn: {escape(out.note)}</span>' if out.note else "")
+        + "</figcaption></figure>"
+        for name, out in v.formats.items()
+    )
+    status = v.status + (' <span class="finalist">finalist</span>' if v.finalist else "")
+    if v.below_brand_minimum:
+        status += ' <span class="below">below brand minimum</span>'
+    status += f"<br>{escape(v.error or '')}"
+    status += "".join(f'<div class="history">earlier run {escape(a.run_id)}: '
+                      f"{escape(a.status or '')} {escape(a.error or '')}</div>"
+                      for a in v.history)
+    headline = f"<br><em>{escape(v.headline)}</em>" if v.headline else ""
+    score = "" if v.score is None else f"{v.score:.2f}"
+    brand = "" if v.brand_compliance is None else f"{100 * v.brand_compliance:.0f}%"
+    cost = "" if v.status == "skipped" else (
+        f"{v.images} images" + (f", {v.steps} steps" if v.steps else ""))
+    return (f'<tr class="{v.status}" data-key="{v.key}" {attrs}>{cells}'
+            f"<td>{escape(v.prompt)}{headline}</td><td>{status}</td><td>{score}</td>"
+            f"<td>{brand}</td><td>{cost}</td><td>{figures}</td></tr>")
+
+
+def _brand_note(manifest: Manifest) -> str:
+    if manifest.brand_max_distance is None:
+        return ""
+    minimum = (f"; below {100 * manifest.brand_min_compliance:.0f}% a variant is flagged and "
+               "never a finalist" if manifest.brand_min_compliance else "")
+    return (f"<p>Brand: the share of the subject's pixels (the background left out) within "
+            f"delta E {manifest.brand_max_distance:g} of a palette colour "
+            f"({', '.join(escape(c) for c in manifest.brand_palette)}){minimum}.</p>")
+
+
+def render_report(manifest: Manifest, page: int = 1) -> str:
+    """Page ``page`` (from 1) of the report."""
+    pages = max(1, -(-len(manifest.variants) // PAGE))
+    variants = manifest.variants[(page - 1) * PAGE: page * PAGE]
+    head = "".join(f"<th>{escape(a)}</th>" for a in manifest.axes)
+    rows = "".join(_row(manifest, v) for v in variants)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(manifest.counts().items()))
     budget = (f", budget {manifest.budget_images} images" if manifest.budget_images else "")
+    steps = f" ({manifest.spent_steps} denoising steps)" if manifest.spent_steps else ""
+    nav = "".join(f'<a href="{page_file(p)}"' + (' aria-current="page"' if p == page else "")
+                  + f">{p}</a>" for p in range(1, pages + 1)) if pages > 1 else ""
+    sheets = "".join(f'<a href="{escape(f)}">{escape(Path(f).stem)}</a>'
+                     for f in manifest.sheets)
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(manifest.name)}: campaign report</title><style>{_STYLE}</style></head>"
         f"<body><h1>{escape(manifest.name)}</h1>"
         f"<p>{len(manifest.variants)} variants: {counts}. {manifest.spent_images} images "
-        f"generated{budget}. Showing <span id=\"shown\">{len(manifest.variants)}</span>.</p>"
-        f'<form onsubmit="return false">{"".join(filters)}</form>'
-        f"<table><thead><tr>{head}<th>prompt</th><th>status</th><th>score</th><th>brand</th>"
-        f"<th>creatives</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-        f"<script>{_SCRIPT}</script></body></html>"
+        f"generated{steps}{budget}. Page {page} of {pages}: showing "
+        f'<span id="shown">{len(variants)}</span> of its {len(variants)}.</p>'
+        + (f'<nav aria-label="pages">pages: {nav}</nav>' if nav else "")
+        + (f'<nav aria-label="contact sheets">contact sheets: {sheets}</nav>' if sheets else "")
+        + _brand_note(manifest)
+        + f'<form onsubmit="return false">{_filters(manifest)}</form>'
+        f"<table><thead><tr>{head}<th>prompt, headline</th><th>status</th><th>score</th>"
+        f"<th>brand</th><th>cost</th><th>creatives</th></tr></thead><tbody>{rows}</tbody>"
+        f"</table><script>{_SCRIPT}</script></body></html>"
     )
 
 
 def write_report(manifest: Manifest, folder: Path) -> Path:
-    path = folder / "report.html"
-    write_atomic(path, render_report(manifest))
-    return path
+    """Write every page (``report.html`` first) and drop pages a smaller campaign left."""
+    pages = max(1, -(-len(manifest.variants) // PAGE))
+    for page in range(1, pages + 1):
+        write_atomic(folder / page_file(page), render_report(manifest, page))
+    for stale in folder.glob("report-*.html"):
+        if stale.name not in {page_file(p) for p in range(2, pages + 1)}:
+            stale.unlink()
+    return folder / "report.html"

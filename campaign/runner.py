@@ -1,12 +1,14 @@
 """Running a campaign: one loop per variant, submitted so that nothing is ever paid for twice.
 
-Each variant's loop is submitted with an idempotency key derived from the loop's content, and its
-run id is recorded in ``runs.json`` as soon as it exists. Running the same spec again therefore
-finds every run it already has: finished ones are only collected (their images are stored), runs a
-crash left unfinished are resumed (stored results are reused), and only variants that never
-started are submitted. The budget is applied before anything is submitted, in variant order, so a
-re-run makes the same choice. One variant's failure is recorded with its error and never stops
-the others.
+Before anything is submitted, every name the spec uses is checked against the back end
+(:mod:`.names`). Each variant's loop is submitted with an idempotency key derived from the loop's
+content, and its run id is logged in ``runs.jsonl`` (:mod:`.runlog`) as soon as it exists.
+Running the same spec again therefore finds every run it already has: finished ones are only
+collected (their images are stored), runs a crash left unfinished are resumed (stored results are
+reused), and only variants that never started are submitted. The budget is applied before
+anything is submitted, in variant order, so a re-run makes the same choice. One variant's failure
+is recorded with its error and never stops the others; ``retry_failed`` gives failed variants a
+fresh run (a new idempotency key per attempt), the failure kept in the variant's history.
 """
 
 from __future__ import annotations
@@ -18,18 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from genloop.sdk import Client, Loop, Run, RunResult, ScoredCandidate
+from genloop.sdk import Client, Loop, Run, RunResult, RunStatus, ScoredCandidate
 
 from . import finish, reframe
-from .manifest import (
-    Manifest,
-    VariantRecord,
-    read_json,
-    read_manifest,
-    write_atomic,
-    write_manifest,
-)
+from .manifest import Manifest, VariantRecord, read_manifest, write_atomic, write_manifest
+from .names import check_names
 from .report import write_report
+from .runlog import RunLog
 from .spec import CampaignSpec
 
 #: Seconds between two status sweeps over the unfinished runs, growing to POLL_MAX while
@@ -84,8 +81,9 @@ def plan(spec: CampaignSpec) -> list[VariantRecord]:
             and steps + per_steps > spec.budget.steps)
         if over:
             record.status = "skipped"
-            record.error = (f"over budget: {images} images ({steps} steps) already planned, "
-                            f"and this variant may cost {per_images} more")
+            planned = f"{images} images" + (f" ({steps} steps)" if spec.budget.steps else "")
+            record.error = (f"over budget: {planned} already planned, and this variant may "
+                            f"cost {per_images} more")
         else:
             images += per_images
             steps += per_steps or 0
@@ -93,28 +91,56 @@ def plan(spec: CampaignSpec) -> list[VariantRecord]:
     return records
 
 
-def submit(spec: CampaignSpec, client: Client, records: list[VariantRecord],
-           folder: Path) -> dict[str, Run]:
-    """Start (or find, or resume) the run of every planned variant; record run ids as they come."""
-    runs_file = folder / "runs.json"
-    known: dict[str, str] = read_json(runs_file)
+#: The log of the variants' loop runs, in the campaign folder.
+RUNS_FILE = "runs.jsonl"
+
+
+def submit(spec: CampaignSpec, client: Client, records: list[VariantRecord], folder: Path,
+           retry_failed: bool = False,
+           previous: dict[str, VariantRecord] | None = None) -> dict[str, Run]:
+    """Start (or find, or resume) the run of every planned variant; log run ids as they come.
+
+    With ``retry_failed`` a variant whose run failed or was cancelled (or that ``previous``, the
+    last manifest's records, marked failed) gets a fresh run."""
+    log = RunLog(folder / RUNS_FILE)
+    previous = previous or {}
     runs: dict[str, Run] = {}
     for record in records:
         if record.status == "skipped":
             continue
-        run_id = known.get(record.key)
-        if run_id is not None:
-            run = client.get(run_id)
-            if not run.info.status.terminal:
-                run = client.resume(run_id)  # a crash may have left it with nobody driving it
-        else:
-            loop = spec.loop_for(record.values)
-            run = client.submit(loop, idempotency_key=loop_key(loop))
-            known[record.key] = run.id
-            write_atomic(runs_file, json.dumps(known, indent=1))
+        run_id = log.run_id(record.key)
+        run = client.get(run_id) if run_id is not None else _submit(spec, client, record, log)
+        # A run found by its key may be an earlier failure whose log line was lost: loop on.
+        while retry_failed and _ended_badly(run, previous.get(record.key)):
+            old = previous.get(record.key)
+            error = old.error if old is not None and old.run_id == run.id else run.info.error
+            log.record(record.key, run.id, status=run.info.status.value, error=error)
+            run = _submit(spec, client, record, log)
+        if run.id == run_id and not run.info.status.terminal:
+            run = client.resume(run_id)  # a crash may have left it with nobody driving it
         record.run_id = run.id
+        record.history = log.history(record.key)
         runs[record.key] = run
     return runs
+
+
+def _submit(spec: CampaignSpec, client: Client, record: VariantRecord, log: RunLog) -> Run:
+    """The variant's run for its next attempt: each attempt has its own idempotency key."""
+    loop = spec.loop_for(record.values)
+    attempt = log.attempts(record.key)
+    run = client.submit(loop, idempotency_key=loop_key(loop) + (f":retry{attempt}"
+                                                                 if attempt else ""))
+    if log.run_id(record.key) != run.id:
+        log.record(record.key, run.id)
+    return run
+
+
+def _ended_badly(run: Run, previous: VariantRecord | None) -> bool:
+    if run.info.status in (RunStatus.FAILED, RunStatus.CANCELLED):
+        return True
+    # A run can succeed with nothing scored (every candidate failed); its manifest said failed.
+    return (run.info.status.terminal and previous is not None and previous.run_id == run.id
+            and previous.status == "failed")
 
 
 def wait_all(records: list[VariantRecord], runs: dict[str, Run],
@@ -202,24 +228,36 @@ def _draw_formats(spec: CampaignSpec, client: Client, records: list[VariantRecor
 
 
 def new_manifest(spec: CampaignSpec, records: list[VariantRecord]) -> Manifest:
-    return Manifest(
+    manifest = Manifest(
         name=spec.name, axes=spec.axes, formats=[f.name for f in spec.formats],
         budget_images=spec.budget.images, budget_steps=spec.budget.steps,
         spent_images=sum(r.images for r in records), spent_steps=sum(r.steps for r in records),
         variants=records,
     )
+    if spec.brand is not None:
+        manifest.brand_palette = spec.brand.palette
+        manifest.brand_min_compliance = spec.brand.min_compliance
+        manifest.brand_max_distance = spec.brand.max_distance
+    return manifest
 
 
 def run(spec: CampaignSpec, client: Client, *, out: str | Path = "out/campaigns",
         progress: Callable[[Progress], None] | None = None,
-        timeout: float | None = None) -> Manifest:
-    """Run (or finish, or just collect) every variant of ``spec``; write the campaign folder."""
+        timeout: float | None = None, retry_failed: bool = False) -> Manifest:
+    """Run (or finish, or just collect) every variant of ``spec``; write the campaign folder.
+
+    Raises :class:`~.spec.CampaignSpecError`, having submitted nothing, when the spec names a
+    model, evaluator or refiner the back end does not serve. ``retry_failed``: variants whose
+    run failed get a fresh one (their earlier runs stay in ``VariantRecord.history``)."""
+    check_names(spec, client)
     folder = campaign_folder(spec, out)
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(folder / "spec.json", spec.model_dump_json(indent=2, by_alias=True))
+    previous = read_manifest(folder)
     records = plan(spec)
-    runs = submit(spec, client, records, folder)
-    return _collect(spec, client, records, runs, folder, progress, timeout)
+    runs = submit(spec, client, records, folder, retry_failed,
+                  {v.key: v for v in previous.variants} if previous else None)
+    return _collect(spec, client, records, runs, folder, previous, progress, timeout)
 
 
 def report(spec: CampaignSpec, client: Client, *, out: str | Path = "out/campaigns",
@@ -227,20 +265,22 @@ def report(spec: CampaignSpec, client: Client, *, out: str | Path = "out/campaig
            timeout: float | None = None) -> Manifest:
     """Rebuild the campaign folder from the runs already recorded; submits nothing."""
     folder = campaign_folder(spec, out)
-    known: dict[str, str] = read_json(folder / "runs.json")
+    log = RunLog(folder / RUNS_FILE)
     records = plan(spec)
     runs = {}
     for record in records:
-        if record.key in known:
-            record.run_id = known[record.key]
-            runs[record.key] = client.get(record.run_id)
-    return _collect(spec, client, records, runs, folder, progress, timeout, start=False)
+        run_id = log.run_id(record.key)
+        if run_id is not None:
+            record.run_id, record.history = run_id, log.history(record.key)
+            runs[record.key] = client.get(run_id)
+    return _collect(spec, client, records, runs, folder, read_manifest(folder), progress,
+                    timeout, start=False)
 
 
 def _collect(spec: CampaignSpec, client: Client, records: list[VariantRecord],
-             runs: dict[str, Run], folder: Path, progress: Callable[[Progress], None] | None,
-             timeout: float | None, start: bool = True) -> Manifest:
-    previous_manifest = read_manifest(folder)
+             runs: dict[str, Run], folder: Path, previous_manifest: Manifest | None,
+             progress: Callable[[Progress], None] | None, timeout: float | None,
+             start: bool = True) -> Manifest:
     previous = {v.key: v for v in previous_manifest.variants} if previous_manifest else {}
     began = time.monotonic()
     results = wait_all(records, runs, progress, timeout)

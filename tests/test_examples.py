@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -39,10 +38,12 @@ def test_campaign(tmp_path):
     out = run_example("campaign.py", "--spec", str(tmp_path / "spec.yaml"), "--home",
                       str(tmp_path / "home"), "--out", str(tmp_path / "out"))
     assert out.startswith("{'succeeded': 2}")
-    manifest = json.loads((tmp_path / "out/shapes-launch/manifest.json").read_text())
-    assert {len(v["formats"]) for v in manifest["variants"]} == {4}
+    from genloop.campaign.manifest import read_manifest
+
+    manifest = read_manifest(tmp_path / "out/shapes-launch")
+    assert {len(v.formats) for v in manifest.variants} == {4}
     # 1:1 is the pick's own shape; the others are drawn at theirs (generate_formats).
-    assert {name: out["method"] for name, out in manifest["variants"][0]["formats"].items()
+    assert {name: out.method for name, out in manifest.variants[0].formats.items()
             if name != "1:1"} == {"4:5": "generate", "9:16": "generate", "1.91:1": "generate"}
 
 

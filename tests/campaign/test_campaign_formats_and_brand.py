@@ -4,7 +4,6 @@ brand colours scored inside each loop, and each pick decoded once."""
 from __future__ import annotations
 
 import io
-import json
 
 import pytest
 from PIL import Image
@@ -12,6 +11,7 @@ from PIL import Image
 from genloop.campaign import finish, parse_spec, run
 from genloop.campaign.manifest import VariantRecord
 from genloop.campaign.reframe import generation_size
+from genloop.campaign.runlog import RunLog
 from genloop.campaign.spec import FormatSpec
 from genloop.evaluators import evaluator
 from genloop.evaluators.palette import palette_compliance, parse_colour
@@ -59,13 +59,13 @@ def test_formats_are_drawn_at_their_own_size_and_a_rerun_draws_nothing(tmp_path,
             assert out.method == "generate" and out.source != v.artifact and out.note is None
             assert decoded(local, out.source).size == drawn_at  # drawn there, not scaled up
             assert Image.open(tmp_path / "out/drawn" / out.file).size == size
-    runs = json.loads((tmp_path / "out/drawn/format_runs.json").read_text())
+    runs = RunLog(tmp_path / "out/drawn/format_runs.jsonl").current()
     assert len(runs) == 2
     artifacts = sorted(p for p in (tmp_path / "home/artifacts").rglob("*") if p.is_file())
     again = run(spec, local, out=tmp_path / "out")
     assert sorted(p for p in (tmp_path / "home/artifacts").rglob("*") if p.is_file()) \
         == artifacts
-    assert json.loads((tmp_path / "out/drawn/format_runs.json").read_text()) == runs
+    assert RunLog(tmp_path / "out/drawn/format_runs.jsonl").current() == runs
     assert [v.formats for v in again.variants] == [v.formats for v in manifest.variants]
 
 

@@ -3,12 +3,11 @@ work, and it needs no server (opened from the file system)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from browser import browser_page
 
 from genloop.campaign import parse_spec, run
+from genloop.campaign.manifest import read_manifest
 from genloop.sdk import Client
 
 SPEC = {
@@ -30,7 +29,7 @@ def test_the_report_shows_every_variant_and_filters_by_axis(tmp_path, resources)
     with Client.local(home=tmp_path / "home", threads=2, resources=resources) as client:
         manifest = run(parse_spec(SPEC), client, out=tmp_path / "out")
     folder = tmp_path / "out" / "browser"
-    expected = json.loads((folder / "manifest.json").read_text())["variants"]
+    expected = read_manifest(folder).model_dump(mode="json")["variants"]
     with browser_page() as page:
         page.goto((folder / "report.html").as_uri())
         page.wait_for_load_state("load")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import re
 import signal
@@ -19,6 +18,8 @@ import yaml
 from PIL import Image
 
 from genloop.campaign import parse_spec, report, run
+from genloop.campaign.manifest import read_manifest
+from genloop.campaign.runlog import RunLog
 from genloop.evaluators import evaluator
 from genloop.sdk import Client
 
@@ -88,7 +89,7 @@ def test_the_budget_stops_variants_before_they_start(tmp_path, local):
     assert [v.status for v in manifest.variants] == ["succeeded", "succeeded", "skipped",
                                                      "skipped"]
     assert manifest.spent_images == 4
-    assert len(json.loads((tmp_path / "out/sneakers/runs.json").read_text())) == 2
+    assert len(RunLog(tmp_path / "out/sneakers/runs.jsonl").current()) == 2
     assert all("over budget" in v.error for v in manifest.variants[2:])
 
 
@@ -131,22 +132,22 @@ def test_a_killed_runner_resumes_without_losing_or_repeating_work(tmp_path):
     argv = [sys.executable, "-m", "genloop.workers.cli", "campaign", "run",
             str(tmp_path / "spec.yaml"), "--local", str(tmp_path / "home"),
             "--out", str(tmp_path / "out"), "--quiet"]
-    runs_file = tmp_path / "out/sneakers/runs.json"
+    runs_file = tmp_path / "out/sneakers/runs.jsonl"
     first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and first.poll() is None:
-        if runs_file.exists() and len(json.loads(runs_file.read_text())) == 4:
+        if len(RunLog(runs_file).current()) == 4:
             break
         time.sleep(0.05)
     assert first.poll() is None, "the runner finished before it could be killed"
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
-    recorded = json.loads(runs_file.read_text())
+    recorded = RunLog(runs_file).current()
     again = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert json.loads(runs_file.read_text()) == recorded  # the same four runs, none new
-    manifest = json.loads((tmp_path / "out/sneakers/manifest.json").read_text())
-    assert [v["status"] for v in manifest["variants"]] == ["succeeded"] * 4
-    assert [v["run_id"] for v in manifest["variants"]] == list(recorded.values())
+    assert RunLog(runs_file).current() == recorded  # the same four runs, none new
+    manifest = read_manifest(tmp_path / "out/sneakers")
+    assert [v.status for v in manifest.variants] == ["succeeded"] * 4
+    assert [v.run_id for v in manifest.variants] == list(recorded.values())
     with sqlite3.connect(tmp_path / "home" / "state.db") as db:
         assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 4
