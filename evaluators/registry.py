@@ -32,6 +32,9 @@ from .base import Evaluator, Scores, check_finite
 
 #: Builds an evaluator for a resolved device string and the options given to ``get``.
 Factory = Callable[..., Evaluator]
+#: What a name needs before it works alone (see :meth:`EvaluatorRegistry.needs`): a fixed list
+#: of options, or a function that says what is missing now (an unset environment variable).
+Needs = Sequence[str] | Callable[[], Sequence[str]]
 T = TypeVar("T")
 
 
@@ -40,20 +43,24 @@ class EvaluatorRegistry:
 
     def __init__(self) -> None:
         self._factories: dict[str, Factory] = {}
+        self._needs: dict[str, Needs] = {}
         self._instances: dict[tuple[str, str, str], Evaluator] = {}
         # One lock for the maps, held briefly; one per key, held while that model loads, so a
         # slow load neither blocks scoring with models already built nor happens twice.
         self._lock = threading.Lock()
         self._building: dict[tuple[str, str, str], threading.Lock] = {}
 
-    def register(self, name: str, factory: Factory, *, replace: bool = False) -> None:
-        """Make ``factory`` reachable as ``name``; ``replace=True`` to override an existing one."""
+    def register(self, name: str, factory: Factory, *, replace: bool = False,
+                 needs: Needs = ()) -> None:
+        """Make ``factory`` reachable as ``name``; ``replace=True`` to override an existing one.
+        ``needs``: the options it cannot be built without (see :meth:`needs`)."""
         if not isinstance(name, str) or not name.strip():
             raise Permanent(f"evaluator name must be a non-empty string, got {name!r}")
         with self._lock:
             if name in self._factories and not replace and self._factories[name] is not factory:
                 raise Permanent(f"evaluator {name!r} is already registered; pass replace=True")
             self._factories[name] = factory
+            self._needs[name] = needs
             for key in [k for k in self._instances if k[0] == name]:
                 del self._instances[key]
 
@@ -61,6 +68,7 @@ class EvaluatorRegistry:
         """Forget ``name`` and any evaluator built from it."""
         with self._lock:
             self._factories.pop(name, None)
+            self._needs.pop(name, None)
             for key in [k for k in self._instances if k[0] == name]:
                 del self._instances[key]
 
@@ -76,6 +84,15 @@ class EvaluatorRegistry:
             factory = self._factories[name]
         doc = getattr(getattr(factory, "func", factory), "__doc__", None) or ""
         return " ".join(doc.strip().split("\n\n")[0].split())
+
+    def needs(self, name: str) -> list[str]:
+        """What ``name`` cannot be built without and no one has supplied yet: options a caller
+        must give (``hf-clip``'s ``path``), or operator settings missing now (``vlm-judge``'s
+        environment). Empty for a name that works alone; published in the spec schema, so an
+        agent's tools can leave out what a call could not use."""
+        with self._lock:
+            needs = self._needs.get(name, ())
+        return list(needs() if callable(needs) else needs)
 
     def get(self, name: str, device: str | None = None, **options: Any) -> Evaluator:
         """The evaluator for ``name`` on ``device``, built on first use and cached afterwards.
@@ -252,6 +269,15 @@ def _brand_palette(device: str, **options: Any) -> Evaluator:
     return BrandPaletteEvaluator(device=device, **options)
 
 
+def _vlm_unset() -> list[str]:
+    """The vlm-judge settings missing from this process's environment."""
+    import os
+
+    from .vlm_client import ENV_BASE_URL, ENV_MODEL
+
+    return [v for v in (ENV_BASE_URL, ENV_MODEL) if not os.environ.get(v)]
+
+
 def _vlm_judge(device: str, **options: Any) -> Evaluator:
     """Asks a hosted vision-language model (OpenAI-compatible API) one yes/no question per
     clause; needs GENLOOP_VLM_BASE_URL and GENLOOP_VLM_MODEL set by the operator."""
@@ -279,16 +305,16 @@ def register_builtins(registry: EvaluatorRegistry) -> EvaluatorRegistry:
     :class:`Permanent` when built, naming the environment variables to set)."""
     registry.register("clip", _clip)
     registry.register("shapes-clip", _shapes_clip)
-    registry.register("hf-clip", _hf_clip)
-    registry.register("aesthetic", functools.partial(_aesthetic, registry))
-    registry.register("composite", functools.partial(_composite, registry))
-    registry.register("brand-palette", _brand_palette)
+    registry.register("hf-clip", _hf_clip, needs=("path",))
+    registry.register("aesthetic", functools.partial(_aesthetic, registry), needs=("head",))
+    registry.register("composite", functools.partial(_composite, registry), needs=("weights",))
+    registry.register("brand-palette", _brand_palette, needs=("palette",))
     registry.register("clause-critic",
                       functools.partial(_clause_critic, registry, "clip", "clause-critic"))
     registry.register("shapes-critic",
                       functools.partial(_clause_critic, registry, "shapes-clip", "shapes-critic"))
     registry.register("shapes-vqa", functools.partial(_shapes_vqa, registry))
-    registry.register("vlm-judge", _vlm_judge)
+    registry.register("vlm-judge", _vlm_judge, needs=_vlm_unset)
     return registry
 
 

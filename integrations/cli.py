@@ -5,14 +5,28 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
+
+from pydantic import ValidationError
+
+from genloop.sdk import SpecSchema
 
 from .catalog import Catalog
 
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+def _served(schema: SpecSchema, args: argparse.Namespace) -> Catalog:
+    """What the back end serves that a call can use, with the operator's evaluator options."""
+    try:
+        options = json.loads(args.evaluator_options or "{}")
+        return Catalog.served(schema, evaluator_options=options)
+    except (ValueError, ValidationError) as exc:
+        raise SystemExit(f"genloop mcp: --evaluator-options: {exc}") from None
 
 
 def _catalog(served: Catalog, args: argparse.Namespace) -> Catalog:
@@ -22,7 +36,8 @@ def _catalog(served: Catalog, args: argparse.Namespace) -> Catalog:
     unknown = sorted(n for field, names in chosen.items() for n in names
                      if n not in getattr(served, field))
     if unknown:
-        raise SystemExit(f"genloop mcp: the back end does not serve {', '.join(unknown)}")
+        raise SystemExit(f"genloop mcp: cannot offer {', '.join(unknown)}: the back end does "
+                         "not serve it, or it needs settings (--evaluator-options)")
     return Catalog.model_validate({**served.model_dump(), **chosen})
 
 
@@ -49,7 +64,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     else:
         client = Client.local(home=args.local, threads=args.threads)
     with client:
-        catalog = _catalog(Catalog.served(client.schema()), args)
+        catalog = _catalog(_served(client.schema(), args), args)
         server = build_server(GenloopTools(client, aclient=aclient, catalog=catalog))
         if args.transport == "stdio":
             server.run("stdio")
@@ -75,6 +90,10 @@ def setup(p: argparse.ArgumentParser) -> None:
                    "default (default: every model the back end serves, its default first)")
     p.add_argument("--evaluators", help="likewise for evaluators")
     p.add_argument("--refiners", help="likewise for refine strategies")
+    p.add_argument("--evaluator-options", metavar="JSON", help="settings per evaluator, sent "
+                   "with every call naming it; an evaluator that needs some (hf-clip's path, "
+                   "aesthetic's head) is offered only once given, e.g. "
+                   "'{\"hf-clip\": {\"path\": \"/models/clip\"}}'")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="import a module first (custom ops, evaluators); repeatable")
     p.set_defaults(fn=cmd_mcp)

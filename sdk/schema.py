@@ -26,6 +26,9 @@ class Named(BaseModel):
 
     name: str
     description: str = ""
+    needs: list[str] = Field(default_factory=list, description=(
+        "what must be supplied before the name works on its own: options a spec must give "
+        "(an operator-side path, weights) or environment variables the operator has not set"))
 
 
 class Served(BaseModel):

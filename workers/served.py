@@ -40,7 +40,7 @@ def served(registry: OpRegistry, model_names: dict[str, str], evaluators: Evalua
     evaluator_names = evaluators.names()
     return Served(
         models=[Named(name=n, description=d) for n, d in sorted(model_names.items())],
-        evaluators=[Named(name=n, description=evaluators.describe(n))
+        evaluators=[Named(name=n, description=evaluators.describe(n), needs=evaluators.needs(n))
                     for n in evaluator_names],
         refiners=[Named(name=n, description=d) for n, d in sorted(refiners.describe().items())],
         ops=[Named(name=n, description=_first_line(registry[n].params.__doc__
