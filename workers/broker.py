@@ -9,12 +9,13 @@ middleware applies it, or ``(run id, [instance id, ...])`` for a chunk of a larg
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import dramatiq
-from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.common import current_millis, dq_name
 from dramatiq.middleware import CurrentMessage, Retries
@@ -31,11 +32,13 @@ from .middleware.attempts import AttemptOutcomes, retry_transients
 from .middleware.metrics import QueueWait
 from .middleware.sweeper import OutboxSweeper
 from .ops.registry import OpRegistry
-from .redis_fair_queue import RedisFairQueue, RedisFairWorker
 from .scheduler import Scheduler
 from .stores.base import StateStore
 from .stores.records import InstanceRecord
 from .stores.redis_keys import PoolKeys
+
+if TYPE_CHECKING:
+    from .redis_fair_queue import RedisFairQueue
 
 ACTOR_PREFIX = "genloop.execute."
 DEFAULT_QUEUES = ("gpu", "cpu")
@@ -45,6 +48,14 @@ DEFAULT_TIME_LIMIT_MS = 60 * 60 * 1000
 
 #: Messages per Redis pipeline when many are sent at once (a released map).
 PIPELINE_MESSAGES = 500
+
+
+def is_redis_broker(broker: dramatiq.Broker) -> bool:
+    """Whether ``broker`` is Dramatiq's ``RedisBroker`` (or a subclass), asked without importing
+    redis: a process that never made one (the embedded runtime) saves the ~0.1 s the import
+    takes, which is on the way to its first image."""
+    module = sys.modules.get("dramatiq.brokers.redis")
+    return module is not None and isinstance(broker, module.RedisBroker)
 
 
 def actor_name(queue: str) -> str:
@@ -89,7 +100,7 @@ class Enqueuer:
 
     def send_chunks(self, chunks: Sequence[Chunk], delay: float = 0.0) -> None:
         """One message per chunk; on Redis, in pipelines of :data:`PIPELINE_MESSAGES`."""
-        if isinstance(self.broker, RedisBroker) and not delay and len(chunks) > 1:
+        if is_redis_broker(self.broker) and not delay and len(chunks) > 1:
             for start in range(0, len(chunks), PIPELINE_MESSAGES):
                 self._send_pipelined(chunks[start:start + PIPELINE_MESSAGES])
             return
@@ -138,7 +149,7 @@ class Enqueuer:
         sweeper leaves queued instances alone while there is a backlog: they are waiting their
         turn, not lost."""
         names = (queue, dq_name(queue))
-        if isinstance(self.broker, RedisBroker):
+        if is_redis_broker(self.broker):
             return sum(self.broker.client.llen(PoolKeys.dramatiq_queue(self.broker.namespace, q))
                        for q in names)
         if isinstance(self.broker, StubBroker):
@@ -167,8 +178,9 @@ def submitter(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, 
     enqueue = Enqueuer(broker)
     if shared_fair is None:
         return Scheduler(store, registry, enqueue, queues=queues, backlog=enqueue.backlog)
-    if not isinstance(broker, RedisBroker):
+    if not is_redis_broker(broker):
         raise TypeError("shared_fair needs a RedisBroker (its client holds the queue)")
+    from .redis_fair_queue import RedisFairQueue
 
     def tenant_of(run_id: str) -> str:
         return scheduler.topology(run_id).graph.namespace or run_id
@@ -219,8 +231,10 @@ def wire(
         fair = FairEnqueuer(enqueue.send_chunk, fair_window, tenant_of)
         broker.add_middleware(FairRelease(fair))
     elif shared_fair is not None:
-        if not isinstance(broker, RedisBroker):
+        if not is_redis_broker(broker):
             raise TypeError("shared_fair needs a RedisBroker (its client holds the queue)")
+        from .redis_fair_queue import RedisFairQueue, RedisFairWorker
+
         shared = fair = RedisFairQueue(broker.client, enqueue.send_chunk, tenant_of,
                                        prefix=shared_fair, send_many=enqueue.send_chunks)
         broker.add_middleware(RedisFairWorker(shared, ACTOR_PREFIX))

@@ -14,7 +14,9 @@ name invalidates stored results instead of silently reusing them.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +32,8 @@ from ..metrics import metrics
 from ..models_config import TINY_DESCRIPTION, ModelsConfig, shipped_shapes
 from .residency import Residency, Resident, default_budget, pipeline_bytes
 from .tiny import TINY_VERSION, build_tiny_pipeline
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,7 @@ class ModelRegistry:
             entry = self.residency.get(name, pin)
             if entry is not None:
                 return entry
+            started = time.perf_counter()
             pipe = self._load(name)  # built on CPU, so eviction can make room before .to()
             nbytes = pipeline_bytes(pipe, self.dtype)  # as it will be after the cast
             if nbytes > self.residency.budget:
@@ -190,6 +195,8 @@ class ModelRegistry:
             self.residency.make_room(nbytes)
             entry = self.residency.add(name, self._to_device(pipe), nbytes)
             self.residency.get(name, pin)
+            log.info("loaded model %s in %.2f s (%.0f MiB on %s)", name,
+                     time.perf_counter() - started, nbytes / 2**20, self.device)
             return entry
 
     def _load(self, name: str) -> Any:
