@@ -15,10 +15,11 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
-from genloop.evaluators.palette import palette_compliance, parse_colour
+from genloop.evaluators.palette import parse_colour
 from genloop.evaluators.selection import select_top_k, select_top_k_diverse
 from genloop.sdk import ScoredCandidate
 
+from .brand import subject_compliance
 from .creative import fit, set_headline
 from .manifest import FormatOutput, Manifest, VariantRecord
 from .spec import CampaignSpec
@@ -46,16 +47,18 @@ class Source:
 
 def mark_brand(spec: CampaignSpec, record: VariantRecord, source: Source,
                previous: VariantRecord | None) -> None:
-    """The pick's brand compliance (kept from ``previous`` when it measured the same image)."""
+    """The pick's brand compliance, its subject's colours against the palette (:mod:`.brand`);
+    kept from ``previous`` when it measured the same image the same way."""
     if spec.brand is None or record.artifact is None:
         return
     if (previous is not None and previous.artifact == record.artifact
-            and previous.brand_compliance is not None):
-        share = previous.brand_compliance
+            and previous.brand_compliance is not None and previous.brand_subject is not None):
+        share, subject = previous.brand_compliance, previous.brand_subject
     else:
         palette = [parse_colour(c) for c in spec.brand.palette]
-        share = round(palette_compliance(source.image, palette, spec.brand.max_distance), 4)
-    record.brand_compliance = share
+        measured = subject_compliance(source.image, palette, spec.brand.max_distance)
+        share, subject = round(measured.share, 4), measured.subject
+    record.brand_compliance, record.brand_subject = share, subject
     record.below_brand_minimum = share < spec.brand.min_compliance
 
 

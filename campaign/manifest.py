@@ -54,7 +54,10 @@ class VariantRecord(BaseModel):
     round: int | None = None
     score: float | None = None
     artifact: str | None = None
-    brand_compliance: float | None = None
+    brand_compliance: float | None = Field(
+        None, description="share of the subject's pixels in brand colours (campaign.brand)")
+    brand_subject: float | None = Field(
+        None, description="share of the picture measured as subject (1.0: none stood out)")
     below_brand_minimum: bool = False
     finalist: bool = False
     formats: dict[str, FormatOutput] = Field(default_factory=dict)

@@ -112,7 +112,9 @@ def _row(manifest: Manifest, v: VariantRecord) -> str:
                       for a in v.history)
     headline = f"<br><em>{escape(v.headline)}</em>" if v.headline else ""
     score = "" if v.score is None else f"{v.score:.2f}"
-    brand = "" if v.brand_compliance is None else f"{100 * v.brand_compliance:.0f}%"
+    brand = "" if v.brand_compliance is None else (
+        f"{100 * v.brand_compliance:.0f}%" + ("" if v.brand_subject is None else
+                                              f" of {100 * v.brand_subject:.0f}% subject"))
     cost = "" if v.status == "skipped" else (
         f"{v.images} images" + (f", {v.steps} steps" if v.steps else ""))
     return (f'<tr class="{v.status}" data-key="{v.key}" {attrs}>{cells}'
@@ -127,7 +129,9 @@ def _brand_note(manifest: Manifest) -> str:
                "never a finalist" if manifest.brand_min_compliance else "")
     return (f"<p>Brand: the share of the subject's pixels (the background left out) within "
             f"delta E {manifest.brand_max_distance:g} of a palette colour "
-            f"({', '.join(escape(c) for c in manifest.brand_palette)}){minimum}.</p>")
+            f"({', '.join(escape(c) for c in manifest.brand_palette)}), beside the share of the "
+            f"picture taken as subject (100%: none stood out, so all of it was "
+            f"measured){minimum}.</p>")
 
 
 def render_report(manifest: Manifest, page: int = 1) -> str:

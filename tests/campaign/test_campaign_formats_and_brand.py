@@ -9,6 +9,7 @@ import pytest
 from PIL import Image
 
 from genloop.campaign import finish, parse_spec, run
+from genloop.campaign.brand import subject_compliance
 from genloop.campaign.manifest import VariantRecord
 from genloop.campaign.reframe import generation_size
 from genloop.campaign.runlog import RunLog
@@ -126,7 +127,7 @@ def test_a_brand_weight_puts_the_brand_colours_into_each_loops_score(tmp_path, l
             assert c.score == pytest.approx(expected, abs=1e-3)
         assert v.artifact == max(scored, key=lambda c: c.score).artifact
         assert v.brand_compliance == pytest.approx(
-            palette_compliance(decoded(local, v.artifact), palette), abs=1e-4)
+            subject_compliance(decoded(local, v.artifact), palette).share, abs=1e-4)
 
 
 def test_a_brand_weight_needs_the_loops_evaluator_named():
