@@ -43,6 +43,8 @@ MIN_SUBJECT = 0.004
 #: A region under this share of the largest candidate is an island of the backdrop's texture
 #: (a blotch ringed by sharper steps), not part of the subject.
 MAIN = 1 / 3
+#: Border pixels this far (delta E) from the border's common colours belong to something else.
+OUTLIER = 40.0
 #: Width, in pixels of the reduced picture, of the border a background region touches.
 BORDER = 2
 
@@ -103,9 +105,7 @@ def _regions(labs: list[Lab], w: int, h: int) -> tuple[list[int], list[int], lis
     return region, sizes, borders
 
 
-def subject_pixels(image: Image.Image) -> tuple[list[int], list[Lab]]:
-    """Indices of the subject's pixels in the reduced picture (empty: no subject stood out),
-    and every pixel's CIELAB colour."""
+def _subject(image: Image.Image, main: float) -> tuple[list[int], list[Lab], tuple[int, int]]:
     small = _reduced(image)
     w, h = small.size
     labs = _labs(small)
@@ -114,8 +114,48 @@ def subject_pixels(image: Image.Image) -> tuple[list[int], list[Lab]]:
     candidates = {r: size for r, (size, border) in enumerate(zip(sizes, borders, strict=True))
                   if border < most / 2 and size >= MIN_SUBJECT * w * h}
     largest = max(candidates.values(), default=0)
-    subject = {r for r, size in candidates.items() if size >= MAIN * largest}
-    return [i for i, r in enumerate(region) if r in subject], labs
+    subject = {r for r, size in candidates.items() if size >= main * largest}
+    return [i for i, r in enumerate(region) if r in subject], labs, (w, h)
+
+
+def subject_pixels(image: Image.Image) -> tuple[list[int], list[Lab]]:
+    """Indices of the subject's pixels in the reduced picture (empty: no subject stood out),
+    and every pixel's CIELAB colour."""
+    subject, labs, _ = _subject(image, MAIN)
+    return subject, labs
+
+
+def _far_from_border(labs: list[Lab], w: int, h: int) -> set[int]:
+    """Pixels far from every colour common on the border: on fine grain, a subject little
+    different from the backdrop can join its region through the grain, yet its colour stays
+    apart from the border's. The bound is twice the border's own spread (95th percentile,
+    pixels past :data:`OUTLIER` left out as something else), at least 12 delta E."""
+    border = [labs[y * w + x] for y in range(h) for x in range(w)
+              if x < BORDER or y < BORDER or x >= w - BORDER or y >= h - BORDER]
+    bins: dict[tuple[int, int, int], list[Lab]] = {}
+    for lab in border:
+        bins.setdefault((round(lab[0] / STEP), round(lab[1] / STEP), round(lab[2] / STEP)),
+                        []).append(lab)
+    common = [m for m in bins.values() if len(m) >= 0.15 * len(border)]
+    centres = [tuple(sum(c[k] for c in m) / len(m) for k in range(3)) for m in common]
+    if not centres:  # a border of many colours: no backdrop colour to stand apart from
+        return set()
+    spread = sorted(d for lab in border
+                    if (d := min(delta_e(lab, c) for c in centres)) <= OUTLIER)
+    bound = max(12.0, 2 * spread[int(0.95 * (len(spread) - 1))]) if spread else 12.0
+    return {i for i, lab in enumerate(labs) if min(delta_e(lab, c) for c in centres) > bound}
+
+
+def subject_mask(image: Image.Image) -> Image.Image:
+    """Everything that stands out from the background (islands too, and pixels far from the
+    border's colours: what text must not cover), as an ``L`` mask at the picture's size,
+    grown by a pixel of the reduced picture to keep a margin around it."""
+    subject, labs, size = _subject(image, 0.0)
+    small = Image.new("L", size)
+    members = set(subject) | _far_from_border(labs, *size)
+    small.putdata([255 if i in members else 0 for i in range(size[0] * size[1])])
+    grown = small.filter(ImageFilter.MaxFilter(3))
+    return grown.resize(image.size, Image.Resampling.NEAREST)
 
 
 def subject_compliance(image: Image.Image, palette: Sequence[RGB],

@@ -2,9 +2,11 @@
 
 Fitting never stretches. The image is cropped to the format's aspect ratio around its subject,
 keeping a safe margin on every side; when the subject with its margin does not fit inside any such
-crop, the image is padded with its own background colour instead. Then it is scaled uniformly.
+crop, the image is padded instead, its edges mirrored outward (:func:`continued`). Then it is
+scaled uniformly.
 
-The headline goes where the picture is calmest (lowest luminance spread), in black or white,
+The headline never covers the subject while any place is free of it (smaller type before that),
+and goes where the picture is calmest (lowest luminance spread), in black or white,
 whichever contrasts more. Contrast is measured as WCAG 2 defines it, against the actual pixels
 behind the text block, at their worst (the 5th-percentile pixel, so one stray dark speck does not
 decide); when no place reaches 4.5:1 a backing panel is drawn behind the text and the contrast is
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 from statistics import median
 
 from PIL import Image, ImageChops, ImageDraw, ImageFont
+
+from .brand import subject_mask
 
 RGB = tuple[int, int, int]
 Box = tuple[int, int, int, int]
@@ -74,10 +78,44 @@ def fit(image: Image.Image, width: int, height: int, safe_area: float = 0.08) ->
         return Fitted(out, "crop", window)
     # Pad: the smallest canvas of the format's aspect that holds the whole image.
     pw, ph = (h * aspect, float(h)) if w / h < aspect else (float(w), w / aspect)
-    canvas = Image.new("RGB", (round(pw), round(ph)), bg)
-    canvas.paste(src, (round((pw - w) / 2), round((ph - h) / 2)))
+    canvas = continued(src, round(pw), round(ph))
     out = canvas.resize((width, height), Image.Resampling.LANCZOS)
     return Fitted(out, "pad", (-(pw - w) / 2, -(ph - h) / 2, (pw + w) / 2, (ph + h) / 2))
+
+
+#: Share of the picture's side whose edge strip is mirrored into the padding.
+EDGE_STRIP = 0.08
+
+
+def continued(src: Image.Image, width: int, height: int) -> Image.Image:
+    """``src`` centred on a ``width`` x ``height`` canvas whose margins continue its edges: each
+    margin is the picture's edge strip mirrored outward, again and again, so colour and
+    texture carry on across the seam (a flat fill in the border's median colour showed a seam
+    wherever the background was noisy). The strip is thin, :data:`EDGE_STRIP` of the side, so
+    a subject that reaches the edge is repeated no more than that."""
+    w, h = src.size
+    x0, y0 = (width - w) // 2, (height - h) // 2
+    canvas = Image.new("RGB", (width, height))
+    canvas.paste(src, (x0, y0))
+    if height > h:
+        band = max(1, round(h * EDGE_STRIP))
+        top, bottom = src.crop((0, 0, w, band)), src.crop((0, h - band, w, h))
+        for k in range(-(-max(y0, height - h - y0) // band)):
+            flip = k % 2 == 0
+            canvas.paste(top.transpose(Image.Transpose.FLIP_TOP_BOTTOM) if flip else top,
+                         (x0, y0 - (k + 1) * band))
+            canvas.paste(bottom.transpose(Image.Transpose.FLIP_TOP_BOTTOM) if flip else bottom,
+                         (x0, y0 + h + k * band))
+    if width > w:
+        band = max(1, round(w * EDGE_STRIP))
+        left, right = src.crop((0, 0, band, h)), src.crop((w - band, 0, w, h))
+        for k in range(-(-max(x0, width - w - x0) // band)):
+            flip = k % 2 == 0
+            canvas.paste(left.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if flip else left,
+                         (x0 - (k + 1) * band, y0))
+            canvas.paste(right.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if flip else right,
+                         (x0 + w + k * band, y0))
+    return canvas
 
 
 def relative_luminance(rgb: RGB) -> float:
@@ -129,6 +167,7 @@ class Headline:
     colour: RGB
     contrast: float
     panel: bool
+    overlap: float  # share of the subject's pixels under the box: 0 unless nowhere was free
 
 
 def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
@@ -147,68 +186,108 @@ def _wrap(text: str, font, width: int, draw: ImageDraw.ImageDraw) -> list[str]:
     return lines or [""]
 
 
-def _layouts(w: int, h: int, margin: int, line_h: int, lines_for) -> list[tuple[Box, list[str]]]:
+def _layouts(w: int, h: int, margin: int, line_h: int, lines_for,
+             halves: bool) -> list[tuple[Box, list[str]]]:
     """Where a text block may go: full-width bands at the top, middle and bottom, and on
-    landscape pictures also the left and right halves, each with its text wrapped to fit."""
+    landscape pictures (or with ``halves``) the left and right halves at the same heights,
+    each with its text wrapped to fit."""
     areas = [(margin, margin, w - margin, h - margin)]
-    if w > h:
+    if w > h or halves:
         areas += [(margin, margin, w // 2 - margin // 2, h - margin),
                   (w // 2 + margin // 2, margin, w - margin, h - margin)]
     layouts = []
-    for i, (x0, y0, x1, y1) in enumerate(areas):
+    for x0, y0, x1, y1 in areas:
         lines = lines_for(x1 - x0)
         block = min(y1 - y0, line_h * len(lines) + margin)
-        tops = (y0, (y0 + y1 - block) // 2, y1 - block) if i == 0 else ((y0 + y1 - block) // 2,)
-        for top in tops:
+        for top in (y0, (y0 + y1 - block) // 2, y1 - block):
             box = (x0 - margin // 2, max(0, top - margin // 2), x1 + margin // 2,
                    min(h, top + block))
             layouts.append((box, lines))
     return layouts
 
 
+#: Type sizes tried, as shares of the first (a twelfth of the shorter side), before a headline
+#: may cover any of the subject.
+TYPE_SCALES = (1.0, 0.8, 0.64)
+
+
+def _covered(mask: Image.Image, box: Box) -> int:
+    """Subject pixels under ``box``."""
+    return mask.crop(box).histogram()[255]
+
+
 def set_headline(image: Image.Image, text: str, cta: str | None = None) -> Headline:
-    """``image`` with ``text`` (and ``cta`` below it) set where it reads best."""
+    """``image`` with ``text`` (and ``cta`` below it) set where it reads best, never over the
+    subject (:func:`~.brand.subject_mask`) while any place is free of it: the calmest free
+    place whose black or white text reaches 4.5:1, else the calmest free place on a panel;
+    halves of a portrait picture are tried after its bands, and type shrinks
+    (:data:`TYPE_SCALES`) before any subject pixel is covered, and only when no
+    size finds a free place does it go, on a panel, where it covers the least."""
     out = image.convert("RGB")
     w, h = out.size
     draw = ImageDraw.Draw(out)
-    size = max(10, min(w, h) // 12)
-    font, cta_font = _font(size), _font(max(8, size * 3 // 4))
+    mask = subject_mask(out)
+    subject = max(1, mask.histogram()[255])
     margin = max(4, min(w, h) // 24)
-    line_h = int(size * 1.25)
+    for scale in TYPE_SCALES:
+        size = max(10, round(min(w, h) // 12 * scale))
+        font, cta_font = _font(size), _font(max(8, size * 3 // 4))
+        line_h = int(size * 1.25)
 
-    def lines_for(width: int) -> list[str]:
-        return _wrap(text, font, width, draw) + ([cta] if cta else [])
+        def lines_for(width: int, font: ImageFont.ImageFont | ImageFont.FreeTypeFont = font
+                      ) -> list[str]:
+            return _wrap(text, font, width, draw) + ([cta] if cta else [])
 
-    layouts = sorted(_layouts(w, h, margin, line_h, lines_for),
-                     key=lambda layout: _luminance_spread(out, layout[0]))
+        # On a portrait picture a half wraps a headline into a narrow column: only when every
+        # band covers the subject.
+        for halves in (False, True):
+            layouts = _layouts(w, h, margin, line_h, lines_for, halves)
+            free = [layout for layout in layouts if not _covered(mask, layout[0])]
+            if free:
+                break
+        if free:
+            break
+    if not free:  # nowhere clear of the subject at any size: the least covered place
+        least = min(_covered(mask, box) for box, _ in layouts)
+        free = [layout for layout in layouts if _covered(mask, layout[0]) == least]
+    free.sort(key=lambda layout: _luminance_spread(out, layout[0]))
     colours: tuple[RGB, RGB] = ((255, 255, 255), (0, 0, 0))
     chosen: tuple[Box, list[str], RGB, float] | None = None
-    for box, lines in layouts:  # calmest first; the first that reads well wins
+    for box, lines in free:  # calmest first; the first that reads well wins
         colour = max(colours, key=lambda c: _worst_contrast(out, box, c))
         contrast = _worst_contrast(out, box, colour)
         if contrast >= MIN_CONTRAST:
             chosen = (box, lines, colour, contrast)
             break
-    panel = chosen is None
-    if chosen is None:
-        box, lines = layouts[0]
+    overlap = _covered(mask, free[0][0])
+    panel = chosen is None or overlap > 0
+    if panel:
+        box, lines = chosen[:2] if chosen else free[0]
         colour = max(colours, key=lambda c: _worst_contrast(out, box, c))
-        backing = (0, 0, 0) if colour == (255, 255, 255) else (255, 255, 255)
-        for alpha in (0.8, 1.0):
-            trial = out.copy()
-            mask = Image.new("L", out.size, 0)
-            ImageDraw.Draw(mask).rectangle(box, fill=round(255 * alpha))
-            trial.paste(Image.new("RGB", out.size, backing), (0, 0), mask)
-            contrast = _worst_contrast(trial, box, colour)
-            if contrast >= MIN_CONTRAST:
-                break
-        out, chosen = trial, (box, lines, colour, contrast)
+        out, contrast = _panel(out, box, colour)
+        chosen = (box, lines, colour, contrast)
         draw = ImageDraw.Draw(out)
-    box, lines, colour, contrast = chosen
+    box, lines, colour, contrast = chosen  # type: ignore[misc]
     y = box[1] + margin // 2
     for i, line in enumerate(lines):
         line_font = cta_font if cta and i == len(lines) - 1 else font
         x = (box[0] + box[2] - draw.textlength(line, font=line_font)) / 2
         draw.text((x, y), line, fill=colour, font=line_font)
         y += line_h
-    return Headline(out, box, colour, round(contrast, 2), panel)
+    return Headline(out, box, colour, round(contrast, 2), panel,
+                    round(_covered(mask, box) / subject, 4))
+
+
+def _panel(image: Image.Image, box: Box, colour: RGB) -> tuple[Image.Image, float]:
+    """``image`` with a backing panel behind ``box``, 80% opaque if that reaches 4.5:1, and the
+    contrast it gives."""
+    backing = (0, 0, 0) if colour == (255, 255, 255) else (255, 255, 255)
+    for alpha in (0.8, 1.0):
+        trial = image.copy()
+        mask = Image.new("L", image.size, 0)
+        ImageDraw.Draw(mask).rectangle(box, fill=round(255 * alpha))
+        trial.paste(Image.new("RGB", image.size, backing), (0, 0), mask)
+        contrast = _worst_contrast(trial, box, colour)
+        if contrast >= MIN_CONTRAST:
+            break
+    return trial, contrast

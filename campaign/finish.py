@@ -25,6 +25,10 @@ from .manifest import FormatOutput, Manifest, VariantRecord
 from .spec import CampaignSpec
 
 Read = Callable[[str], bytes]
+#: Part of each creative's render key: changed when fitting or headline placement changes, so
+#: files an older version made are drawn again (2: headlines clear of the subject, padding
+#: mirrored).
+RENDERING = 2
 
 
 def _image(read: Read, key: str) -> Image.Image:
@@ -97,7 +101,7 @@ def render_formats(spec: CampaignSpec, record: VariantRecord, folder: Path, sour
     cta = spec.copy_.cta if spec.copy_ else None
     for fmt in spec.formats:
         artifact = drawn.get(fmt.name, record.artifact)
-        what = f"{artifact}|{fmt.width}x{fmt.height}|{record.headline}|{cta}"
+        what = f"{RENDERING}|{artifact}|{fmt.width}x{fmt.height}|{record.headline}|{cta}"
         render_key = hashlib.sha256(what.encode()).hexdigest()[:16]
         file = f"formats/{fmt.slug}/{record.key}.png"
         old = previous.formats.get(fmt.name) if previous else None
@@ -106,15 +110,17 @@ def render_formats(spec: CampaignSpec, record: VariantRecord, folder: Path, sour
             continue
         image = (_image(source.read, artifact) if fmt.name in drawn else source.image)
         fitted = fit(image, fmt.width, fmt.height)
-        image, contrast, panel = fitted.image, None, False
+        image, contrast, panel, overlap = fitted.image, None, False, None
         if record.headline:
             placed = set_headline(image, record.headline, cta)
             image, contrast, panel = placed.image, placed.contrast, placed.panel
+            overlap = placed.overlap
         (folder / file).parent.mkdir(parents=True, exist_ok=True)
         image.save(folder / file)
         record.formats[fmt.name] = FormatOutput(
             file=file, method="generate" if fmt.name in drawn else fitted.method,
-            source=artifact, contrast=contrast, panel=panel, render_key=render_key,
+            source=artifact, contrast=contrast, panel=panel, overlap=overlap,
+            render_key=render_key,
             note=errors.get(fmt.name))
 
 

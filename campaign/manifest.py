@@ -34,7 +34,11 @@ class FormatOutput(BaseModel):
     source: str | None = Field(None, description="artifact key of the image it was made from")
     note: str | None = Field(None, description="why it was fitted although drawing was asked")
     contrast: float | None = Field(None, description="WCAG contrast of the headline, if any")
-    panel: bool = Field(False, description="a backing panel was needed to reach 4.5:1")
+    panel: bool = Field(False, description="a backing panel was needed to reach 4.5:1, or "
+                        "the headline covers some of the subject")
+    overlap: float | None = Field(
+        None, description="share of the subject's pixels under the headline: 0 unless no place "
+        "was free of it")
     render_key: str = Field(description="hash of what the file was made from; reused if equal")
 
 

@@ -99,6 +99,7 @@ def _row(manifest: Manifest, v: VariantRecord) -> str:
         f'loading="lazy"></a><figcaption>{escape(name)}, {out.method}'
         + (f", contrast {out.contrast:.1f}" if out.contrast is not None else "")
         + (", on a panel" if out.panel else "")
+        + (f", covers {100 * out.overlap:.0f}% of the subject" if out.overlap else "")
         + (f'<br><span class="note">not drawn: {escape(out.note)}</span>' if out.note else "")
         + "</figcaption></figure>"
         for name, out in v.formats.items()
