@@ -52,6 +52,7 @@ from .ops.registry import OpRegistry, OpSpec
 from .ops.typed_inputs import model_path, output_model
 from .scheduler import Claim, Scheduler, Succeeded
 from .stores.base import StateStore
+from .stores.holders import process_tag
 from .stores.records import InstanceRecord, ItemRef, ResultRecord
 
 log = logging.getLogger(__name__)
@@ -220,7 +221,7 @@ class Executor:
         self.resources = resources
         self.lease_ttl = lease_ttl
         self.leases = LeaseKeeper(self.store, lease_ttl)
-        self.owner = f"worker-{uuid.uuid4().hex[:12]}"
+        self.owner = f"worker-{uuid.uuid4().hex[:12]}{process_tag()}"
         self._executions = itertools.count()  # next() is atomic under the GIL
         self._attempt_of = attempt_of
         self._requeue = requeue

@@ -31,6 +31,7 @@ import uuid
 from dramatiq.middleware import Middleware
 
 from ..scheduler import Scheduler
+from ..stores.holders import process_tag
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class OutboxSweeper(Middleware):
         self.grace = grace
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._owner = f"sweeper-{uuid.uuid4().hex[:8]}"
+        self._owner = f"sweeper-{uuid.uuid4().hex[:8]}{process_tag()}"
 
     def after_worker_boot(self, broker, worker):
         self._stop.clear()

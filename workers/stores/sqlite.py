@@ -23,6 +23,7 @@ from genloop.sdk.models import Event
 
 from . import sqlite_steps
 from .base import READ_BATCH, IdempotencyConflict, RunTx, StateStore
+from .holders import holder_gone
 from .records import (
     EventRecord,
     InstanceRecord,
@@ -163,10 +164,11 @@ def _put_instance(conn: sqlite3.Connection, inst: InstanceRecord) -> None:
 
 def _take(conn: sqlite3.Connection, table: str, key: str, owner: str, ttl: float) -> float:
     """Insert-or-steal a lease row in ``claims`` or ``locks`` (both keyed by ``key``): 0 when
-    taken, else the seconds left on the holder's lease."""
+    taken, else the seconds left on the holder's lease. A lease whose holder process is gone
+    (:func:`.holders.holder_gone`) is taken at once."""
     now = time.time()
     row = conn.execute(f"SELECT owner, expires FROM {table} WHERE key = ?", (key,)).fetchone()
-    if row is not None and row[0] != owner and row[1] > now:
+    if row is not None and row[0] != owner and row[1] > now and not holder_gone(row[0]):
         return row[1] - now
     conn.execute(f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?)", (key, owner, now + ttl))
     return 0.0
