@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from .reviews import Review
 from .runlog import Attempt
 
 #: Variants per JSON Lines shard: about 1.5 MB with three formats.
@@ -65,6 +66,7 @@ class VariantRecord(BaseModel):
     below_brand_minimum: bool = False
     finalist: bool = False
     formats: dict[str, FormatOutput] = Field(default_factory=dict)
+    review: Review | None = Field(None, description="the reviewers' decision and comment")
     history: list[Attempt] = Field(
         default_factory=list, description="earlier runs, replaced by --retry-failed, oldest first")
 

@@ -107,6 +107,10 @@ def _row(manifest: Manifest, v: VariantRecord) -> str:
     status = v.status + (' <span class="finalist">finalist</span>' if v.finalist else "")
     if v.below_brand_minimum:
         status += ' <span class="below">below brand minimum</span>'
+    if v.review is not None and v.review.decision != "pending":
+        status += (f'<br><strong>{v.review.decision}</strong>'
+                   + (f" by {escape(v.review.by)}" if v.review.by else "")
+                   + (f": {escape(v.review.comment)}" if v.review.comment else ""))
     status += f"<br>{escape(v.error or '')}"
     status += "".join(f'<div class="history">earlier run {escape(a.run_id)}: '
                       f"{escape(a.status or '')} {escape(a.error or '')}</div>"

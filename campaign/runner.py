@@ -26,6 +26,7 @@ from . import finish, reframe
 from .manifest import Manifest, VariantRecord, read_manifest, write_atomic, write_manifest
 from .names import check_names
 from .report import write_report
+from .reviews import read_reviews
 from .runlog import RunLog
 from .spec import CampaignSpec
 
@@ -308,6 +309,9 @@ def _collect(spec: CampaignSpec, client: Client, records: list[VariantRecord],
         except OSError as exc:  # an unreadable image fails this variant, never the campaign
             record.status, record.error = "failed", f"could not make its formats: {exc}"
     finish.mark_finalists(spec, records, picks)
+    reviews = read_reviews(folder)
+    for record in records:
+        record.review = reviews.get(record.key)
     manifest = new_manifest(spec, records)
     manifest.sheets = finish.contact_sheets(
         manifest, spec, folder, client.read_artifact,

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
@@ -61,6 +62,8 @@ class GatewaySettings:
     sse_poll: float = 0.05
     sse_max_poll: float = 0.5
     sse_keepalive: float = 10.0
+    #: Where campaign runs write their folders (out/campaigns), for the console's review pages.
+    campaigns: Path | None = None
 
 
 class Health(BaseModel):

@@ -70,7 +70,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             max_cost_per_run=args.max_cost,
                             max_concurrent_cost=args.max_concurrent_cost),
         models=models, max_prompt_chars=args.max_prompt_chars,
-        share_results=args.share_results,
+        share_results=args.share_results, campaigns=args.campaigns,
     )
     store, backend = open_store(args), open_backend(args, models)
     try:
@@ -139,6 +139,8 @@ def setup_serve(p: argparse.ArgumentParser) -> None:
                    help="reuse stored results across tenants (they learn what others asked)")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="import a module first (custom ops); repeatable")
+    p.add_argument("--campaigns", metavar="DIR",
+                   help="campaign folders (out/campaigns) the console's review pages show")
     p.add_argument("--log-level", default="info")
     p.add_argument("--default-model", metavar="NAME",
                    help="model for specs that name none (default: shapes, the shipped one)")

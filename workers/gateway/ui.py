@@ -55,8 +55,11 @@ def _page(request: Request, name: str, status_code: int = 200, **context: object
 
 def install(app: FastAPI) -> None:
     """Serve the console on ``app`` (the gateway's)."""
+    from . import ui_campaigns  # imports this module's page helper
+
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
     app.include_router(router)
+    app.include_router(ui_campaigns.router)
 
     @app.exception_handler(session.SignInRequired)
     async def sign_in_first(request: Request, exc: Exception) -> Response:
