@@ -13,15 +13,18 @@ Everything here sits on the SDK (no torch); formats, headlines and the brand pal
 
 from __future__ import annotations
 
+from .brand import Compliance, subject_compliance
 from .manifest import FormatOutput, Manifest, VariantRecord
 from .report import render_report
+from .reviews import Review
+from .runlog import Attempt
 from .runner import Progress, campaign_folder, loop_key, report, run
 from .spec import CampaignSpec, CampaignSpecError, FormatSpec, load_spec, parse_spec
 
 __all__ = [
-    "CampaignSpec", "CampaignSpecError", "FormatOutput", "FormatSpec", "Manifest", "Progress",
-    "VariantRecord", "campaign_folder", "load_spec", "loop_key", "parse_spec", "render_report",
-    "report", "run",
+    "Attempt", "CampaignSpec", "CampaignSpecError", "Compliance", "FormatOutput", "FormatSpec",
+    "Manifest", "Progress", "Review", "VariantRecord", "campaign_folder", "load_spec", "loop_key",
+    "parse_spec", "render_report", "report", "run", "subject_compliance",
 ]
 
 
