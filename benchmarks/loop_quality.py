@@ -1,7 +1,7 @@
 """Does a genloop Loop find better images than best-of-N, at the same denoising-step budget?
 
     python benchmarks/loop_quality.py [--prompts 100] [--rounds 3] [--candidates 8]
-        [--modes best-of-n,best-of-n-critic,best-of-n-drafts,target,target-drafts,draft,
+        [--modes default,best-of-n,best-of-n-critic,best-of-n-drafts,target,target-drafts,draft,
                  critic-edit,seed-search,agent,best-of-n-vqa,best-of-n-drafts-vqa,target-vqa,
                  target-drafts-vqa]
         [--draft-candidates N] [--target 50] [--json]
@@ -11,6 +11,8 @@ with a relation, 20% one object of a colour-shape pair held out of training, 20%
 object off the centre), with the shipped ``shapes`` generator at ``--steps``, every mode gets
 the same budget of ``rounds x candidates x steps`` denoising steps:
 
+- ``default``: ``Loop(prompt=..., model="shapes")`` and nothing else, which runs the model's
+  recipe (``shapes.RECIPE``, its own budget: 480 steps, the default budget here);
 - ``best-of-n``: one round of ``rounds x candidates`` images, the best by ``shapes-clip`` kept;
 - ``best-of-n-critic``: the same images judged by ``shapes-critic`` (the clause critic);
 - ``best-of-n-drafts``: one round of as many images at the draft refiner's draft steps as the
@@ -61,7 +63,7 @@ from genloop.sdk.ops import MAX_CANDIDATES_PER_NODE
 from genloop.workers import shapes
 
 BASELINE = "best-of-n"
-MODES = ("best-of-n", "best-of-n-critic", "best-of-n-drafts", "target", "target-drafts",
+MODES = ("default", "best-of-n", "best-of-n-critic", "best-of-n-drafts", "target", "target-drafts",
          "draft", "critic-edit", "seed-search", "agent", "best-of-n-vqa",
          "best-of-n-drafts-vqa", "target-vqa", "target-drafts-vqa")
 #: The judge a ``...-vqa`` mode uses in place of the critic (or of shapes-clip in best-of-n).
@@ -106,6 +108,8 @@ def loop_for(mode: str, prompt: str, rounds: int, candidates: int, steps: int,
     budget = rounds * candidates * steps
     judge = VQA_JUDGE if mode.endswith(VQA_SUFFIX) else "shapes-critic"
     mode = mode.removesuffix(VQA_SUFFIX)
+    if mode == "default":  # what a user gets who names nothing: the back end's recipe
+        return Loop(prompt=prompt, seed=0, model=shapes.PIPELINE_NAME)
     common = dict(prompt=prompt, seed=0, model=shapes.PIPELINE_NAME, steps=steps)
     draft_steps = Loop(prompt=prompt, steps=steps, refiner="draft").draft_steps
     assert draft_steps is not None

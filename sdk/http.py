@@ -29,6 +29,7 @@ from tenacity import (
 
 from .backend import AsyncBackend, Backend
 from .errors import ClientError, TransportError
+from .loop import Loop
 from .models import Event, RunInfo, RunResult, RunSpec
 from .ops import RefineAnswer
 from .polling import TERMINAL_EVENTS, WaitByLongPoll
@@ -95,8 +96,12 @@ class _HttpBase:
 
     @staticmethod
     def _submit_request(spec: RunSpec, key: str | None) -> dict[str, Any]:
+        # A Loop goes as the fields its author set: the gateway's back end fills the rest,
+        # with the model's recipe when none of its fields was set (Loop.with_recipe).
+        body = (spec.model_dump_json(include=spec.model_fields_set | {"kind"})
+                if isinstance(spec, Loop) else spec.model_dump_json())
         return {
-            "content": spec.model_dump_json().encode(),
+            "content": body.encode(),
             "headers": {"Content-Type": "application/json",
                         IDEMPOTENCY_HEADER: key or uuid.uuid4().hex},
         }

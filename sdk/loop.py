@@ -11,6 +11,12 @@ A :class:`Loop` compiles to a plain :class:`~genloop.sdk.graph.Graph` with its r
     ...
     round-R/score     (the last round has no refine)
 
+A back end may serve a *recipe* for a model: the settings of the best loop measured on it
+(``client.schema().served.recipes``). A Loop that sets none of the recipe's fields
+(:data:`RECIPE_FIELDS`: evaluator, refiner, candidates, rounds, target, steps, budget, ...) runs
+with them, so ``Loop(prompt=...)`` alone gets the best measured loop; one that sets any of them
+gets the plain defaults below for the rest.
+
 With ``refiner="agent"`` each refine pauses: the run emits ``refine.requested`` (a
 :class:`~genloop.sdk.ops.RefineRequest` as its message) and waits up to ``refine_timeout`` s for
 ``run.refine(...)``, then lets ``fallback`` decide.
@@ -29,6 +35,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .graph import Graph, RunLimits
 from .ops import BACKEND_DEFAULT, MAX_CANDIDATES_PER_NODE, edit_steps, finish_strength
+
+#: What a model's recipe decides (see :meth:`Loop.with_recipe`). A Loop that sets any of them
+#: keeps the plain defaults for the rest: a recipe's parts belong together (its target is on its
+#: evaluator's scale, its rounds fit its steps and budget).
+RECIPE_FIELDS = frozenset({
+    "evaluator", "evaluator_options", "refiner", "candidates", "rounds", "target", "keep",
+    "steps", "guidance", "budget", "draft_candidates", "draft_steps",
+})
 
 
 class Loop(BaseModel):
@@ -139,6 +153,14 @@ class Loop(BaseModel):
                 f"budget of {self.budget}; lower candidates, draft_candidates or steps"
             )
         return self
+
+    def with_recipe(self, recipe: dict[str, Any] | None) -> Loop:
+        """This loop with ``recipe`` (Loop fields: the back end's best measured loop for the
+        model, published in its schema as ``served.recipes``) filled in, when the loop sets none
+        of :data:`RECIPE_FIELDS`; else unchanged."""
+        if not recipe or self.model_fields_set & RECIPE_FIELDS:
+            return self
+        return Loop.model_validate({**self.model_dump(include=self.model_fields_set), **recipe})
 
     def _default_drafts(self) -> int:
         if self.budget is None or self.steps is None or self.draft_steps is None:

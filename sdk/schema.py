@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .graph import Graph
-from .loop import Loop
+from .loop import RECIPE_FIELDS, Loop
 from .ops import BUILTIN_PARAMS
 
 JsonSchema = dict[str, Any]
@@ -41,6 +41,10 @@ class Served(BaseModel):
     ops: list[Named] = Field(description="graph node ops (`op`)")
     default_model: str | None = Field(None, description="used where `model` is omitted")
     default_evaluator: str | None = Field(None, description="used where `evaluator` is omitted")
+    recipes: dict[str, dict[str, Any]] = Field(default_factory=dict, description=(
+        "per model, the settings of the best loop measured on it: a Loop that sets none of "
+        "evaluator, evaluator_options, refiner, candidates, rounds, target, keep, steps, "
+        "guidance, budget, draft_candidates and draft_steps runs with these"))
 
 
 class SpecSchema(BaseModel):
@@ -111,13 +115,20 @@ def loop_schema(served: Served) -> JsonSchema:
     _narrow(props["model"], served.models, served.default_model, nullable=True)
     _narrow(props["evaluator"], served.evaluators, served.default_evaluator, nullable=True)
     _narrow(props["refiner"], served.refiners, None, nullable=False)
+    for model, recipe in sorted(served.recipes.items()):
+        settings = ", ".join(f"{k}={v!r}" for k, v in recipe.items())
+        schema["description"] += (
+            f" On model '{model}', a loop that sets none of {', '.join(sorted(RECIPE_FIELDS))} "
+            f"runs the best loop measured there: {settings}.")
     return schema
 
 
 def fill_defaults(spec: Graph | Loop, served: Served) -> Graph | Loop:
-    """``spec`` with the back end's default model and evaluator where it names none, so the
-    stored spec says what ran (and result keys carry the model's identity)."""
+    """``spec`` with the back end's default model and evaluator where it names none, and a Loop
+    with its model's recipe (:meth:`Loop.with_recipe`), so the stored spec says what ran (and
+    result keys carry the model's identity)."""
     if isinstance(spec, Loop):
+        spec = spec.with_recipe(served.recipes.get(spec.model or served.default_model or ""))
         return spec.model_copy(update={
             "model": spec.model or served.default_model,
             "evaluator": spec.evaluator or served.default_evaluator,

@@ -4,6 +4,8 @@ Names come from the live registries the back end was given: the op registry (cus
 included), the model registry's built-ins, the evaluator registry, the refine strategies. The
 defaults are the operator's choice; unset, the shipped trained ``shapes`` / ``shapes-clip`` when
 present (they draw and judge something recognisable), else the first model / evaluator served.
+A built-in model may come with a recipe, the Loop settings measured best on it
+(``shapes.RECIPE``), which a Loop that sets none of them runs with.
 """
 
 from __future__ import annotations
@@ -48,4 +50,15 @@ def served(registry: OpRegistry, model_names: dict[str, str], evaluators: Evalua
              for n in sorted(registry)],
         default_model=_pick(default_model, PREFERRED_MODELS, sorted(model_names)),
         default_evaluator=_pick(default_evaluator, PREFERRED_EVALUATORS, evaluator_names),
+        recipes=_recipes(model_names, evaluator_names),
     )
+
+
+def _recipes(model_names: dict[str, str], evaluator_names: list[str]) -> dict[str, dict]:
+    """The built-in models' recipes (the best loop measured on each) that this back end can run:
+    the model served and the recipe's evaluator too."""
+    from . import shapes
+
+    recipes = {shapes.PIPELINE_NAME: shapes.RECIPE}
+    return {name: dict(recipe) for name, recipe in recipes.items()
+            if name in model_names and recipe["evaluator"] in evaluator_names}

@@ -31,6 +31,7 @@ from genloop.sdk.errors import (
     NotFound,
     RunTimeout,
 )
+from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
 
@@ -97,6 +98,7 @@ class Gateway:
     def submit(self, tenant: str, spec: RunSpec, key: str | None) -> tuple[RunInfo, bool]:
         """Start a run for ``tenant``; ``(info, created)``, ``created`` false for a replay."""
         limits = self.limits(tenant)
+        spec = self._with_recipe(spec, limits)
         self._own_images(tenant, spec)
         planned = self.admission.check(spec, limits)
         # Whatever namespace and limits the client sent are replaced: it must not read
@@ -126,6 +128,19 @@ class Gateway:
         log.info("run %s %s for tenant %s", info.id, "submitted" if created else "replayed",
                  tenant)
         return info, created
+
+    def _with_recipe(self, spec: RunSpec, limits: TenantLimits) -> RunSpec:
+        """A Loop with its model's recipe filled in here (:meth:`Loop.with_recipe`), so
+        admission checks and costs what will run. Where the tenant may not use the recipe's
+        evaluator, the loop keeps the plain defaults, pinned so that the back end adds no recipe
+        after admission."""
+        if not isinstance(spec, Loop):
+            return spec
+        served = self.backend.schema().served
+        filled = spec.with_recipe(served.recipes.get(spec.model or served.default_model or ""))
+        if filled is spec or limits.evaluators is None or filled.evaluator in limits.evaluators:
+            return filled
+        return spec.model_copy(update={"evaluator": spec.evaluator})
 
     def _open(self, tenant: str) -> tuple[int, float]:
         """The tenant's unfinished runs: how many, and their cost together."""
