@@ -243,7 +243,7 @@ def _report(client: Client, mode: str, loops: list[Loop], prompts: list[tuple[st
     by_set: dict[str, list[bool]] = {}
     for (name, _), ok in zip(prompts, correct, strict=True):
         by_set.setdefault(name, []).append(ok)
-    return ModeReport(mode=mode, evaluator=loops[0].evaluator or "",
+    return ModeReport(mode=mode, evaluator=loops[0].evaluator or "(recipe)",
                       all_correct=sum(correct) / len(correct), ci95=bootstrap(correct),
                       by_set={k: sum(v) / len(v) for k, v in by_set.items()},
                       steps_per_prompt=spent / len(prompts),
