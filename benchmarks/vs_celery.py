@@ -47,21 +47,21 @@ def count(items: list[int]) -> int:
 # -- Celery ---------------------------------------------------------------------------------------
 def start_celery_worker(threads: int) -> subprocess.Popen:
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "vs_celery", "worker", "--pool", "threads",
-         "-c", str(threads), "--loglevel", "WARNING", "--without-gossip", "--without-mingle",
-         "--without-heartbeat", "--quiet"],
+        [sys.executable, "-m", "celery", "--quiet", "-A", "vs_celery", "worker", "--pool",
+         "threads", "-c", str(threads), "--loglevel", "WARNING", "--without-gossip",
+         "--without-mingle", "--without-heartbeat"],
         cwd=os.path.dirname(os.path.abspath(__file__)),
         env={**os.environ, "VS_CELERY_REDIS": REDIS},
     )
     deadline = time.time() + 60
-    while time.time() < deadline:
+    while time.time() < deadline and worker.poll() is None:
         try:
             if noop.apply_async(kwargs={"i": 1}).get(timeout=2) == 1:
                 return worker
         except Exception:  # noqa: BLE001 - not up yet
             pass
     worker.kill()
-    raise RuntimeError("the Celery worker did not answer within 60 s")
+    raise RuntimeError("the Celery worker exited or did not answer within 60 s")
 
 
 def celery_chain(hops: int) -> float:
