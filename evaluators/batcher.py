@@ -3,7 +3,8 @@
 The generation engine's rules, for judges: score ops :meth:`ScoreBatcher.submit` their images
 and prompt and return (the future resolves later; no worker thread waits). One thread per
 batcher takes the oldest request, waits up to ``window`` seconds for more requests to the same
-evaluator (until ``max_images`` are waiting), and scores them with one
+evaluator (until ``max_images`` are waiting; not at all for a request that came after a quiet
+spell of ``window``, as one loop's rounds do), and scores them with one
 :meth:`~genloop.evaluators.base.Evaluator.score_many` call: a CLIP-family judge encodes all the
 images in one pass and each distinct prompt once, through its shared prompt cache, whichever
 run asked. A call that runs out of device memory is split in halves and retried, and the
@@ -39,6 +40,9 @@ class ScoreRequest:
     text: str
     check: Callable[[], None] | None = None
     enqueued: float = field(default_factory=time.monotonic)
+    #: No request to the same evaluator came in the ``window`` before this one: it is scored
+    #: at once (see :meth:`ScoreBatcher._wait_left`).
+    after_quiet: bool = False
     future: Future = field(default_factory=Future)
 
 
@@ -53,6 +57,7 @@ class ScoreBatcher(BatchQueue[ScoreRequest]):
         super().__init__()
         self.window, self.max_images = window, max_images
         self._caps: dict[int, int] = {}  # id(evaluator) -> images per call after an OOM
+        self._arrivals: dict[int, float] = {}  # id(evaluator) -> its latest request's arrival
         #: The batch log: per call, (evaluator identity, images, requests), and its seconds.
         self.batches: list[tuple[str, int, int]] = []
         self.seconds: list[float] = []
@@ -61,6 +66,9 @@ class ScoreBatcher(BatchQueue[ScoreRequest]):
                check: Callable[[], None] | None = None) -> Future:
         request = ScoreRequest(evaluator, list(images), text, check)
         with self._cond:
+            last = self._arrivals.get(id(evaluator))
+            self._arrivals[id(evaluator)] = request.enqueued
+            request.after_quiet = last is not None and request.enqueued - last > self.window
             self._enqueue([request])
         return request.future
 
@@ -68,6 +76,11 @@ class ScoreBatcher(BatchQueue[ScoreRequest]):
         return self._caps.get(id(evaluator), self.max_images)
 
     def _wait_left(self, head: ScoreRequest) -> float:
+        """A request after a quiet spell (one loop's round: its score is on the loop's critical
+        path) is scored at once; waiting would bet on company that has not been coming. While
+        requests keep coming, each waits up to ``window`` for more."""
+        if head.after_quiet:
+            return 0.0
         judge = head.evaluator
         waiting = sum(len(r.images) for r in self._pending if r.evaluator is judge)
         if waiting >= self._limit(judge):
