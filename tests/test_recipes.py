@@ -19,7 +19,8 @@ def test_a_loop_that_sets_none_of_the_recipe_takes_all_of_it():
     filled = loop.with_recipe(shapes.RECIPE)
     # Then every recipe field is the recipe's and what the author set is kept
     assert {f: getattr(filled, f) for f in shapes.RECIPE} == shapes.RECIPE
-    assert (filled.prompt, filled.model, filled.seed, filled.namespace) == (CAPTION, "shapes", 7, "n")
+    kept = (filled.prompt, filled.model, filled.seed, filled.namespace)
+    assert kept == (CAPTION, "shapes", 7, "n")
 
 
 @pytest.mark.parametrize("field,value", [("rounds", 2), ("evaluator", "shapes-clip"),
