@@ -16,14 +16,18 @@ from .arguments import ToolArguments, argument_models
 from .catalog import Catalog
 from .errors import ToolCallError
 from .openai_schema import adispatch, dispatch, openai_tools, strict_schema
-from .outcome import RoundBest, ToolImage, ToolOutput
+from .outcome import ToolImage, ToolOutput
 from .progress import Progress, ProgressSink
+from .result import ImageRef, Pause, PauseCandidate, RoundBest, ToolResult
 from .tools import DESCRIPTIONS, GenloopTools, ToolSpec
 
 __all__ = [
     "DESCRIPTIONS",
     "Catalog",
     "GenloopTools",
+    "ImageRef",
+    "Pause",
+    "PauseCandidate",
     "Progress",
     "ProgressSink",
     "RoundBest",
@@ -31,6 +35,7 @@ __all__ = [
     "ToolCallError",
     "ToolImage",
     "ToolOutput",
+    "ToolResult",
     "ToolSpec",
     "adispatch",
     "argument_models",

@@ -13,15 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from .catalog import Catalog
 
-_PROMPT = (str, Field(min_length=1, max_length=2000,
-                      description="what the image should show, in plain words"))
+_PROMPT = (str, Field(min_length=1, max_length=2000, description="what the image should show"))
 _RUN_ID = (str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
-                      description="the run id a generate_images or run_loop call returned"))
-_SEED = (int, Field(0, ge=0, le=2**31 - 1,
-                    description="first random seed; the same arguments and seed give the same "
-                    "images"))
-_STEPS = (int | None, Field(None, ge=1, le=100,
-                            description="denoising steps; null for the model's own default"))
+                      description="from generate_images or run_loop"))
+_SEED = (int, Field(0, ge=0, le=2**31 - 1))
+_STEPS = (int | None, Field(None, ge=1, le=100, description="default: the model's"))
 
 
 class ToolArguments(BaseModel):
@@ -44,16 +40,14 @@ class ToolArguments(BaseModel):
 
 
 class NextImage(ToolArguments):
-    """One image an agent asks a paused loop to make next: drawn anew, or an edit of one."""
+    """One image of the next round: drawn anew, or an edit of a shown candidate."""
 
     prompt: str = _PROMPT[1]
     seed: int = _SEED[1]
     init_image: str | None = Field(None, max_length=200, description=(
-        "artifact key of a candidate the paused run showed, to edit it (img2img) instead of "
-        "drawing from noise; null to draw anew"))
+        "artifact key of a shown candidate to edit instead of drawing anew"))
     strength: float | None = Field(None, gt=0, le=1, description=(
-        "with init_image: how far the edit departs from it (small keeps the layout, 1 is a "
-        "fresh image); null for the model's default"))
+        "how far an edit departs from init_image: small keeps its layout, 1 redraws"))
 
 
 class _EnoughImages(ToolArguments):
@@ -64,83 +58,121 @@ class _EnoughImages(ToolArguments):
         return self
 
 
+#: Keywords left out of the published schemas: string lengths and patterns (a model never
+#: comes near them, and validation still applies them and names them in its message).
+_UNPUBLISHED = frozenset({"title", "minLength", "maxLength", "pattern"})
+#: A bound this large (a seed's) tells a model nothing.
+_NO_BOUND = 2**31 - 1
+
+
 def field_schemas(model: type[BaseModel]) -> dict[str, Any]:
-    """Each field's JSON schema, self-contained: ``$ref`` to a nested model inlined, titles
-    dropped (the field name says it), for adapters that take one schema per argument."""
+    """Each field's JSON schema, self-contained and lean: ``$ref`` to a nested model inlined,
+    no titles (the field name says it), no ``type`` beside an ``enum``, none of
+    :data:`_UNPUBLISHED`; for adapters that take one schema per argument."""
     schema = model.model_json_schema()
     defs = schema.get("$defs", {})
 
-    def inline(node: Any) -> Any:
-        if isinstance(node, list):
-            return [inline(n) for n in node]
-        if not isinstance(node, dict):
-            return node
+    def inline(node: dict[str, Any]) -> dict[str, Any]:
         if "$ref" in node:
             rest = {k: v for k, v in node.items() if k != "$ref"}
             return {**inline(defs[node["$ref"].rsplit("/", 1)[-1]]), **inline(rest)}
-        return {k: inline(v) for k, v in node.items() if k != "title"}
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in _UNPUBLISHED or (key == "maximum" and value >= _NO_BOUND):
+                continue
+            if key == "properties":
+                value = {name: inline(prop) for name, prop in value.items()}
+            elif key == "items":
+                value = inline(value)
+            elif key == "anyOf":
+                value = [inline(branch) for branch in value]
+            out[key] = value
+        if "const" in out:  # a one-name catalog's Literal: an enum like any other
+            out["enum"] = [out.pop("const")]
+        if "enum" in out:
+            out.pop("type", None)
+        return out
 
     return {name: inline(prop) for name, prop in schema["properties"].items()}
 
 
+def input_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s schema as a tool's input schema (MCP's ``inputSchema``): fields inlined and
+    untitled, and an optional field without a default shown as its type alone, since leaving
+    it out means the default (null, which strict formats need, is still accepted)."""
+    fields = {name: _without_null(prop) for name, prop in field_schemas(model).items()}
+    return {"type": "object", "properties": fields,
+            "required": [n for n, f in model.model_fields.items() if f.is_required()],
+            "additionalProperties": False}
+
+
+def _without_null(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_without_null(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    node = {k: _without_null(v) for k, v in node.items()}
+    branches = [b for b in node.get("anyOf", ()) if b != {"type": "null"}]
+    if len(branches) == 1 and len(node["anyOf"]) == 2:
+        rest = {k: v for k, v in node.items()
+                if k != "anyOf" and not (k == "default" and v is None)}
+        return {**branches[0], **rest}
+    return node
+
+
 def _choice(names: tuple[str, ...], what: str) -> tuple[Any, Any]:
-    return (Literal[names], Field(names[0], description=f"{what}; one of: {', '.join(names)}"))
+    """An enum of ``names`` (the schema lists them; the description does not repeat them)."""
+    return (Literal[names], Field(names[0], description=what))
 
 
-def _wait(default: float, what: str) -> tuple[Any, Any]:
+def _wait(default: float) -> tuple[Any, Any]:
     return (float, Field(default, ge=0, le=600, description=(
-        f"seconds to wait for {what}; if the run is not done by then, the tool returns its "
-        "run id and status instead, and you call get_run to wait again")))
+        "seconds to wait before returning with done false")))
 
 
-def _side(catalog: Catalog, which: str) -> tuple[Any, Any]:
-    return (int | None, Field(None, ge=8, le=catalog.max_side, multiple_of=8, description=(
-        f"image {which} in pixels, a multiple of 8; null for the model's own size")))
+def _side(catalog: Catalog) -> tuple[Any, Any]:
+    """Pixels; left out, the model's own size (its bounds say the rest)."""
+    return (int | None, Field(None, ge=8, le=catalog.max_side, multiple_of=8))
 
 
 def argument_models(catalog: Catalog) -> dict[str, type[ToolArguments]]:
     """One argument model per tool name, with the catalog's names and limits."""
     image = {
         "model": _choice(catalog.models, "image model"),
-        "evaluator": _choice(catalog.evaluators, "scorer that grades each image against the "
-                                                 "prompt (scores are 0-100, higher is better)"),
+        "evaluator": _choice(catalog.evaluators, "scorer"),
         "seed": _SEED,
         "steps": _STEPS,
-        "width": _side(catalog, "width"),
-        "height": _side(catalog, "height"),
+        "width": _side(catalog),
+        "height": _side(catalog),
     }
     generate = create_model(
         "GenerateImagesArguments", __base__=_EnoughImages, __doc__="generate_images arguments",
         prompt=_PROMPT,
-        n=(int, Field(4, ge=1, le=catalog.max_images,
-                      description="how many images to generate and score")),
-        top_k=(int, Field(1, ge=1, le=catalog.max_images,
-                          description="how many of the best-scored images to return")),
+        n=(int, Field(4, ge=1, le=catalog.max_images, description="images to make")),
+        top_k=(int, Field(1, ge=1, le=catalog.max_images, description="best images to return")),
         **image,
-        wait_seconds=_wait(60, "the images"),
+        wait_seconds=_wait(60),
     )
     loop = create_model(
         "RunLoopArguments", __base__=ToolArguments, __doc__="run_loop arguments",
         prompt=_PROMPT,
-        rounds=(int, Field(3, ge=1, le=catalog.max_rounds,
-                           description="rounds of generate -> score -> refine")),
-        candidates=(int, Field(4, ge=1, le=catalog.max_images,
-                               description="images per round")),
+        rounds=(int, Field(3, ge=1, le=catalog.max_rounds)),
+        candidates=(int, Field(4, ge=1, le=catalog.max_images, description="images per round")),
         target=(float | None, Field(None, ge=0, le=100, description=(
-            "stop early once an image scores at least this (0-100); null to run every round"))),
-        refiner=_choice(catalog.refiners, "how each round picks the next round's images"),
+            "stop once a score reaches this"))),
+        refiner=_choice(catalog.refiners, "picks each next round; 'agent': you do (refine_run)"),
         **image,
-        wait_seconds=_wait(120, "the loop to finish"),
+        wait_seconds=_wait(120),
     )
     get_run = create_model(
         "GetRunArguments", __base__=ToolArguments, __doc__="get_run arguments",
-        run_id=_RUN_ID, wait_seconds=_wait(30, "the run to finish"),
+        run_id=_RUN_ID, wait_seconds=_wait(30),
     )
     get_result = create_model(
         "GetResultArguments", __base__=ToolArguments, __doc__="get_result arguments",
         run_id=_RUN_ID,
-        max_images=(int, Field(4, ge=1, le=catalog.max_images,
-                               description="most images to return (the best first)")),
+        max_images=(int, Field(4, ge=1, le=catalog.max_images, description="most images to "
+                               "return, best first")),
     )
     cancel = create_model(
         "CancelRunArguments", __base__=ToolArguments, __doc__="cancel_run arguments",
@@ -150,13 +182,11 @@ def argument_models(catalog: Catalog) -> dict[str, type[ToolArguments]]:
         "RefineRunArguments", __base__=ToolArguments, __doc__="refine_run arguments",
         run_id=_RUN_ID,
         node_id=(str | None, Field(None, max_length=200, description=(
-            "the refine node you answer, as the paused run named it; null for the one "
-            "waiting now"))),
+            "refine.node_id of the pause; default: the one waiting now"))),
         requests=(list[NextImage], Field(min_length=1, max_length=catalog.max_images,
                                          description=(
-            "the next round's images, one entry each (at most the number the paused run "
-            "asked for; extra ones are dropped)"))),
-        wait_seconds=_wait(120, "the loop to finish or pause again"),
+            "the next round's images (up to refine.candidates)"))),
+        wait_seconds=_wait(120),
     )
     return {"generate_images": generate, "run_loop": loop, "get_run": get_run,
             "get_result": get_result, "cancel_run": cancel, "refine_run": refine}

@@ -26,8 +26,9 @@ from .tools import DESCRIPTIONS, GenloopTools
 
 def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
     """``model``'s JSON schema in the strict subset (see the module docstring); nested models
-    (a list of objects) are made strict the same way."""
-    return _strict_object(field_schemas(model), model.__doc__ or "")
+    (a list of objects) are made strict the same way. The tool's description says what the
+    arguments are for, so the top level has none of its own."""
+    return _strict_object(field_schemas(model), "")
 
 
 def _strict_object(fields: dict[str, Any], description: str) -> dict[str, Any]:
@@ -37,13 +38,13 @@ def _strict_object(fields: dict[str, Any], description: str) -> dict[str, Any]:
         if "default" in prop:
             default = prop.pop("default")
             if default is not None:  # a nullable field's description already says what null is
-                text = prop.pop("description", "")
-                prop = {"anyOf": [prop, {"type": "null"}], "description":
-                        f"{text} (null means the default, {json.dumps(default)})"}
+                said = f"null means {json.dumps(default)}"
+                text = prop.get("description")
+                prop = {**_nullable(prop), "description": f"{text}; {said}" if text else said}
         properties[name] = prop
     return {
         "type": "object",
-        "description": description,
+        **({"description": description} if description else {}),
         "properties": properties,
         "required": list(properties),
         "additionalProperties": False,
@@ -60,8 +61,24 @@ def _strict(prop: dict[str, Any]) -> dict[str, Any]:
     if "items" in prop:
         prop["items"] = _strict(prop["items"])
     if "anyOf" in prop:
-        prop["anyOf"] = [_strict(p) for p in prop["anyOf"]]
+        branches = [_strict(p) for p in prop.pop("anyOf")]
+        if len(branches) == 2 and branches[1] == {"type": "null"}:  # pydantic's X | None
+            prop.setdefault("description", "null means the default")
+            return _nullable({**branches[0], **prop})
+        prop["anyOf"] = branches
     return prop
+
+
+def _nullable(prop: dict[str, Any]) -> dict[str, Any]:
+    """``prop`` also accepting null, in the fewest tokens: a type list or null in the enum
+    (``anyOf`` only for what has neither)."""
+    if isinstance(prop.get("type"), str):
+        return {**prop, "type": [prop["type"], "null"]}
+    if "enum" in prop:
+        return {**prop, "enum": [*prop["enum"], None]}
+    rest = {k: v for k, v in prop.items() if k != "description"}
+    described = {"description": prop["description"]} if "description" in prop else {}
+    return {"anyOf": [rest, {"type": "null"}], **described}
 
 
 def openai_tools(catalog: Catalog | None = None) -> list[dict[str, Any]]:
@@ -88,7 +105,7 @@ def _decode(name: str, arguments: str | dict[str, Any]) -> dict[str, Any] | Tool
 
 
 def failed(exc: ToolCallError) -> ToolOutput:
-    return ToolOutput(text=str(exc), error=True)
+    return ToolOutput(text=str(exc), error=True, done=True)  # nothing to wait for
 
 
 async def adispatch(tools: GenloopTools, name: str, arguments: str | dict[str, Any]) -> ToolOutput:

@@ -1,56 +1,42 @@
 """What a tool call hands back, for every framework: text for the model, images, the run.
 
-:class:`ToolOutput` is framework-neutral; each adapter turns it into its own shape (a LangChain
-``content_and_artifact`` pair, MCP text and image content, OpenAI Agents tool outputs). The
-text alone must let a model decide what to do next: what was made, the scores, and for a run
-that is not done, its id and the call that continues it.
+:class:`ToolOutput` is the :class:`~.result.ToolResult` plus the text and the PNG bytes; each
+adapter turns it into its own shape (a LangChain ``content_and_artifact`` pair, MCP content
+with ``structuredContent``, OpenAI Agents tool outputs). The text alone must let a model decide
+what to do next: what was made (each image by label and artifact key, in the order the images
+follow), the scores, and for a run that is not done, its id and the call that continues it.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from genloop.sdk import Failure, RefineRequest, RunInfo, RunResult, RunStatus, ScoredCandidate
+from genloop.sdk import RefineRequest, RunInfo, RunResult, ScoredCandidate
+
+from .result import ImageRef, Pause, RoundBest, ToolResult
 
 
-class ToolImage(BaseModel):
-    """One image a tool returns, with where it came from and how it scored."""
+class ToolImage(ImageRef):
+    """One image a tool returns: its :class:`~.result.ImageRef` and the PNG file."""
 
-    artifact: str = Field(description="artifact key; read it again with the client")
     png: bytes = Field(repr=False, exclude=True, description="the PNG file")
-    score: float
-    evaluator: str
-    prompt: str
-    seed: int
-    round: int
-    label: str = Field(description="why this image is here: best, round 2 best, top 3 ...")
 
 
-class RoundBest(BaseModel):
-    round: int
-    best_score: float | None
-    candidates: int
-
-
-class ToolOutput(BaseModel):
+class ToolOutput(ToolResult):
     """The outcome of one tool call."""
 
     text: str = Field(description="what to tell the model")
-    run_id: str | None = None
-    status: RunStatus | None = None
-    done: bool = Field(True, description="false while the run still works: poll with get_run")
-    error: bool = Field(False, description="the call failed; text says why and how to fix it")
-    images: list[ToolImage] = Field(default_factory=list)
-    rounds: list[RoundBest] = Field(default_factory=list)
-    failures: list[Failure] = Field(default_factory=list)
-    refine: RefineRequest | None = Field(None, description=(
-        "the loop is paused for the agent's refinement: answer with refine_run"))
+    images: list[ToolImage] = Field(default_factory=list)  # type: ignore[assignment]
+
+    def structured(self) -> ToolResult:
+        """The fields without the text and the image bytes (MCP's ``structuredContent``)."""
+        return ToolResult.model_validate(self.model_dump(exclude={"text"}))
 
 
 def pending(info: RunInfo, waited: float) -> ToolOutput:
     """A run that did not end within the call's wait: its id and what to do next."""
     return ToolOutput(
-        text=(f"Run {info.id} is still {info.status.value} after {waited:g}s. "
+        text=(f"Run {info.id} is still {info.status.value} after {waited:g}s (done: false). "
               f"Call get_run with run_id={info.id!r} to wait for it, or cancel_run to stop it."),
         run_id=info.id, status=info.status, done=False,
     )
@@ -59,29 +45,29 @@ def pending(info: RunInfo, waited: float) -> ToolOutput:
 def awaiting_refine(info: RunInfo, request: RefineRequest,
                     images: list[ToolImage]) -> ToolOutput:
     """A loop paused for the agent: the candidates so far, best first, and how to answer."""
+    pause = Pause.of(request)
     lines = [
-        f"Run {info.id} is paused after round {request.round}, waiting for you to choose round "
-        f"{request.round + 1}'s images (refine node {request.node_id!r}). If you have not "
-        f"answered within {request.timeout:g}s of the pause, it falls back to "
+        f"Run {info.id} is paused after round {request.round} (done: false), waiting for you to "
+        f"choose round {request.round + 1}'s images (refine node {request.node_id!r}). If you "
+        f"have not answered within {request.timeout:g}s of the pause, it falls back to "
         f"'{request.fallback}'.",
         f"Prompt: {request.prompt!r}. Candidates so far, best first:",
     ]
-    for c in ranked(request.scored)[:_LISTED]:
+    for c in pause.scored:
         line = (f"- {c.artifact}: score {c.score:.2f}, seed {c.seed}, round {c.round}, "
                 f"prompt {c.prompt!r}")
-        if c.details is not None and c.details.weakest:
-            line += f"; weakest clause: {c.details.weakest!r}"
+        if c.weakest:
+            line += f"; weakest clause: {c.weakest!r}"
         lines.append(line)
+    if images:
+        lines.append(f"The first {len(images)} are attached as images, labelled "
+                     f"{', '.join(im.label for im in images)}.")
     lines.append(
         f"Call refine_run with run_id={info.id!r} and up to {request.candidates} requests, each "
         "a prompt and a seed; to edit a candidate instead of drawing anew, give its artifact key "
         "as init_image (and a strength below 1 to keep its layout).")
     return ToolOutput(text="\n".join(lines), run_id=info.id, status=info.status, done=False,
-                      images=images, refine=request)
-
-
-#: Candidates a paused loop lists in its text (the images returned are fewer).
-_LISTED = 12
+                      images=images, best=_best(images), refine=pause)
 
 
 def ranked(scored: list[ScoredCandidate]) -> list[ScoredCandidate]:
@@ -122,8 +108,9 @@ def describe(result: RunResult, images: list[ToolImage]) -> ToolOutput:
               for r in result.rounds]
     lines = [f"Run {result.run_id} {result.status.value}."]
     if images:
-        lines += [f"- {im.label}: score {im.score:.2f} ({im.evaluator}), seed {im.seed}, "
-                  f"round {im.round}, prompt {im.prompt!r}" for im in images]
+        lines[0] += " Images attached, in this order:"
+        lines += [f"- {im.label}: {im.artifact}, score {im.score:.2f} ({im.evaluator}), seed "
+                  f"{im.seed}, round {im.round}, prompt {im.prompt!r}" for im in images]
     else:
         lines.append("It produced no scored images.")
     if len(rounds) > 1:
@@ -137,5 +124,11 @@ def describe(result: RunResult, images: list[ToolImage]) -> ToolOutput:
         lines.append(f"Error: {result.error}")
     return ToolOutput(
         text="\n".join(lines), run_id=result.run_id, status=result.status,
-        done=result.status.terminal, images=images, rounds=rounds, failures=result.failures,
+        done=result.status.terminal, images=images, best=_best(images), rounds=rounds,
+        failures=result.failures,
     )
+
+
+def _best(images: list[ToolImage]) -> ImageRef | None:
+    """Images are ordered best first, so the first is the best (without its bytes)."""
+    return ImageRef.model_validate(images[0].model_dump()) if images else None

@@ -54,28 +54,21 @@ class ToolSpec(NamedTuple):
 
 DESCRIPTIONS = {
     "generate_images": (
-        "Generate n images for a prompt, score each one against the prompt, and return the "
-        "top_k best as PNG images with their scores (0-100, higher is better). If they are not "
-        "ready within wait_seconds, returns a run_id instead: call get_run with it."),
+        "Generate n images for a prompt, score each against it (0-100, higher is better) and "
+        "return the top_k as PNGs. If done is false, call get_run with the run_id."),
     "run_loop": (
-        "Run a generate -> score -> refine loop: each round generates candidates, scores them "
-        "against the prompt, and uses the best to choose the next round's images; stops early "
-        "once an image reaches target. Returns the best image and each round's best score. If "
-        "the loop is not done within wait_seconds, returns a run_id: call get_run with it. "
-        "With refiner 'agent' you choose each next round yourself: the loop pauses and shows "
-        "its candidates; answer with refine_run."),
+        "Improve an image over rounds of generate, score (0-100) and refine. Returns the best "
+        "image and each round's best score. If done is false: refine_run if refine is set "
+        "(refiner 'agent' pauses for you each round), else get_run."),
     "get_run": (
-        "Wait up to wait_seconds for a run started by generate_images or run_loop. Returns its "
-        "status, and once it has finished its best images and scores."),
-    "get_result": (
-        "The images and scores a run has produced so far, without waiting; works on a run "
-        "that is still going."),
-    "cancel_run": "Stop a run that is no longer needed; its finished images stay readable.",
+        "Wait for a run: its status, and once it ends (done), its best images and scores; a "
+        "paused loop shows its pause again."),
+    "get_result": "A run's images and scores so far, without waiting.",
+    "cancel_run": "Stop a run; its finished images stay readable.",
     "refine_run": (
-        "Answer a loop that is paused for you (run_loop with refiner 'agent' pauses after each "
-        "round and shows its candidates): give the next round's images, each a prompt and a "
-        "seed, or an edit of a shown candidate (init_image, strength). Then waits like get_run: "
-        "returns the result, the next pause, or the run id if it is still working."),
+        "Answer a loop paused for you (refine set): the next round's images, each a prompt "
+        "and seed, or an edit of a shown candidate (init_image, strength). Then waits like "
+        "get_run."),
 }
 
 
@@ -165,17 +158,18 @@ class GenloopTools:
         except GenloopError as exc:
             raise from_genloop(name, exc) from None
 
-    @staticmethod
-    def _spec(name: str, a: Any) -> RunSpec:
+    def _spec(self, name: str, a: Any) -> RunSpec:
         image = {k: v for k, v in {"steps": a.steps, "width": a.width, "height": a.height}.items()
                  if v is not None}
+        options = self.catalog.evaluator_options.get(a.evaluator)
         if name == "run_loop":
             return Loop(prompt=a.prompt, rounds=a.rounds, candidates=a.candidates,
                         target=a.target, refiner=a.refiner, model=a.model,
-                        evaluator=a.evaluator, seed=a.seed, **image)
+                        evaluator=a.evaluator, evaluator_options=options, seed=a.seed, **image)
         g = Graph()
         images = g.generate(a.prompt, n=a.n, seed=a.seed, model=a.model, id="generate", **image)
-        scores = g.score(images, text=a.prompt, evaluator=a.evaluator, id="score")
+        scores = g.score(images, text=a.prompt, evaluator=a.evaluator, id="score",
+                         **({"options": options} if options else {}))
         g.select(scores, top_k=a.top_k, id="best")
         return g
 

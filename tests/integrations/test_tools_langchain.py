@@ -8,15 +8,15 @@ import itertools
 from typing import Any
 
 import pytest
-from agent_tools import CATALOG, GENERATE, LOOP, run_count
+from agent_tools import CATALOG, GENERATE, LOOP, load_example, run_count
 
 pytest.importorskip("langchain_core")
 
-from langchain_core.messages import ToolMessage  # noqa: E402
+from langchain_core.messages import HumanMessage, ToolMessage  # noqa: E402
 from langchain_tests.integration_tests import ToolsIntegrationTests  # noqa: E402
 from langchain_tests.unit_tests import ToolsUnitTests  # noqa: E402
 
-from genloop.integrations import GenloopTools, ToolOutput  # noqa: E402
+from genloop.integrations import DESCRIPTIONS, GenloopTools, ToolOutput, ToolResult  # noqa: E402
 from genloop.integrations.langchain import (  # noqa: E402
     CancelRunTool,
     GenerateImagesTool,
@@ -122,16 +122,53 @@ def test_toolkit_lists_every_tool_with_its_schema(shared_tools):
     assert [t.name for t in tools] == list(shared_tools.specs)
     loop = tools[1].args
     assert loop["model"].get("enum", [loop["model"].get("const")]) == ["tiny"]
-    assert all(p.get("description") for t in tools for p in t.args.values())
+    assert all(t.description == DESCRIPTIONS[t.name] for t in tools)
 
 
-def test_run_loop_message_carries_text_and_the_images_as_artifact(shared_tools):
+def test_run_loop_message_carries_text_and_the_structured_result_as_artifact(shared_tools):
     message = _call(RunLoopTool(shared_tools), LOOP)
 
     assert message.status == "success" and "score" in message.content
-    assert isinstance(message.artifact, ToolOutput)
-    assert message.artifact.run_id in message.content
-    assert message.artifact.images[0].png.startswith(b"\x89PNG")
+    out = message.artifact
+    assert isinstance(out, ToolOutput) and isinstance(out.structured(), ToolResult)
+    assert out.done and out.run_id in message.content and out.refine is None
+    assert out.best.artifact == out.images[0].artifact and out.best.label == "best"
+    assert [r.round for r in out.rounds] == [1, 2]
+    assert all(f"{im.label}: {im.artifact}" in message.content for im in out.images)
+    assert out.images[0].png.startswith(b"\x89PNG")
+
+
+def test_a_paused_loop_is_recognisable_from_the_artifact_fields(shared_tools):
+    message = _call(RunLoopTool(shared_tools), {**LOOP, "refiner": "agent", "seed": 41})
+
+    out = message.artifact
+    assert message.status == "success" and not out.done and out.status == RunStatus.RUNNING
+    assert out.refine.node_id == "round-1/refine" and out.refine.candidates == 2
+    assert out.best.artifact == out.refine.scored[0].artifact
+    shared_tools.call("cancel_run", {"run_id": out.run_id})
+
+
+def test_a_tool_calling_chat_model_chooses_run_loop_gets_the_result_and_answers(shared_client):
+    example = load_example("langchain_agent.py")
+
+    messages = example.run_agent(shared_client, CATALOG, 'Draw "a red circle".',
+                                 {"rounds": 2, "candidates": 2, "steps": 2})
+
+    human, call, result, answer = messages
+    assert [c["name"] for c in call.tool_calls] == ["run_loop"]
+    assert call.tool_calls[0]["args"]["prompt"] == "a red circle"
+    assert isinstance(result, ToolMessage) and result.artifact.done
+    best = result.artifact.best
+    assert answer.content == f"Done: the best image is {best.artifact} (score {best.score:.2f})."
+
+
+def test_the_scripted_model_calls_only_tools_it_was_bound():
+    example = load_example("langchain_agent.py")
+    model = example.ScriptedChatModel()
+
+    unbound = model.invoke([HumanMessage('Draw "a red circle".')])
+
+    assert not unbound.tool_calls  # without bind_tools it has nothing to call
 
 
 def test_ainvoke_runs_natively_on_an_async_client(shared_client):

@@ -1,10 +1,15 @@
-"""The MCP server, in process, through the official SDK's own client."""
+"""The MCP server through the official SDK's own client: in process, and over streamable HTTP
+(``/mcp``). The stdio round trip, with ``genloop mcp`` as a subprocess, is in
+test_tools_mcp_stdio.py."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
+import socket
+import threading
+import time
 
 import pytest
 from agent_tools import CATALOG, GENERATE, LOOP, run_count
@@ -13,7 +18,9 @@ pytest.importorskip("mcp")
 
 from mcp import Client  # noqa: E402
 
+from genloop.integrations import ToolResult  # noqa: E402
 from genloop.integrations.mcp import build_server  # noqa: E402
+from genloop.integrations.result import output_schema  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -30,7 +37,13 @@ def _pngs(result) -> list[bytes]:
     return [base64.b64decode(c.data) for c in result.content if c.type == "image"]
 
 
-def test_lists_every_tool_with_genloops_schema(tools):
+def _labels(result) -> list[str]:
+    """The text block before each image: what the image is."""
+    blocks = result.content
+    return [blocks[i - 1].text for i, c in enumerate(blocks) if c.type == "image"]
+
+
+def test_lists_every_tool_with_genloops_lean_schema_and_an_output_schema(tools):
     async def body(session):
         return (await session.list_tools()).tools
 
@@ -38,114 +51,197 @@ def test_lists_every_tool_with_genloops_schema(tools):
 
     assert list(listed) == list(tools.specs)
     loop = listed["run_loop"].input_schema
-    assert loop["required"] == ["prompt"]
+    assert loop["required"] == ["prompt"] and loop["additionalProperties"] is False
     assert loop["properties"]["refiner"]["enum"] == list(CATALOG.refiners)
     assert loop["properties"]["rounds"]["maximum"] == 10
-    assert all(p.get("description") for p in loop["properties"].values())
-    assert "get_run" in listed["run_loop"].description
+    assert "one of" not in json.dumps(loop)  # the enums are not repeated in prose
+    assert all('"title"' not in json.dumps(t.input_schema) for t in listed.values())
+    assert all(t.output_schema == output_schema() for t in listed.values())
     requests = listed["refine_run"].input_schema["properties"]["requests"]
     assert "$ref" not in json.dumps(requests)  # the nested model travels inlined
     assert {"prompt", "seed", "init_image", "strength"} <= set(requests["items"]["properties"])
 
 
 @pytest.mark.slow
-def test_a_loop_call_returns_png_image_content_and_reports_progress(tools):
+def test_a_loop_call_returns_structured_content_labelled_images_and_progress(tools):
     progress: list[tuple[float, float | None, str | None]] = []
 
     async def on_progress(value, total, message):
         progress.append((value, total, message))
 
     async def body(session):
-        return await session.call_tool("run_loop", LOOP, progress_callback=on_progress)
+        await session.list_tools()  # the client validates structuredContent against it
+        return await session.call_tool("run_loop", {**LOOP, "candidates": 3},
+                                       progress_callback=on_progress)
 
     result = _session(tools, body)
 
     assert not result.is_error
-    assert "Best score per round" in result.content[0].text
-    images = _pngs(result)
-    assert images and all(png.startswith(PNG) for png in images)
-    assert progress and progress[-1][0] >= progress[0][0]
-    assert any(message and "step" in message for _, _, message in progress)
+    found = ToolResult.model_validate(result.structured_content)
+    assert found.done and found.status == "succeeded" and found.refine is None
+    assert [r.round for r in found.rounds] == [1, 2]
+    assert found.best.artifact == found.images[0].artifact
+    assert found.best.score == max(r.best_score for r in found.rounds)
+    assert _labels(result) == [f"{im.label}: {im.artifact}" for im in found.images]
+    assert all(im.artifact in result.content[0].text for im in found.images)
+    assert all(png.startswith(PNG) for png in _pngs(result))
+    # one notification per event: no message twice, every value above the one before
+    values, messages = [p[0] for p in progress], [p[2] for p in progress]
+    assert len(set(messages)) == len(messages)
+    assert all(a < b for a, b in zip(values, values[1:], strict=False))
+    assert messages[0] == f"run {found.run_id} submitted"  # before any work has started
+    assert any("round-2/generate: step" in m for m in messages)
 
 
 @pytest.mark.slow
-def test_resources_serve_a_runs_result_and_its_images(tools):
+def test_resources_serve_a_compact_result_unless_embeddings_are_asked(tools):
     async def body(session):
         started = await session.call_tool("generate_images", GENERATE)
-        run_id = started.content[0].text.split()[1]
-        result = await session.read_resource(f"genloop://runs/{run_id}/result")
-        doc = json.loads(result.contents[0].text)
-        key = doc["outputs"]["best"]["items"][0]["artifact"]
-        image = await session.read_resource(f"genloop://artifacts/{key}")
-        return doc, image.contents[0]
+        uri = f"genloop://runs/{started.structured_content['run_id']}/result"
+        compact = await session.read_resource(uri)
+        full = await session.read_resource(uri + "?embeddings=true")
+        image = await session.read_resource(
+            f"genloop://artifacts/{started.structured_content['best']['artifact']}")
+        return compact.contents[0].text, full.contents[0].text, image.contents[0]
 
-    doc, image = _session(tools, body)
+    compact, full, image = _session(tools, body)
 
-    assert doc["status"] == "succeeded"
+    doc = json.loads(compact)
+    assert doc["status"] == "succeeded" and doc["outputs"]["score"]["items"]
+    assert '"embedding"' not in compact
+    assert all(item["embedding"] for item in json.loads(full)["outputs"]["score"]["items"])
+    assert len(compact) < len(full) / 2
     assert image.mime_type == "image/png" and base64.b64decode(image.blob).startswith(PNG)
 
 
-@pytest.mark.slow
-def test_an_mcp_client_steers_a_loop_with_refine_run(tools):
+def test_unknown_resources_are_readable_errors(tools):
+    from mcp.shared.exceptions import MCPError
+
     async def body(session):
+        errors = []
+        for uri in ("genloop://artifacts/nosuchkey", f"genloop://artifacts/{'ab' * 32}.png",
+                    "genloop://runs/nosuchrun/result"):
+            with pytest.raises(MCPError) as caught:
+                await session.read_resource(uri)
+            errors.append(str(caught.value))
+        return errors
+
+    malformed, missing, run = _session(tools, body)
+
+    assert "malformed artifact key" in malformed and "Use an artifact key" in malformed
+    assert "no artifact" in missing
+    assert "nosuchrun" in run and "Use a run_id" in run
+    assert not any("Error creating resource" in e for e in (malformed, missing, run))
+
+
+@pytest.mark.slow
+def test_a_paused_loop_is_recognisable_from_structured_content_and_refine_run_answers(tools):
+    async def body(session):
+        await session.list_tools()
         paused = await session.call_tool("run_loop", {**LOOP, "refiner": "agent"})
-        run_id = paused.content[0].text.split()[1]
+        pause = paused.structured_content["refine"]
         answered = await session.call_tool("refine_run", {
-            "run_id": run_id, "requests": [{"prompt": "a red circle", "seed": 4}]})
+            "run_id": paused.structured_content["run_id"], "node_id": pause["node_id"],
+            "requests": [{"prompt": "a red circle", "seed": 4,
+                          "init_image": pause["scored"][0]["artifact"], "strength": 0.5}]})
         return paused, answered
 
     paused, answered = _session(tools, body)
 
-    assert not paused.is_error and "paused after round 1" in paused.content[0].text
-    assert _pngs(paused)  # the candidates to choose from, as images
-    assert not answered.is_error and "succeeded" in answered.content[0].text
+    pause = ToolResult.model_validate(paused.structured_content)
+    assert not pause.done and pause.status == "running"
+    assert pause.refine.node_id == "round-1/refine" and pause.refine.round == 1
+    assert [c.score for c in pause.refine.scored] == sorted(
+        (c.score for c in pause.refine.scored), reverse=True)
+    assert _labels(paused)[0] == f"best: {pause.refine.scored[0].artifact}"
+    end = ToolResult.model_validate(answered.structured_content)
+    assert end.done and end.status == "succeeded" and end.refine is None
 
 
-def test_bad_arguments_are_an_error_result_naming_the_field(tools, client):
+@pytest.mark.parametrize(("arguments", "expected"), [
+    ({k: v for k, v in LOOP.items() if k != "prompt"}, "- prompt: Field required"),
+    ({**LOOP, "candidate": 3}, "- candidate: Extra inputs are not permitted"),
+    ({**LOOP, "model": "sdxl", "rounds": 99}, "- model: Input should be 'tiny'"),
+])
+def test_every_bad_call_is_an_error_in_genloops_format_and_starts_nothing(
+        tools, client, arguments, expected):
     async def body(session):
-        return await session.call_tool("run_loop", {**LOOP, "model": "sdxl", "rounds": 99})
+        return await session.call_tool("run_loop", arguments)
 
     result = _session(tools, body)
 
-    assert result.is_error
+    assert result.is_error and result.structured_content is None
     text = result.content[0].text
-    assert "- model: Input should be 'tiny'" in text and "- rounds:" in text
+    assert text.startswith("Invalid arguments for run_loop:") and expected in text
+    assert "call run_loop again" in text and "pydantic" not in text
     assert run_count(client) == 0
 
 
-# The stdio round trip, with `genloop mcp` as a subprocess, is the MCP example's test
-# (tests/integrations/test_tools_examples.py).
+class HttpServer:
+    """``build_server(tools).streamable_http_app()`` under uvicorn on a free port."""
+
+    def __init__(self, tools) -> None:
+        import uvicorn
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/mcp"
+        app = build_server(tools).streamable_http_app()
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       daemon=True)
+
+    def __enter__(self) -> HttpServer:
+        self.thread.start()
+        while not self.server.started:
+            assert self.thread.is_alive(), "the MCP HTTP server did not start"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
 
 
-def test_streamable_http_transport_lists_tools_and_answers_calls(tools):
-    import socket
-    import threading
-    import time
-
-    import uvicorn
-
-    app = build_server(tools).streamable_http_app()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive(), "the MCP HTTP server did not start"
-        time.sleep(0.01)
-
-    async def main():
-        async with Client(f"http://127.0.0.1:{port}/mcp") as session:
+@pytest.mark.slow
+def test_streamable_http_at_mcp_pauses_structurally_and_refuses_bad_calls(tools):
+    async def main(url):
+        async with Client(url) as session:
             names = [t.name for t in (await session.list_tools()).tools]
-            return names, await session.call_tool("get_result", {"run_id": "missing"})
+            missing = await session.call_tool("run_loop", {"rounds": 2})
+            paused = await session.call_tool("run_loop", {**LOOP, "refiner": "agent",
+                                                          "seed": 21})
+            gone = await session.call_tool("get_result", {"run_id": "missing"})
+            await session.call_tool("cancel_run", {"run_id": paused.structured_content["run_id"]})
+            return names, missing, paused, gone
 
-    try:
-        names, missing = asyncio.run(main())
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with HttpServer(tools) as server:
+        names, missing, paused, gone = asyncio.run(main(server.url))
 
     assert names == list(tools.specs)
-    assert missing.is_error and "Check the run_id" in missing.content[0].text
+    assert missing.is_error and "- prompt: Field required" in missing.content[0].text
+    found = ToolResult.model_validate(paused.structured_content)
+    assert not found.done and found.refine is not None and found.refine.candidates == 2
+    assert gone.is_error and "Check the run_id" in gone.content[0].text
+
+
+#: What a host hands a model for the six tools (name, description, input schema; compact JSON),
+#: in characters. Counted with npm's gpt-tokenizer 4.0.0 (o200k_base, which ships its vocabulary)
+#: on 2026-12-04 for the default catalog: 1,217 tokens in 5,053 characters, run_loop 370 in
+#: 1,477 (4.0-4.2 characters a token). The budgets (1,800 tokens, run_loop 500) at 4.0 a token.
+TOOLS_CHARS, RUN_LOOP_CHARS = 7_200, 2_000
+
+
+def test_the_tools_a_model_reads_stay_within_their_token_budget(client):
+    from genloop.integrations import Catalog, GenloopTools
+
+    async def body(session):
+        return (await session.list_tools()).tools
+
+    listed = _session(GenloopTools(client, catalog=Catalog()), body)
+
+    chars = {t.name: len(json.dumps({"name": t.name, "description": t.description,
+                                     "inputSchema": t.input_schema}, separators=(",", ":")))
+             for t in listed}
+    assert sum(chars.values()) <= TOOLS_CHARS and chars["run_loop"] <= RUN_LOOP_CHARS

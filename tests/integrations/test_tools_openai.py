@@ -7,12 +7,13 @@ import asyncio
 import base64
 import copy
 import json
+import re
 
 import pytest
-from agent_tools import CATALOG, GENERATE, LOOP, run_count
+from agent_tools import CATALOG, CATALOG_TOOLS, GENERATE, LOOP, load_example, run_count
 from jsonschema import Draft202012Validator
 
-from genloop.integrations import dispatch, openai_tools
+from genloop.integrations import Catalog, dispatch, openai_tools
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -46,6 +47,19 @@ def test_every_schema_is_strict(entry):
     assert all(p.get("description") for p in schema["properties"].values())
 
 
+#: The strict functions in compact JSON, in characters: npm's gpt-tokenizer 4.0.0 (o200k_base)
+#: counted 1,467 tokens in 6,071 characters for the default catalog on 2026-12-04, run_loop 462
+#: in 1,844. Budgets of 1,800 tokens (run_loop 500) at 4.0 characters a token.
+FUNCTIONS_CHARS, RUN_LOOP_CHARS = 7_200, 2_000
+
+
+def test_the_functions_a_model_reads_stay_within_their_token_budget():
+    chars = {e["function"]["name"]: len(json.dumps(e, separators=(",", ":")))
+             for e in openai_tools(Catalog())}
+
+    assert sum(chars.values()) <= FUNCTIONS_CHARS and chars["run_loop"] <= RUN_LOOP_CHARS
+
+
 def test_a_strict_call_with_nulls_validates_and_means_the_defaults(tools):
     schema = openai_tools(CATALOG)[1]["function"]["parameters"]
     call = {name: None for name in schema["properties"]} | {"prompt": "a cat"}
@@ -72,6 +86,8 @@ def test_dispatch_returns_errors_as_output_and_creates_nothing(tools, client):
 
 
 agents = pytest.importorskip("agents")
+
+from genloop.integrations.openai_agents import tool_result  # noqa: E402
 
 
 def _invoke(tool, arguments: dict) -> object:
@@ -108,12 +124,48 @@ def test_every_function_tool_invokes_offline(shared_tools, finished_run):
     outputs = {name: _invoke(by_name[name], args) for name, args in examples.items()}
 
     for name in ("generate_images", "run_loop", "get_run", "get_result"):
-        text, *images = outputs[name]
+        text, fields, *images = outputs[name]
         assert isinstance(text, ToolOutputText) and finished_run in outputs["get_run"][0].text
-        assert images and all(isinstance(im, ToolOutputImage) for im in images)
+        found = tool_result(outputs[name])
+        assert fields.text.startswith("{") and found.done and found.run_id in text.text
+        assert [im.artifact for im in found.images] == re.findall(
+            r"^- [^:]+: (\S+), score", text.text, flags=re.M)
+        assert len(images) == len(found.images)
+        assert all(isinstance(im, ToolOutputImage) for im in images)
         data = images[0].image_url.removeprefix("data:image/png;base64,")
         assert base64.b64decode(data).startswith(PNG)
     assert isinstance(outputs["cancel_run"][0], ToolOutputText)
+
+
+@pytest.mark.slow
+def test_a_paused_loop_is_recognisable_from_the_structured_output(shared_tools):
+    from genloop.integrations.openai_agents import function_tools
+
+    loop = function_tools(shared_tools)[1]
+
+    paused = tool_result(_invoke(loop, {**LOOP, "refiner": "agent", "seed": 31}))
+
+    assert not paused.done and paused.refine.node_id == "round-1/refine"
+    assert paused.refine.candidates == 2 and paused.refine.scored
+    shared_tools.call("cancel_run", {"run_id": paused.run_id})
+
+
+@pytest.mark.slow
+def test_runner_run_with_an_offline_model_chooses_run_loop_and_answers(shared_client):
+    from agents import ToolCallOutputItem
+
+    example = load_example("openai_agents_tool.py")
+
+    run = asyncio.run(example.run_agent(shared_client, CATALOG, 'Draw "a red circle".',
+                                        {"rounds": 2, "candidates": 2, "steps": 2}))
+
+    calls = [item for item in run.new_items if isinstance(item, ToolCallOutputItem)]
+    assert [c.call_id for c in calls] == ["call-1"]
+    found = tool_result(calls[0].output)
+    assert found.done and found.status == "succeeded"
+    assert run.final_output == (f"Done: the best image is {found.best.artifact} "
+                                f"(score {found.best.score:.2f}).")
+    assert run.last_agent.model.offered == list(CATALOG_TOOLS)
 
 
 def test_a_bad_call_returns_readable_text(tools, client):
