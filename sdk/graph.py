@@ -38,6 +38,10 @@ class RunLimits(BaseModel):
         default_factory=dict,
         description="Megapixel-steps of one image of each generate node (by node id), retries "
         "included: what the run's cost is counted with.")
+    image_steps: dict[str, int] = Field(
+        default_factory=dict,
+        description="Denoising steps each generate node's image is costed at (by node id): an "
+        "agent's refine answer asking for more is costed at what it asks.")
 
 
 class NodeRef(str):

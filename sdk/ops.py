@@ -29,9 +29,10 @@ DRAFT_FINISH_STRENGTH = 0.3
 
 
 def edit_steps(steps: int, strength: float) -> int:
-    """Denoising steps an img2img edit of ``steps`` at ``strength`` runs (diffusers rounds
-    ``steps x strength`` down)."""
-    return min(int(steps * strength), steps)
+    """Denoising steps an img2img edit of ``steps`` at ``strength`` runs: diffusers rounds
+    ``steps x strength`` down, and the engine runs at least one (a call that would run none
+    fails in diffusers, so the engine raises its strength to one step's)."""
+    return max(1, min(int(steps * strength), steps))
 
 
 def finish_strength(steps: int) -> float:

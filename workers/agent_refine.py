@@ -20,7 +20,8 @@ import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from genloop.sdk.errors import Cancelled, RefineConflict, Transient
+from genloop.sdk.errors import Cancelled, GraphError, GraphProblem, RefineConflict, Transient
+from genloop.sdk.graph import Graph
 from genloop.sdk.ops import (
     GenerationRequest,
     RefineAnswer,
@@ -28,8 +29,11 @@ from genloop.sdk.ops import (
     RefineRequest,
     ScoredCandidate,
 )
+from genloop.sdk.validation import bad_values
 
 from .context import OpContext
+from .ops.registry import OpRegistry
+from .planner import answer_cost_problem
 from .stores.base import StateStore
 from .stores.records import EventRecord
 
@@ -51,15 +55,19 @@ def _events(store: StateStore, run_id: str, after: int, kind: str):
         after = batch[-1].id
 
 
-def answer(store: StateStore, run_id: str, reply: RefineAnswer) -> RefineAnswer:
+def answer(store: StateStore, run_id: str, reply: RefineAnswer,
+           registry: OpRegistry | None = None) -> RefineAnswer:
     """Hand ``reply`` to the refine node waiting in ``run_id``; ``RefineConflict`` if none is
-    waiting for it (never asked, already answered, or fallen back)."""
+    waiting for it (never asked, already answered, or fallen back); ``GraphError`` naming each
+    problem if the answer may not run (:func:`answer_problems`; with ``registry``, the run's
+    cost limit too). A refused answer is refused before the claim, so the pause stays open for
+    a valid one, or for its fallback at the timeout."""
     store.get_run(run_id)  # NotFound for an unknown run
-    asked = {e.node_id for e in _events(store, run_id, 0, REQUESTED)}
-    answered = {e.node_id for e in _events(store, run_id, 0, ANSWERED)}
+    asked = {e.node_id: e for e in _events(store, run_id, 0, REQUESTED)}
+    answered = {e.node_id: e for e in _events(store, run_id, 0, ANSWERED)}
     node_id = reply.node_id
     if node_id is None:
-        waiting = sorted(asked - answered)
+        waiting = sorted(set(asked) - set(answered))
         if not waiting:
             raise RefineConflict(f"run {run_id} has no refine waiting for an answer")
         if len(waiting) > 1:
@@ -69,13 +77,63 @@ def answer(store: StateStore, run_id: str, reply: RefineAnswer) -> RefineAnswer:
     if node_id not in asked:
         raise RefineConflict(f"refine node {node_id!r} of run {run_id} has not asked for an "
                              "answer")
+    if node_id in answered:
+        raise _taken(run_id, node_id)
+    pause = RefineRequest.model_validate_json(asked[node_id].message or "")
+    problems = answer_problems(pause, reply)
+    if registry is not None and not problems:
+        graph = Graph.model_validate(store.run_spec(run_id).graph)
+        earlier = [(e.node_id, RefineAnswer.model_validate_json(e.message).requests)
+                   for e in answered.values() if e.node_id and e.message]
+        if why := answer_cost_problem(graph, registry, node_id, reply.requests, earlier):
+            problems.append(GraphProblem(node_id=node_id, path="requests", message=why))
+    if problems:
+        raise GraphError(problems)
     if not store.claim(_lease(run_id, node_id), f"agent:{uuid.uuid4().hex}", _LEASE_TTL):
-        raise RefineConflict(f"refine node {node_id!r} of run {run_id} already has its answer "
-                             "(or timed out and fell back)")
+        raise _taken(run_id, node_id)
     reply = reply.model_copy(update={"node_id": node_id})
     store.append_event(run_id, EventRecord(type=ANSWERED, time=time.time(), node_id=node_id,
                                            message=reply.model_dump_json()))
     return reply
+
+
+def answer_problems(pause: RefineRequest, reply: RefineAnswer) -> list[GraphProblem]:
+    """What makes ``reply`` unusable for ``pause``: more images than the round may make, an
+    edit of an image the pause did not show (an unknown key would fail the next round, and
+    the run with it), ``strength`` or ``mask`` without ``init_image``, strings that cannot be
+    stored (lone surrogates)."""
+    problems = []
+    if len(reply.requests) > pause.candidates:
+        problems.append(GraphProblem(
+            node_id=pause.node_id, path="requests", message=f"requests: {len(reply.requests)} "
+            f"images; the round makes at most {pause.candidates}"))
+    shown = {c.artifact for c in pause.scored}
+    for i, r in enumerate(reply.requests):
+        where = f"requests[{i}]"
+        if r.init_image is not None and r.init_image not in shown:
+            problems.append(GraphProblem(
+                node_id=pause.node_id, path=f"{where}.init_image", received=r.init_image[:80],
+                message=f"{where}.init_image: not a candidate this pause showed; edit one of "
+                "its scored candidates (their artifact keys)"))
+        for name in ("strength", "mask"):
+            if getattr(r, name) is not None and r.init_image is None:
+                problems.append(GraphProblem(
+                    node_id=pause.node_id, path=f"{where}.{name}",
+                    message=f"{where}.{name}: only with init_image (an edit of a candidate)"))
+    return problems + value_problems(reply)
+
+
+def value_problems(reply: RefineAnswer, max_string: int | None = None) -> list[GraphProblem]:
+    """Strings in ``reply`` that cannot be stored (lone surrogates) or, with ``max_string``,
+    are longer than that (a gateway's prompt cap)."""
+    return [GraphProblem(node_id=reply.node_id, path=path, message=f"{path}: {why}")
+            for i, r in enumerate(reply.requests)
+            for path, why in bad_values(r.model_dump(), f"requests[{i}]", max_string)]
+
+
+def _taken(run_id: str, node_id: str) -> RefineConflict:
+    return RefineConflict(f"refine node {node_id!r} of run {run_id} already has its answer "
+                          "(or timed out and fell back)")
 
 
 def ask(ctx: OpContext, scored: list[ScoredCandidate], params: RefineParams) -> Future:

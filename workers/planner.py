@@ -10,13 +10,14 @@ A node runs as one or more *instances*, each one Dramatiq message:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from genloop.sdk.errors import GraphError, GraphProblem
 from genloop.sdk.graph import Graph, Node, RunLimits
+from genloop.sdk.ops import GenerationRequest, edit_steps
 
 from .ops.registry import OpRegistry, OpSpec
 from .stores.records import FailedItem, InstanceRecord, ItemRef
@@ -216,6 +217,53 @@ def limits_problem(graph: Graph, registry: OpRegistry, limits: RunLimits, node_i
         return (f"the run would cost {cost:.4g} megapixel-steps; at most {limits.cost:g} (an "
                 "op upstream returned more items than planned)")
     return None
+
+
+def answer_cost_problem(graph: Graph, registry: OpRegistry, refine_id: str,
+                        requests: Sequence[GenerationRequest],
+                        earlier: Sequence[tuple[str, Sequence[GenerationRequest]]]
+                        ) -> str | None:
+    """Why an agent's answer to refine node ``refine_id`` would take the run past its cost
+    limit; ``None`` if it may run. The plan costed the next round at the node's candidates and
+    its generate node's steps; an answer asking more steps costs what it asks, on top of the
+    plan and of what the ``earlier`` answers (refine node, requests) added."""
+    limits = graph.limits
+    if limits is None or limits.cost is None:
+        return None
+    extra = _answer_extra(graph, refine_id, requests)
+    if extra <= 0:
+        return None
+    planned = sum(images * limits.image_costs.get(node.id, 0.0)
+                  for node, *_, images, _items in _flow(graph, registry, {}))
+    taken = sum(max(0.0, _answer_extra(graph, node_id, reqs)) for node_id, reqs in earlier)
+    if planned + taken + extra <= limits.cost:
+        return None
+    return (f"the answer would cost {extra:.4g} megapixel-steps more than its round was "
+            f"planned at, taking the run to {planned + taken + extra:.4g}; at most "
+            f"{limits.cost:g}: ask for fewer steps or images")
+
+
+def _answer_extra(graph: Graph, refine_id: str, requests: Sequence[GenerationRequest]) -> float:
+    """What the answer costs beyond what its round was planned at (megapixel-steps)."""
+    limits = graph.limits
+    nodes = {n.id: n for n in graph.nodes}
+    targets = [n for n in graph.nodes if refine_id in n.inputs and n.op == "generate"]
+    if limits is None or not targets or refine_id not in nodes:
+        return 0.0
+    target = targets[0].id
+    cost, steps = limits.image_costs.get(target), limits.image_steps.get(target)
+    if not cost or not steps:
+        return 0.0
+    candidates = int(nodes[refine_id].params.get("candidates", len(requests)))
+    asked = sum(_denoised(r, steps) for r in requests[:candidates])
+    return cost / steps * asked - cost * candidates
+
+
+def _denoised(request: GenerationRequest, planned: int) -> int:
+    steps = request.steps or planned
+    if request.init_image is not None and request.strength is not None:
+        return edit_steps(steps, request.strength)
+    return steps
 
 
 def _flow(graph: Graph, registry: OpRegistry, known: Mapping[str, int]

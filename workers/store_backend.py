@@ -104,4 +104,4 @@ class StoreBackend(Backend):
     def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
         from .agent_refine import answer as give
 
-        return give(self.store, run_id, answer)
+        return give(self.store, run_id, answer, self.scheduler.registry)

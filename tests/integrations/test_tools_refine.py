@@ -93,3 +93,19 @@ def test_a_strict_refine_call_with_nulls_uses_the_defaults_of_each_image(tools):
     })
 
     assert args.wait_seconds == 120 and args.requests[0].seed == 0
+
+
+def test_an_edit_of_an_image_the_pause_did_not_show_is_a_tool_error_and_the_pause_stays(tools):
+    paused = _paused(tools)
+
+    out = dispatch(tools, "refine_run", {
+        "run_id": paused.run_id,
+        "requests": [{"prompt": "a red circle", "seed": 1, "init_image": "someone-elses.png"}],
+    })
+
+    assert out.error and "init_image" in out.text and "someone-elses.png" in out.text
+    still = tools.call("get_run", {"run_id": paused.run_id, "wait_seconds": 0})
+    assert still.refine is not None and still.refine.node_id == paused.refine.node_id
+    taken = tools.call("refine_run", {"run_id": paused.run_id, "wait_seconds": 120,
+                                      "requests": [{"prompt": "a red circle", "seed": 2}]})
+    assert taken.done and taken.status == RunStatus.SUCCEEDED, taken.text

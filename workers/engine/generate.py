@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from genloop.sdk.errors import Permanent
+from genloop.sdk.ops import edit_steps
 
 from .step_cache import DEFAULT_CACHE, step_ended
 
@@ -27,7 +28,8 @@ class ImageSettings:
     """What a call shares across its candidates. ``cache``: see :mod:`.step_cache`.
 
     ``kind`` and ``strength`` belong to edits: an edit starts from its init image noised to
-    ``strength`` (1 = all noise) and runs ``int(steps * strength)`` denoising steps.
+    ``strength`` (1 = all noise) and runs ``int(steps * strength)`` denoising steps, at least
+    one (diffusers fails a call that would run none: its strength is raised to one step's).
     """
 
     steps: int
@@ -44,7 +46,13 @@ class ImageSettings:
         """Steps the call runs per image (diffusers' img2img rounds steps x strength down)."""
         if self.kind == "text":
             return self.steps
-        return min(int(self.steps * self.strength), self.steps)
+        return edit_steps(self.steps, self.strength)
+
+    @property
+    def edit_strength(self) -> float:
+        """The strength handed to diffusers: ``strength``, or one step's where that would
+        round to none (1.5 / steps runs exactly one, clear of float rounding)."""
+        return self.strength if int(self.steps * self.strength) else min(1.0, 1.5 / self.steps)
 
 
 def call_pipeline(
@@ -81,7 +89,7 @@ def call_pipeline(
     if settings.kind != "text":
         if init_images is None or len(init_images) != len(prompts):
             raise ValueError("an edit needs one init image per candidate")
-        extra = {"image": list(init_images), "strength": settings.strength}
+        extra = {"image": list(init_images), "strength": settings.edit_strength}
         if settings.kind == "inpaint":
             if masks is None or len(masks) != len(prompts):
                 raise ValueError("inpainting needs one mask per candidate")

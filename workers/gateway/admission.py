@@ -71,15 +71,16 @@ class Admission:
         fan-out no plan could see), with each generate node's cost of one image. The spec must
         have passed :meth:`check`."""
         graph = spec.compile() if isinstance(spec, Loop) else spec
-        image_costs = {}
+        image_costs, image_steps = {}, {}
         for node in graph.nodes:
             if node.op == "generate":
                 op = self.ops[node.op]
                 params = op.params.model_validate(node.params)
                 image_costs[node.id] = image_cost(node, op, params, self.size_of)
+                image_steps[node.id] = params.steps or self.size_of(params.model).steps
         return RunLimits(items=limits.max_candidates_per_run,
                          images=limits.max_candidates_per_run, cost=limits.max_cost_per_run,
-                         image_costs=image_costs)
+                         image_costs=image_costs, image_steps=image_steps)
 
     def _allowed(self, field: str, limits: TenantLimits) -> list[str]:
         if field == "model":

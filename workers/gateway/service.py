@@ -35,6 +35,7 @@ from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
 
+from ..agent_refine import value_problems
 from ..artifacts.base import ARTIFACT_KEY
 from ..ops.registry import OpRegistry, default_registry
 from .admission import Admission, default_admission
@@ -215,12 +216,15 @@ class Gateway:
         return self.backend.resume(run_id)
 
     def refine(self, tenant: str, run_id: str, answer: RefineAnswer) -> RefineAnswer:
-        """Answer the tenant's waiting refine; images it edits must be the tenant's own."""
+        """Answer the tenant's waiting refine: its strings within the prompt cap, a mask the
+        tenant's own; the back end checks the rest (edits of the pause's own candidates only,
+        the cost) before it takes the answer."""
         self._own(tenant, run_id)
+        if problems := value_problems(answer, self.admission.max_prompt_chars):
+            raise GraphError(problems)
         for r in answer.requests:
-            for key in (r.init_image, r.mask):
-                if key is not None:
-                    self._own_artifact(tenant, key)  # NotFound for another tenant's image
+            if r.mask is not None:
+                self._own_artifact(tenant, r.mask)  # NotFound for another tenant's image
         return self.backend.refine(run_id, answer)
 
     def artifact(self, tenant: str, key: str) -> bytes:
