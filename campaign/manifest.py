@@ -144,6 +144,18 @@ CSV_FIXED = ["variant", "prompt", "headline", "status", "seed", "round", "score"
              "error"]
 
 
+#: First characters a spreadsheet reads as a formula (OWASP's CSV injection list).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: object) -> object:
+    """A text cell that a spreadsheet would run as a formula (``=HYPERLINK(...)`` from an axis
+    value) gets a leading ``'``, which shows it as text; numbers and other text are as they are."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def _csv_rows(manifest: Manifest) -> Iterator[str]:
     axes = list(manifest.axes)
     columns = [CSV_FIXED[0], *axes, *CSV_FIXED[1:]]
@@ -156,7 +168,7 @@ def _csv_rows(manifest: Manifest) -> Iterator[str]:
     def row(values: list) -> str:
         buffer.seek(0)
         buffer.truncate()
-        writer.writerow(values)
+        writer.writerow([spreadsheet_safe(v) for v in values])
         return buffer.getvalue()
 
     yield row(columns)

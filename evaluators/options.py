@@ -18,6 +18,9 @@ TENANT_OPTIONS: dict[str, frozenset[str]] = {
     "brand-palette": frozenset({"palette", "max_distance"}),
     "composite": frozenset({"weights", "options"}),
 }
+#: Most colours a tenant's brand palette may hold: a palette's cost grows with its length (every
+#: dominant colour of every image is compared with each), and real brand palettes hold a handful.
+MAX_PALETTE = 32
 
 
 def tenant_option_problems(name: str | None, options: Mapping[str, Any] | None,
@@ -36,6 +39,14 @@ def tenant_option_problems(name: str | None, options: Mapping[str, Any] | None,
                 f"{', '.join(sorted(takes))})" for key in sorted(set(options) - takes)]
     if name == "composite":
         problems += _composite_problems(options, allowed, where)
+    if name == "brand-palette":
+        palette = options.get("palette")
+        if not isinstance(palette, list) or not all(isinstance(c, str) for c in palette):
+            problems.append(f"{where}.palette: give the brand's colours as a list of strings "
+                            "('#e4002b', 'rgb(10, 20, 30)', a CSS name)")
+        elif not 1 <= len(palette) <= MAX_PALETTE:
+            problems.append(f"{where}.palette: {len(palette)} colours; 1 to {MAX_PALETTE} "
+                            "allowed")
     return problems
 
 

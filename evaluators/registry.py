@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -38,13 +39,21 @@ Needs = Sequence[str] | Callable[[], Sequence[str]]
 T = TypeVar("T")
 
 
-class EvaluatorRegistry:
-    """Names to factories, plus a cache of the evaluators built from them."""
+#: Evaluators kept built at once. Options are part of the key and a tenant chooses them (a brand
+#: palette), so the cache is bounded: the least recently used evaluator goes first.
+MAX_INSTANCES = 32
 
-    def __init__(self) -> None:
+
+class EvaluatorRegistry:
+    """Names to factories, plus a bounded cache (LRU) of the evaluators built from them."""
+
+    def __init__(self, max_instances: int = MAX_INSTANCES) -> None:
         self._factories: dict[str, Factory] = {}
         self._needs: dict[str, Needs] = {}
-        self._instances: dict[tuple[str, str, str], Evaluator] = {}
+        # An OrderedDict as the LRU: lookups and inserts already happen under our lock (the
+        # per-key build locks need that), so a cache library would add nothing.
+        self._instances: OrderedDict[tuple[str, str, str], Evaluator] = OrderedDict()
+        self.max_instances = max_instances
         # One lock for the maps, held briefly; one per key, held while that model loads, so a
         # slow load neither blocks scoring with models already built nor happens twice.
         self._lock = threading.Lock()
@@ -109,6 +118,7 @@ class EvaluatorRegistry:
         key = (name, resolved, json.dumps(options, sort_keys=True, default=repr))
         with self._lock:
             if key in self._instances:
+                self._instances.move_to_end(key)
                 return self._instances[key]
             building = self._building.setdefault(key, threading.Lock())
         with building:
@@ -123,6 +133,8 @@ class EvaluatorRegistry:
             with self._lock:
                 if self._factories.get(name) is factory:  # not replaced while it loaded
                     self._instances[key] = built
+                    while len(self._instances) > self.max_instances:
+                        self._instances.popitem(last=False)
                 self._building.pop(key, None)
             return built
 

