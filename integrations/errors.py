@@ -18,13 +18,14 @@ from genloop.sdk import (
     RefineConflict,
     TransportError,
 )
+from genloop.sdk.errors import clip, clip_quotes
 
 
 class ToolCallError(GenloopError, ValueError):
     """A tool call that could not be carried out; the message says why and how to fix it."""
 
     def __init__(self, tool: str, message: str) -> None:
-        super().__init__(message)
+        super().__init__(clip_quotes(message))  # a caller's long value is quoted only in part
         self.tool = tool
 
 
@@ -33,7 +34,7 @@ def invalid_arguments(tool: str, exc: ValidationError) -> ToolCallError:
     lines = []
     for err in exc.errors(include_url=False):
         field = ".".join(str(p) for p in err["loc"]) or "arguments"
-        got = "" if err["type"] == "missing" else f" (got {err['input']!r})"
+        got = "" if err["type"] == "missing" else f" (got {clip(repr(err['input']))})"
         lines.append(f"- {field}: {err['msg']}{got}")
     return ToolCallError(tool, f"Invalid arguments for {tool}:\n" + "\n".join(lines)
                          + f"\nNothing was started. Fix these and call {tool} again.")

@@ -24,10 +24,32 @@ enter genloop, so callers only ever catch genloop's own types.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+
+#: Most characters of a caller's value an error quotes: a 100,000-character prompt sent back in
+#: full would cost an agent ~12,000 tokens to read and tell it nothing more.
+MAX_QUOTE = 200
+_LONG = MAX_QUOTE + 1
+_LONG_QUOTES = re.compile(rf"'([^'\n]{{{_LONG},}})'|\"([^\"\n]{{{_LONG},}})\"")
+
+
+def clip(text: str, limit: int = MAX_QUOTE) -> str:
+    """``text``, or its first ``limit`` characters and how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def clip_quotes(message: str) -> str:
+    """``message`` with every quoted value longer than :data:`MAX_QUOTE` cut to it."""
+    def cut(match: re.Match[str]) -> str:
+        mark = match.group(0)[0]
+        return mark + clip(match.group(1) or match.group(2)) + mark
+
+    return _LONG_QUOTES.sub(cut, message)
 
 
 class GenloopError(Exception):
@@ -43,9 +65,25 @@ class GraphProblem(BaseModel):
     message: str
     path: str | None = Field(default=None, description="JSON path of the offending value, e.g. "
                              "'nodes[1].params.model' or 'evaluator'")
-    received: Any = Field(default=None, description="the value found there (JSON)")
+    received: Any = Field(default=None, description="the value found there (JSON; a long one "
+                          f"cut to {MAX_QUOTE} characters)")
     allowed: Any = Field(default=None, description="the names, or the constraint, allowed "
                          "there (JSON)")
+
+    @field_validator("message")
+    @classmethod
+    def _short_message(cls, message: str) -> str:
+        return clip_quotes(message)
+
+    @field_validator("received")
+    @classmethod
+    def _short_received(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return clip(value)
+        if isinstance(value, list | dict):
+            text = json.dumps(value, default=str)
+            return value if len(text) <= MAX_QUOTE else clip(text)
+        return value
 
     def __str__(self) -> str:
         where = self.path or (f"node {self.node_id!r}" if self.node_id else "graph")

@@ -76,6 +76,20 @@ def test_bad_arguments_name_the_field_and_create_nothing(tools, client, argument
     assert run_count(client) == 0
 
 
+@pytest.mark.parametrize("arguments", [
+    {**LOOP, "prompt": "a red circle " * 8_000, "rounds": 99},  # refused by the arguments
+    {**LOOP, "model": "m" * 100_000},                            # by the back end's checks
+    {"run_id": "r" * 100_000, "wait_seconds": 0},                # an unknown run
+])
+def test_an_error_quotes_at_most_200_characters_of_a_long_value(tools, arguments):
+    tool = "get_run" if "run_id" in arguments else "run_loop"
+    with pytest.raises(ToolCallError) as caught:
+        tools.call(tool, arguments)
+
+    message = str(caught.value)
+    assert len(message) < 1_500 and "characters)" in message, message[:300]
+
+
 def test_top_k_above_n_is_refused_before_submitting(tools, client):
     with pytest.raises(ToolCallError, match="top_k must not exceed n"):
         tools.call("generate_images", {**GENERATE, "n": 2, "top_k": 3})

@@ -39,12 +39,13 @@ class BodyLimit:
 
         async def counted() -> Message:
             nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
+            received = await receive()
+            if received["type"] == "http.request":
+                seen += len(received.get("body", b""))
                 if seen > cap:
-                    # Raised inside the app's body read, so the app's handlers answer it.
+                    # Raised inside the app's body read, so the app's handlers answer it (the
+                    # message only: never the body that came, which a 413 would echo back)
                     raise HTTPException(413, message)
-            return message
+            return received
 
         await self.app(scope, counted, send)
