@@ -124,7 +124,7 @@ class Client(_ClientBase):
     def upload(self, image: bytes | str | PathLike[str]) -> str:
         """Store a PNG or JPEG (bytes or a file path) and return its artifact key, to edit it
         (a generate node's ``init_image`` or ``mask``) and read it back. Through a gateway the
-        image is yours alone, like your runs' images."""
+        image is yours alone, like your runs' images, and stored re-encoded (no metadata)."""
         return self._backend.write_artifact(*image_upload(image))
 
     def schema(self) -> SpecSchema:

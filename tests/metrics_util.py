@@ -15,9 +15,13 @@ ALLOWED_LABELS = {"status", "op", "queue", "error_type", "kind", "reason", "mode
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def scrape(url: str) -> Samples:
-    """``(sample name, sorted labels) -> value`` of genloop's samples at ``url``."""
-    text = httpx.get(url, timeout=10).text
+def scrape(url: str, token: str | None = None) -> Samples:
+    """``(sample name, sorted labels) -> value`` of genloop's samples at ``url`` (with the
+    operator's ``token``, for a gateway's own port)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = httpx.get(url, timeout=10, headers=headers)
+    response.raise_for_status()
+    text = response.text
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text) if family.name.startswith("genloop_")

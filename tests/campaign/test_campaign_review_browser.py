@@ -20,7 +20,7 @@ from genloop.sdk import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
 
-from server import LiveServer  # noqa: E402
+from server import LiveServer, console_sign_in  # noqa: E402
 
 from genloop.workers.gateway import GatewaySettings, SqliteGatewayStore, create_app  # noqa: E402
 
@@ -53,7 +53,7 @@ def gateway(tmp_path, resources):
 
 def signed_in(url: str, key: str) -> httpx.Client:
     http = httpx.Client(base_url=url)
-    http.post("/ui/login", data={"api_key": key, "next": "/ui/campaigns"})
+    console_sign_in(http, key, next="/ui/campaigns")
     return http
 
 

@@ -20,6 +20,8 @@ from genloop.workers.gateway import GatewaySettings, SqliteGatewayStore, create_
 class Console:
     url: str
     store: SqliteGatewayStore
+    #: The embedded back end's home (its artifacts under ``artifacts/``).
+    home: Path
 
     def key(self, tenant: str) -> str:
         return self.store.create_key(tenant)
@@ -34,6 +36,6 @@ def console(tmp_path_factory, resources) -> Iterator[Console]:
     store = SqliteGatewayStore(tmp / "gateway.db")
     app = create_app(backend, store, GatewaySettings(sse_max_poll=0.1))
     with LiveServer(app) as server:
-        yield Console(server.url, store)
+        yield Console(server.url, store, tmp / "home")
     backend.close()
     store.close()

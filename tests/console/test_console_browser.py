@@ -4,17 +4,26 @@ cancel a run, and never reach another tenant's run or image."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 
 import httpx
 import pytest
 from browser import browser_page
+from PIL import Image
+from server import console_sign_in
 
 from genloop.sdk import Client, GenerationRequest, Loop, RefineRequest, RunStatus
 
 pytestmark = pytest.mark.slow
 
+
+
+def white_png() -> bytes:
+    out = io.BytesIO()
+    Image.new("L", (32, 32), 255).save(out, "PNG")
+    return out.getvalue()
 
 def agent_loop(prompt: str) -> Loop:
     """Round 1 runs, then the loop waits for the test's answer: the test decides when the
@@ -55,13 +64,16 @@ def test_a_loop_is_listed_and_its_page_follows_it_live(console, tmp_path):
         page.wait_for_selector("tr.round[data-round='1'] li.cand img >> nth=2")
         progress_before = page.locator("#log li.ev.progress").count()
         first = request.scored[0]
+        # (an inpaint whose mask is gone from the artifact store by the time it runs)
+        mask = client.upload(white_png())
+        (console.home / "artifacts" / mask[:2] / mask).unlink()
         run.refine([GenerationRequest(prompt=request.prompt, seed=101, round=2),
                     GenerationRequest(prompt=request.prompt, seed=102, round=2,
-                                      mask=first.artifact)])  # a mask with nothing to mask
+                                      init_image=first.artifact, mask=mask)])
 
         # Then the page shows round 2 as it happens, without a reload
         failed = page.wait_for_selector("tr.round[data-round='2'] li.cand.failed .error")
-        assert "a mask needs an init_image" in failed.inner_text()
+        assert "cannot read image artifact" in failed.inner_text()
         page.wait_for_selector("#run-status:has-text('succeeded')")
         page.wait_for_selector("tr.round[data-round='2'] li.cand img")
         assert page.evaluate("window.__sameDocument") is True
@@ -140,5 +152,5 @@ def test_another_tenants_run_and_images_are_not_reachable(console):
     # and nothing is public: without a session an image is 401, a page sends to sign-in
     assert httpx.get(f"{console.url}/ui/artifacts/{image}").status_code == 401
     assert httpx.get(f"{console.url}/ui/runs").headers["location"].startswith("/ui/login")
-    wrong = httpx.post(f"{console.url}/ui/login", data={"api_key": "gl_nope"})
-    assert wrong.status_code == 401
+    with httpx.Client(base_url=console.url) as http:
+        assert console_sign_in(http, "gl_nope").status_code == 401

@@ -40,3 +40,13 @@ class LiveServer:
         self.server.should_exit = True
         self.thread.join(timeout=10)
         self.sock.close()
+
+
+def console_sign_in(http, key: str, next: str = "/ui/runs"):
+    """Sign ``http`` (an ``httpx.Client`` on the server's base URL) in to the console the way a
+    browser does: load the sign-in page (its token, in a cookie and the form), post the form."""
+    import re
+
+    page = http.get("/ui/login", params={"next": next})
+    token = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+    return http.post("/ui/login", data={"api_key": key, "next": next, "csrf": token})

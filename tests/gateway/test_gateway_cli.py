@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+from server import console_sign_in
 
 from genloop.workers.cli import main
 from genloop.workers.gateway import SqliteGatewayStore
@@ -34,17 +36,24 @@ def test_keys_create_list_revoke(tmp_path, capsys):
     store.close()
 
 
+def free_port() -> int:
+    """A free port; serve binds it a moment later."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def test_serve_local_answers_with_the_keys_made_by_keys_create(tmp_path, capsys):
     home = str(tmp_path / "home")
     main(["keys", "create", "--local", home, "--tenant", "acme"])
     key = capsys.readouterr().out.strip()
-    with socket.socket() as probe:  # a free port; serve binds it a moment later
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port, metrics_port = free_port(), free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "genloop.workers.cli", "serve", "--local", home, "--port",
-         str(port), "--threads", "1", "--log-level", "warning"],
+         str(port), "--threads", "1", "--log-level", "warning",
+         "--metrics-port", str(metrics_port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**os.environ, "GENLOOP_METRICS_TOKEN": "ops-token"},
     )
     try:
         url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
@@ -61,9 +70,14 @@ def test_serve_local_answers_with_the_keys_made_by_keys_create(tmp_path, capsys)
         assert httpx.get(f"{url}/v1/runs/{'0' * 32}", headers=auth).status_code == 404
         assert httpx.get(f"{url}/v1/runs/{'0' * 32}").status_code == 401
         # the console and the metrics come with it
-        console = httpx.post(f"{url}/ui/login", data={"api_key": key}, follow_redirects=True)
+        with httpx.Client(base_url=url, follow_redirects=True) as http:
+            console = console_sign_in(http, key)
         assert console.status_code == 200 and "acme" in console.text
-        assert "genloop_runs_total" in httpx.get(f"{url}/metrics").text
+        # Metrics: on the operator's port, and on the tenants' port only with the token
+        assert "genloop_runs_total" in httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
+        assert httpx.get(f"{url}/metrics", headers=auth).status_code == 401
+        ops = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer ops-token"})
+        assert "genloop_runs_total" in ops.text
     finally:
         proc.terminate()
         proc.wait(timeout=20)

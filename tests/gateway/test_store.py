@@ -44,6 +44,38 @@ def test_revoke_by_key_or_id(store):
     assert store.revoke("gl_unknown") is None and store.revoke("nothing") is None
 
 
+def test_a_session_names_its_tenant_until_it_ends_or_its_key_is_revoked(store):
+    key, other = store.create_key("acme"), store.create_key("acme")
+    first, second, third = (store.create_session(k) for k in (key, key, other))
+    assert len({first, second, third}) == 3 and key not in first
+    assert store.session_tenant(first) == store.session_tenant(third) == "acme"
+    store.end_session(first)
+    assert store.session_tenant(first) is None and store.session_tenant(second) == "acme"
+    store.revoke(key)
+    assert store.session_tenant(second) is None and store.session_tenant(third) == "acme"
+    assert store.create_session(key) is None and store.session_tenant("made-up") is None
+
+
+def test_uploads_count_once_per_key_and_are_the_tenants_artifacts(store):
+    assert store.upload_usage("acme") == (0, 0)
+    store.add_upload("acme", "a.png", 100)
+    store.add_upload("acme", "a.png", 100)
+    store.add_upload("acme", "b.jpg", 50)
+    assert store.upload_usage("acme") == (2, 150) and store.upload_usage("bob") == (0, 0)
+    assert store.has_artifact("acme", "b.jpg") and not store.has_artifact("bob", "b.jpg")
+
+
+def test_hits_count_within_a_window_per_tenant_and_start_again_after_it(store):
+    counts = [store.hit("acme", "upload", 0.5)[0] for _ in range(3)]
+    if counts != [1, 2, 3]:  # a window ended in between: count again in the next one
+        counts = [store.hit("acme", "upload", 0.5)[0] for _ in range(3)]
+    assert counts == [1, 2, 3]
+    n, left = store.hit("bob", "upload", 0.5)
+    assert n == 1 and 0 < left <= 0.5
+    time.sleep(left + 0.01)
+    assert store.hit("acme", "upload", 0.5)[0] == 1
+
+
 def test_tenant_names_are_checked(store):
     with pytest.raises(ValueError):
         store.create_key("a b")

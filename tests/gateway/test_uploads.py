@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import httpx
+import pytest
 from PIL import Image
 
 from genloop.sdk import Graph
@@ -95,9 +96,11 @@ def test_the_sdk_uploads_files_and_bytes_sync_and_async(stack, tmp_path):
     path = tmp_path / "photo.jpg"
     path.write_bytes(image_bytes("JPEG", color="green"))
     client = stack.client(key)
-    # A file path, sync: the key names a JPEG that reads back as the same bytes
+    # A file path, sync: the key names a JPEG that reads back as the same image (re-encoded)
     jpeg = client.upload(path)
-    assert jpeg.endswith(".jpg") and client.read_artifact(jpeg) == path.read_bytes()
+    back = Image.open(io.BytesIO(client.read_artifact(jpeg)))
+    assert jpeg.endswith(".jpg") and back.format == "JPEG" and back.size == (32, 32)
+    assert max(abs(a - b) for a, b in zip(back.getpixel((16, 16)), (0, 128, 0), strict=True)) < 8
 
     async def upload_png() -> str:
         async with stack.aclient(key) as aclient:
@@ -109,3 +112,52 @@ def test_the_sdk_uploads_files_and_bytes_sync_and_async(stack, tmp_path):
         stack.client(other).read_artifact(png)
     with pytest.raises(ClientError, match="PNG or JPEG"):
         client.upload(b"GIF89a...")
+
+
+def test_an_upload_is_stored_re_encoded_without_trailing_bytes_or_metadata(stack):
+    _, key = stack.tenant()
+    # A PNG with an HTML page after its end, and a JPEG with GPS in its EXIF
+    polyglot = image_bytes(color="navy") + b"<html><script>alert(document.cookie)</script>"
+    exif = Image.Exif()
+    exif[0x8825] = {1: "N", 2: (51.0, 30.0, 0.0)}  # GPSInfo
+    tagged = io.BytesIO()
+    Image.new("RGB", (16, 16), "olive").save(tagged, "JPEG", exif=exif, comment=b"secret")
+    for data, media in [(polyglot, "image/png"), (tagged.getvalue(), "image/jpeg")]:
+        response = upload(stack.url, key, data, media)
+        assert response.status_code == 201, response.text
+        read = httpx.get(f"{stack.url}/v1/artifacts/{response.json()['key']}",
+                         headers={"Authorization": f"Bearer {key}"})
+        assert read.status_code == 200 and read.headers["x-content-type-options"] == "nosniff"
+        assert b"<html" not in read.content and b"secret" not in read.content
+        assert response.json()["bytes"] == len(read.content)
+        image = Image.open(io.BytesIO(read.content))
+        assert not image.getexif() and "comment" not in image.info
+        # What is stored is still the image that was sent
+        sent = Image.open(io.BytesIO(data)).convert("RGB")
+        assert image.size == sent.size and image.convert("RGB").getpixel((3, 3)) == pytest.approx(
+            sent.getpixel((3, 3)), abs=8)
+
+
+def test_uploads_have_per_tenant_quotas_and_a_rate_answered_429_with_retry_after(stack):
+    from genloop.workers.gateway import TenantLimits
+
+    _, few = stack.tenant(TenantLimits(max_uploads=2))
+    _, small = stack.tenant(TenantLimits(max_upload_bytes=200))
+    _, slow = stack.tenant(TenantLimits(uploads_per_minute=3))
+    _, other = stack.tenant()
+    for colour in ("red", "green"):
+        assert upload(stack.url, few, image_bytes(color=colour)).status_code == 201
+    assert upload(stack.url, few, image_bytes(color="red")).status_code == 201  # the same image
+    over = upload(stack.url, few, image_bytes(color="blue"))
+    assert code(over) == (429, "upload_quota") and int(over.headers["retry-after"]) >= 1
+    assert over.json()["details"] == {"limit": 2, "requested": 3}
+    noise = io.BytesIO()
+    Image.effect_noise((64, 64), 80).save(noise, "PNG")  # about 4 KB: over 200 bytes
+    assert code(upload(stack.url, small, noise.getvalue())) == (429, "upload_quota")
+    made = [upload(stack.url, slow, image_bytes(color=c)).status_code
+            for c in ("red", "green", "blue", "white")]
+    assert made == [201, 201, 201, 429]
+    rate = upload(stack.url, slow, image_bytes(color="black"))
+    assert code(rate) == (429, "upload_rate") and 1 <= int(rate.headers["retry-after"]) <= 60
+    # Another tenant is not held back by theirs
+    assert upload(stack.url, other, image_bytes(color="blue")).status_code == 201

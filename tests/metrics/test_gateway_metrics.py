@@ -14,6 +14,7 @@ from genloop.workers.gateway import GatewaySettings, SqliteGatewayStore, create_
 from genloop.workers.metrics import MAX_ERROR_TYPES, Metrics
 from genloop.workers.stores.records import EventRecord
 
+TOKEN = "operator-only"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
 from server import LiveServer  # noqa: E402
 
@@ -25,7 +26,7 @@ def gateway(tmp_path_factory, resources):
     tmp = tmp_path_factory.mktemp("metrics")
     backend = EmbeddedBackend(tmp / "home", threads=2, resources=resources, lease_ttl=5.0)
     store = SqliteGatewayStore(tmp / "gateway.db")
-    with LiveServer(create_app(backend, store, GatewaySettings())) as server:
+    with LiveServer(create_app(backend, store, GatewaySettings(metrics_token=TOKEN))) as server:
         yield server.url, store
     backend.close()
     store.close()
@@ -44,11 +45,11 @@ def test_a_scrape_after_a_run_shows_what_the_run_did(gateway, tmp_path):
     g.add("test-count", id="flaky", params={"log": log, "fail_times": 1}, max_retries=2)
     g.add("test-count", id="broken", params={"log": log, "value": 7, "fail_times": 9,
                                              "permanent": True})
-    before = scrape(f"{url}/metrics")
+    before = scrape(f"{url}/metrics", TOKEN)
 
     run = client.submit(g)
     result = run.wait(timeout=120)
-    after = scrape(f"{url}/metrics")
+    after = scrape(f"{url}/metrics", TOKEN)
 
     assert result.status == RunStatus.FAILED  # 'broken' failed for good
     assert moved(before, after, "genloop_runs_total", status="submitted") == 1
@@ -82,7 +83,7 @@ def test_a_scrape_after_a_run_shows_what_the_run_did(gateway, tmp_path):
     # The same run again reuses every stored result: nothing generated, nothing timed.
     again = client.submit(g.model_copy(deep=True))
     again.wait(timeout=120)
-    last = scrape(f"{url}/metrics")
+    last = scrape(f"{url}/metrics", TOKEN)
     assert moved(after, last, "genloop_images_generated_total") == 0
     assert moved(after, last, "genloop_result_reuses_total", op="generate") >= 1
 
@@ -104,3 +105,23 @@ def test_error_types_stay_a_bounded_label_set():
     assert len(kinds) == MAX_ERROR_TYPES + 1 and "other" in kinds
     assert sum(s.value for fam in metrics.failures.collect() for s in fam.samples
                if s.name.endswith("_total")) == MAX_ERROR_TYPES + 31
+
+
+def test_metrics_answer_only_the_operators_token_and_are_off_without_one(gateway, resources,
+                                                                          tmp_path):
+    import httpx
+
+    from genloop.workers.embedded import EmbeddedBackend
+
+    url, store = gateway
+    tenant_key = store.create_key("curious")
+    for headers in ({}, {"Authorization": f"Bearer {tenant_key}"},
+                    {"Authorization": "Bearer operator-onl"}):
+        response = httpx.get(f"{url}/metrics", headers=headers)
+        assert response.status_code == 401 and "genloop_" not in response.text
+    # A gateway given no token serves no metrics on its (tenants') port at all
+    backend = EmbeddedBackend(tmp_path / "home", threads=1, resources=resources)
+    with LiveServer(create_app(backend, store, GatewaySettings())) as server:
+        for headers in ({}, {"Authorization": f"Bearer {tenant_key}"}):
+            assert httpx.get(f"{server.url}/metrics", headers=headers).status_code == 404
+    backend.close()

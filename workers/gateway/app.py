@@ -8,16 +8,19 @@ back end from threads.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi import Depends, FastAPI, Header, Query, Request, Response, Security
 from fastapi.responses import StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
+from starlette.background import BackgroundTask
 
 from genloop.sdk.backend import Backend
 from genloop.sdk.errors import RefineConflict
@@ -31,14 +34,15 @@ from ..metrics import metrics
 from ..models_config import ModelsConfig
 from . import errors, ui
 from .admission import DEFAULT_MAX_PROMPT_CHARS, default_admission
-from .auth import tenant
+from .auth import bearer, tenant
 from .body_limit import BodyLimit
 from .errors import ApiProblem
 from .limits import TenantLimits
+from .security_headers import SecurityHeaders
 from .service import Gateway, backend_ops
 from .sse import event_stream
 from .store import GatewayStore
-from .uploads import UPLOAD_TYPES, Uploaded, image_size, upload_ext
+from .uploads import UPLOAD_TYPES, Uploaded, reencoded, upload_ext
 
 UPLOAD_TYPES_BY_EXT = {ext: media for media, ext in UPLOAD_TYPES.items()}
 
@@ -64,6 +68,10 @@ class GatewaySettings:
     sse_keepalive: float = 10.0
     #: Where campaign runs write their folders (out/campaigns), for the console's review pages.
     campaigns: Path | None = None
+    #: The operator's token for ``/metrics`` on this port (``Authorization: Bearer``); ``None``
+    #: serves no metrics here (every tenant can reach this port; ``genloop serve
+    #: --metrics-port`` serves them on an address of the operator's instead).
+    metrics_token: str | None = None
 
 
 class Health(BaseModel):
@@ -132,6 +140,7 @@ def create_app(backend: Backend, store: GatewayStore,
     errors.install(app, settings.retry_after)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
                        paths={("POST", "/v1/artifacts"): settings.max_upload_bytes})
+    app.add_middleware(SecurityHeaders)
     ui.install(app)
 
     @app.get("/healthz", response_model=Health, tags=["ops"])
@@ -141,9 +150,18 @@ def create_app(backend: Backend, store: GatewayStore,
 
     @app.get("/metrics", tags=["ops"], response_class=Response,
              responses={200: {"content": {"text/plain": {}}}})
-    def prometheus_metrics() -> Response:
+    def prometheus_metrics(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+    ) -> Response:
         """This process's metrics in Prometheus' text format (with ``genloop serve --local``,
-        its embedded workers' too). No tenant data: no run ids or tenants as labels."""
+        its embedded workers' too), for the operator's token only; 404 when the gateway has
+        none (``--metrics-token``). No run ids or tenants as labels."""
+        if settings.metrics_token is None:
+            raise ApiProblem(404, "not_found", "metrics are not served on this port")
+        sent = (credentials.credentials if credentials else "").encode()
+        if not hmac.compare_digest(sent, settings.metrics_token.encode()):
+            raise ApiProblem(401, "unauthorized", "/metrics needs the operator's metrics token",
+                             headers={"WWW-Authenticate": "Bearer"})
         return Response(generate_latest(metrics().registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/readyz", response_model=Health, tags=["ops"])
@@ -206,16 +224,23 @@ def create_app(backend: Backend, store: GatewayStore,
                               "description": "server-sent events, `data` is an Event"}})
     async def events(
         run_id: str, gateway: Gw, who: Tenant,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
         after: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=1000)] = 500,
         follow: bool = True,
         last_event_id: Annotated[str | None, Header(max_length=30)] = None,
     ) -> StreamingResponse:
         """The run's events after ``after`` (or ``Last-Event-ID``); with ``follow`` the stream
-        stays open until the run ends, else it sends one page and closes."""
+        stays open until the run ends, else it sends one page and closes. A stream closes
+        when its key is revoked; a tenant holds at most its ``max_event_streams`` open (429)."""
         after = resume_after(last_event_id, after)
         # Ownership is checked before the stream starts, so a 404 is a real 404.
         await asyncio.to_thread(gateway.events, who, run_id, after, 1)
+        key = credentials.credentials if credentials else ""
+        slot = await asyncio.to_thread(gateway.open_stream, who)
+
+        async def allowed() -> bool:
+            return await asyncio.to_thread(gateway.store.tenant_of, key) == who
 
         async def fetch(last: int) -> list:
             return await asyncio.to_thread(gateway.events, who, run_id, last, limit)
@@ -225,10 +250,11 @@ def create_app(backend: Backend, store: GatewayStore,
 
         stream = event_stream(
             fetch, ended, after, follow=follow, poll=settings.sse_poll,
-            max_poll=settings.sse_max_poll, keepalive=settings.sse_keepalive,
+            max_poll=settings.sse_max_poll, keepalive=settings.sse_keepalive, allowed=allowed,
         )
-        return StreamingResponse(stream, media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(slot.hold(stream), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                                 background=BackgroundTask(slot.release))
 
     @app.get("/v1/schema", response_model=SpecSchema, tags=["specs"])
     def schema(gateway: Gw, who: Tenant) -> SpecSchema:
@@ -247,10 +273,11 @@ def create_app(backend: Backend, store: GatewayStore,
     ) -> Uploaded:
         """Upload a PNG or JPEG image (the raw bytes, with their ``Content-Type``) to edit
         it: its key may then be a generate node's ``init_image`` or ``mask`` in your graphs,
-        and read back at ``/v1/artifacts/{key}``; other tenants cannot see it."""
+        and read back at ``/v1/artifacts/{key}``; other tenants cannot see it. The image is
+        stored re-encoded, without metadata; uploads have quotas (429 with ``Retry-After``)."""
         ext = upload_ext(content_type)
-        data = await request.body()
-        width, height = await asyncio.to_thread(image_size, data, ext)
+        await asyncio.to_thread(gateway.count_upload, who)
+        data, width, height = await asyncio.to_thread(reencoded, await request.body(), ext)
         key = await asyncio.to_thread(gateway.upload, who, data, ext)
         response.headers["Location"] = f"/v1/artifacts/{key}"
         return Uploaded(key=key, content_type=UPLOAD_TYPES_BY_EXT[ext], bytes=len(data),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +19,9 @@ from ..models_config import ModelsConfig, models_config
 from .limits import TenantLimits
 from .store import GatewayStore
 
+#: The operator's token for /metrics on the gateway's own port (an environment variable, not a
+#: flag: a command line is visible to every user of the machine).
+METRICS_TOKEN_ENV = "GENLOOP_METRICS_TOKEN"
 
 def _target(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group(required=True)
@@ -58,6 +62,7 @@ def open_backend(args: argparse.Namespace, models: ModelsConfig | None = None) -
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from ..metrics import serve_metrics
     from .app import GatewaySettings, create_app
 
     for module in args.imports:  # custom ops and evaluators register on import
@@ -71,7 +76,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             max_concurrent_cost=args.max_concurrent_cost),
         models=models, max_prompt_chars=args.max_prompt_chars,
         share_results=args.share_results, campaigns=args.campaigns,
+        metrics_token=os.environ.get(METRICS_TOKEN_ENV) or None,
     )
+    if args.metrics_port is not None:
+        port = serve_metrics(args.metrics_port, host=args.metrics_host)
+        print(f"metrics on http://{args.metrics_host}:{port}/metrics", file=sys.stderr)
     store, backend = open_store(args), open_backend(args, models)
     try:
         print(f"genloop gateway on http://{args.host}:{args.port} "
@@ -141,6 +150,11 @@ def setup_serve(p: argparse.ArgumentParser) -> None:
                    help="import a module first (custom ops); repeatable")
     p.add_argument("--campaigns", metavar="DIR",
                    help="campaign folders (out/campaigns) the console's review pages show")
+    p.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve /metrics on this port of --metrics-host, apart from the tenants' "
+                        f"port (there /metrics answers only with ${METRICS_TOKEN_ENV} as its "
+                        "bearer token, and 404 without one set)")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDR")
     p.add_argument("--log-level", default="info")
     p.add_argument("--default-model", metavar="NAME",
                    help="model for specs that name none (default: shapes, the shipped one)")

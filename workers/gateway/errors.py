@@ -9,6 +9,7 @@ its traceback and never shown to the caller.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,9 +62,10 @@ def to_problem(exc: BaseException, retry_after: int = 1) -> ApiProblem:
     if isinstance(exc, NotFound):
         return ApiProblem(404, "not_found", str(exc))
     if isinstance(exc, LimitExceeded):
+        wait = retry_after if exc.retry_after is None else max(1, math.ceil(exc.retry_after))
         return ApiProblem(429, exc.code, str(exc),
                           details={"limit": exc.limit, "requested": exc.requested},
-                          headers={"Retry-After": str(retry_after)})
+                          headers={"Retry-After": str(wait)})
     if isinstance(exc, KeyConflict):
         return ApiProblem(409, "idempotency_conflict", str(exc) + ": use a new Idempotency-Key "
                           "for a different spec", details={"run_id": exc.run_id})

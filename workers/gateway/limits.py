@@ -7,6 +7,10 @@ at most ``max_cost_per_run``. Cost is in megapixel-steps, retries included (see
 (``limit``, ``requested``) and ``Retry-After``; the SDK retries the concurrent limits (runs
 finish) but not the per-run ones (the run itself is too large: split it or ask for more).
 
+Uploads have quotas of their own: ``max_uploads`` images and ``max_upload_bytes`` in all, and
+at most ``uploads_per_minute``; and a tenant may hold ``max_event_streams`` event streams open at
+once (each is a connection and a poller). These are 429 with ``Retry-After`` too.
+
 ``models`` and ``evaluators`` narrow what the operator allows for this tenant (``None``: all).
 """
 
@@ -29,6 +33,12 @@ class TenantLimits(BaseModel):
         400_000.0, gt=0, allow_inf_nan=False,
         description="megapixel-steps of all unfinished runs together",
     )
+    max_uploads: int = Field(1_000, ge=0, description="images a tenant may upload in all")
+    max_upload_bytes: int = Field(
+        1_000_000_000, ge=0, description="bytes of uploaded images a tenant may store in all")
+    uploads_per_minute: int = Field(60, ge=1, description="uploads a tenant may make a minute")
+    max_event_streams: int = Field(
+        32, ge=1, description="event streams (API and console) a tenant may hold open at once")
     models: list[str] | None = Field(None, description="models allowed; None: the operator's")
     evaluators: list[str] | None = Field(
         None, description="evaluators allowed; None: every registered one"
@@ -36,11 +46,28 @@ class TenantLimits(BaseModel):
 
 
 class LimitExceeded(Exception):
-    """A tenant's limit refuses the request; the gateway answers 429."""
+    """A tenant's limit refuses the request; the gateway answers 429, with ``retry_after``
+    seconds when the limit says when (a rate's window), else the gateway's default."""
 
-    def __init__(self, code: str, message: str, limit: float, requested: float) -> None:
+    def __init__(self, code: str, message: str, limit: float, requested: float,
+                 retry_after: float | None = None) -> None:
         super().__init__(message)
         self.code, self.limit, self.requested = code, limit, requested
+        self.retry_after = retry_after
+
+
+def check_upload(limits: TenantLimits, used: tuple[int, int], size: int) -> None:
+    """The upload quotas, given the tenant's ``used`` (images, bytes) and a new image's size."""
+    images, stored = used
+    if images + 1 > limits.max_uploads:
+        raise LimitExceeded(
+            "upload_quota", f"you have uploaded {images} images; your limit is "
+            f"{limits.max_uploads}", limits.max_uploads, images + 1)
+    if stored + size > limits.max_upload_bytes:
+        raise LimitExceeded(
+            "upload_quota", f"your uploads hold {stored} bytes and this image {size}; your "
+            f"limit is {limits.max_upload_bytes} bytes in all", limits.max_upload_bytes,
+            stored + size)
 
 
 def check_run(cost: RunCost, limits: TenantLimits) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 
@@ -10,13 +11,15 @@ import redis
 from ..stores.redis import translate_redis_errors
 from ..stores.redis_keys import GatewayKeys
 from .limits import TenantLimits
-from .store import GatewayStore, KeyInfo, RunSummary, hash_key
+from .store import GatewayStore, KeyInfo, RunSummary
 
 
 class RedisGatewayStore(GatewayStore):
     """Keys under ``prefix``: ``key:<hash>`` (hash), ``keyid:<id>``, ``tenant:<name>``,
-    ``run:<id>`` (owner), ``cost:<id>``, ``summary:<id>``, and per tenant the sets ``open:``,
-    ``unindexed:`` and ``art:``, and ``runs:`` (run ids by creation time)."""
+    ``run:<id>`` (owner), ``cost:<id>``, ``summary:<id>``, ``session:<hash>`` (a key hash, with
+    the session's expiry), and per tenant the sets ``open:``, ``unindexed:`` and ``art:``,
+    ``runs:`` (run ids by creation time), ``uploads:`` (key -> bytes) with ``upload-usage:``,
+    and ``hits:<what>:<tenant>:<window>`` counters."""
 
     def __init__(self, url: str, prefix: str = "genloop:gw") -> None:
         self.r = redis.Redis.from_url(url, decode_responses=True)
@@ -50,12 +53,26 @@ class RedisGatewayStore(GatewayStore):
         return sorted(infos, key=lambda k: k.created_at)
 
     @translate_redis_errors
-    def tenant_of(self, key: str) -> str | None:
-        raw = self.r.get(self.k.key(hash_key(key)))
+    def _tenant_of_hash(self, key_hash: str) -> str | None:
+        raw = self.r.get(self.k.key(key_hash))
         if raw is None:
             return None
         info = KeyInfo.model_validate_json(raw)
         return None if info.revoked_at is not None else info.tenant
+
+    @translate_redis_errors
+    def _put_session(self, session_hash: str, key_hash: str, expires_at: float) -> None:
+        self.r.set(self.k.session(session_hash), key_hash,
+                   px=max(1, int((expires_at - time.time()) * 1000)))
+
+    @translate_redis_errors
+    def _session_key(self, session_hash: str) -> str | None:
+        value = self.r.get(self.k.session(session_hash))
+        return None if value is None else str(value)
+
+    @translate_redis_errors
+    def _drop_session(self, session_hash: str) -> None:
+        self.r.delete(self.k.session(session_hash))
 
     @translate_redis_errors
     def set_limits(self, tenant: str, limits: TenantLimits) -> None:
@@ -158,6 +175,32 @@ class RedisGatewayStore(GatewayStore):
     @translate_redis_errors
     def has_artifact(self, tenant: str, key: str) -> bool:
         return bool(self.r.sismember(self.k.tenant_set("art", tenant), key))
+
+    @translate_redis_errors
+    def add_upload(self, tenant: str, key: str, size: int) -> None:
+        if self.r.hsetnx(self.k.tenant_set("uploads", tenant), key, size):
+            pipe = self.r.pipeline()
+            pipe.hincrby(self.k.tenant_set("upload-usage", tenant), "images", 1)
+            pipe.hincrby(self.k.tenant_set("upload-usage", tenant), "bytes", size)
+            pipe.sadd(self.k.tenant_set("art", tenant), key)
+            pipe.execute()
+
+    @translate_redis_errors
+    def upload_usage(self, tenant: str) -> tuple[int, int]:
+        images, size = self.r.hmget(self.k.tenant_set("upload-usage", tenant), "images", "bytes")
+        return int(images or 0), int(size or 0)
+
+    @translate_redis_errors
+    def hit(self, tenant: str, what: str, window: float) -> tuple[int, float]:
+        now = time.time()
+        index = math.floor(now / window)
+        start = index * window
+        key = self.k.hits(what, tenant, index)
+        pipe = self.r.pipeline()
+        pipe.incr(key)
+        pipe.pexpire(key, int(window * 2000))
+        n, _ = pipe.execute()
+        return int(n), start + window - now
 
     @translate_redis_errors
     def ping(self) -> None:

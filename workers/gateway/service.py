@@ -36,11 +36,12 @@ from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
 
 from ..agent_refine import value_problems
-from ..artifacts.base import ARTIFACT_KEY
+from ..artifacts.base import ARTIFACT_KEY, artifact_key
 from ..ops.registry import OpRegistry, default_registry
 from .admission import Admission, default_admission
-from .limits import TenantLimits, check_concurrency, check_run
+from .limits import LimitExceeded, TenantLimits, check_concurrency, check_run, check_upload
 from .store import GatewayStore, RunSummary
+from .streams import StreamSlot, StreamSlots
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class Gateway:
         # pass the concurrency check. One lock per tenant, in this process; several gateway
         # processes on one Redis can overshoot by at most one run each.
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+        self.streams = StreamSlots()
 
     def limits(self, tenant: str) -> TenantLimits:
         return self.store.limits(tenant) or self.defaults
@@ -261,10 +263,28 @@ class Gateway:
         if problems:
             raise GraphError(problems)
 
+    def open_stream(self, tenant: str) -> StreamSlot:
+        """A place for one more of the tenant's event streams (429 ``stream_limit`` past its
+        ``max_event_streams``); release it when the stream ends."""
+        return self.streams.take(tenant, self.limits(tenant).max_event_streams)
+
+    def count_upload(self, tenant: str) -> None:
+        """Count an upload against the tenant's rate before its body is decoded (a refused
+        upload costs the gateway nothing); 429 ``upload_rate`` past the limit."""
+        limit = self.limits(tenant).uploads_per_minute
+        made, left = self.store.hit(tenant, "upload", 60.0)
+        if made > limit:
+            raise LimitExceeded("upload_rate", f"{made - 1} uploads this minute; your limit is "
+                                f"{limit} a minute: retry in {left:.0f} s", limit, made,
+                                retry_after=left)
+
     def upload(self, tenant: str, data: bytes, ext: str) -> str:
-        """Store an image the tenant sent and record it as the tenant's; its key."""
+        """Store an image the tenant sent (re-encoded already) within its upload quotas, and
+        record it as the tenant's; its key. An image the tenant holds already costs no quota."""
+        if not self.store.has_artifact(tenant, artifact_key(data, ext)):
+            check_upload(self.limits(tenant), self.store.upload_usage(tenant), len(data))
         key = self.backend.write_artifact(data, ext)
-        self.store.add_artifacts(tenant, [key])
+        self.store.add_upload(tenant, key, len(data))
         log.info("artifact %s uploaded by tenant %s (%d bytes)", key, tenant, len(data))
         return key
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import threading
@@ -12,7 +13,7 @@ from contextlib import contextmanager
 from genloop.sdk.errors import StoreError
 
 from .limits import TenantLimits
-from .store import GatewayStore, KeyInfo, RunSummary, hash_key
+from .store import GatewayStore, KeyInfo, RunSummary
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (
@@ -30,6 +31,16 @@ CREATE INDEX IF NOT EXISTS runs_open ON runs (tenant, ended);
 CREATE INDEX IF NOT EXISTS runs_idem ON runs (idem);
 CREATE TABLE IF NOT EXISTS artifacts (
     tenant TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS uploads (
+    tenant TEXT NOT NULL, key TEXT NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS hits (
+    tenant TEXT NOT NULL, what TEXT NOT NULL, window REAL NOT NULL, n INTEGER NOT NULL,
+    PRIMARY KEY (tenant, what)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sessions (
+    hash TEXT PRIMARY KEY, key_hash TEXT NOT NULL, expires_at REAL NOT NULL
 ) WITHOUT ROWID;
 """
 
@@ -83,11 +94,27 @@ class SqliteGatewayStore(GatewayStore):
                               "ORDER BY created_at").fetchall()
         return [KeyInfo(id=r[0], tenant=r[1], created_at=r[2], revoked_at=r[3]) for r in rows]
 
-    def tenant_of(self, key: str) -> str | None:
+    def _tenant_of_hash(self, key_hash: str) -> str | None:
         with self._sql() as db:
             row = db.execute("SELECT tenant FROM keys WHERE hash = ? AND revoked_at IS NULL",
-                             (hash_key(key),)).fetchone()
+                             (key_hash,)).fetchone()
         return None if row is None else str(row[0])
+
+    def _put_session(self, session_hash: str, key_hash: str, expires_at: float) -> None:
+        with self._sql() as db:
+            db.execute("DELETE FROM sessions WHERE expires_at < ?", (time.time(),))
+            db.execute("INSERT INTO sessions VALUES (?, ?, ?)",
+                       (session_hash, key_hash, expires_at))
+
+    def _session_key(self, session_hash: str) -> str | None:
+        with self._sql() as db:
+            row = db.execute("SELECT key_hash FROM sessions WHERE hash = ? AND expires_at > ?",
+                             (session_hash, time.time())).fetchone()
+        return None if row is None else str(row[0])
+
+    def _drop_session(self, session_hash: str) -> None:
+        with self._sql() as db:
+            db.execute("DELETE FROM sessions WHERE hash = ?", (session_hash,))
 
     def set_limits(self, tenant: str, limits: TenantLimits) -> None:
         with self._sql() as db:
@@ -168,6 +195,27 @@ class SqliteGatewayStore(GatewayStore):
             row = db.execute("SELECT 1 FROM artifacts WHERE tenant = ? AND key = ?",
                              (tenant, key)).fetchone()
         return row is not None
+
+    def add_upload(self, tenant: str, key: str, size: int) -> None:
+        with self._sql() as db:
+            db.execute("INSERT OR IGNORE INTO uploads VALUES (?, ?, ?)", (tenant, key, size))
+            db.execute("INSERT OR IGNORE INTO artifacts VALUES (?, ?)", (tenant, key))
+
+    def upload_usage(self, tenant: str) -> tuple[int, int]:
+        with self._sql() as db:
+            row = db.execute("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM uploads "
+                             "WHERE tenant = ?", (tenant,)).fetchone()
+        return int(row[0]), int(row[1])
+
+    def hit(self, tenant: str, what: str, window: float) -> tuple[int, float]:
+        now = time.time()
+        start = math.floor(now / window) * window
+        with self._sql() as db:
+            (n,) = db.execute(
+                "INSERT INTO hits VALUES (?, ?, ?, 1) ON CONFLICT (tenant, what) DO UPDATE SET "
+                "n = CASE WHEN window = excluded.window THEN n + 1 ELSE 1 END, "
+                "window = excluded.window RETURNING n", (tenant, what, start)).fetchone()
+        return int(n), start + window - now
 
     def ping(self) -> None:
         with self._sql() as db:

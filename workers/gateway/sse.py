@@ -6,7 +6,9 @@ and other events within the poll's pause.
 
 Each frame carries the event's id, so a client that loses the connection reconnects with
 ``Last-Event-ID`` and gets exactly the events after it. The stream ends after the run's last
-event; a silent stream sends a comment now and then so proxies keep it open.
+event, or when its caller may no longer read it (a revoked key, an ended console session:
+checked every ``recheck`` seconds); a silent stream sends a comment now and then so proxies keep
+it open.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from genloop.sdk.wire import encode_event
 Fetch = Callable[[int], Awaitable[list[Event]]]
 #: ``ended(pause)``: whether the run has ended, waiting up to ``pause`` s for it to end.
 Ended = Callable[[float], Awaitable[bool]]
+#: Whether the caller may still read the stream.
+Allowed = Callable[[], Awaitable[bool]]
 
 
 async def event_stream(
     fetch: Fetch, ended: Ended, after: int, *, follow: bool = True, poll: float = 0.05,
-    max_poll: float = 0.5, keepalive: float = 10.0,
+    max_poll: float = 0.5, keepalive: float = 10.0, allowed: Allowed | None = None,
+    recheck: float = 1.0,
 ) -> AsyncIterator[bytes]:
     """Frames for the events after ``after``; without ``follow``, one page of them.
 
@@ -35,7 +40,12 @@ async def event_stream(
     """
     yield b"retry: 1000\n\n"
     last, delay, quiet_since = after, poll, time.monotonic()
+    checked = time.monotonic()
     while True:
+        if allowed is not None and time.monotonic() - checked >= recheck:
+            if not await allowed():
+                return
+            checked = time.monotonic()
         batch = await fetch(last)
         for event in batch:
             yield encode_event(event)

@@ -7,7 +7,9 @@ by side, SQLite (next to the embedded home) and Redis (next to the Redis back en
 contract test runs on both.
 
 API keys are random (256 bits), so a plain SHA-256 is enough to store them: nothing can be
-brute-forced from the hash, and lookups stay one indexed read per request.
+brute-forced from the hash, and lookups stay one indexed read per request. Console sessions are
+kept the same way: the browser holds a random session id, the store its hash and the key's hash,
+so a session ends when it is signed out, expires, or its key is revoked.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from genloop.sdk.models import RunResult, RunStatus
 from .limits import TenantLimits
 
 KEY_PREFIX = "gl_"
+#: How long a console session lasts without signing in again, seconds.
+SESSION_TTL = 12 * 3600
 
 
 def hash_key(key: str) -> str:
@@ -87,9 +91,55 @@ class GatewayStore(ABC):
     @abstractmethod
     def keys(self) -> list[KeyInfo]: ...
 
-    @abstractmethod
     def tenant_of(self, key: str) -> str | None:
         """The tenant of a live key, ``None`` for an unknown or revoked one."""
+        return self._tenant_of_hash(hash_key(key))
+
+    @abstractmethod
+    def _tenant_of_hash(self, key_hash: str) -> str | None: ...
+
+    def create_session(self, key: str) -> str | None:
+        """A new console session for a live ``key``: its id (give it to the browser; only its
+        hash is kept), or ``None`` for an unknown or revoked key."""
+        digest = hash_key(key)
+        if self._tenant_of_hash(digest) is None:
+            return None
+        session = secrets.token_urlsafe(32)
+        self._put_session(hash_key(session), digest, time.time() + SESSION_TTL)
+        return session
+
+    def session_tenant(self, session: str) -> str | None:
+        """The tenant of a live session: ``None`` once it is ended, expired or its key revoked."""
+        digest = self._session_key(hash_key(session))
+        return None if digest is None else self._tenant_of_hash(digest)
+
+    def end_session(self, session: str) -> None:
+        self._drop_session(hash_key(session))
+
+    @abstractmethod
+    def _put_session(self, session_hash: str, key_hash: str, expires_at: float) -> None: ...
+
+    @abstractmethod
+    def _session_key(self, session_hash: str) -> str | None:
+        """The key hash of an unexpired session."""
+
+    @abstractmethod
+    def _drop_session(self, session_hash: str) -> None: ...
+
+    @abstractmethod
+    def add_upload(self, tenant: str, key: str, size: int) -> None:
+        """Record an image the tenant uploaded as the tenant's artifact, counted once per key
+        in its usage."""
+
+    @abstractmethod
+    def upload_usage(self, tenant: str) -> tuple[int, int]:
+        """``(images, bytes)`` the tenant has uploaded (for the upload quotas)."""
+
+    @abstractmethod
+    def hit(self, tenant: str, what: str, window: float) -> tuple[int, float]:
+        """Count one ``what`` (``"upload"``) for ``tenant`` in the current fixed window of
+        ``window`` seconds: ``(hits in the window, this one included; seconds until it
+        ends)``, for rate limits."""
 
     @abstractmethod
     def set_limits(self, tenant: str, limits: TenantLimits) -> None: ...

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from starlette.background import BackgroundTask
 
 from genloop.sdk.errors import NotFound
 from genloop.sdk.graph import Graph
@@ -50,6 +51,7 @@ def run_graph(gateway: Gateway, run_id: str) -> Graph | None:
 
 def _page(request: Request, name: str, status_code: int = 200, **context: object) -> Response:
     context.setdefault("tenant", session.tenant_or_none(request))
+    context.setdefault("token", session.form_token(request))
     return templates.TemplateResponse(request, name, context, status_code=status_code)
 
 
@@ -76,24 +78,34 @@ def home() -> RedirectResponse:
 
 @router.get("/login", response_class=HTMLResponse)
 def login_page(request: Request, next: str = "/ui/runs") -> Response:
-    return _page(request, "login.html", next=_local(next), error=None)
+    return _login_page(request, next)
+
+
+def _login_page(request: Request, next: str, error: str | None = None,
+                status_code: int = 200) -> Response:
+    """The sign-in form, with a fresh sign-in token in its cookie and its hidden field."""
+    token = session.new_login_token()
+    response = _page(request, "login.html", status_code=status_code, next=_local(next),
+                     error=error, csrf=token)
+    session.set_login_token(response, token, secure=request.url.scheme == "https")
+    return response
 
 
 @router.post("/login", response_class=HTMLResponse)
-def login(request: Request, api_key: Annotated[str, Form()],
+def login(request: Request, api_key: Annotated[str, Form()], csrf: Annotated[str, Form()] = "",
           next: Annotated[str, Form()] = "/ui/runs") -> Response:
-    if request.app.state.gateway.store.tenant_of(api_key.strip()) is None:
-        return _page(request, "login.html", status_code=401, next=_local(next),
-                     error="unknown or revoked API key")
+    session.check_login_token(request, csrf)
     response = RedirectResponse(_local(next), status_code=303)
-    session.sign_in(response, api_key.strip(), secure=request.url.scheme == "https")
+    if not session.sign_in(request, response, api_key.strip()):
+        return _login_page(request, next, "unknown or revoked API key", status_code=401)
     return response
 
 
 @router.post("/logout")
-def logout() -> RedirectResponse:
+def logout(request: Request, token: Annotated[str, Form()]) -> RedirectResponse:
+    session.check_form_token(request, token)
     response = RedirectResponse("/ui/login", status_code=303)
-    session.sign_out(response)
+    session.sign_out(request, response)
     return response
 
 
@@ -143,6 +155,7 @@ async def events(request: Request, run_id: str, gateway: Gw, who: DataTenant,
     if last_id.isascii() and last_id.isdigit() and len(last_id) <= 18:  # ids fit in 62 bits
         after = int(last_id)
     await asyncio.to_thread(gateway.events, who, run_id, after, 1)  # 404 before the stream
+    slot = await asyncio.to_thread(gateway.open_stream, who)
 
     async def fetch(last: int) -> list:
         return await asyncio.to_thread(gateway.events, who, run_id, last, 500)
@@ -150,10 +163,15 @@ async def events(request: Request, run_id: str, gateway: Gw, who: DataTenant,
     async def ended(pause: float) -> bool:
         return (await gateway.wait_async(who, run_id, pause)).status.terminal
 
+    async def allowed() -> bool:  # signed out, or the key revoked: the stream closes
+        return await asyncio.to_thread(session.tenant_or_none, request) == who
+
     stream = event_stream(fetch, ended, after, poll=settings.sse_poll,
-                          max_poll=settings.sse_max_poll, keepalive=settings.sse_keepalive)
-    return StreamingResponse(stream, media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                          max_poll=settings.sse_max_poll, keepalive=settings.sse_keepalive,
+                          allowed=allowed)
+    return StreamingResponse(slot.hold(stream), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                             background=BackgroundTask(slot.release))
 
 
 @router.get("/artifacts/{key}")

@@ -1,10 +1,12 @@
 """What the gateway accepts as an uploaded image: PNG or JPEG, checked as an image.
 
-A tenant uploads an image to edit it (a generate node's ``init_image`` / ``mask``). The bytes
-are stored as they came (content-addressed, so the key names them), but only after Pillow has
-read the header and checked the file's structure: a declared ``image/png`` that is not one is
-refused, and so is an image larger than :data:`MAX_UPLOAD_PIXELS` (a small file can declare a
-huge canvas that would exhaust a worker's memory when decoded).
+A tenant uploads an image to edit it (a generate node's ``init_image`` / ``mask``). Pillow reads
+the header first: a declared ``image/png`` that is not one is refused, and so is an image larger
+than :data:`MAX_UPLOAD_PIXELS` (a small file can declare a huge canvas that would exhaust memory
+when decoded). Then the image is decoded and encoded again, and the new file is what is stored
+(content-addressed, so the key names it): whatever trailed the image (an HTML page, a zip) and
+its metadata (EXIF with GPS, text chunks) are gone, and what the gateway serves back is a plain
+image. A JPEG's EXIF orientation is applied to the pixels first, so it still looks the same way up.
 """
 
 from __future__ import annotations
@@ -42,10 +44,15 @@ def upload_ext(content_type: str | None) -> str:
     return UPLOAD_TYPES[media]
 
 
-def image_size(data: bytes, ext: str) -> tuple[int, int]:
-    """``(width, height)`` of ``data`` if it is a well-formed image of the declared kind;
-    422 otherwise."""
-    from PIL import Image, UnidentifiedImageError
+#: Modes each format is saved in as they are; any other is converted to RGB (or RGBA for PNG).
+_KEPT_MODES = {"png": {"1", "L", "LA", "P", "RGB", "RGBA", "I;16"}, "jpg": {"L", "RGB"}}
+
+
+def reencoded(data: bytes, ext: str) -> tuple[bytes, int, int]:
+    """``(image, width, height)``: ``data`` decoded and encoded again in its own format, with no
+    metadata or trailing bytes, if it is a well-formed image of the declared kind; 422
+    otherwise."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
     def refuse(why: str) -> ApiProblem:
         return ApiProblem(422, "invalid_image", f"the body is not a usable {ext.upper()} "
@@ -61,10 +68,20 @@ def image_size(data: bytes, ext: str) -> tuple[int, int]:
             width, height = image.size
             if width * height > MAX_UPLOAD_PIXELS:
                 raise refuse(f"{width}x{height} pixels; at most {MAX_UPLOAD_PIXELS} in all")
-            image.verify()  # the file's structure (chunks, checksums), without decoding
+            image.load()  # decodes every chunk: a truncated or corrupt file fails here
+            clean = ImageOps.exif_transpose(image) if ext == "jpg" else image.copy()
     except ApiProblem:
         raise
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError,
             Image.DecompressionBombError) as exc:
         raise refuse(str(exc) or type(exc).__name__) from exc
-    return width, height
+    if clean.mode not in _KEPT_MODES[ext]:
+        has_alpha = "A" in clean.getbands() or "transparency" in clean.info
+        clean = clean.convert("RGBA" if ext == "png" and has_alpha else "RGB")
+    clean.info = {k: v for k, v in clean.info.items() if k == "transparency"}
+    out = io.BytesIO()
+    if ext == "png":
+        clean.save(out, "PNG")
+    else:
+        clean.save(out, "JPEG", quality=95)
+    return out.getvalue(), clean.width, clean.height

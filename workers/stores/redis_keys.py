@@ -133,6 +133,14 @@ class GatewayKeys:
         """Set once the runs recorded before the ``runs`` index are in it."""
         return f"{self.p}:runs-listed"
 
+    def session(self, session_hash: str) -> str:
+        """A console session: the hash of its key (expires with the session)."""
+        return f"{self.p}:session:{session_hash}"
+
+    def hits(self, what: str, tenant: str, window: int) -> str:
+        """A rate limit's counter for one fixed window (its index: start / length)."""
+        return f"{self.p}:hits:{what}:{tenant}:{window}"
+
     def tenant_set(self, kind: str, tenant: str) -> str:
         """A tenant's ``open`` or ``unindexed`` runs, its ``runs`` by submission time (a sorted
         set, for the console's list), or its ``art`` (artifact keys)."""
