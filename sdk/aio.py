@@ -16,15 +16,15 @@ the event loop free while the store or Redis answers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from os import PathLike
 from typing import Self
 
 from .backend import AsyncBackend, Backend
-from .client import _ClientBase
+from .client import _ClientBase, run_query
 from .http import AsyncHttpBackend, HttpConfig
-from .models import Event, RunInfo, RunResult, RunSpec
+from .models import Event, RunInfo, RunPage, RunQuery, RunResult, RunSpec, RunStatus
 from .ops import GenerationRequest, RefineAnswer
 from .run import refine_answer
 from .schema import SpecSchema
@@ -64,6 +64,9 @@ class ThreadedBackend(AsyncBackend):
 
     async def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
         return await asyncio.to_thread(self.sync.refine, run_id, answer)
+
+    async def runs(self, query: RunQuery) -> RunPage:
+        return await asyncio.to_thread(self.sync.runs, query)
     async def wait(self, run_id: str, timeout: float | None = None,
                    poll: float = 0.05) -> RunInfo:
         """The sync back end's wait (told of the end, not polling), in a thread of its own:
@@ -172,6 +175,19 @@ class AsyncClient(_ClientBase):
 
     async def resume(self, run_id: str) -> AsyncRun:
         return AsyncRun(self._backend, await self._backend.resume(run_id))
+
+    async def runs(self, *, status: Sequence[RunStatus | str] | None = None,
+                   labels: Mapping[str, str] | None = None, since: float | None = None,
+                   until: float | None = None, page_size: int = 50) -> AsyncIterator[RunInfo]:
+        """:meth:`Client.runs`, for ``async for``."""
+        query = run_query(status, labels, since, until, page_size)
+        while True:
+            page = await self._backend.runs(query)
+            for run in page.runs:
+                yield run
+            if page.next is None:
+                return
+            query = query.model_copy(update={"cursor": page.next})
 
     async def read_artifact(self, key: str) -> bytes:
         return await self._backend.read_artifact(key)

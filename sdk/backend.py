@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 
 from .errors import ClientError, NotFound
-from .models import Event, RunInfo, RunResult, RunSpec
+from .models import Event, RunInfo, RunPage, RunQuery, RunResult, RunSpec
 from .ops import RefineAnswer
 from .polling import TERMINAL_EVENTS as TERMINAL_EVENTS  # re-exported (the gateway's SSE)
 from .polling import FollowByPolling, WaitForEnd
@@ -58,6 +58,11 @@ class Backend(ABC):
     def write_artifact(self, data: bytes, ext: str) -> str:
         """Store an image (``ext``: ``png`` or ``jpg``) to edit in a graph; its key."""
         raise NotImplementedError(f"{type(self).__name__} cannot store artifacts")
+
+    def runs(self, query: RunQuery) -> RunPage:
+        """One page of the runs ``query`` asks for, newest first (through a gateway: the
+        tenant's own)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list runs")
 
     def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
         """Answer the run's waiting ``agent`` refine (``RefineConflict`` if none waits)."""
@@ -145,6 +150,10 @@ class AsyncBackend(ABC):
     async def refine(self, run_id: str, answer: RefineAnswer) -> RefineAnswer:
         """Answer the run's waiting ``agent`` refine (``RefineConflict`` if none waits)."""
         raise NotImplementedError(f"{type(self).__name__} cannot answer refine requests")
+
+    async def runs(self, query: RunQuery) -> RunPage:
+        """:meth:`Backend.runs`, awaited."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list runs")
 
     async def follow(self, run_id: str, after: int = 0, poll: float = 0.05) -> AsyncIterator[Event]:
         """Events as they happen, ending with the run's last event (polls by default)."""

@@ -8,12 +8,13 @@ on a sync back end and on an HTTP configuration.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator, Mapping, Sequence
 from os import PathLike
 from typing import Any, Self
 
 from .backend import Backend
 from .http import HttpBackend, HttpConfig
-from .models import RunSpec
+from .models import RunInfo, RunQuery, RunSpec, RunStatus
 from .run import Run
 from .schema import SpecSchema
 from .uploads import image_upload
@@ -117,6 +118,21 @@ class Client(_ClientBase):
         """Finish a run interrupted by a crash, reusing every stored result."""
         return Run(self._backend, self._backend.resume(run_id))
 
+    def runs(self, *, status: Sequence[RunStatus | str] | None = None,
+             labels: Mapping[str, str] | None = None, since: float | None = None,
+             until: float | None = None, page_size: int = 50) -> Iterator[RunInfo]:
+        """Your runs, newest first, fetched a page at a time as you iterate; only those in
+        ``status``, with every one of ``labels``, created in ``[since, until)`` (unix time).
+        Through a gateway: the tenant's runs only. A listed run's ``nodes`` are left out
+        (``get(run.id)`` has them)."""
+        query = run_query(status, labels, since, until, page_size)
+        while True:
+            page = self._backend.runs(query)
+            yield from page.runs
+            if page.next is None:
+                return
+            query = query.model_copy(update={"cursor": page.next})
+
     def read_artifact(self, key: str) -> bytes:
         """The bytes of an artifact (a candidate's ``artifact``), e.g. PNG data."""
         return self._backend.read_artifact(key)
@@ -141,3 +157,9 @@ class Client(_ClientBase):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def run_query(status: Sequence[RunStatus | str] | None, labels: Mapping[str, str] | None,
+              since: float | None, until: float | None, page_size: int) -> RunQuery:
+    return RunQuery(cursor=None, status=None if status is None else [RunStatus(s) for s in status],
+                    labels=dict(labels or {}), since=since, until=until, limit=page_size)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .labels import Labels
 from .ops import GenerateParams, RefineParams, ScoreParams, SelectParams
 
 
@@ -133,6 +134,7 @@ class Graph(BaseModel):
     limits: RunLimits | None = Field(
         None, description="Bounds on what the run may grow to while it runs (see RunLimits); "
         "a gateway sets the tenant's.")
+    labels: Labels = Field(default_factory=dict)
 
     def add(
         self,

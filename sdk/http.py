@@ -30,7 +30,7 @@ from tenacity import (
 from .backend import AsyncBackend, Backend
 from .errors import ClientError, TransportError
 from .loop import Loop
-from .models import Event, RunInfo, RunResult, RunSpec
+from .models import Event, RunInfo, RunPage, RunQuery, RunResult, RunSpec
 from .ops import RefineAnswer
 from .polling import TERMINAL_EVENTS, WaitByLongPoll
 from .schema import SpecSchema
@@ -188,6 +188,10 @@ class HttpBackend(_HttpBase, Backend):
         response = self._send("GET", f"/v1/runs/{run_id}/result")
         return RunResult.model_validate_json(response.content)
 
+    def runs(self, query: RunQuery) -> RunPage:
+        return RunPage.model_validate_json(
+            self._send("GET", "/v1/runs", params=_runs_params(query)).content)
+
     def wait(self, run_id: str, timeout: float | None = None, poll: float = 0.05) -> RunInfo:
         """Long polls, each answered by the gateway the moment the run ends."""
         waiting = WaitByLongPoll(run_id, timeout, poll)
@@ -284,6 +288,10 @@ class AsyncHttpBackend(_HttpBase, AsyncBackend):
         response = await self._send("GET", f"/v1/runs/{run_id}/result")
         return RunResult.model_validate_json(response.content)
 
+    async def runs(self, query: RunQuery) -> RunPage:
+        response = await self._send("GET", "/v1/runs", params=_runs_params(query))
+        return RunPage.model_validate_json(response.content)
+
     async def wait(self, run_id: str, timeout: float | None = None,
                    poll: float = 0.05) -> RunInfo:
         """:meth:`HttpBackend.wait`, awaited."""
@@ -349,6 +357,17 @@ class AsyncHttpBackend(_HttpBase, AsyncBackend):
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+
+def _runs_params(query: RunQuery) -> list[tuple[str, str]]:
+    """``GET /v1/runs``'s query: ``status`` and ``label`` (``key=value``) repeat."""
+    params = [("limit", str(query.limit))]
+    params += [(name, str(value)) for name, value in
+               (("cursor", query.cursor), ("since", query.since), ("until", query.until))
+               if value is not None]
+    params += [("status", s.value) for s in query.status or ()]
+    params += [("label", f"{k}={v}") for k, v in query.labels.items()]
+    return params
 
 
 def _refine_request(answer: RefineAnswer) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .graph import Graph, RunLimits
+from .labels import Labels
 from .ops import BACKEND_DEFAULT, MAX_CANDIDATES_PER_NODE, edit_steps, finish_strength
 
 #: What a model's recipe decides (see :meth:`Loop.with_recipe`). A Loop that sets any of them
@@ -115,6 +116,7 @@ class Loop(BaseModel):
     limits: RunLimits | None = Field(
         None, description="Bounds of the compiled graph while it runs (see Graph); a gateway "
         "sets the tenant's.")
+    labels: Labels = Field(default_factory=dict)
     budget: int | None = Field(
         None, ge=1,
         description="Total denoising steps the loop may spend (sum over every image of its "

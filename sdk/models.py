@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, Field, JsonValue, computed_field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, computed_field
 
 from .graph import Graph
 from .loop import Loop
@@ -90,6 +90,30 @@ class RunInfo(BaseModel):
     finished_at: float | None = None
     nodes: list[NodeState] = Field(default_factory=list)
     error: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict, description="the caller's labels")
+
+
+class RunQuery(BaseModel):
+    """Which runs to list, newest first: all filters must hold (labels: each key and value)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cursor: str | None = Field(None, max_length=200,
+                               description="the `next` of the page before; None: the newest")
+    limit: int = Field(50, ge=1, le=200, description="most runs in the page")
+    status: list[RunStatus] | None = Field(None, description="only runs in these states")
+    labels: dict[str, str] = Field(default_factory=dict, max_length=16,
+                                   description="only runs with each of these labels")
+    since: float | None = Field(None, description="only runs created at or after (unix time)")
+    until: float | None = Field(None, description="only runs created before (unix time)")
+
+
+class RunPage(BaseModel):
+    """One page of a listing of runs, newest first; ``next`` is the cursor of the page after
+    it (``None`` on the last)."""
+
+    runs: list[RunInfo]
+    next: str | None = None
 
 
 class Failure(BaseModel):

@@ -44,6 +44,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("run", "run a Graph or Loop from a JSON file and print its result",
             "genloop.workers.cli_client:setup_run"),
     Command("status", "print a run's status", "genloop.workers.cli_client:setup_status"),
+    Command("runs", "list runs, newest first (by status and labels)",
+            "genloop.workers.cli_client:setup_runs"),
     Command("events", "print a run's events as JSON lines",
             "genloop.workers.cli_client:setup_events"),
     Command("result", "print a run's result (outputs so far, or --wait for the end)",

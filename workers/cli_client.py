@@ -90,6 +90,41 @@ def setup_status(p: argparse.ArgumentParser) -> None:
     _command(p, cmd_status)
 
 
+def cmd_runs(args: argparse.Namespace) -> int:
+    """One line a run, newest first: id, status, created (UTC), labels; ``--json`` for JSON
+    lines."""
+    from datetime import UTC, datetime
+
+    from genloop.sdk.labels import parse_label
+
+    try:
+        labels = dict(parse_label(text) for text in args.label)
+    except ValueError as exc:
+        print(f"genloop runs: {exc}", file=sys.stderr)
+        return 2
+    with open_client(args, workers=False) as client:
+        listed = client.runs(status=args.status, labels=labels, page_size=min(args.limit, 200))
+        for n, run in enumerate(listed):
+            if n == args.limit:
+                break
+            if args.json:
+                print(run.model_dump_json(exclude={"nodes"}), flush=True)
+                continue
+            created = datetime.fromtimestamp(run.created_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+            tags = " ".join(f"{k}={v}" for k, v in sorted(run.labels.items()))
+            print(f"{run.id}  {run.status.value:<9}  {created}  {tags}".rstrip(), flush=True)
+    return 0
+
+
+def setup_runs(p: argparse.ArgumentParser) -> None:
+    _command(p, cmd_runs, run_id=False)
+    p.add_argument("--status", action="append", help="only runs in this state (repeatable)")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="only runs with this label (repeatable: every one must match)")
+    p.add_argument("--limit", type=int, default=50, help="most runs to print (default 50)")
+    p.add_argument("--json", action="store_true", help="one RunInfo JSON a line")
+
+
 def cmd_events(args: argparse.Namespace) -> int:
     with open_client(args, workers=False) as client:
         for event in client.get(args.run).events(after=args.after, follow=args.follow):

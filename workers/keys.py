@@ -44,4 +44,6 @@ def result_key(
 
 
 def spec_hash(spec: dict[str, Any]) -> str:
+    if not spec.get("labels"):  # a spec without labels keeps the hash it had before labels
+        spec = {k: v for k, v in spec.items() if k != "labels"}
     return hashlib.sha256(canonical_json(spec).encode()).hexdigest()

@@ -3,22 +3,45 @@
 from __future__ import annotations
 
 from genloop.sdk.graph import Graph
-from genloop.sdk.models import Failure, NodeOutput, NodeState, NodeStatus, RunInfo, RunResult
+from genloop.sdk.models import (
+    Failure,
+    NodeOutput,
+    NodeState,
+    NodeStatus,
+    RunInfo,
+    RunPage,
+    RunQuery,
+    RunResult,
+)
 
+from .run_listing import RunFilter, list_page
 from .stores.base import StateStore
-from .stores.records import ResultRecord
+from .stores.records import ResultRecord, RunRecord
 
 
 def run_info(store: StateStore, run_id: str) -> RunInfo:
     run = store.get_run(run_id)
     return RunInfo(
         id=run.id, status=run.status, created_at=run.created_at, finished_at=run.finished_at,
-        error=run.error,
+        error=run.error, labels=run.labels,
         nodes=[
             NodeState(node_id=n.node_id, status=n.status, halted=n.halted, error=n.error)
             for n in store.nodes(run_id)
         ],
     )
+
+
+def list_runs(store: StateStore, query: RunQuery) -> RunPage:
+    """A page of the store's runs (:mod:`..run_listing`); a listed run's ``nodes`` are left
+    out (``get`` has them)."""
+    def rows(before: tuple[float, str] | None, n: int) -> list[tuple[float, str, RunRecord]]:
+        return [(r.created_at, r.id, r) for r in store.runs_before(before, n)]
+
+    def info(run: RunRecord) -> RunInfo:
+        return RunInfo(id=run.id, status=run.status, created_at=run.created_at,
+                       finished_at=run.finished_at, error=run.error, labels=run.labels)
+
+    return list_page(rows, info, RunFilter.of(query), query.cursor, query.limit)
 
 
 def run_result(store: StateStore, run_id: str) -> RunResult:

@@ -12,13 +12,13 @@ from pydantic import TypeAdapter
 from genloop.sdk.backend import Backend
 from genloop.sdk.errors import GraphError
 from genloop.sdk.loop import Loop
-from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
+from genloop.sdk.models import Event, RunInfo, RunPage, RunQuery, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
 from genloop.sdk.schema import Served, SpecSchema, fill_defaults, spec_schema
 from genloop.sdk.validation import graph_problems, name_problems
 
 from .artifacts.base import ArtifactStore
-from .results import run_info, run_result
+from .results import list_runs, run_info, run_result
 from .scheduler import Scheduler
 from .served import served
 
@@ -71,6 +71,9 @@ class StoreBackend(Backend):
 
     def get(self, run_id: str) -> RunInfo:
         return run_info(self.store, run_id)
+
+    def runs(self, query: RunQuery) -> RunPage:
+        return list_runs(self.store, query)
 
     def result(self, run_id: str) -> RunResult:
         return run_result(self.store, run_id)

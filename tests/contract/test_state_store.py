@@ -437,3 +437,24 @@ def test_finishes_in_one_call_complete_nodes_count_the_run_down_and_end_it(store
     events = store.events("r1")
     assert [e.id for e in events] == list(range(1, len(events) + 1))
     assert [e.type for e in events][-2:] == ["node.succeeded", "run.succeeded"]
+
+
+def test_runs_page_newest_first_without_gaps_or_repeats_while_runs_arrive(store):
+    spec = RunSpecRecord(spec={"kind": "graph"}, graph={"nodes": []})
+
+    def add(run_id: str, at: float) -> None:
+        run = RunRecord(id=run_id, spec_hash="h", created_at=at, labels={"n": run_id})
+        store.create_run(run, spec, [], [])
+
+    # Three runs share each time: the cursor must order them by id too
+    for i in range(30):
+        add(f"r{i:02d}", 1000.0 + i // 3)
+    seen, before = [], None
+    while page := store.runs_before(before, 4):
+        seen += [r.id for r in page]
+        before = (page[-1].created_at, page[-1].id)
+        add(f"new{len(seen)}", 2000.0 + len(seen))  # newer than every page: never listed here
+    assert seen == sorted((f"r{i:02d}" for i in range(30)), key=lambda r: (int(r[1:]) // 3, r),
+                          reverse=True)
+    assert store.runs_before(None, 1)[0].id.startswith("new")
+    assert store.runs_before(None, 50)[-1].labels == {"n": "r00"}

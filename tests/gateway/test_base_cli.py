@@ -1,8 +1,8 @@
 """The base install's ``genloop`` (wheel only: pydantic, httpx, tenacity) against a live gateway.
 
 Given a venv with nothing but the built wheel, when its CLI talks to a gateway with
-``--gateway URL --api-key KEY``, then run, status, events --follow, result, artifact get and
-cancel and schema all work: the client-side commands need no extra.
+``--gateway URL --api-key KEY``, then run, status, runs, events --follow, result, artifact get
+and cancel and schema all work: the client-side commands need no extra.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def test_client_commands_over_a_gateway_from_the_base_install(stack, base_venv, 
         assert proc.returncode == 0, (args, proc.stderr)
         return proc.stdout
 
-    g = Graph()
+    g = Graph(labels={"from": "base-cli"})
     g.add("gw-image", params={"label": "base", "n": 2}, id="image")
     spec = tmp_path / "spec.json"
     spec.write_text(g.model_dump_json())
@@ -54,3 +54,9 @@ def test_client_commands_over_a_gateway_from_the_base_install(stack, base_venv, 
                    "--gateway", stack.url, "--api-key", key, cwd=tmp_path)
     assert ended.returncode == 1, ended.stderr
     assert json.loads(ended.stdout)["status"] == "cancelled"
+    # runs lists them newest first; --label finds the labelled one
+    listed = [line.split()[:2] for line in genloop("runs").splitlines()]
+    assert listed == [[slow_id, "cancelled"], [run_id, "succeeded"]]
+    found = [json.loads(line) for line in genloop("runs", "--label", "from=base-cli",
+                                                  "--json").splitlines()]
+    assert [(r["id"], r["labels"]) for r in found] == [(run_id, {"from": "base-cli"})]

@@ -23,8 +23,9 @@ from pydantic import BaseModel
 from starlette.background import BackgroundTask
 
 from genloop.sdk.backend import Backend
-from genloop.sdk.errors import RefineConflict
-from genloop.sdk.models import RunInfo, RunResult, RunSpec
+from genloop.sdk.errors import RefineConflict, clip
+from genloop.sdk.labels import parse_label
+from genloop.sdk.models import RunInfo, RunPage, RunQuery, RunResult, RunSpec, RunStatus
 from genloop.sdk.ops import RefineAnswer
 from genloop.sdk.schema import SpecSchema
 from genloop.sdk.wire import ApiError
@@ -32,6 +33,7 @@ from genloop.sdk.wire import ApiError
 from ..artifacts.base import CONTENT_TYPES
 from ..metrics import metrics
 from ..models_config import ModelsConfig
+from ..run_listing import BadCursor
 from . import errors, ui
 from .admission import DEFAULT_MAX_PROMPT_CHARS, default_admission
 from .auth import bearer, tenant
@@ -184,6 +186,30 @@ def create_app(backend: Backend, store: GatewayStore,
         response.status_code = 201 if created else 200
         response.headers["Location"] = f"/v1/runs/{info.id}"
         return info
+
+    @app.get("/v1/runs", response_model=RunPage, tags=["runs"])
+    def list_runs(
+        gateway: Gw, who: Tenant,
+        cursor: Annotated[str | None, Query(max_length=200)] = None,
+        limit: Annotated[int, Query(ge=1, le=200)] = 50,
+        status: Annotated[list[RunStatus] | None, Query()] = None,
+        label: Annotated[list[str] | None, Query(max_length=300)] = None,
+        since: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+        until: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+    ) -> RunPage:
+        """Your runs, newest first, a page at a time: pass a page's ``next`` as ``cursor`` for
+        the one after it (no gaps or repeats while new runs arrive). Filters: ``status`` and
+        ``label=key=value`` repeat (a run must have every label); ``since``/``until`` are unix
+        times. A page may hold fewer than ``limit`` runs with a ``next`` still to follow (a
+        page reads at most 1,000 runs); listed runs leave out ``nodes``."""
+        try:
+            labels = dict(parse_label(text) for text in label or ())
+            query = RunQuery(cursor=cursor, limit=limit, status=status, labels=labels,
+                             since=since, until=until)
+            return gateway.runs(who, query)
+        except (ValueError, BadCursor) as exc:
+            raise ApiProblem(422, "invalid_request", clip(str(exc), 300), details={
+                "problems": [{"loc": ["query"], "message": clip(str(exc), 300)}]}) from exc
 
     @app.get("/v1/runs/{run_id}", response_model=RunInfo, tags=["runs"])
     async def get_run(run_id: str, gateway: Gw, who: Tenant,

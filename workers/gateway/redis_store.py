@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 import redis
 
 from ..stores.redis import translate_redis_errors
+from ..stores.redis_index import members_before
 from ..stores.redis_keys import GatewayKeys
 from .limits import TenantLimits
 from .store import GatewayStore, KeyInfo, RunSummary
@@ -85,7 +86,7 @@ class RedisGatewayStore(GatewayStore):
 
     @translate_redis_errors
     def add_run(self, run_id: str, tenant: str, idempotency_key: str | None = None,
-                cost: float = 0.0) -> bool:
+                cost: float = 0.0, created_at: float | None = None) -> bool:
         if not self.r.set(self.k.run_owner(run_id), tenant, nx=True):
             return False
         pipe = self.r.pipeline()
@@ -93,7 +94,7 @@ class RedisGatewayStore(GatewayStore):
         if idempotency_key is not None:
             pipe.set(self.k.idem(idempotency_key), run_id)
         pipe.sadd(self.k.tenant_set("open", tenant), run_id)
-        pipe.zadd(self.k.tenant_set("runs", tenant), {run_id: time.time()})
+        pipe.zadd(self.k.tenant_set("runs", tenant), {run_id: created_at or time.time()})
         pipe.sadd(self.k.tenant_set("unindexed", tenant), run_id)
         pipe.execute()
         return True
@@ -114,11 +115,15 @@ class RedisGatewayStore(GatewayStore):
         return None if value is None else str(value)
 
     @translate_redis_errors
-    def runs(self, tenant: str, before: float | None = None,
-             limit: int = 50) -> list[tuple[str, float]]:
-        top = "+inf" if before is None else f"({before!r}"
-        return [(str(m), float(s)) for m, s in self.r.zrevrangebyscore(
-            self.k.tenant_set("runs", tenant), top, "-inf", start=0, num=limit, withscores=True)]
+    def runs(self, tenant: str, before: float | None = None, limit: int = 50,
+             before_id: str | None = None) -> list[tuple[str, float]]:
+        key = self.k.tenant_set("runs", tenant)
+        if before_id is None:
+            top = "+inf" if before is None else f"({before!r}"
+            return [(str(m), float(s)) for m, s in self.r.zrevrangebyscore(
+                key, top, "-inf", start=0, num=limit, withscores=True)]
+        return members_before(self.r, key, (before if before is not None else float("inf"),
+                                            before_id), limit)
 
     @translate_redis_errors
     def open_runs(self, tenant: str) -> list[str]:

@@ -32,12 +32,13 @@ from genloop.sdk.errors import (
     RunTimeout,
 )
 from genloop.sdk.loop import Loop
-from genloop.sdk.models import Event, RunInfo, RunResult, RunSpec
+from genloop.sdk.models import Event, RunInfo, RunPage, RunQuery, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
 
 from ..agent_refine import value_problems
 from ..artifacts.base import ARTIFACT_KEY, artifact_key
 from ..ops.registry import OpRegistry, default_registry
+from ..run_listing import RunFilter, list_page
 from .admission import Admission, default_admission
 from .limits import LimitExceeded, TenantLimits, check_concurrency, check_run, check_upload
 from .store import GatewayStore, RunSummary
@@ -125,7 +126,7 @@ class Gateway:
                 if exc.status_code == 409:
                     raise KeyConflict(str(exc), existing) from exc
                 raise
-            created = self.store.add_run(info.id, tenant, backend_key, cost)
+            created = self.store.add_run(info.id, tenant, backend_key, cost, info.created_at)
         if not created and self.store.owner(info.id) != tenant:  # pragma: no cover - defensive
             raise NotFound(f"no run {info.id!r}")
         log.info("run %s %s for tenant %s", info.id, "submitted" if created else "replayed",
@@ -167,6 +168,22 @@ class Gateway:
     def get(self, tenant: str, run_id: str) -> RunInfo:
         self._own(tenant, run_id)
         return self.backend.get(run_id)
+
+    def runs(self, tenant: str, query: RunQuery) -> RunPage:
+        """A page of the tenant's runs (the gateway store's index of them, newest first), each
+        read from the back end (``nodes`` left out: ``get`` has them)."""
+        def rows(before: tuple[float, str] | None, n: int) -> list[tuple[float, str, str]]:
+            at, last = before if before is not None else (None, "\uffff")
+            return [(created, run_id, run_id) for run_id, created in
+                    self.store.runs(tenant, before=at, limit=n, before_id=last)]
+
+        def info(run_id: str) -> RunInfo | None:
+            try:
+                return self.backend.get(run_id).model_copy(update={"nodes": []})
+            except NotFound:  # the back end lost it (a wiped home): nothing to list
+                return None
+
+        return list_page(rows, info, RunFilter.of(query), query.cursor, query.limit)
 
     def wait(self, tenant: str, run_id: str, timeout: float) -> RunInfo:
         """The run's status once it has ended, or after ``timeout`` s, whichever comes first:

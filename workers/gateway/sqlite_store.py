@@ -127,11 +127,12 @@ class SqliteGatewayStore(GatewayStore):
         return None if row is None else TenantLimits.model_validate_json(row[0])
 
     def add_run(self, run_id: str, tenant: str, idempotency_key: str | None = None,
-                cost: float = 0.0) -> bool:
+                cost: float = 0.0, created_at: float | None = None) -> bool:
         with self._sql() as db:
             cur = db.execute("INSERT OR IGNORE INTO runs (run_id, tenant, created_at, idem, cost) "
                              "VALUES (?, ?, ?, ?, ?)",
-                             (run_id, tenant, time.time(), idempotency_key, cost))
+                             (run_id, tenant, created_at or time.time(), idempotency_key,
+                              cost))
         return cur.rowcount == 1
 
     def run_cost(self, run_id: str) -> float:
@@ -150,12 +151,19 @@ class SqliteGatewayStore(GatewayStore):
             row = db.execute("SELECT tenant FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return None if row is None else str(row[0])
 
-    def runs(self, tenant: str, before: float | None = None,
-             limit: int = 50) -> list[tuple[str, float]]:
+    def runs(self, tenant: str, before: float | None = None, limit: int = 50,
+             before_id: str | None = None) -> list[tuple[str, float]]:
+        at = float("inf") if before is None else before
         with self._sql() as db:
-            rows = db.execute("SELECT run_id, created_at FROM runs WHERE tenant = ? AND "
-                              "created_at < ? ORDER BY created_at DESC LIMIT ?",
-                              (tenant, float("inf") if before is None else before, limit))
+            if before_id is None:
+                rows = db.execute("SELECT run_id, created_at FROM runs WHERE tenant = ? AND "
+                                  "created_at < ? ORDER BY created_at DESC, run_id DESC LIMIT ?",
+                                  (tenant, at, limit))
+            else:
+                rows = db.execute("SELECT run_id, created_at FROM runs WHERE tenant = ? AND "
+                                  "(created_at, run_id) < (?, ?) "
+                                  "ORDER BY created_at DESC, run_id DESC LIMIT ?",
+                                  (tenant, at, before_id, limit))
             return [(r[0], r[1]) for r in rows.fetchall()]
 
     def _run_ids(self, tenant: str, flag: str) -> list[str]:

@@ -150,9 +150,10 @@ class GatewayStore(ABC):
 
     @abstractmethod
     def add_run(self, run_id: str, tenant: str, idempotency_key: str | None = None,
-                cost: float = 0.0) -> bool:
-        """Record that ``tenant`` owns ``run_id`` of ``cost`` megapixel-steps; ``False`` if it
-        was recorded already."""
+                cost: float = 0.0, created_at: float | None = None) -> bool:
+        """Record that ``tenant`` owns ``run_id`` of ``cost`` megapixel-steps, created at
+        ``created_at`` (the run's own time, so listings filter and page on it; now if not
+        given); ``False`` if it was recorded already."""
 
     @abstractmethod
     def run_cost(self, run_id: str) -> float:
@@ -166,10 +167,12 @@ class GatewayStore(ABC):
     def owner(self, run_id: str) -> str | None: ...
 
     @abstractmethod
-    def runs(self, tenant: str, before: float | None = None,
-             limit: int = 50) -> list[tuple[str, float]]:
+    def runs(self, tenant: str, before: float | None = None, limit: int = 50,
+             before_id: str | None = None) -> list[tuple[str, float]]:
         """The tenant's runs newest first, as ``(run id, created at)``, those created strictly
-        before ``before`` when it is given (the console's pages)."""
+        before ``before`` when it is given (the console's pages); with ``before_id``, ordered
+        by ``(created at, run id)`` and strictly before ``(before, before_id)`` (a cursor that
+        pages without gaps however many runs share a time)."""
 
     @abstractmethod
     def open_runs(self, tenant: str) -> list[str]:

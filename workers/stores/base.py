@@ -107,6 +107,12 @@ class StateStore(ABC):
         """What was submitted (``NotFound`` if there is no such run)."""
 
     @abstractmethod
+    def runs_before(self, before: tuple[float, str] | None, limit: int) -> list[RunRecord]:
+        """Up to ``limit`` runs newest first, ordered by ``(created_at, id)`` descending and
+        strictly before ``before`` (``None``: from the newest): a cursor that pages without
+        gaps or repeats while new runs arrive."""
+
+    @abstractmethod
     def nodes(self, run_id: str) -> list[NodeRecord]: ...
 
     @abstractmethod

@@ -53,6 +53,7 @@ class RunRecord(BaseModel):
     created_at: float
     finished_at: float | None = None
     error: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
 
 
 class NodeRecord(BaseModel):

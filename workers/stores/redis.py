@@ -44,6 +44,7 @@ from .records import (
     RunRecord,
     RunSpecRecord,
 )
+from .redis_index import members_before
 from .redis_keys import PoolKeys
 from .redis_scripts import Finish, FinishOutcome, Start
 from .redis_tx import (
@@ -118,6 +119,7 @@ class RedisStateStore(StateStore):
         k, writes = self.keys, Writes()
         writes.set(k.run(run.id), run.model_dump_json())
         writes.set(k.spec(run.id), spec.model_dump_json())
+        writes.zadd(k.run_index, {run.id: run.created_at})
         if nodes:
             writes.hset(k.nodes(run.id), mapping={n.node_id: n.model_dump_json() for n in nodes})
         write_instances(writes, k, [InstanceRow.of(i) for i in instances])
@@ -141,6 +143,13 @@ class RedisStateStore(StateStore):
         if raw is None:
             raise NotFound(f"no run {run_id!r}")
         return RunRecord.model_validate_json(raw)
+
+    @translate_redis_errors
+    def runs_before(self, before: tuple[float, str] | None, limit: int) -> list[RunRecord]:
+        ids = [run_id for run_id, _ in members_before(self.client, self.keys.run_index, before,
+                                                      limit)]
+        raws = self.client.mget([self.keys.run(i) for i in ids]) if ids else []
+        return [RunRecord.model_validate_json(raw) for raw in raws if raw is not None]
 
     @translate_redis_errors
     def run_spec(self, run_id: str) -> RunSpecRecord:

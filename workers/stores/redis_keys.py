@@ -58,6 +58,11 @@ class PoolKeys:
         return f"{self.p}:lock:{name}"
 
     @property
+    def run_index(self) -> str:
+        """Every run id, scored by its creation time (the listing's index)."""
+        return f"{self.p}:runs"
+
+    @property
     def outbox(self) -> str:
         """``run|instance`` (or ``run|@node``, a node transition that may be due) -> when."""
         return f"{self.p}:outbox"

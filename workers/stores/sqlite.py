@@ -39,6 +39,9 @@ from .sqlite_commit import GroupCommit
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, idem_key TEXT UNIQUE, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS run_specs (id TEXT PRIMARY KEY, spec TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS run_index (
+    created_at REAL NOT NULL, id TEXT NOT NULL, PRIMARY KEY (created_at, id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS nodes (
     run_id TEXT, node_id TEXT, doc TEXT NOT NULL, PRIMARY KEY (run_id, node_id));
 CREATE TABLE IF NOT EXISTS instances (
@@ -67,6 +70,12 @@ DROP TABLE events;
 #: A store from before specs had their own table kept each in its run's row: every write of the
 #: run's small state (once per completion) rewrote the whole spec with it (SQLite rewrites a
 #: row whole), which made a 1,000-node run's commits ~100 KB each.
+#: A store from before runs were listed: its runs enter the listing's index once.
+_INDEX_RUNS = """
+INSERT OR IGNORE INTO run_index (created_at, id)
+    SELECT json_extract(doc, '$.created_at'), id FROM runs;
+"""
+
 _MIGRATE_SPECS = """
 INSERT OR IGNORE INTO run_specs (id, spec) SELECT id, spec FROM runs;
 ALTER TABLE runs DROP COLUMN spec;
@@ -196,7 +205,10 @@ class SqliteStateStore(StateStore):
         self._all_lock = threading.Lock()
         conn = self._conn()
         conn.execute("PRAGMA journal_mode=WAL")
+        indexed = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'run_index'").fetchone()
         conn.executescript(_SCHEMA)
+        if not indexed:
+            conn.executescript(f"BEGIN IMMEDIATE; {_INDEX_RUNS} COMMIT;")
         if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'events'").fetchone():
             conn.executescript(f"BEGIN IMMEDIATE; {_MIGRATE_EVENTS} COMMIT;")
         if any(col[1] == "spec" for col in conn.execute("PRAGMA table_info(runs)")):
@@ -249,6 +261,7 @@ class SqliteStateStore(StateStore):
             c.execute("INSERT INTO runs VALUES (?, ?, ?)",
                       (run.id, run.idempotency_key, run.model_dump_json()))
             c.execute("INSERT INTO run_specs VALUES (?, ?)", (run.id, spec.model_dump_json()))
+            c.execute("INSERT INTO run_index VALUES (?, ?)", (run.created_at, run.id))
             tx = _SqliteTx(c, run.id)
             for node in nodes:
                 tx.put_node(node)
@@ -269,6 +282,14 @@ class SqliteStateStore(StateStore):
         if not rows:
             raise NotFound(f"no run {run_id!r}")
         return RunSpecRecord.model_validate_json(rows[0][0])
+
+    def runs_before(self, before: tuple[float, str] | None, limit: int) -> list[RunRecord]:
+        at, last = before if before is not None else (float("inf"), "")
+        rows = self._read(
+            "SELECT r.doc FROM run_index i JOIN runs r ON r.id = i.id "
+            "WHERE (i.created_at, i.id) < (?, ?) ORDER BY i.created_at DESC, i.id DESC LIMIT ?",
+            (at, last, limit))
+        return [RunRecord.model_validate_json(r[0]) for r in rows]
 
     def nodes(self, run_id: str) -> list[NodeRecord]:
         rows = self._read("SELECT doc FROM nodes WHERE run_id = ?", (run_id,))
