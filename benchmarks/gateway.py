@@ -46,19 +46,22 @@ def noop(params: Salted, inputs: list, ctx) -> Nothing:
 
 
 def serve(backend: Backend, key_tenant: str = "bench"):
+    from genloop.workers.gateway import GatewaySettings, TenantLimits
+
+    limits = TenantLimits(max_concurrent_runs=10_000)
+    return serve_app(backend, GatewaySettings(limits=limits), key_tenant)
+
+
+def serve_app(backend: Backend, settings, key_tenant: str = "bench"):
+    """A gateway over ``backend`` with ``settings`` on a loopback port, in a thread:
+    ``(url, key, server, thread)``."""
     import uvicorn
 
-    from genloop.workers.gateway import (
-        GatewaySettings,
-        SqliteGatewayStore,
-        TenantLimits,
-        create_app,
-    )
+    from genloop.workers.gateway import SqliteGatewayStore, create_app
 
     store = SqliteGatewayStore(tempfile.mkdtemp(prefix="genloop-bench-gw-") + "/gateway.db")
     key = store.create_key(key_tenant)
-    limits = TenantLimits(max_concurrent_runs=10_000)
-    app = create_app(backend, store, GatewaySettings(limits=limits))
+    app = create_app(backend, store, settings)
     # proto=TCP, or asyncio leaves Nagle on for accepted sockets (+40 ms per answer).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .labels import Labels
 from .ops import GenerateParams, RefineParams, ScoreParams, SelectParams
+from .webhooks import WebhookTarget
 
 
 class RunLimits(BaseModel):
@@ -135,6 +136,8 @@ class Graph(BaseModel):
         None, description="Bounds on what the run may grow to while it runs (see RunLimits); "
         "a gateway sets the tenant's.")
     labels: Labels = Field(default_factory=dict)
+    webhook: WebhookTarget | None = Field(
+        None, description="POST the run's summary here when it ends (through a gateway)")
 
     def add(
         self,

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .graph import Graph, RunLimits
 from .labels import Labels
 from .ops import BACKEND_DEFAULT, MAX_CANDIDATES_PER_NODE, edit_steps, finish_strength
+from .webhooks import WebhookTarget
 
 #: What a model's recipe decides (see :meth:`Loop.with_recipe`). A Loop that sets any of them
 #: keeps the plain defaults for the rest: a recipe's parts belong together (its target is on its
@@ -117,6 +118,8 @@ class Loop(BaseModel):
         None, description="Bounds of the compiled graph while it runs (see Graph); a gateway "
         "sets the tenant's.")
     labels: Labels = Field(default_factory=dict)
+    webhook: WebhookTarget | None = Field(
+        None, description="POST the run's summary here when it ends (through a gateway)")
     budget: int | None = Field(
         None, ge=1,
         description="Total denoising steps the loop may spend (sum over every image of its "

@@ -25,6 +25,9 @@ import hmac
 import secrets
 import time
 from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import GenloopError
 
@@ -32,6 +35,21 @@ SECRET_PREFIX = "whsec_"
 #: Seconds a delivery's timestamp may be from now (either way) and still verify: replays of an
 #: old delivery are refused.
 TOLERANCE = 300
+
+
+class WebhookTarget(BaseModel):
+    """Where to POST a run's summary when it ends (``Graph(webhook=...)``, ``Loop(webhook=...)``):
+    signed with the tenant's webhook secret, retried until the receiver answers 2xx (or 410: stop)
+    for up to a day. Only through a gateway, which checks the address."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(max_length=2000, pattern=r"^https?://",
+                     description="an http(s) URL the gateway may reach (no private addresses "
+                     "unless the operator allows them)")
+    events: list[Literal["run.ended"]] = Field(
+        default_factory=lambda: ["run.ended"], min_length=1, max_length=1,
+        description="what to deliver: the run's end")
 
 
 class WebhookVerificationError(GenloopError):

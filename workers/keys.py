@@ -44,6 +44,6 @@ def result_key(
 
 
 def spec_hash(spec: dict[str, Any]) -> str:
-    if not spec.get("labels"):  # a spec without labels keeps the hash it had before labels
-        spec = {k: v for k, v in spec.items() if k != "labels"}
+    # A spec without labels or webhook keeps the hash it had before they existed
+    spec = {k: v for k, v in spec.items() if k not in ("labels", "webhook") or v}
     return hashlib.sha256(canonical_json(spec).encode()).hexdigest()

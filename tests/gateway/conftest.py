@@ -121,14 +121,18 @@ def stack(request, tmp_path_factory, resources) -> Iterator[Stack]:
         backends = _redis_pool(tmp)
         store = RedisGatewayStore(redis_url(REDIS_DB), prefix="gwtest")
     backend = next(backends)
+    # Webhooks may reach the tests' receivers on loopback, and retry at once
     settings = GatewaySettings(max_body_bytes=MAX_BODY,
                                limits=TenantLimits(max_concurrent_runs=20),
-                               sse_max_poll=0.1)
-    with LiveServer(create_app(backend, store, settings)) as server:
+                               sse_max_poll=0.1, webhook_allow=["127.0.0.1/32"],
+                               webhook_backoff=0.05)
+    app = create_app(backend, store, settings)
+    with LiveServer(app) as server:
         s = Stack(request.param, server.url, backend, store)
         yield s
         for client in s.clients:
             client.close()
+    app.state.gateway.webhooks.stop()
     next(backends, None)  # the generator's cleanup (Redis pool)
     if request.param == "embedded":
         backend.close()

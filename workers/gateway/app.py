@@ -43,8 +43,9 @@ from .limits import TenantLimits
 from .security_headers import SecurityHeaders
 from .service import Gateway, backend_ops
 from .sse import event_stream
-from .store import GatewayStore
+from .store import GatewayStore, WebhookJob
 from .uploads import UPLOAD_TYPES, Uploaded, reencoded, upload_ext
+from .webhook_addresses import AddressPolicy, Resolver, system_resolver
 
 UPLOAD_TYPES_BY_EXT = {ext: media for media, ext in UPLOAD_TYPES.items()}
 
@@ -74,10 +75,22 @@ class GatewaySettings:
     #: serves no metrics here (every tenant can reach this port; ``genloop serve
     #: --metrics-port`` serves them on an address of the operator's instead).
     metrics_token: str | None = None
+    #: Addresses (CIDR) webhooks may go to beyond the public internet, e.g. ``10.1.0.0/16``
+    #: for a receiver inside the operator's network; and addresses they may never go to.
+    webhook_allow: list[str] = field(default_factory=list)
+    webhook_deny: list[str] = field(default_factory=list)
+    #: Seconds before a failed delivery's first retry (doubling after each).
+    webhook_backoff: float = 5.0
+    #: How webhook hosts are resolved (tests stub it); ``None``: the system's resolver.
+    webhook_resolver: Resolver | None = None
 
 
 class Health(BaseModel):
     status: str
+
+
+class WebhookSecret(BaseModel):
+    secret: str
 
 
 Tenant = Annotated[str, Depends(tenant)]
@@ -136,8 +149,13 @@ def create_app(backend: Backend, store: GatewayStore,
     )
     ops, queues = backend_ops(backend)
     admission = default_admission(ops, settings.models, settings.max_prompt_chars, queues)
+    policy = AddressPolicy.of(settings.webhook_allow, settings.webhook_deny,
+                              settings.webhook_resolver or system_resolver)
     app.state.gateway = Gateway(backend, store, settings.limits, admission,
-                                share_results=settings.share_results)
+                                share_results=settings.share_results, webhook_policy=policy,
+                                webhook_backoff=settings.webhook_backoff)
+    if store.due_webhooks(float("inf"), 1):  # deliveries left by an earlier process
+        app.state.gateway.webhooks.start()
     app.state.settings = settings
     errors.install(app, settings.retry_after)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
@@ -281,6 +299,24 @@ def create_app(backend: Backend, store: GatewayStore,
         return StreamingResponse(slot.hold(stream), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
                                  background=BackgroundTask(slot.release))
+
+    @app.post("/v1/webhooks/secret", response_model=WebhookSecret, status_code=201,
+              tags=["webhooks"])
+    def webhook_secret(gateway: Gw, who: Tenant) -> WebhookSecret:
+        """A new secret for your webhook deliveries (``whsec_...``), replacing any earlier one:
+        it is shown only now. Verify deliveries with ``genloop.sdk.webhooks.verify``."""
+        return WebhookSecret(secret=gateway.new_webhook_secret(who))
+
+    @app.get("/v1/webhooks/{run_id}", response_model=WebhookJob, tags=["webhooks"])
+    def webhook(run_id: str, gateway: Gw, who: Tenant) -> WebhookJob:
+        """How a run's webhook delivery stands (by run id or ``webhook-id``); each attempt is
+        also a ``webhook.attempt`` event of the run."""
+        return gateway.webhook(who, run_id)
+
+    @app.post("/v1/webhooks/{run_id}/replay", response_model=WebhookJob, tags=["webhooks"])
+    def replay_webhook(run_id: str, gateway: Gw, who: Tenant) -> WebhookJob:
+        """Deliver a run's webhook again now, with the same ``webhook-id``."""
+        return gateway.replay_webhook(who, run_id)
 
     @app.get("/v1/schema", response_model=SpecSchema, tags=["specs"])
     def schema(gateway: Gw, who: Tenant) -> SpecSchema:

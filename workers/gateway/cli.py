@@ -77,6 +77,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         models=models, max_prompt_chars=args.max_prompt_chars,
         share_results=args.share_results, campaigns=args.campaigns,
         metrics_token=os.environ.get(METRICS_TOKEN_ENV) or None,
+        webhook_allow=args.webhook_allow, webhook_deny=args.webhook_deny,
+        webhook_backoff=args.webhook_backoff,
     )
     if args.metrics_port is not None:
         port = serve_metrics(args.metrics_port, host=args.metrics_host)
@@ -85,8 +87,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         print(f"genloop gateway on http://{args.host}:{args.port} "
               f"(run console: http://{args.host}:{args.port}/ui)", file=sys.stderr)
-        uvicorn.run(create_app(backend, store, settings), host=args.host, port=args.port,
-                    log_level=args.log_level)
+        app = create_app(backend, store, settings)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        app.state.gateway.webhooks.stop()
     finally:
         backend.close()
         store.close()
@@ -155,6 +158,13 @@ def setup_serve(p: argparse.ArgumentParser) -> None:
                         f"port (there /metrics answers only with ${METRICS_TOKEN_ENV} as its "
                         "bearer token, and 404 without one set)")
     p.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDR")
+    p.add_argument("--webhook-allow", action="append", default=[], metavar="CIDR",
+                   help="also let webhooks go to these addresses (private ones are refused by "
+                        "default), e.g. 10.1.0.0/16; repeatable")
+    p.add_argument("--webhook-deny", action="append", default=[], metavar="CIDR",
+                   help="never let webhooks go to these addresses; repeatable")
+    p.add_argument("--webhook-backoff", type=float, default=5.0, metavar="S",
+                   help="seconds before a failed delivery's first retry, doubling after each")
     p.add_argument("--log-level", default="info")
     p.add_argument("--default-model", metavar="NAME",
                    help="model for specs that name none (default: shapes, the shipped one)")

@@ -12,7 +12,7 @@ from ..stores.redis import translate_redis_errors
 from ..stores.redis_index import members_before
 from ..stores.redis_keys import GatewayKeys
 from .limits import TenantLimits
-from .store import GatewayStore, KeyInfo, RunSummary
+from .store import GatewayStore, KeyInfo, RunSummary, WebhookJob
 
 
 class RedisGatewayStore(GatewayStore):
@@ -206,6 +206,36 @@ class RedisGatewayStore(GatewayStore):
         pipe.pexpire(key, int(window * 2000))
         n, _ = pipe.execute()
         return int(n), start + window - now
+
+    @translate_redis_errors
+    def put_webhook(self, job: WebhookJob) -> None:
+        pipe = self.r.pipeline()
+        pipe.set(self.k.webhook(job.run_id), job.model_dump_json())
+        if job.state == "pending" and job.next_at is not None:
+            pipe.zadd(self.k.webhooks_due, {job.run_id: job.next_at})
+        else:
+            pipe.zrem(self.k.webhooks_due, job.run_id)
+        pipe.execute()
+
+    @translate_redis_errors
+    def webhook(self, run_id: str) -> WebhookJob | None:
+        raw = self.r.get(self.k.webhook(run_id))
+        return None if raw is None else WebhookJob.model_validate_json(raw)
+
+    @translate_redis_errors
+    def due_webhooks(self, now: float, limit: int = 100) -> list[WebhookJob]:
+        ids = self.r.zrangebyscore(self.k.webhooks_due, "-inf", now, start=0, num=limit)
+        raws = self.r.mget([self.k.webhook(i) for i in ids]) if ids else []
+        return [WebhookJob.model_validate_json(raw) for raw in raws if raw is not None]
+
+    @translate_redis_errors
+    def set_webhook_secret(self, tenant: str, secret: str) -> None:
+        self.r.set(self.k.webhook_secret(tenant), secret)
+
+    @translate_redis_errors
+    def webhook_secret(self, tenant: str) -> str | None:
+        value = self.r.get(self.k.webhook_secret(tenant))
+        return None if value is None else str(value)
 
     @translate_redis_errors
     def ping(self) -> None:

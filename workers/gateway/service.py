@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 import logging
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,7 @@ from genloop.sdk.errors import (
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunPage, RunQuery, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
+from genloop.sdk.webhooks import new_secret
 
 from ..agent_refine import value_problems
 from ..artifacts.base import ARTIFACT_KEY, artifact_key
@@ -41,8 +43,10 @@ from ..ops.registry import OpRegistry, default_registry
 from ..run_listing import RunFilter, list_page
 from .admission import Admission, default_admission
 from .limits import LimitExceeded, TenantLimits, check_concurrency, check_run, check_upload
-from .store import GatewayStore, RunSummary
+from .store import GatewayStore, RunSummary, WebhookJob
 from .streams import StreamSlot, StreamSlots
+from .webhook_addresses import AddressPolicy, WebhookRefused
+from .webhooks import WebhookDeliverer
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +83,8 @@ class Gateway:
 
     def __init__(self, backend: Backend, store: GatewayStore,
                  defaults: TenantLimits | None = None, admission: Admission | None = None,
-                 share_results: bool = False) -> None:
+                 share_results: bool = False, webhook_policy: AddressPolicy | None = None,
+                 webhook_backoff: float = 5.0) -> None:
         self.backend = backend
         self.store = store
         self.defaults = defaults or TenantLimits()
@@ -95,6 +100,9 @@ class Gateway:
         # processes on one Redis can overshoot by at most one run each.
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self.streams = StreamSlots()
+        self.webhook_policy = webhook_policy or AddressPolicy()
+        self.webhooks = WebhookDeliverer(store, backend, self.webhook_policy,
+                                         backoff=webhook_backoff)
 
     def limits(self, tenant: str) -> TenantLimits:
         return self.store.limits(tenant) or self.defaults
@@ -105,6 +113,7 @@ class Gateway:
         spec = self._with_recipe(spec, limits)
         self._own_images(tenant, spec)
         planned = self.admission.check(spec, limits)
+        self._check_webhook(tenant, spec)
         # Whatever namespace and limits the client sent are replaced: it must not read
         # another's cache, nor let a fan-out grow past its own limits while the run runs.
         spec = spec.model_copy(update={
@@ -127,11 +136,54 @@ class Gateway:
                     raise KeyConflict(str(exc), existing) from exc
                 raise
             created = self.store.add_run(info.id, tenant, backend_key, cost, info.created_at)
+            if created and spec.webhook is not None:
+                self.store.put_webhook(WebhookJob(
+                    run_id=info.id, tenant=tenant, url=spec.webhook.url,
+                    webhook_id=f"msg_{info.id}", next_at=time.time()))
+                self.webhooks.start()
+                self.webhooks.wake()
         if not created and self.store.owner(info.id) != tenant:  # pragma: no cover - defensive
             raise NotFound(f"no run {info.id!r}")
         log.info("run %s %s for tenant %s", info.id, "submitted" if created else "replayed",
                  tenant)
         return info, created
+
+    def _check_webhook(self, tenant: str, spec: RunSpec) -> None:
+        """A webhook must go to an address the gateway may call, and the tenant must have a
+        secret to sign it with; 422 otherwise (nothing is started)."""
+        if spec.webhook is None:
+            return
+        why = None
+        if self.store.webhook_secret(tenant) is None:
+            why = ("make a webhook secret first (POST /v1/webhooks/secret): deliveries are "
+                   "signed with it")
+        else:
+            try:
+                self.webhook_policy.check(spec.webhook.url)
+            except WebhookRefused as exc:
+                why = str(exc)
+        if why is not None:
+            raise GraphError([GraphProblem(node_id=None, path="webhook.url", message=why)])
+
+    def new_webhook_secret(self, tenant: str) -> str:
+        """A new secret for the tenant's deliveries, replacing any earlier one: shown once."""
+        secret = new_secret()
+        self.store.set_webhook_secret(tenant, secret)
+        return secret
+
+    def webhook(self, tenant: str, run_id: str) -> WebhookJob:
+        """The run's webhook job, by run id or webhook id (``NotFound`` for another tenant's run
+        or one without)."""
+        run_id = run_id.removeprefix("msg_")
+        self._own(tenant, run_id)
+        job = self.store.webhook(run_id)
+        if job is None:
+            raise NotFound(f"run {run_id!r} has no webhook")
+        return job
+
+    def replay_webhook(self, tenant: str, run_id: str) -> WebhookJob:
+        """Deliver the run's webhook again now, with the same ``webhook-id``."""
+        return self.webhooks.replay(self.webhook(tenant, run_id))
 
     def _with_recipe(self, spec: RunSpec, limits: TenantLimits) -> RunSpec:
         """A Loop with its model's recipe filled in here (:meth:`Loop.with_recipe`), so

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from genloop.sdk.errors import StoreError
 
 from .limits import TenantLimits
-from .store import GatewayStore, KeyInfo, RunSummary
+from .store import GatewayStore, KeyInfo, RunSummary, WebhookJob
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (
@@ -39,6 +39,11 @@ CREATE TABLE IF NOT EXISTS hits (
     tenant TEXT NOT NULL, what TEXT NOT NULL, window REAL NOT NULL, n INTEGER NOT NULL,
     PRIMARY KEY (tenant, what)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS webhooks (
+    run_id TEXT PRIMARY KEY, next_at REAL, doc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS webhooks_due ON webhooks (next_at);
+CREATE TABLE IF NOT EXISTS webhook_secrets (tenant TEXT PRIMARY KEY, secret TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (
     hash TEXT PRIMARY KEY, key_hash TEXT NOT NULL, expires_at REAL NOT NULL
 ) WITHOUT ROWID;
@@ -224,6 +229,33 @@ class SqliteGatewayStore(GatewayStore):
                 "n = CASE WHEN window = excluded.window THEN n + 1 ELSE 1 END, "
                 "window = excluded.window RETURNING n", (tenant, what, start)).fetchone()
         return int(n), start + window - now
+
+    def put_webhook(self, job: WebhookJob) -> None:
+        due = job.next_at if job.state == "pending" else None
+        with self._sql() as db:
+            db.execute("INSERT OR REPLACE INTO webhooks VALUES (?, ?, ?)",
+                       (job.run_id, due, job.model_dump_json()))
+
+    def webhook(self, run_id: str) -> WebhookJob | None:
+        with self._sql() as db:
+            row = db.execute("SELECT doc FROM webhooks WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None else WebhookJob.model_validate_json(row[0])
+
+    def due_webhooks(self, now: float, limit: int = 100) -> list[WebhookJob]:
+        with self._sql() as db:
+            rows = db.execute("SELECT doc FROM webhooks WHERE next_at <= ? ORDER BY next_at "
+                              "LIMIT ?", (now, limit)).fetchall()
+        return [WebhookJob.model_validate_json(r[0]) for r in rows]
+
+    def set_webhook_secret(self, tenant: str, secret: str) -> None:
+        with self._sql() as db:
+            db.execute("INSERT OR REPLACE INTO webhook_secrets VALUES (?, ?)", (tenant, secret))
+
+    def webhook_secret(self, tenant: str) -> str | None:
+        with self._sql() as db:
+            row = db.execute("SELECT secret FROM webhook_secrets WHERE tenant = ?",
+                             (tenant,)).fetchone()
+        return None if row is None else str(row[0])
 
     def ping(self) -> None:
         with self._sql() as db:

@@ -19,6 +19,7 @@ import secrets
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -63,6 +64,22 @@ class RunSummary(BaseModel):
         return cls(status=result.status, finished_at=result.finished_at,
                    images=result.compute.images,
                    best_score=best.score if best is not None else None)
+
+
+class WebhookJob(BaseModel):
+    """A run's webhook: where it goes, and how its delivery stands (the gateway's outbox)."""
+
+    run_id: str
+    tenant: str
+    url: str
+    #: The ``webhook-id`` of every attempt of this delivery, replays included.
+    webhook_id: str
+    state: Literal["pending", "delivered", "stopped", "failed"] = "pending"
+    attempts: int = 0
+    #: When it is next looked at (a run not yet ended, or a retry's time); None once done.
+    next_at: float | None = None
+    first_attempt_at: float | None = None
+    last_status: int | None = None
 
 
 class GatewayStore(ABC):
@@ -204,6 +221,24 @@ class GatewayStore(ABC):
 
     @abstractmethod
     def has_artifact(self, tenant: str, key: str) -> bool: ...
+
+    @abstractmethod
+    def put_webhook(self, job: WebhookJob) -> None:
+        """Store ``job`` (replacing the run's earlier one); due at ``next_at`` while pending."""
+
+    @abstractmethod
+    def webhook(self, run_id: str) -> WebhookJob | None: ...
+
+    @abstractmethod
+    def due_webhooks(self, now: float, limit: int = 100) -> list[WebhookJob]:
+        """Pending jobs whose ``next_at`` has come, soonest first."""
+
+    @abstractmethod
+    def set_webhook_secret(self, tenant: str, secret: str) -> None: ...
+
+    @abstractmethod
+    def webhook_secret(self, tenant: str) -> str | None:
+        """The secret the tenant's deliveries are signed with (``None``: none made yet)."""
 
     @abstractmethod
     def ping(self) -> None:

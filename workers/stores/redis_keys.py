@@ -142,6 +142,18 @@ class GatewayKeys:
         """A console session: the hash of its key (expires with the session)."""
         return f"{self.p}:session:{session_hash}"
 
+    def webhook(self, run_id: str) -> str:
+        """A run's webhook job (JSON)."""
+        return f"{self.p}:webhook:{run_id}"
+
+    @property
+    def webhooks_due(self) -> str:
+        """Pending webhook jobs' run ids, scored by when each is next due."""
+        return f"{self.p}:webhooks-due"
+
+    def webhook_secret(self, tenant: str) -> str:
+        return f"{self.p}:webhook-secret:{tenant}"
+
     def hits(self, what: str, tenant: str, window: int) -> str:
         """A rate limit's counter for one fixed window (its index: start / length)."""
         return f"{self.p}:hits:{what}:{tenant}:{window}"

@@ -1,0 +1,157 @@
+"""Signed webhooks through the live gateway: a real receiver on loopback gets one delivery a run
+that verifies, retries until it answers 2xx, 410 stops, replays keep the webhook-id, and no
+address the operator did not allow is ever called."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+from webhook_receiver import Receiver
+
+from genloop.sdk import Graph, GraphError, Loop
+from genloop.sdk.webhooks import WebhookVerificationError, verify
+from genloop.workers.gateway import SqliteGatewayStore
+from genloop.workers.gateway.store import WebhookJob
+from genloop.workers.gateway.webhook_addresses import AddressPolicy
+from genloop.workers.gateway.webhooks import WebhookDeliverer
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def with_secret(stack) -> tuple[str, str]:
+    """A fresh tenant's key and its new webhook secret."""
+    _, key = stack.tenant()
+    response = httpx.post(f"{stack.url}/v1/webhooks/secret",
+                          headers={"Authorization": f"Bearer {key}"})
+    assert response.status_code == 201, response.text
+    return key, response.json()["secret"]
+
+
+def quick(url: str, label: str = "w") -> Graph:
+    g = Graph(labels={"job": label}, webhook={"url": url})
+    g.add("gw-image", params={"label": label, "n": 2}, id="image")
+    return g
+
+
+def test_each_run_gets_one_signed_delivery_that_verifies(stack, receiver):
+    key, secret = with_secret(stack)
+    client = stack.client(key)
+    runs = [client.submit(quick(receiver.url, f"one-{i}")) for i in range(3)]
+    ended = {run.id: run.wait(timeout=60).finished_at for run in runs}
+
+    deliveries = receiver.wait_for(3)
+    time.sleep(0.5)  # nothing more comes
+    assert len(receiver.deliveries) == 3
+    bodies = {}
+    for headers, body, received in deliveries:
+        verify(headers, body, secret)
+        summary = json.loads(body)
+        assert headers["webhook-id"] == f"msg_{summary['run_id']}"
+        assert summary["status"] == "succeeded" and summary["labels"]["job"].startswith("one-")
+        assert set(summary["compute"]) == {"steps", "images", "wall_s"} and len(body) < 2_000
+        assert received - ended[summary["run_id"]] < 5
+        bodies[summary["run_id"]] = body
+    assert set(bodies) == set(ended)
+    with pytest.raises(WebhookVerificationError):
+        verify(deliveries[0][0], deliveries[0][1], "whsec_" + "A" * 32)
+    # The job says it was delivered, and the attempt is an event of the run
+    job = httpx.get(f"{stack.url}/v1/webhooks/{runs[0].id}",
+                    headers={"Authorization": f"Bearer {key}"}).json()
+    assert job["state"] == "delivered" and job["attempts"] == 1 and job["last_status"] == 200
+    attempts = [e for e in stack.backend.events(runs[0].id, 0, 1000)
+                if e.type == "webhook.attempt"]
+    assert [(e.attempt, e.status) for e in attempts] == [(1, "200")]
+
+
+def test_a_failing_receiver_gets_it_on_the_fourth_attempt_and_410_stops(stack):
+    key, secret = with_secret(stack)
+    flaky, gone = Receiver([500, 503, 502]), Receiver([410])
+    try:
+        client = stack.client(key)
+        first = client.submit(quick(flaky.url, "flaky"))
+        second = client.submit(quick(gone.url, "gone"))
+        deliveries = flaky.wait_for(4)
+        assert len({h["webhook-id"] for h, _, _ in deliveries}) == 1  # one delivery, retried
+        for headers, body, _ in deliveries:
+            verify(headers, body, secret)
+        gone.wait_for(1)
+        time.sleep(1.0)  # backoff is 0.05 s here: a retry would have come
+        assert len(gone.deliveries) == 1 and len(flaky.deliveries) == 4
+        auth = {"Authorization": f"Bearer {key}"}
+        assert httpx.get(f"{stack.url}/v1/webhooks/{first.id}", headers=auth).json()[
+            "attempts"] == 4
+        assert httpx.get(f"{stack.url}/v1/webhooks/msg_{second.id}", headers=auth).json()[
+            "state"] == "stopped"
+        # A replay sends it again with the same webhook-id
+        replayed = httpx.post(f"{stack.url}/v1/webhooks/{second.id}/replay", headers=auth)
+        assert replayed.status_code == 200 and replayed.json()["state"] == "pending"
+        again = gone.wait_for(2)
+        assert again[1][0]["webhook-id"] == again[0][0]["webhook-id"] == f"msg_{second.id}"
+    finally:
+        flaky.close()
+        gone.close()
+
+
+def test_webhooks_refused_at_submit_name_the_reason_and_start_nothing(stack):
+    _, no_secret = stack.tenant()
+    body = quick("https://example.com/hook").model_dump_json()
+    post = httpx.post(f"{stack.url}/v1/runs", content=body, headers={
+        "Authorization": f"Bearer {no_secret}", "Content-Type": "application/json"})
+    assert post.status_code == 422 and "webhook secret" in post.text
+    key, _ = with_secret(stack)
+    client = stack.client(key)
+    for url in ("http://10.0.0.7/hook", "http://169.254.169.254/latest/meta-data",
+                "http://[::1]:8080/x", "http://127.0.0.2:1/x", "ftp://example.com/x",
+                "http://user:pw@example.com/x"):
+        with pytest.raises((GraphError, ValueError)) as caught:
+            client.submit(Loop(prompt="p", model="tiny", rounds=1, candidates=1,
+                               webhook={"url": url}))
+        assert "webhook" in str(caught.value), url
+    assert list(client.runs()) == []
+    # Another tenant's run has no webhook to see or replay
+    other, _ = with_secret(stack)
+    run = stack.client(other).submit(quick("http://127.0.0.1:9/x", "theirs"))
+    for method, path in (("GET", f"/v1/webhooks/{run.id}"),
+                         ("POST", f"/v1/webhooks/{run.id}/replay")):
+        response = httpx.request(method, f"{stack.url}{path}",
+                                 headers={"Authorization": f"Bearer {key}"})
+        assert response.status_code == 404
+
+
+def test_a_name_that_resolves_to_a_private_address_at_delivery_is_not_called(stack, receiver,
+                                                                               tmp_path):
+    # DNS rebinding: public when submitted, loopback (the receiver) when delivered
+    key, secret = with_secret(stack)
+    run = stack.client(key).submit(quick(receiver.url, "rebind"))
+    run.wait(timeout=60)
+    store = SqliteGatewayStore(tmp_path / "gateway.db")
+    store.set_webhook_secret("t", secret)
+    port = int(receiver.url.split(":")[2].split("/")[0])
+    job = WebhookJob(run_id=run.id, tenant="t", url=f"http://hooks.example:{port}/hook",
+                     webhook_id="msg_x", next_at=0.0)
+    store.put_webhook(job)
+    resolved = {"hooks.example": "127.0.0.1"}
+    rebinding = AddressPolicy(resolve=lambda host, _port: [resolved[host]])
+    before = len(receiver.deliveries)
+
+    assert WebhookDeliverer(store, stack.backend, rebinding, backoff=60).step() == 1
+
+    assert len(receiver.deliveries) == before  # never called
+    refused = store.webhook(run.id)
+    assert refused.state == "pending" and refused.attempts == 1 and refused.last_status is None
+    # With the operator's allow-list the same address is called, at the address checked
+    allowed = AddressPolicy.of(["127.0.0.1/32"], resolve=lambda host, _port: [resolved[host]])
+    store.put_webhook(refused.model_copy(update={"next_at": 0.0}))
+    assert WebhookDeliverer(store, stack.backend, allowed, backoff=60).step() == 1
+    headers, body, _ = receiver.wait_for(before + 1)[-1]
+    assert headers["Host"] == f"hooks.example:{port}"
+    verify(headers, body, secret)
+    store.close()

@@ -1,0 +1,232 @@
+"""Webhook deliveries: when a run with a ``webhook`` ends, its summary is POSTed there, signed.
+
+At least once, surviving restarts: a run's job is written to the gateway store when the run is
+accepted (:class:`~.store.WebhookJob`), and the deliverer, a thread of each gateway, takes due
+jobs from it. A job whose run has not ended is looked at again every ``PENDING_POLL`` seconds;
+once it has, the summary goes out with the Standard Webhooks headers (:mod:`genloop.sdk.
+webhooks`), signed with the tenant's secret. A 2xx ends the job, 410 Gone stops it; anything
+else (an error status, a timeout, a refused connection) is retried after ``backoff x 2^(n-1)``
+seconds, n the attempts so far, at most ``MAX_DELAY``, with 20% jitter, until ``GIVE_UP``
+after the first attempt: with the default 5 s, 5 s, 10 s, 20 s ... 68 min, then every 2 h, about
+25 attempts in a day. Every attempt is a ``webhook.attempt`` event of the run (status, time
+taken, the first 200 characters of the answer), so the console's event log shows them. Two
+gateways may both send a due job: a receiver drops the duplicate by its ``webhook-id``, which
+every attempt and replay of one run's delivery share.
+
+The address is checked at submit and again before each attempt (:mod:`.webhook_addresses`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from genloop.sdk.backend import Backend
+from genloop.sdk.errors import GenloopError
+from genloop.sdk.models import RunResult
+from genloop.sdk.webhooks import signed_headers
+
+from ..stores.records import EventRecord
+from .store import GatewayStore, WebhookJob
+from .webhook_addresses import AddressPolicy, WebhookRefused
+
+log = logging.getLogger(__name__)
+
+#: How often a job whose run has not ended is looked at, behind the watch of its end.
+PENDING_POLL = 1.0
+#: Longest a watcher waits on one run's end before handing it back to the poll.
+WATCH = 600.0
+MAX_DELAY = 2 * 3600.0
+GIVE_UP = 24 * 3600.0
+TIMEOUT = 10.0
+EXCERPT = 200
+
+
+def retry_delay(attempts: int, backoff: float, rng: random.Random) -> float:
+    """Seconds before the next attempt after ``attempts`` failed ones."""
+    return min(backoff * 2 ** (attempts - 1), MAX_DELAY) * rng.uniform(0.8, 1.2)
+
+
+def summary(result: RunResult, labels: dict[str, str]) -> dict[str, Any]:
+    """What a delivery says: small (no candidates, no embeddings); the rest is a GET away."""
+    best = result.best
+    return {
+        "type": "run.ended", "run_id": result.run_id, "status": result.status.value,
+        "labels": labels, "finished_at": result.finished_at,
+        "best": None if best is None else {"artifact": best.artifact, "score": best.score,
+                                           "prompt": best.prompt},
+        "rounds": [{"round": r.round, "best_score": r.best_score} for r in result.rounds],
+        "compute": result.compute.model_dump(mode="json"),
+        "failures": [{"node_id": f.node_id, "error_type": f.error_type,
+                      "message": f.message[:EXCERPT]} for f in result.failures[:5]],
+        "failed_items": sum(f.items for f in result.failures),
+    }
+
+
+class WebhookDeliverer:
+    """Sends due jobs on a pool of ``senders`` threads (a slow receiver holds up only its own
+    delivery); a job whose run has not ended waits on the back end's end of that run (told, not
+    polling) on a pool of ``watchers``, with a poll every ``PENDING_POLL`` s behind it."""
+
+    def __init__(self, store: GatewayStore, backend: Backend, policy: AddressPolicy, *,
+                 backoff: float = 5.0, poll: float = 0.1, timeout: float = TIMEOUT,
+                 senders: int = 16, watchers: int = 64) -> None:
+        self.store, self.backend, self.policy = store, backend, policy
+        self.backoff, self.poll, self.timeout = backoff, poll, timeout
+        self._rng = random.Random()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._busy: set[str] = set()  # run ids in a sender's hands
+        self._watched: set[str] = set()  # run ids a watcher waits on
+        self._senders = ThreadPoolExecutor(senders, thread_name_prefix="genloop-webhook-send")
+        self._watchers = ThreadPoolExecutor(watchers,
+                                            thread_name_prefix="genloop-webhook-watch")
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Deliver from now on (once: later calls do nothing). A gateway starts it with its
+        first webhook, or at once when its store holds pending ones (a restart)."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name="genloop-webhooks")
+                self._thread.start()
+
+    def wake(self) -> None:
+        """Look at the due jobs now (a new one was stored)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout + 1)
+        self._senders.shutdown(wait=False, cancel_futures=True)
+        self._watchers.shutdown(wait=False, cancel_futures=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                self.step(wait=False)
+            except Exception:  # a store outage: try again shortly, never die
+                log.warning("webhook deliveries: a step failed", exc_info=True)
+            self._wake.wait(self.poll)
+
+    def step(self, wait: bool = True) -> int:
+        """Hand every due job not already in hand to the senders; how many. ``wait``: return
+        once they are done (tests)."""
+        taken = []
+        for job in self.store.due_webhooks(time.time()):
+            with self._lock:
+                if job.run_id in self._busy:
+                    continue
+                self._busy.add(job.run_id)
+            taken.append(self._senders.submit(self._guarded, self._one, job))
+        if wait:
+            for future in taken:
+                future.result()
+        return len(taken)
+
+    def replay(self, job: WebhookJob) -> WebhookJob:
+        """Send ``job`` again now (same ``webhook-id``), whatever became of it."""
+        job = job.model_copy(update={"state": "pending", "next_at": time.time(),
+                                     "first_attempt_at": None})
+        self.store.put_webhook(job)
+        self._wake.set()
+        return job
+
+    def _guarded(self, fn: Callable[[WebhookJob], None], job: WebhookJob) -> None:
+        try:
+            fn(job)
+        except Exception:
+            log.warning("webhook of run %s: a step failed", job.run_id, exc_info=True)
+        finally:
+            with self._lock:
+                self._busy.discard(job.run_id)
+
+    def _one(self, job: WebhookJob) -> None:
+        now = time.time()
+        info = self.backend.get(job.run_id)
+        if not info.status.terminal:
+            self.store.put_webhook(job.model_copy(update={"next_at": now + PENDING_POLL}))
+            with self._lock:
+                if job.run_id in self._watched:
+                    return
+                self._watched.add(job.run_id)
+            self._watchers.submit(self._watch, job)
+            return
+        body = json.dumps(summary(self.backend.result(job.run_id), info.labels)).encode()
+        status, excerpt, took = self._send(job, body)
+        job = job.model_copy(update={"attempts": job.attempts + 1, "last_status": status,
+                                     "first_attempt_at": job.first_attempt_at or now})
+        if status is not None and 200 <= status < 300:
+            job.state, job.next_at = "delivered", None
+        elif status == 410:
+            job.state, job.next_at = "stopped", None
+        elif time.time() - (job.first_attempt_at or now) >= GIVE_UP:
+            job.state, job.next_at = "failed", None
+        else:
+            job.next_at = time.time() + retry_delay(job.attempts, self.backoff, self._rng)
+        self.store.put_webhook(job)
+        self._record(job, status, excerpt, took)
+
+    def _watch(self, job: WebhookJob) -> None:
+        """Wait for the run's end (the back end is told of it), then make the job due now."""
+        try:
+            self.backend.wait(job.run_id, timeout=WATCH)
+            current = self.store.webhook(job.run_id)
+            if current is not None and current.state == "pending":
+                self.store.put_webhook(current.model_copy(update={"next_at": time.time()}))
+        except GenloopError:  # timed out, or gone: the poll takes it from here
+            pass
+        finally:
+            with self._lock:
+                self._watched.discard(job.run_id)
+            self._wake.set()
+
+    def _send(self, job: WebhookJob, body: bytes) -> tuple[int | None, str, float]:
+        """``(status or None, answer excerpt or error, seconds)`` of one attempt."""
+        start = time.monotonic()
+        secret = self.store.webhook_secret(job.tenant)
+        if secret is None:
+            return None, "the tenant has no webhook secret", 0.0
+        try:
+            target = self.policy.check(job.url)  # again: the name may resolve elsewhere now
+        except WebhookRefused as exc:
+            return None, str(exc)[:EXCERPT], 0.0
+        default_port = 443 if target.scheme == "https" else 80
+        host = target.host if target.port == default_port else f"{target.host}:{target.port}"
+        headers = {"Host": host, "Content-Type": "application/json",
+                   "User-Agent": "genloop-webhooks/1",
+                   **signed_headers(secret, job.webhook_id, body)}
+        extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
+        try:
+            with httpx.Client(follow_redirects=False, timeout=self.timeout,
+                              trust_env=False) as http, \
+                    http.stream("POST", target.url, content=body, headers=headers,
+                                extensions=extensions) as response:
+                first = next(response.iter_bytes(), b"")  # never more than a chunk is read
+                return (response.status_code, first[:EXCERPT].decode(errors="replace"),
+                        time.monotonic() - start)
+        except httpx.HTTPError as exc:
+            return None, f"{type(exc).__name__}: {exc}"[:EXCERPT], time.monotonic() - start
+
+    def _record(self, job: WebhookJob, status: int | None, excerpt: str, took: float) -> None:
+        store = getattr(self.backend, "store", None)
+        if store is None:
+            return
+        message = json.dumps({"url": job.url[:EXCERPT], "webhook_id": job.webhook_id,
+                              "state": job.state, "ms": round(took * 1000), "answer": excerpt})
+        store.append_event(job.run_id, EventRecord(
+            type="webhook.attempt", time=time.time(), attempt=job.attempts,
+            status=str(status) if status is not None else "error", message=message))
