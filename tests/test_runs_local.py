@@ -33,3 +33,13 @@ def test_labels_leave_the_hash_of_a_spec_without_them_as_it_was():
     assert spec_hash(dumped) == spec_hash(before_labels)
     labelled = loop.model_copy(update={"labels": {"a": "b"}}).model_dump(mode="json")
     assert spec_hash(labelled) != spec_hash(dumped)
+
+
+def test_a_webhook_on_a_back_end_that_cannot_deliver_it_is_refused(client):
+    import pytest
+
+    from genloop.sdk import GraphError
+
+    with pytest.raises(GraphError, match="webhooks are delivered by a gateway"):
+        client.submit(Loop(prompt="p", model="tiny", webhook={"url": "https://example.com/h"}))
+    assert list(client.runs()) == []

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter
 
 from genloop.sdk.backend import Backend
-from genloop.sdk.errors import GraphError
+from genloop.sdk.errors import GraphError, GraphProblem
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunPage, RunQuery, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
@@ -63,6 +63,10 @@ class StoreBackend(Backend):
     def submit(self, spec: RunSpec, idempotency_key: str | None) -> RunInfo:
         offer = self.served()
         spec = fill_defaults(_SPEC.validate_python(spec), offer)
+        if spec.webhook is not None:  # nothing here would ever deliver it
+            raise GraphError([GraphProblem(
+                node_id=None, path="webhook", message="webhooks are delivered by a gateway "
+                "(genloop serve); this back end has none: follow the run's events instead")])
         if names := name_problems(spec, offer):
             graph = spec.compile() if isinstance(spec, Loop) else spec
             raise GraphError(names + graph_problems(graph, self.scheduler.registry.catalogue()))

@@ -116,9 +116,11 @@ class Gateway:
         self._check_webhook(tenant, spec)
         # Whatever namespace and limits the client sent are replaced: it must not read
         # another's cache, nor let a fan-out grow past its own limits while the run runs.
+        webhook = spec.webhook
+        # The gateway delivers the webhook itself (its store holds the job), not the back end
         spec = spec.model_copy(update={
             "namespace": None if self.share_results else f"tenant:{tenant}",
-            "limits": self.admission.run_limits(spec, limits)})
+            "limits": self.admission.run_limits(spec, limits), "webhook": None})
         backend_key = scoped_key(tenant, key) if key is not None else None
         with self._locks[tenant]:
             existing = self.store.run_for_key(backend_key) if backend_key is not None else None
@@ -136,9 +138,9 @@ class Gateway:
                     raise KeyConflict(str(exc), existing) from exc
                 raise
             created = self.store.add_run(info.id, tenant, backend_key, cost, info.created_at)
-            if created and spec.webhook is not None:
+            if created and webhook is not None:
                 self.store.put_webhook(WebhookJob(
-                    run_id=info.id, tenant=tenant, url=spec.webhook.url,
+                    run_id=info.id, tenant=tenant, url=webhook.url,
                     webhook_id=f"msg_{info.id}", next_at=time.time()))
                 self.webhooks.start()
                 self.webhooks.wake()
