@@ -9,6 +9,7 @@ import time
 
 import httpx
 import pytest
+from server import console_sign_in
 from webhook_receiver import Receiver
 
 from genloop.sdk import Graph, GraphError, Loop
@@ -69,6 +70,11 @@ def test_each_run_gets_one_signed_delivery_that_verifies(stack, receiver):
     attempts = [e for e in stack.backend.events(runs[0].id, 0, 1000)
                 if e.type == "webhook.attempt"]
     assert [(e.attempt, e.status) for e in attempts] == [(1, "200")]
+    # and the console's run page shows the delivery and its attempt
+    with httpx.Client(base_url=stack.url, follow_redirects=True) as http:
+        console_sign_in(http, key)
+        page = http.get(f"/ui/runs/{runs[0].id}").text
+    assert "<strong>delivered</strong>" in page and "attempt 1: 200" in page
 
 
 def test_a_failing_receiver_gets_it_on_the_fourth_attempt_and_410_stops(stack):
