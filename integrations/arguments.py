@@ -17,6 +17,8 @@ _PROMPT = (str, Field(min_length=1, max_length=2000, description="what the image
 _RUN_ID = (str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
                       description="from generate_images or run_loop"))
 _SEED = (int, Field(0, ge=0, le=2**31 - 1))
+_LABEL = (str | None, Field(None, min_length=1, max_length=200,
+                            description="a tag to find the run again (get_run label)"))
 _STEPS = (int | None, Field(None, ge=1, le=100, description="default: the model's"))
 
 
@@ -48,6 +50,14 @@ class NextImage(ToolArguments):
         "artifact key of a shown candidate to edit instead of drawing anew"))
     strength: float | None = Field(None, gt=0, le=1, description=(
         "how far an edit departs from init_image: small keeps its layout, 1 redraws"))
+
+
+class _RunOrLabel(ToolArguments):
+    @model_validator(mode="after")
+    def _one_of(self) -> Any:
+        if (self.run_id is None) == (self.label is None):  # type: ignore[attr-defined]
+            raise ValueError("give run_id, or label to find your newest run with it")
+        return self
 
 
 class _EnoughImages(ToolArguments):
@@ -151,6 +161,7 @@ def argument_models(catalog: Catalog) -> dict[str, type[ToolArguments]]:
         n=(int, Field(4, ge=1, le=catalog.max_images, description="images to make")),
         top_k=(int, Field(1, ge=1, le=catalog.max_images, description="best images to return")),
         **image,
+        label=_LABEL,
         wait_seconds=_wait(60),
     )
     loop = create_model(
@@ -162,11 +173,17 @@ def argument_models(catalog: Catalog) -> dict[str, type[ToolArguments]]:
             "stop once a score reaches this"))),
         refiner=_choice(catalog.refiners, "picks each next round; 'agent': you do (refine_run)"),
         **image,
+        label=_LABEL,
         wait_seconds=_wait(120),
     )
     get_run = create_model(
-        "GetRunArguments", __base__=ToolArguments, __doc__="get_run arguments",
-        run_id=_RUN_ID, wait_seconds=_wait(30),
+        "GetRunArguments", __base__=_RunOrLabel, __doc__="get_run arguments",
+        run_id=(str | None, Field(None, min_length=1, max_length=64,
+                                  pattern=r"^[A-Za-z0-9_-]+$",
+                                  description="from generate_images or run_loop")),
+        label=(str | None, Field(None, min_length=1, max_length=200,
+                                 description="or: your newest run with this label")),
+        wait_seconds=_wait(30),
     )
     get_result = create_model(
         "GetResultArguments", __base__=ToolArguments, __doc__="get_result arguments",

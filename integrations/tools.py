@@ -72,6 +72,10 @@ DESCRIPTIONS = {
 }
 
 
+#: The label key of the tools' ``label`` argument.
+LABEL_KEY = "tool.label"
+
+
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to completion from sync code, also when this thread has a running loop
     (a notebook, a sync tool called inside an async framework): then on a helper thread."""
@@ -88,11 +92,12 @@ class GenloopTools:
 
     ``client`` is a ``Client`` (sync and async calls both work; async ones run the client's
     calls in threads) or an ``AsyncClient`` (async calls only, native over HTTP). Pass both to
-    have native async and sync calls over the same back end.
+    have native async and sync calls over the same back end. ``webhook``: a URL of the host's
+    that every run the tools start reports its end to (through a gateway, which signs it).
     """
 
     def __init__(self, client: Client | AsyncClient, *, aclient: AsyncClient | None = None,
-                 catalog: Catalog | None = None) -> None:
+                 catalog: Catalog | None = None, webhook: str | None = None) -> None:
         self.client = client if isinstance(client, Client) else None
         if aclient is None and isinstance(client, AsyncClient):
             aclient = client
@@ -102,6 +107,9 @@ class GenloopTools:
             raise TypeError(f"GenloopTools needs a Client or an AsyncClient, not {client!r}")
         self.aclient = aclient
         self.catalog = catalog or Catalog()
+        #: The host's webhook URL, put on every run the tools start (through a gateway): the
+        #: host hears of runs ending without a tool call waiting on them.
+        self.webhook = webhook
         models = argument_models(self.catalog)
         self.specs = {name: ToolSpec(name, DESCRIPTIONS[name], models[name]) for name in models}
 
@@ -147,7 +155,7 @@ class GenloopTools:
                 run = await aclient.submit(spec)
                 return await self._wait(aclient, run, args.wait_seconds, progress,
                                         limit=args.top_k if name == "generate_images" else 4)
-            run = await aclient.get(args.run_id)
+            run = await aclient.get(await self._run_id(aclient, name, args))
             if name == "refine_run":
                 await run.refine([self._request(r) for r in args.requests], node_id=args.node_id)
             if name in ("get_run", "refine_run"):
@@ -158,15 +166,31 @@ class GenloopTools:
         except GenloopError as exc:
             raise from_genloop(name, exc) from None
 
+    async def _run_id(self, aclient: AsyncClient, name: str, args: Any) -> str:
+        """The call's run: its ``run_id``, or the newest run with its ``label``."""
+        label = getattr(args, "label", None)
+        if args.run_id is not None or label is None:
+            return str(args.run_id)
+        async for run in aclient.runs(labels={LABEL_KEY: label}, page_size=1):
+            return run.id
+        raise ToolCallError(name, f"No run has the label {label!r}. Labels come from the label "
+                                  "argument of generate_images and run_loop.")
+
     def _spec(self, name: str, a: Any) -> RunSpec:
         image = {k: v for k, v in {"steps": a.steps, "width": a.width, "height": a.height}.items()
                  if v is not None}
         options = self.catalog.evaluator_options.get(a.evaluator)
+        extra: dict[str, Any] = {}
+        if a.label is not None:
+            extra["labels"] = {LABEL_KEY: a.label}
+        if self.webhook is not None:
+            extra["webhook"] = {"url": self.webhook}
         if name == "run_loop":
             return Loop(prompt=a.prompt, rounds=a.rounds, candidates=a.candidates,
                         target=a.target, refiner=a.refiner, model=a.model,
-                        evaluator=a.evaluator, evaluator_options=options, seed=a.seed, **image)
-        g = Graph()
+                        evaluator=a.evaluator, evaluator_options=options, seed=a.seed, **image,
+                        **extra)
+        g = Graph(**extra)
         images = g.generate(a.prompt, n=a.n, seed=a.seed, model=a.model, id="generate", **image)
         scores = g.score(images, text=a.prompt, evaluator=a.evaluator, id="score",
                          **({"options": options} if options else {}))

@@ -161,3 +161,17 @@ def test_a_run_that_ends_during_the_replay_is_not_followed(shared_client, finish
     # run's last event, so a follow would only have waited out wait_seconds
     assert out.done and out.status == RunStatus.SUCCEEDED
     assert backend.follows == 0
+
+
+def test_get_run_finds_the_newest_run_with_a_label(tools):
+    first = tools.call("run_loop", {**LOOP, "label": "task-7", "rounds": 1})
+    second = tools.call("generate_images", {**GENERATE, "label": "task-7", "seed": 5})
+
+    found = tools.call("get_run", {"label": "task-7", "wait_seconds": 0})
+
+    assert found.run_id == second.run_id != first.run_id and found.done
+    for arguments, hint in (({"wait_seconds": 0}, "give run_id, or label"),
+                            ({"run_id": first.run_id, "label": "task-7"}, "give run_id, or"),
+                            ({"label": "nobody-used-this"}, "No run has the label")):
+        with pytest.raises(ToolCallError, match=hint):
+            tools.call("get_run", arguments)
