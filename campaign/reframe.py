@@ -74,7 +74,10 @@ def format_graph(spec: CampaignSpec, record: VariantRecord,
 
 
 def graph_key(graph: Graph) -> str:
-    canonical = json.dumps(graph.model_dump(mode="json"), sort_keys=True)
+    """Decided by what the graph draws: its labels and webhook (none here, and none when keys of
+    stored campaigns were made) are left out."""
+    canonical = json.dumps(graph.model_dump(mode="json", exclude={"labels", "webhook"}),
+                           sort_keys=True)
     return "campaign-formats:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 

@@ -59,8 +59,10 @@ class Progress:
 
 
 def loop_key(loop: Loop) -> str:
-    """The idempotency key of a variant's loop: a hash of everything that decides its images."""
-    canonical = json.dumps(loop.model_dump(mode="json"), sort_keys=True)
+    """The idempotency key of a variant's loop: a hash of everything that decides its images.
+    Its labels and webhook do not (and keys made before they existed stay the same)."""
+    canonical = json.dumps(loop.model_dump(mode="json", exclude={"labels", "webhook"}),
+                           sort_keys=True)
     return "campaign:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 

@@ -148,6 +148,10 @@ class CampaignSpec(_Model):
     group_by: str | None = Field(None, description="axis finalists are chosen per; default first")
     diversity: float = Field(0.5, ge=0.0, le=1.0, description="MMR trade-off among finalists")
     budget: Budget = Field(default_factory=Budget)
+    webhook: str | None = Field(
+        None, max_length=2000, pattern=r"^https?://",
+        description="each variant's loop reports its end here (through a gateway, signed with "
+        "the tenant's webhook secret)")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -203,6 +207,8 @@ class CampaignSpec(_Model):
                 "options": {"brand-palette": {"palette": self.brand.palette,
                                               "max_distance": self.brand.max_distance}},
             }
+        if self.webhook is not None:
+            fields["webhook"] = {"url": self.webhook}
         return Loop(**fields)
 
     def headline(self, values: dict[str, str]) -> str | None:

@@ -164,3 +164,22 @@ def test_an_axis_value_a_spreadsheet_would_run_is_written_as_text(tmp_path, loca
                                            .read_text())))
     assert sorted(r["product"] for r in rows) == ["'-1+2", "'" + formula, "a blue ball"]
     assert all(not cell.startswith(("=", "+", "-", "@")) for r in rows for cell in r.values())
+
+
+def test_a_variants_key_is_decided_by_its_images_alone(tmp_path):
+    import hashlib
+    import json
+
+    from genloop.campaign.runner import loop_key
+
+    spec = parse_spec(SPEC)
+    values = next(iter(spec.variants()))
+    loop = spec.loop_for(values)
+    hooked = parse_spec({**SPEC, "webhook": "https://hooks.example/c"}).loop_for(values)
+    # Fields added to Loop later (labels, webhook) leave the keys of stored campaigns as they were
+    before = {k: v for k, v in loop.model_dump(mode="json").items()
+              if k not in ("labels", "webhook")}
+    old_key = "campaign:" + hashlib.sha256(json.dumps(before, sort_keys=True).encode()
+                                           ).hexdigest()[:32]
+    assert loop_key(loop) == loop_key(hooked) == old_key
+    assert hooked.webhook.url == "https://hooks.example/c"
