@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .errors import GenloopError
 
@@ -35,6 +35,11 @@ SECRET_PREFIX = "whsec_"
 #: Seconds a delivery's timestamp may be from now (either way) and still verify: replays of an
 #: old delivery are refused.
 TOLERANCE = 300
+
+
+#: What a webhook may report: the run's end (always), a loop pausing for its agent, a round
+#: of a loop scored.
+WebhookEvent = Literal["run.ended", "refine.requested", "round.finished"]
 
 
 class WebhookTarget(BaseModel):
@@ -47,9 +52,17 @@ class WebhookTarget(BaseModel):
     url: str = Field(max_length=2000, pattern=r"^https?://",
                      description="an http(s) URL the gateway may reach (no private addresses "
                      "unless the operator allows them)")
-    events: list[Literal["run.ended"]] = Field(
-        default_factory=lambda: ["run.ended"], min_length=1, max_length=1,
-        description="what to deliver: the run's end")
+    events: list[WebhookEvent] = Field(
+        default_factory=lambda: ["run.ended"], min_length=1, max_length=3,
+        description="what to report: 'run.ended' (always), and 'refine.requested' (a loop "
+        "waits for its agent), 'round.finished' (a loop's round is scored)")
+
+    @field_validator("events")
+    @classmethod
+    def _with_the_end(cls, events: list[str]) -> list[str]:
+        if "run.ended" not in events or len(set(events)) != len(events):
+            raise ValueError("events name each kind once and always include 'run.ended'")
+        return events
 
 
 class WebhookVerificationError(GenloopError):

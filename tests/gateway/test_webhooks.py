@@ -142,7 +142,7 @@ def test_a_name_that_resolves_to_a_private_address_at_delivery_is_not_called(sta
     store.set_webhook_secret("t", secret)
     port = int(receiver.url.split(":")[2].split("/")[0])
     job = WebhookJob(run_id=run.id, tenant="t", url=f"http://hooks.example:{port}/hook",
-                     webhook_id="msg_x", next_at=0.0)
+                     webhook_id="msg_rebind", next_at=0.0)
     store.put_webhook(job)
     resolved = {"hooks.example": "127.0.0.1"}
     rebinding = AddressPolicy(resolve=lambda host, _port: [resolved[host]])
@@ -151,7 +151,7 @@ def test_a_name_that_resolves_to_a_private_address_at_delivery_is_not_called(sta
     assert WebhookDeliverer(store, stack.backend, rebinding, backoff=60).step() == 1
 
     assert len(receiver.deliveries) == before  # never called
-    refused = store.webhook(run.id)
+    refused = store.webhook("msg_rebind")
     assert refused.state == "pending" and refused.attempts == 1 and refused.last_status is None
     # With the operator's allow-list the same address is called, at the address checked
     allowed = AddressPolicy.of(["127.0.0.1/32"], resolve=lambda host, _port: [resolved[host]])
@@ -161,3 +161,34 @@ def test_a_name_that_resolves_to_a_private_address_at_delivery_is_not_called(sta
     assert headers["Host"] == f"hooks.example:{port}"
     verify(headers, body, secret)
     store.close()
+
+
+def test_a_loop_reports_its_pause_and_rounds_when_asked(stack, receiver):
+    key, secret = with_secret(stack)
+    loop = Loop(prompt="a red circle", model="tiny", rounds=2, candidates=2, steps=1,
+                refiner="agent", refine_timeout=1, labels={"agent": "a1"},
+                webhook={"url": receiver.url,
+                         "events": ["run.ended", "refine.requested", "round.finished"]})
+    run = stack.client(key).submit(loop)
+    assert run.wait(timeout=120).status == "succeeded"  # the pause fell back after 1 s
+
+    deliveries = receiver.wait_for(4)
+    time.sleep(0.5)
+    kinds = {}
+    for headers, body, _ in receiver.deliveries:
+        verify(headers, body, secret)
+        message = json.loads(body)
+        assert message["run_id"] == run.id
+        kinds.setdefault(message["type"], []).append((headers["webhook-id"], message))
+    assert sorted(kinds) == ["refine.requested", "round.finished", "run.ended"]
+    assert sorted(m["round"] for _, m in kinds["round.finished"]) == [1, 2]
+    (pause_id, pause), = kinds["refine.requested"]
+    assert pause["round"] == 1 and len(pause["scored"]) == 2 and pause["labels"] == {"agent": "a1"}
+    assert pause_id.startswith(f"msg_{run.id}_") and kinds["run.ended"][0][0] == f"msg_{run.id}"
+    assert len({h["webhook-id"] for h, _, _ in deliveries}) == len(receiver.deliveries) == 4
+    # Each delivery is one job of the run's, found by its webhook-id
+    job = httpx.get(f"{stack.url}/v1/webhooks/{pause_id}",
+                    headers={"Authorization": f"Bearer {key}"}).json()
+    assert job["kind"] == "refine.requested" and job["state"] == "delivered"
+    with pytest.raises(ValueError):
+        Loop(prompt="p", webhook={"url": receiver.url, "events": ["refine.requested"]})

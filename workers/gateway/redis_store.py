@@ -210,17 +210,26 @@ class RedisGatewayStore(GatewayStore):
     @translate_redis_errors
     def put_webhook(self, job: WebhookJob) -> None:
         pipe = self.r.pipeline()
-        pipe.set(self.k.webhook(job.run_id), job.model_dump_json())
+        pipe.set(self.k.webhook(job.webhook_id), job.model_dump_json())
+        pipe.zadd(self.k.webhooks_of(job.run_id), {job.webhook_id: 0}, nx=True)
         if job.state == "pending" and job.next_at is not None:
-            pipe.zadd(self.k.webhooks_due, {job.run_id: job.next_at})
+            pipe.zadd(self.k.webhooks_due, {job.webhook_id: job.next_at})
         else:
-            pipe.zrem(self.k.webhooks_due, job.run_id)
+            pipe.zrem(self.k.webhooks_due, job.webhook_id)
         pipe.execute()
 
     @translate_redis_errors
-    def webhook(self, run_id: str) -> WebhookJob | None:
-        raw = self.r.get(self.k.webhook(run_id))
+    def webhook(self, webhook_id: str) -> WebhookJob | None:
+        raw = self.r.get(self.k.webhook(webhook_id))
         return None if raw is None else WebhookJob.model_validate_json(raw)
+
+    @translate_redis_errors
+    def webhooks_of(self, run_id: str) -> list[WebhookJob]:
+        ids = self.r.zrange(self.k.webhooks_of(run_id), 0, -1)
+        raws = self.r.mget([self.k.webhook(i) for i in ids]) if ids else []
+        jobs = [WebhookJob.model_validate_json(raw) for raw in raws if raw is not None]
+        return sorted(jobs, key=lambda j: (j.kind != "run.ended", len(j.webhook_id),
+                                           j.webhook_id))
 
     @translate_redis_errors
     def due_webhooks(self, now: float, limit: int = 100) -> list[WebhookJob]:

@@ -140,8 +140,9 @@ class Gateway:
             created = self.store.add_run(info.id, tenant, backend_key, cost, info.created_at)
             if created and webhook is not None:
                 self.store.put_webhook(WebhookJob(
-                    run_id=info.id, tenant=tenant, url=webhook.url,
-                    webhook_id=f"msg_{info.id}", next_at=time.time()))
+                    webhook_id=f"msg_{info.id}", run_id=info.id, tenant=tenant, url=webhook.url,
+                    events=[e for e in webhook.events if e != "run.ended"],
+                    next_at=time.time()))
                 self.webhooks.start()
                 self.webhooks.wake()
         if not created and self.store.owner(info.id) != tenant:  # pragma: no cover - defensive
@@ -173,19 +174,24 @@ class Gateway:
         self.store.set_webhook_secret(tenant, secret)
         return secret
 
-    def webhook(self, tenant: str, run_id: str) -> WebhookJob:
-        """The run's webhook job, by run id or webhook id (``NotFound`` for another tenant's run
-        or one without)."""
-        run_id = run_id.removeprefix("msg_")
+    def webhook(self, tenant: str, id: str) -> WebhookJob:
+        """A delivery: by its ``webhook-id``, or a run id for the run's end (``NotFound`` for
+        another tenant's run or one without)."""
+        webhook_id = id if id.startswith("msg_") else f"msg_{id}"
+        run_id = webhook_id.removeprefix("msg_").split("_")[0]  # run ids are hex
         self._own(tenant, run_id)
-        job = self.store.webhook(run_id)
-        if job is None:
-            raise NotFound(f"run {run_id!r} has no webhook")
+        job = self.store.webhook(webhook_id)
+        if job is None or job.run_id != run_id:
+            raise NotFound(f"no webhook {id!r}")
         return job
 
-    def replay_webhook(self, tenant: str, run_id: str) -> WebhookJob:
-        """Deliver the run's webhook again now, with the same ``webhook-id``."""
-        return self.webhooks.replay(self.webhook(tenant, run_id))
+    def webhooks_of(self, tenant: str, run_id: str) -> list[WebhookJob]:
+        self._own(tenant, run_id)
+        return self.store.webhooks_of(run_id)
+
+    def replay_webhook(self, tenant: str, id: str) -> WebhookJob:
+        """Deliver a webhook again now, with the same ``webhook-id``."""
+        return self.webhooks.replay(self.webhook(tenant, id))
 
     def _with_recipe(self, spec: RunSpec, limits: TenantLimits) -> RunSpec:
         """A Loop with its model's recipe filled in here (:meth:`Loop.with_recipe`), so

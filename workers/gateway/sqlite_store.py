@@ -40,9 +40,10 @@ CREATE TABLE IF NOT EXISTS hits (
     PRIMARY KEY (tenant, what)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS webhooks (
-    run_id TEXT PRIMARY KEY, next_at REAL, doc TEXT NOT NULL
+    id TEXT PRIMARY KEY, run_id TEXT NOT NULL, next_at REAL, doc TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS webhooks_due ON webhooks (next_at);
+CREATE INDEX IF NOT EXISTS webhooks_of ON webhooks (run_id);
 CREATE TABLE IF NOT EXISTS webhook_secrets (tenant TEXT PRIMARY KEY, secret TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (
     hash TEXT PRIMARY KEY, key_hash TEXT NOT NULL, expires_at REAL NOT NULL
@@ -233,13 +234,19 @@ class SqliteGatewayStore(GatewayStore):
     def put_webhook(self, job: WebhookJob) -> None:
         due = job.next_at if job.state == "pending" else None
         with self._sql() as db:
-            db.execute("INSERT OR REPLACE INTO webhooks VALUES (?, ?, ?)",
-                       (job.run_id, due, job.model_dump_json()))
+            db.execute("INSERT OR REPLACE INTO webhooks VALUES (?, ?, ?, ?)",
+                       (job.webhook_id, job.run_id, due, job.model_dump_json()))
 
-    def webhook(self, run_id: str) -> WebhookJob | None:
+    def webhook(self, webhook_id: str) -> WebhookJob | None:
         with self._sql() as db:
-            row = db.execute("SELECT doc FROM webhooks WHERE run_id = ?", (run_id,)).fetchone()
+            row = db.execute("SELECT doc FROM webhooks WHERE id = ?", (webhook_id,)).fetchone()
         return None if row is None else WebhookJob.model_validate_json(row[0])
+
+    def webhooks_of(self, run_id: str) -> list[WebhookJob]:
+        with self._sql() as db:
+            rows = db.execute("SELECT doc FROM webhooks WHERE run_id = ? ORDER BY rowid",
+                              (run_id,)).fetchall()
+        return [WebhookJob.model_validate_json(r[0]) for r in rows]
 
     def due_webhooks(self, now: float, limit: int = 100) -> list[WebhookJob]:
         with self._sql() as db:

@@ -19,9 +19,9 @@ import secrets
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from genloop.sdk.models import RunResult, RunStatus
 
@@ -67,13 +67,19 @@ class RunSummary(BaseModel):
 
 
 class WebhookJob(BaseModel):
-    """A run's webhook: where it goes, and how its delivery stands (the gateway's outbox)."""
+    """One delivery of a run's webhook, and how it stands (the gateway's outbox): the run's end
+    (``webhook_id`` ``msg_<run>``), or an event it asked for (``msg_<run>_<event id>``)."""
 
+    webhook_id: str
     run_id: str
     tenant: str
     url: str
-    #: The ``webhook-id`` of every attempt of this delivery, replays included.
-    webhook_id: str
+    kind: str = "run.ended"
+    #: The run's end job: the other events it reports, and the last event id looked at.
+    events: list[str] = Field(default_factory=list)
+    after: int = 0
+    #: An event job: what it says (the run's end job reads the run's result when it is sent).
+    payload: dict[str, Any] | None = None
     state: Literal["pending", "delivered", "stopped", "failed"] = "pending"
     attempts: int = 0
     #: When it is next looked at (a run not yet ended, or a retry's time); None once done.
@@ -224,10 +230,15 @@ class GatewayStore(ABC):
 
     @abstractmethod
     def put_webhook(self, job: WebhookJob) -> None:
-        """Store ``job`` (replacing the run's earlier one); due at ``next_at`` while pending."""
+        """Store ``job`` (replacing the one of its ``webhook_id``); due at ``next_at`` while
+        pending."""
 
     @abstractmethod
-    def webhook(self, run_id: str) -> WebhookJob | None: ...
+    def webhook(self, webhook_id: str) -> WebhookJob | None: ...
+
+    @abstractmethod
+    def webhooks_of(self, run_id: str) -> list[WebhookJob]:
+        """Every delivery of the run's webhook, in the order they were made."""
 
     @abstractmethod
     def due_webhooks(self, now: float, limit: int = 100) -> list[WebhookJob]:

@@ -133,7 +133,7 @@ def run_page(request: Request, run_id: str, gateway: Gw, who: PageTenant) -> Res
     except NotFound:
         return _page(request, "missing.html", status_code=404, run_id=run_id)
     graph = run_graph(gateway, run_id)
-    webhook = gateway.store.webhook(run_id)
+    webhook = gateway.store.webhook(f"msg_{run_id}")
     attempts = [e for e in gateway.events(who, run_id, 0, 1000) if e.type == "webhook.attempt"
                 ] if webhook is not None else []
     return _page(request, "run.html", info=info, result=result,

@@ -21,17 +21,19 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 
-from genloop.sdk.backend import Backend
+from genloop.sdk.backend import TERMINAL_EVENTS, Backend
 from genloop.sdk.errors import GenloopError
-from genloop.sdk.models import RunResult
+from genloop.sdk.models import Event, RunResult
+from genloop.sdk.ops import RefineRequest
 from genloop.sdk.webhooks import signed_headers
 
 from ..stores.records import EventRecord
@@ -42,8 +44,6 @@ log = logging.getLogger(__name__)
 
 #: How often a job whose run has not ended is looked at, behind the watch of its end.
 PENDING_POLL = 1.0
-#: Longest a watcher waits on one run's end before handing it back to the poll.
-WATCH = 600.0
 MAX_DELAY = 2 * 3600.0
 GIVE_UP = 24 * 3600.0
 TIMEOUT = 10.0
@@ -69,6 +69,26 @@ def summary(result: RunResult, labels: dict[str, str]) -> dict[str, Any]:
                       "message": f.message[:EXCERPT]} for f in result.failures[:5]],
         "failed_items": sum(f.items for f in result.failures),
     }
+
+
+_ROUND_SCORED = re.compile(r"round-(\d+)/score")
+
+
+def event_payload(event: Event, wanted: Collection[str],
+                  labels: dict[str, str]) -> dict[str, Any] | None:
+    """What a delivery of ``event`` says, if it is one of the ``wanted`` kinds: a loop pausing
+    for its agent (what it shows, without critiques), or a round of a loop scored."""
+    head = {"run_id": event.run_id, "event_id": event.id, "time": event.time, "labels": labels}
+    if event.type == "refine.requested" and "refine.requested" in wanted and event.message:
+        pause = RefineRequest.model_validate_json(event.message)
+        return {"type": "refine.requested", **head, "node_id": pause.node_id,
+                "round": pause.round, "candidates": pause.candidates, "timeout": pause.timeout,
+                "scored": [{"artifact": c.artifact, "score": c.score, "seed": c.seed,
+                            "round": c.round} for c in pause.scored]}
+    if (event.type == "node.succeeded" and "round.finished" in wanted and event.node_id
+            and (m := _ROUND_SCORED.fullmatch(event.node_id))):
+        return {"type": "round.finished", **head, "round": int(m.group(1))}
+    return None
 
 
 class WebhookDeliverer:
@@ -155,17 +175,39 @@ class WebhookDeliverer:
                 self._busy.discard(job.run_id)
 
     def _one(self, job: WebhookJob) -> None:
-        now = time.time()
+        if job.kind != "run.ended":  # an event's delivery: its payload is ready
+            self._attempt(job, json.dumps(job.payload).encode())
+            return
         info = self.backend.get(job.run_id)
+        if job.events:
+            job = self._new_events(job, info.labels)
         if not info.status.terminal:
-            self.store.put_webhook(job.model_copy(update={"next_at": now + PENDING_POLL}))
+            self.store.put_webhook(job.model_copy(update={"next_at": time.time() + PENDING_POLL}))
             with self._lock:
                 if job.run_id in self._watched:
                     return
                 self._watched.add(job.run_id)
             self._watchers.submit(self._watch, job)
             return
-        body = json.dumps(summary(self.backend.result(job.run_id), info.labels)).encode()
+        self._attempt(job, json.dumps(summary(self.backend.result(job.run_id),
+                                              info.labels)).encode())
+
+    def _new_events(self, job: WebhookJob, labels: dict[str, str]) -> WebhookJob:
+        """A delivery for each event the run's webhook asked for since ``job.after``, stored
+        before ``after`` moves past it (a crash in between sends one twice, same webhook-id)."""
+        while batch := self.backend.events(job.run_id, job.after, 500):
+            for event in batch:
+                if payload := event_payload(event, job.events, labels):
+                    self.store.put_webhook(WebhookJob(
+                        webhook_id=f"{job.webhook_id}_{event.id}", run_id=job.run_id,
+                        tenant=job.tenant, url=job.url, kind=payload["type"], payload=payload,
+                        next_at=time.time()))
+            job = job.model_copy(update={"after": batch[-1].id})
+            self.store.put_webhook(job)
+        return job
+
+    def _attempt(self, job: WebhookJob, body: bytes) -> None:
+        now = time.time()
         status, excerpt, took = self._send(job, body)
         job = job.model_copy(update={"attempts": job.attempts + 1, "last_status": status,
                                      "first_attempt_at": job.first_attempt_at or now})
@@ -181,18 +223,24 @@ class WebhookDeliverer:
         self._record(job, status, excerpt, took)
 
     def _watch(self, job: WebhookJob) -> None:
-        """Wait for the run's end (the back end is told of it), then make the job due now."""
+        """Follow the run (the back end is told of each event) until it ends, making its job
+        due at once for each event it reports and at the end."""
         try:
-            self.backend.wait(job.run_id, timeout=WATCH)
-            current = self.store.webhook(job.run_id)
-            if current is not None and current.state == "pending":
-                self.store.put_webhook(current.model_copy(update={"next_at": time.time()}))
-        except GenloopError:  # timed out, or gone: the poll takes it from here
+            for event in self.backend.follow(job.run_id, job.after):
+                if event.type in TERMINAL_EVENTS or event_payload(event, job.events, {}):
+                    self._due_now(job.webhook_id)
+        except GenloopError:  # gone: the poll takes it from here
             pass
         finally:
             with self._lock:
                 self._watched.discard(job.run_id)
-            self._wake.set()
+            self._due_now(job.webhook_id)
+
+    def _due_now(self, webhook_id: str) -> None:
+        current = self.store.webhook(webhook_id)
+        if current is not None and current.state == "pending":
+            self.store.put_webhook(current.model_copy(update={"next_at": time.time()}))
+        self._wake.set()
 
     def _send(self, job: WebhookJob, body: bytes) -> tuple[int | None, str, float]:
         """``(status or None, answer excerpt or error, seconds)`` of one attempt."""

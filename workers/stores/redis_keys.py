@@ -142,13 +142,17 @@ class GatewayKeys:
         """A console session: the hash of its key (expires with the session)."""
         return f"{self.p}:session:{session_hash}"
 
-    def webhook(self, run_id: str) -> str:
-        """A run's webhook job (JSON)."""
-        return f"{self.p}:webhook:{run_id}"
+    def webhook(self, webhook_id: str) -> str:
+        """A webhook job (JSON)."""
+        return f"{self.p}:webhook:{webhook_id}"
+
+    def webhooks_of(self, run_id: str) -> str:
+        """The webhook ids of a run's deliveries."""
+        return f"{self.p}:webhooks-of:{run_id}"
 
     @property
     def webhooks_due(self) -> str:
-        """Pending webhook jobs' run ids, scored by when each is next due."""
+        """Pending webhook jobs' ids, scored by when each is next due."""
         return f"{self.p}:webhooks-due"
 
     def webhook_secret(self, tenant: str) -> str:
