@@ -229,7 +229,8 @@ def test_streamable_http_at_mcp_pauses_structurally_and_refuses_bad_calls(tools)
 #: What a host hands a model for the six tools (name, description, input schema; compact JSON),
 #: in characters. Counted with npm's gpt-tokenizer 4.0.0 (o200k_base, which ships its vocabulary)
 #: on 2026-12-04 for the default catalog: 1,276 tokens in 5,295 characters, run_loop 392
-#: (4.0-4.2 characters a token; 1,217 before run_loop, generate_images and get_run took label). The budgets (1,800 tokens, run_loop 500) at 4.0 a token.
+#: (4.0-4.2 characters a token; 1,217 before run_loop, generate_images and get_run took
+#: label). The budgets (1,800 tokens, run_loop 500) at 4.0 a token.
 TOOLS_CHARS, RUN_LOOP_CHARS = 7_200, 2_000
 
 
