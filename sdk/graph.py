@@ -137,7 +137,8 @@ class Graph(BaseModel):
         "a gateway sets the tenant's.")
     labels: Labels = Field(default_factory=dict)
     webhook: WebhookTarget | None = Field(
-        None, description="POST the run's summary here when it ends (through a gateway)")
+        default=None,
+        description="POST the run's summary here when it ends (through a gateway)")
 
     def add(
         self,

@@ -119,7 +119,8 @@ class Loop(BaseModel):
         "sets the tenant's.")
     labels: Labels = Field(default_factory=dict)
     webhook: WebhookTarget | None = Field(
-        None, description="POST the run's summary here when it ends (through a gateway)")
+        default=None,
+        description="POST the run's summary here when it ends (through a gateway)")
     budget: int | None = Field(
         None, ge=1,
         description="Total denoising steps the loop may spend (sum over every image of its "

@@ -53,7 +53,7 @@ class WebhookTarget(BaseModel):
                      description="an http(s) URL the gateway may reach (no private addresses "
                      "unless the operator allows them)")
     events: list[WebhookEvent] = Field(
-        default_factory=lambda: ["run.ended"], min_length=1, max_length=3,
+        default_factory=lambda: list[WebhookEvent](["run.ended"]), min_length=1, max_length=3,
         description="what to report: 'run.ended' (always), and 'refine.requested' (a loop "
         "waits for its agent), 'round.finished' (a loop's round is scored)")
 
