@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -171,13 +171,17 @@ class Wiring:
 def submitter(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, *,
               queues: Sequence[str] = DEFAULT_QUEUES,
               shared_fair: str | None = None) -> Scheduler:
-    """A scheduler for a process that plans and enqueues but runs no op (``Client.connect``):
-    its messages go to ``broker``, or with ``shared_fair`` (a Redis key prefix) through the
-    pool's :class:`~.redis_fair_queue.RedisFairQueue`; no actor, executor or middleware is
-    declared."""
+    """A scheduler for a process that plans and enqueues but runs no op (``Client.connect``,
+    ``genloop serve --redis``): its messages go to ``broker``, or with ``shared_fair`` (a Redis
+    key prefix) through the pool's :class:`~.redis_fair_queue.RedisFairQueue`; no actor,
+    executor or middleware is declared, nothing it sends is kept for worker threads (it has
+    none), and what it commits (runs submitted, roots queued) is counted in its metrics."""
     enqueue = Enqueuer(broker)
+    metered = _metered(store, registry, lambda: scheduler)
     if shared_fair is None:
-        return Scheduler(store, registry, enqueue, queues=queues, backlog=enqueue.backlog)
+        scheduler = Scheduler(metered, registry, enqueue, queues=queues,
+                              backlog=enqueue.backlog, keep_sent=0)
+        return scheduler
     if not is_redis_broker(broker):
         raise TypeError("shared_fair needs a RedisBroker (its client holds the queue)")
     from .redis_fair_queue import RedisFairQueue
@@ -191,8 +195,24 @@ def submitter(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, 
     def backlog(queue: str) -> int:  # waiting their turn is not lost either
         return enqueue.backlog(queue) + fair.waiting(queue)
 
-    scheduler = Scheduler(store, registry, fair, queues=queues, backlog=backlog)
+    scheduler = Scheduler(metered, registry, fair, queues=queues, backlog=backlog, keep_sent=0)
     return scheduler
+
+
+def _metered(store: StateStore, registry: OpRegistry,
+             scheduler: Callable[[], Scheduler]) -> MeteredStore:
+    """``store`` with its committed events counted in this process's metrics (see
+    :mod:`genloop.workers.metrics`), each labelled with its node's op and queue."""
+    meter = metrics()
+
+    def op_of(run_id: str, node_id: str) -> tuple[str, str]:
+        node = scheduler().topology(run_id).nodes.get(node_id)
+        if node is None:
+            return "unknown", "unknown"
+        spec = registry.get(node.op)
+        return node.op, node.queue or (spec.queue if spec is not None else "unknown")
+
+    return MeteredStore(store, lambda run_id, event: meter.observe(run_id, event, op_of))
 
 
 def wire(
@@ -242,17 +262,8 @@ def wire(
         def backlog(queue: str) -> int:  # waiting their turn is not lost either
             return enqueue.backlog(queue) + shared.waiting(queue)
 
-    meter = metrics()
-
-    def op_of(run_id: str, node_id: str) -> tuple[str, str]:
-        node = scheduler.topology(run_id).nodes.get(node_id)
-        if node is None:
-            return "unknown", "unknown"
-        spec = registry.get(node.op)
-        return node.op, node.queue or (spec.queue if spec is not None else "unknown")
-
     # The scheduler's committed events feed the metrics (see genloop.workers.metrics).
-    metered = MeteredStore(store, lambda run_id, event: meter.observe(run_id, event, op_of))
+    metered = _metered(store, registry, lambda: scheduler)
     scheduler = Scheduler(metered, registry, fair or enqueue, queues=queues, backlog=backlog)
     executor = Executor(
         scheduler, artifacts, registry, resources=resources, lease_ttl=lease_ttl,
@@ -266,7 +277,7 @@ def wire(
     # Dramatiq runs after_* hooks in reverse order: placed before Retries, AttemptOutcomes sees
     # each message after Retries has decided between a retry and a failure.
     broker.add_middleware(AttemptOutcomes(scheduler, ACTOR_PREFIX), before=Retries)
-    broker.add_middleware(QueueWait(meter))
+    broker.add_middleware(QueueWait(metrics()))
     broker.add_middleware(OutboxSweeper(
         scheduler, every=sweep_every, grace=lease_ttl if grace is None else grace))
     for queue in queues:

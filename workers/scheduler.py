@@ -97,6 +97,8 @@ class JustSent:
         self._lock = threading.Lock()
 
     def add(self, instances: Sequence[InstanceRecord]) -> None:
+        if not self.size:  # a process that runs nothing keeps nothing
+            return
         with self._lock:
             for inst in instances:
                 self._kept[inst.run_id, inst.instance_id] = inst
@@ -114,7 +116,7 @@ class Scheduler(Transitions):
     def __init__(
         self, store: StateStore, registry: OpRegistry, enqueue: Enqueue,
         queues: Sequence[str] | None = None, backlog: Backlog | None = None,
-        complete_patience: float = 30.0,
+        complete_patience: float = 30.0, keep_sent: int = 20_000,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -123,7 +125,9 @@ class Scheduler(Transitions):
         self.backlog = backlog
         self.complete_patience = complete_patience
         self._topologies: OrderedDict[str, Topology] = OrderedDict()
-        self.just_sent = JustSent()
+        #: ``keep_sent``: 0 in a process with no worker threads to take them (a gateway,
+        #: ``Client.connect``), which would only fill it.
+        self.just_sent = JustSent(keep_sent)
         self._topology_lock = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}
 

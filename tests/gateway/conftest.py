@@ -37,6 +37,8 @@ from genloop.workers.gateway import (  # noqa: E402
 )
 
 TESTS = Path(__file__).resolve().parents[1]
+#: The operator's /metrics token on the test gateways.
+METRICS_TOKEN = "test-operator"
 
 
 @dataclass
@@ -125,7 +127,7 @@ def stack(request, tmp_path_factory, resources) -> Iterator[Stack]:
     settings = GatewaySettings(max_body_bytes=MAX_BODY,
                                limits=TenantLimits(max_concurrent_runs=20),
                                sse_max_poll=0.1, webhook_allow=["127.0.0.1/32"],
-                               webhook_backoff=0.05)
+                               webhook_backoff=0.05, metrics_token=METRICS_TOKEN)
     app = create_app(backend, store, settings)
     with LiveServer(app) as server:
         s = Stack(request.param, server.url, backend, store)

@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from genloop.sdk.backend import TERMINAL_EVENTS
+from genloop.sdk.errors import StoreError
 from genloop.sdk.models import Event
 from genloop.sdk.wire import encode_event
 
@@ -39,6 +40,19 @@ async def event_stream(
     event (that stream would otherwise wait forever for a terminal event it has already had).
     """
     yield b"retry: 1000\n\n"
+    try:
+        async for frame in _frames(fetch, ended, after, follow, poll, max_poll, keepalive,
+                                   allowed, recheck):
+            yield frame
+    except StoreError:
+        # The store is down: end the stream cleanly (a traceback mid-response would cut it
+        # off); the client reconnects with Last-Event-ID and loses nothing.
+        yield b": the store is unavailable; reconnect with Last-Event-ID\n\n"
+
+
+async def _frames(fetch: Fetch, ended: Ended, after: int, follow: bool, poll: float,
+                  max_poll: float, keepalive: float, allowed: Allowed | None,
+                  recheck: float) -> AsyncIterator[bytes]:
     last, delay, quiet_since = after, poll, time.monotonic()
     checked = time.monotonic()
     while True:
