@@ -176,7 +176,7 @@ class AsyncClient(_ClientBase):
     async def resume(self, run_id: str) -> AsyncRun:
         return AsyncRun(self._backend, await self._backend.resume(run_id))
 
-    async def runs(self, *, status: Sequence[RunStatus | str] | None = None,
+    async def runs(self, *, status: Sequence[RunStatus | str] | RunStatus | str | None = None,
                    labels: Mapping[str, str] | None = None, since: float | None = None,
                    until: float | None = None, page_size: int = 50) -> AsyncIterator[RunInfo]:
         """:meth:`Client.runs`, for ``async for``."""

@@ -118,7 +118,7 @@ class Client(_ClientBase):
         """Finish a run interrupted by a crash, reusing every stored result."""
         return Run(self._backend, self._backend.resume(run_id))
 
-    def runs(self, *, status: Sequence[RunStatus | str] | None = None,
+    def runs(self, *, status: Sequence[RunStatus | str] | RunStatus | str | None = None,
              labels: Mapping[str, str] | None = None, since: float | None = None,
              until: float | None = None, page_size: int = 50) -> Iterator[RunInfo]:
         """Your runs, newest first, fetched a page at a time as you iterate; only those in
@@ -159,7 +159,10 @@ class Client(_ClientBase):
         self.close()
 
 
-def run_query(status: Sequence[RunStatus | str] | None, labels: Mapping[str, str] | None,
-              since: float | None, until: float | None, page_size: int) -> RunQuery:
+def run_query(status: Sequence[RunStatus | str] | RunStatus | str | None,
+              labels: Mapping[str, str] | None, since: float | None, until: float | None,
+              page_size: int) -> RunQuery:
+    if isinstance(status, str):  # one state (RunStatus is a str too), not its letters
+        status = [status]
     return RunQuery(cursor=None, status=None if status is None else [RunStatus(s) for s in status],
                     labels=dict(labels or {}), since=since, until=until, limit=page_size)

@@ -24,6 +24,7 @@ def test_a_local_client_lists_its_runs_by_label_and_status(client):
     assert spring[0].labels == {"campaign": "spring", "variant": "2"}
     assert [r.id for r in client.runs(status=["succeeded"])] == [other.id, second.id, first.id]
     assert list(client.runs(status=["failed"])) == []
+    assert [r.id for r in client.runs(status="succeeded")] == [other.id, second.id, first.id]
 
 
 def test_labels_leave_the_hash_of_a_spec_without_them_as_it_was():

@@ -136,7 +136,9 @@ def test_a_name_that_resolves_to_a_private_address_at_delivery_is_not_called(sta
                                                                                tmp_path):
     # DNS rebinding: public when submitted, loopback (the receiver) when delivered
     key, secret = with_secret(stack)
-    run = stack.client(key).submit(quick(receiver.url, "rebind"))
+    plain = Graph()  # no webhook of its own: only the deliverers below send
+    plain.add("gw-image", params={"label": "rebind", "n": 1}, id="image")
+    run = stack.client(key).submit(plain)
     run.wait(timeout=60)
     store = SqliteGatewayStore(tmp_path / "gateway.db")
     store.set_webhook_secret("t", secret)
@@ -182,6 +184,7 @@ def test_a_loop_reports_its_pause_and_rounds_when_asked(stack, receiver):
         kinds.setdefault(message["type"], []).append((headers["webhook-id"], message))
     assert sorted(kinds) == ["refine.requested", "round.finished", "run.ended"]
     assert sorted(m["round"] for _, m in kinds["round.finished"]) == [1, 2]
+    assert all(isinstance(m["best_score"], float) for _, m in kinds["round.finished"])
     (pause_id, pause), = kinds["refine.requested"]
     assert pause["round"] == 1 and len(pause["scored"]) == 2 and pause["labels"] == {"agent": "a1"}
     assert pause_id.startswith(f"msg_{run.id}_") and kinds["run.ended"][0][0] == f"msg_{run.id}"

@@ -196,8 +196,14 @@ class WebhookDeliverer:
         """A delivery for each event the run's webhook asked for since ``job.after``, stored
         before ``after`` moves past it (a crash in between sends one twice, same webhook-id)."""
         while batch := self.backend.events(job.run_id, job.after, 500):
+            scores: dict[int, float | None] | None = None
             for event in batch:
                 if payload := event_payload(event, job.events, labels):
+                    if payload["type"] == "round.finished":
+                        if scores is None:  # read once a batch: the rounds' best scores
+                            scores = {r.round: r.best_score
+                                      for r in self.backend.result(job.run_id).rounds}
+                        payload["best_score"] = scores.get(payload["round"])
                     self.store.put_webhook(WebhookJob(
                         webhook_id=f"{job.webhook_id}_{event.id}", run_id=job.run_id,
                         tenant=job.tenant, url=job.url, kind=payload["type"], payload=payload,
