@@ -11,8 +11,9 @@ from test_events import slow_chain
 
 from genloop.sdk import Graph, Run
 
-#: Goal: 20 ms (`benchmarks/latency.py` measures it); the margin is for a loaded test machine.
-LAG = 0.25
+#: Goal: 20 ms (`benchmarks/latency.py` measures it). The test tells a wake from a poll (5 s
+#: here), with room for a loaded 2-core test machine (0.28 s was seen on one).
+LAG = 1.0
 
 
 def one_node(label: str) -> Graph:

@@ -51,7 +51,8 @@ def test_an_idle_consumer_takes_a_message_the_moment_it_is_sent(broker):
     # Then (waking) it blocked on the queue: no idle return, no sleep, taken at once
     if isinstance(broker, WakingRedisBroker):
         assert idle_returns == 0 and broker.empty_fetches == 0
-        assert taken - sent[0] < 0.05
+        # A wake, not a sleep's end (IDLE_WAIT is 1 s); 35-55 ms seen on a loaded 2-core box
+        assert taken - sent[0] < 0.3
     else:  # Dramatiq's own consumer polls: empty fetches, each followed by a growing sleep
         assert idle_returns >= 5
 

@@ -107,6 +107,7 @@ class WebhookDeliverer:
         self._lock = threading.Lock()
         self._busy: set[str] = set()  # run ids in a sender's hands
         self._watched: set[str] = set()  # run ids a watcher waits on
+        self._ready: set[str] = set()  # webhook ids a watcher found ready
         self._senders = ThreadPoolExecutor(senders, thread_name_prefix="genloop-webhook-send")
         self._watchers = ThreadPoolExecutor(watchers,
                                             thread_name_prefix="genloop-webhook-watch")
@@ -146,9 +147,18 @@ class WebhookDeliverer:
         """Hand every due job not already in hand to the senders; how many. ``wait``: return
         once they are done (tests)."""
         taken = []
-        for job in self.store.due_webhooks(time.time()):
+        jobs = self.store.due_webhooks(time.time())
+        with self._lock:
+            ready, self._ready = self._ready - {j.webhook_id for j in jobs}, set()
+        for webhook_id in ready:  # woken by its run: sent at once unless already tried
+            job = self.store.webhook(webhook_id)
+            if job is not None and job.state == "pending" and job.attempts == 0:
+                jobs.append(job)
+        for job in jobs:
             with self._lock:
-                if job.run_id in self._busy:
+                if job.run_id in self._busy:  # a sender has the run: take it next step
+                    if job.webhook_id in ready:
+                        self._ready.add(job.webhook_id)
                     continue
                 self._busy.add(job.run_id)
             taken.append(self._senders.submit(self._guarded, self._one, job))
@@ -243,9 +253,10 @@ class WebhookDeliverer:
             self._due_now(job.webhook_id)
 
     def _due_now(self, webhook_id: str) -> None:
-        current = self.store.webhook(webhook_id)
-        if current is not None and current.state == "pending":
-            self.store.put_webhook(current.model_copy(update={"next_at": time.time()}))
+        """Have the next step take the job (in memory: a watcher never writes the job, which
+        a sender may be writing; after a restart the poll finds it)."""
+        with self._lock:
+            self._ready.add(webhook_id)
         self._wake.set()
 
     def _send(self, job: WebhookJob, body: bytes) -> tuple[int | None, str, float]:
