@@ -42,7 +42,7 @@ def _corrupt(store, instance_id):
     if isinstance(store, RedisStateStore):
         store.client.hset(store.keys.instances("r1"), instance_id, '{"run_id": "r1"')
     else:
-        store._conn().execute("UPDATE instances SET doc = '{\"run_id\": 1' "
+        store._reader().conn.execute("UPDATE instances SET doc = '{\"run_id\": 1' "
                               "WHERE instance_id = ?", (instance_id,))
 
 
@@ -112,7 +112,8 @@ def test_a_record_holding_values_no_spec_may_hold_is_quarantined_like_admission_
     if isinstance(store, RedisStateStore):
         store.client.hset(store.keys.instances("r1"), "a#1", doc)
     else:
-        store._conn().execute("UPDATE instances SET doc = ? WHERE instance_id = 'a#1'", (doc,))
+        store._reader().conn.execute(
+            "UPDATE instances SET doc = ? WHERE instance_id = 'a#1'", (doc,))
     time.sleep(0.05)
     # When the sweeper looks at it, then it is quarantined with the admission's own words
     scheduler.sweep(older_than=0, grace=0.01)

@@ -194,6 +194,16 @@ def _append_event(conn: sqlite3.Connection, run_id: str, event: EventRecord) -> 
     return int(row[0])
 
 
+class _Reader:
+    """One thread's read connection; its lock keeps :meth:`SqliteStateStore.close` from closing
+    it under a statement (uncontended but for close)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+        self.closed = False
+
+
 class SqliteStateStore(StateStore):
     """State store in one SQLite file (``:memory:`` is not supported: threads need one file)."""
 
@@ -202,8 +212,10 @@ class SqliteStateStore(StateStore):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
+        self._readers: list[_Reader] = []
         self._all_lock = threading.Lock()
-        conn = self._conn()
+        self._closed = False
+        conn = self._reader().conn
         conn.execute("PRAGMA journal_mode=WAL")
         indexed = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'run_index'").fetchone()
         conn.executescript(_SCHEMA)
@@ -231,20 +243,29 @@ class SqliteStateStore(StateStore):
             self._all.append(conn)
         return conn
 
-    def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = self._connect()
-        return conn
+    def _reader(self) -> _Reader:
+        reader = getattr(self._local, "reader", None)
+        if reader is None:
+            with self._all_lock:
+                if self._closed:
+                    raise StoreError("sqlite: the store is closed")
+            reader = self._local.reader = _Reader(self._connect())
+            with self._all_lock:
+                self._readers.append(reader)
+        return reader
 
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._commits.write()
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
-        try:
-            return self._conn().execute(sql, args).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"sqlite: {exc}") from exc
+        reader = self._reader()
+        with reader.lock:
+            if reader.closed:
+                raise StoreError("sqlite: the store is closed")
+            try:
+                return reader.conn.execute(sql, args).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreError(f"sqlite: {exc}") from exc
 
     # -- runs -------------------------------------------------------------------------------
     def create_run(self, run, spec, nodes, instances):
@@ -442,12 +463,19 @@ class SqliteStateStore(StateStore):
         ]
 
     def close(self) -> None:
+        """Close every connection once the statement on it (if any) has ended: closing one
+        under a running statement crashes the process in SQLite's C code. Any use after this
+        raises :class:`StoreError`."""
         self._commits.close()
         with self._all_lock:
-            for conn in self._all:
-                try:
-                    conn.close()
-                except sqlite3.Error:
-                    pass
-            self._all.clear()
-        self._local = threading.local()
+            self._closed = True
+            readers, self._readers = self._readers, []
+            conns, self._all = self._all, []
+        for reader in readers:
+            with reader.lock:
+                reader.closed = True
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass

@@ -55,6 +55,7 @@ class GroupCommit:
         self._count = threading.Lock()
         self._waiting = 0
         self._batch: _Batch | None = None
+        self._closed = False
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
@@ -63,6 +64,9 @@ class GroupCommit:
         self._turn.acquire()
         with self._count:
             self._waiting -= 1
+        if self._closed:
+            self._turn.release()
+            raise StoreError("sqlite: the store is closed")
         try:
             batch, first = self._begin()
         except BaseException:
@@ -107,19 +111,23 @@ class GroupCommit:
             with self._count:
                 others = self._waiting
             if others == 0 or batch.members >= self.max_batch:
-                self._batch = None
-                if batch.members:
-                    self._conn.execute("COMMIT")
-                    self._checkpoints.committed()
-                else:
-                    self._conn.execute("ROLLBACK")
-                batch.finish(None)
+                self._settle(batch)
         except sqlite3.Error as exc:
             # SQLite may have rolled the whole transaction back (a full disk, an I/O error):
             # every body of the batch lost its writes and hears so.
             self._abandon(f"sqlite: {exc}")
         finally:
             self._turn.release()
+
+    def _settle(self, batch: _Batch) -> None:
+        """End the open batch: commit what its bodies wrote and tell them."""
+        self._batch = None
+        if batch.members:
+            self._conn.execute("COMMIT")
+            self._checkpoints.committed()
+        else:
+            self._conn.execute("ROLLBACK")
+        batch.finish(None)
 
     def _abandon(self, why: str) -> None:
         if self._conn.in_transaction:
@@ -132,5 +140,17 @@ class GroupCommit:
             self._batch = None
 
     def close(self) -> None:
-        self._checkpoints.close()
-        self._conn.close()
+        """Close once the body on the connection has ended (closing under a body crashed the
+        process in SQLite's C code), committing a batch whose bodies wait on a commit; a
+        transaction that comes later raises :class:`StoreError`."""
+        with self._turn:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                if self._batch is not None:
+                    self._settle(self._batch)
+            except sqlite3.Error as exc:
+                self._abandon(f"sqlite: {exc}")
+            self._checkpoints.close()
+            self._conn.close()
