@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 
 from genloop.sdk import Client, Graph, Run, RunResult, ScoredCandidate
+from genloop.sdk.graph import NOT_DRAWN
 
 from .manifest import VariantRecord
 from .runlog import RunLog
@@ -58,7 +59,7 @@ def format_graph(spec: CampaignSpec, record: VariantRecord,
     if settings is None:
         return None
     loop = spec.loop_for(record.values)
-    g = Graph()
+    g = Graph(priority=loop.priority)
     for fmt in spec.formats:
         width, height = generation_size(fmt, pick, settings.size)
         if (width, height) == (pick.width, pick.height):
@@ -74,10 +75,9 @@ def format_graph(spec: CampaignSpec, record: VariantRecord,
 
 
 def graph_key(graph: Graph) -> str:
-    """Decided by what the graph draws: its labels and webhook (none here, and none when keys of
-    stored campaigns were made) are left out."""
-    canonical = json.dumps(graph.model_dump(mode="json", exclude={"labels", "webhook"}),
-                           sort_keys=True)
+    """Decided by what the graph draws: its labels, webhook and lane (none of them there when
+    keys of stored campaigns were made) are left out."""
+    canonical = json.dumps(graph.model_dump(mode="json", exclude=NOT_DRAWN), sort_keys=True)
     return "campaign-formats:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 

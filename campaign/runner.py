@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genloop.sdk import Client, Loop, Run, RunResult, RunStatus, ScoredCandidate
+from genloop.sdk.graph import NOT_DRAWN
 
 from . import finish, reframe
 from .manifest import Manifest, VariantRecord, read_manifest, write_atomic, write_manifest
@@ -60,9 +61,8 @@ class Progress:
 
 def loop_key(loop: Loop) -> str:
     """The idempotency key of a variant's loop: a hash of everything that decides its images.
-    Its labels and webhook do not (and keys made before they existed stay the same)."""
-    canonical = json.dumps(loop.model_dump(mode="json", exclude={"labels", "webhook"}),
-                           sort_keys=True)
+    Its labels, webhook and lane do not (and keys made before they existed stay the same)."""
+    canonical = json.dumps(loop.model_dump(mode="json", exclude=NOT_DRAWN), sort_keys=True)
     return "campaign:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 

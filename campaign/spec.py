@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from genloop.sdk import GenloopError, Loop
+from genloop.sdk import GenloopError, Loop, Priority
 
 #: Placement formats most ad platforms take, as (name, width, height).
 STANDARD_FORMATS = (("1:1", 1080, 1080), ("4:5", 1080, 1350), ("9:16", 1080, 1920),
@@ -101,6 +101,9 @@ class LoopSettings(_Model):
     width: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     height: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     seed: int = Field(0, ge=0)
+    priority: Priority = Field(
+        "batch", description="the variants' lane: 'batch' (the default) yields to agents' "
+        "interactive loops on the same workers, keeping at least 1 engine batch in 4")
 
     @property
     def images(self) -> int:
@@ -192,7 +195,7 @@ class CampaignSpec(_Model):
         fields: dict[str, Any] = {
             "prompt": self.prompt(values), "rounds": s.rounds, "candidates": s.candidates,
             "target": s.target, "seed": s.seed,
-            "keep": min(2, s.candidates),
+            "keep": min(2, s.candidates), "priority": s.priority,
         }
         optional = {"model": s.model, "evaluator": s.evaluator, "refiner": s.refiner,
                     "steps": s.steps, "guidance": s.guidance, "width": s.width,

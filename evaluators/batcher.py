@@ -2,7 +2,8 @@
 
 The generation engine's rules, for judges: score ops :meth:`ScoreBatcher.submit` their images
 and prompt and return (the future resolves later; no worker thread waits). One thread per
-batcher takes the oldest request, waits up to ``window`` seconds for more requests to the same
+batcher takes the oldest request of the interactive lane (batch work yields to it, keeping
+its share: ``batch_queue.BATCH_TURN``), waits up to ``window`` seconds for more requests to the same
 evaluator (until ``max_images`` are waiting; not at all for a request that came after a quiet
 spell of ``window``, as one loop's rounds do), and scores them with one
 :meth:`~genloop.evaluators.base.Evaluator.score_many` call: a CLIP-family judge encodes all the
@@ -39,6 +40,8 @@ class ScoreRequest:
     images: Sequence[Image.Image]
     text: str
     check: Callable[[], None] | None = None
+    #: The run's lane: ``batch`` requests yield to ``interactive`` ones (``BATCH_TURN``).
+    priority: str = "interactive"
     enqueued: float = field(default_factory=time.monotonic)
     #: No request to the same evaluator came in the ``window`` before this one: it is scored
     #: at once (see :meth:`ScoreBatcher._wait_left`).
@@ -63,8 +66,9 @@ class ScoreBatcher(BatchQueue[ScoreRequest]):
         self.seconds: list[float] = []
 
     def submit(self, evaluator: Evaluator, images: Sequence[Image.Image], text: str,
-               check: Callable[[], None] | None = None) -> Future:
-        request = ScoreRequest(evaluator, list(images), text, check)
+               check: Callable[[], None] | None = None,
+               priority: str = "interactive") -> Future:
+        request = ScoreRequest(evaluator, list(images), text, check, priority)
         with self._cond:
             last = self._arrivals.get(id(evaluator))
             self._arrivals[id(evaluator)] = request.enqueued
@@ -87,12 +91,17 @@ class ScoreBatcher(BatchQueue[ScoreRequest]):
             return 0.0
         return head.enqueued + self.window - time.monotonic()
 
+    def _is_batch(self, item: ScoreRequest) -> bool:
+        return item.priority == "batch"
+
     def _choose(self, head: ScoreRequest) -> list[ScoreRequest]:
+        """Requests of the head's judge and lane (a call's time grows with its images)."""
         judge, limit = head.evaluator, self._limit(head.evaluator)
         batch: list[ScoreRequest] = []
         size = 0
         for r in self._pending:
-            if r.evaluator is judge and (not batch or size + len(r.images) <= limit):
+            if r.evaluator is judge and r.priority == head.priority and (
+                    not batch or size + len(r.images) <= limit):
                 batch.append(r)
                 size += len(r.images)
         return batch

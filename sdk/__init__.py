@@ -24,7 +24,7 @@ from .errors import (
     Transient,
     TransportError,
 )
-from .graph import Graph, Node, NodeRef, RunLimits
+from .graph import Graph, Node, NodeRef, Priority, RunLimits
 from .http import HttpBackend
 from .loop import Loop
 from .models import (
@@ -92,6 +92,7 @@ __all__ = [
     "OpError",
     "Permanent",
     "QuorumError",
+    "Priority",
     "RefineAnswer",
     "RefineConflict",
     "RefineParams",

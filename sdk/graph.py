@@ -21,6 +21,18 @@ from .labels import Labels
 from .ops import GenerateParams, RefineParams, ScoreParams, SelectParams
 from .webhooks import WebhookTarget
 
+#: Fields of a Graph or Loop that change nothing it draws (keys made from what it draws leave
+#: them out).
+NOT_DRAWN = frozenset({"labels", "webhook", "priority"})
+
+#: A run's lane on the workers: see :data:`PRIORITY`.
+Priority = Literal["interactive", "batch"]
+PRIORITY = (
+    "Lane: 'interactive' (someone waits on it, e.g. an agent's loop) overtakes queued 'batch' "
+    "work (campaigns), which keeps at least 1 engine batch in 4 while both wait. Omit for "
+    "interactive, or for the tenant's default through a gateway; a campaign's runs are batch. "
+    "Does not change the images.")
+
 
 class RunLimits(BaseModel):
     """What a run may grow to while it runs, when an op's output count was unknown at submit
@@ -139,6 +151,7 @@ class Graph(BaseModel):
     webhook: WebhookTarget | None = Field(
         default=None,
         description="POST the run's summary here when it ends (through a gateway)")
+    priority: Priority | None = Field(default=None, description=PRIORITY)
 
     def add(
         self,

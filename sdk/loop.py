@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .graph import Graph, RunLimits
+from .graph import PRIORITY, Graph, Priority, RunLimits
 from .labels import Labels
 from .ops import BACKEND_DEFAULT, MAX_CANDIDATES_PER_NODE, edit_steps, finish_strength
 from .webhooks import WebhookTarget
@@ -121,6 +121,7 @@ class Loop(BaseModel):
     webhook: WebhookTarget | None = Field(
         default=None,
         description="POST the run's summary here when it ends (through a gateway)")
+    priority: Priority | None = Field(default=None, description=PRIORITY)
     budget: int | None = Field(
         None, ge=1,
         description="Total denoising steps the loop may spend (sum over every image of its "
@@ -183,7 +184,7 @@ class Loop(BaseModel):
 
     def compile(self) -> Graph:
         """The graph this loop runs as (see the module docstring)."""
-        g = Graph(namespace=self.namespace, limits=self.limits)
+        g = Graph(namespace=self.namespace, limits=self.limits, priority=self.priority)
         image_opts: dict[str, Any] = {
             k: v
             for k, v in {

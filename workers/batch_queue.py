@@ -6,9 +6,12 @@ may wait for more; they agree on the rest, which lives here once:
 
 * requests are queued under one condition variable, and the serving thread starts on the first
   (a process that never generates starts no thread);
-* the thread takes the oldest request, waits while :meth:`BatchQueue._wait_left` says so (a
-  ``submit`` or ``close`` wakes it early), takes :meth:`BatchQueue._choose`'s batch out of the
-  queue and runs it with :meth:`BatchQueue._run`, outside the lock;
+* the thread takes the oldest request of the interactive lane (:meth:`BatchQueue._is_batch`
+  tells the lanes apart; see :data:`BATCH_TURN` for batch work's share), waits while
+  :meth:`BatchQueue._wait_left` says so (a ``submit`` or ``close`` wakes it early, and an
+  interactive request that came meanwhile heads the batch instead), takes
+  :meth:`BatchQueue._choose`'s batch out of the queue and runs it with :meth:`BatchQueue._run`,
+  outside the lock;
 * :meth:`BatchQueue.close` stops taking batches, joins the thread (the running batch is left to
   stop on its own) and fails whatever is still queued with a :class:`Transient` error, so a
   retry elsewhere picks it up. It also runs at interpreter exit: a daemon thread killed inside a
@@ -27,6 +30,12 @@ from genloop.sdk.errors import Transient
 
 T = TypeVar("T")
 
+#: Batch work's share while both lanes wait: every ``BATCH_TURN``-th batch is headed by the
+#: oldest batch request, so an agent's interactive requests overtake a campaign's queued ones
+#: without starving them (batch keeps at least 1 batch in ``BATCH_TURN``, and fills the room
+#: interactive batches leave).
+BATCH_TURN = 4
+
 
 class BatchQueue(Generic[T]):
     """Pending items of type ``T`` and the thread that serves them; subclasses say how."""
@@ -42,6 +51,7 @@ class BatchQueue(Generic[T]):
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._interactive_turns = 0  # batches headed by interactive work while batch waited
 
     @property
     def closed(self) -> bool:
@@ -78,6 +88,10 @@ class BatchQueue(Generic[T]):
         Called with the lock held, again after every wake-up."""
         return 0.0
 
+    def _is_batch(self, item: T) -> bool:
+        """Whether ``item`` is in the batch lane (campaigns); everything else is interactive."""
+        return False
+
     def _choose(self, head: T) -> list[T]:
         """The batch headed by ``head``, from ``self._pending`` (lock held); may be empty."""
         return [head]
@@ -90,18 +104,34 @@ class BatchQueue(Generic[T]):
         raise NotImplementedError
 
     # -- the serving thread --------------------------------------------------------------------
+    def _head(self) -> T:
+        """The request the next batch is built around (lock held, something pending)."""
+        interactive = next((i for i in self._pending if not self._is_batch(i)), None)
+        batch = next((i for i in self._pending if self._is_batch(i)), None)
+        if batch is not None and (interactive is None
+                                  or self._interactive_turns >= BATCH_TURN - 1):
+            return batch
+        assert interactive is not None  # something is pending
+        return interactive
+
     def _take(self) -> list[T] | None:
         with self._cond:
-            while not self._pending and not self._closed:
-                self._cond.wait()
-            if self._closed:
-                return None
-            head = self._pending[0]
-            while not self._closed and (left := self._wait_left(head)) > 0:
+            while True:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return None
+                head = self._head()
+                if (left := self._wait_left(head)) <= 0:
+                    break
                 self._cond.wait(left)
             batch = self._choose(head)
             taken = {id(item) for item in batch}
             self._pending = [item for item in self._pending if id(item) not in taken]
+            if self._is_batch(head):
+                self._interactive_turns = 0
+            elif any(self._is_batch(item) for item in self._pending):
+                self._interactive_turns += 1
         return batch
 
     def _serve(self) -> None:

@@ -39,6 +39,8 @@ class OpContext:
     #: Instances of this node that run alongside this one (a loop round's images, a node's
     #: shards): a batched resource waits for them so they share one call. 1 on a retry.
     siblings: int = 1
+    #: The run's lane (``Graph.priority``): a batched resource serves ``interactive`` first.
+    priority: str = "interactive"
     halted: bool = False
     log: logging.LoggerAdapter = field(init=False)
     _last_progress: float = field(default=0.0, init=False)

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from dramatiq.common import compute_backoff
 from pydantic import BaseModel, ValidationError
 
-from genloop.sdk.errors import Cancelled, NotFound, Permanent
+from genloop.sdk.errors import Cancelled, NotFound, Permanent, StoreError
 from genloop.sdk.graph import Node
 
 from .artifacts.base import ArtifactStore
@@ -418,6 +418,7 @@ class Executor:
                 attempt=inst.attempts, store=self.store, artifacts=self.artifacts,
                 resources=self.resources,
                 siblings=_siblings(prepared.node, spec, parents) if attempt == 1 else 1,
+                priority=self.scheduler.topology(inst.run_id).graph.priority or "interactive",
             )
             output = spec.fn(prepared.params, inputs, ctx)
             if isinstance(output, Deferred):
@@ -450,7 +451,10 @@ class Executor:
                 self._completions.submit(self._finish, deferred, spec, inst, key, owner, ctx,
                                          attempt)
             except RuntimeError:  # the pool is shut down: the process is stopping
-                self.leases.drop(key, owner)
+                try:
+                    self.leases.drop(key, owner)
+                except StoreError:  # its store is closed too: the lease runs out instead
+                    pass
 
         deferred.future.add_done_callback(finish)
 

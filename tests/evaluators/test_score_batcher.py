@@ -82,3 +82,20 @@ def test_a_request_after_a_quiet_spell_is_scored_at_once(clip_judge, images):
         assert batcher.batches[-1] == (clip_judge.identity, 1, 1)
     finally:
         batcher.close()
+
+
+def test_an_interactive_request_is_scored_before_batch_requests_queued_ahead_of_it(
+        clip_judge, images):
+    batcher = ScoreBatcher(window=0.2, max_images=4)
+    try:
+        # Given two batch-lane requests queued, then an interactive one, all at once
+        with batcher._cond:  # the serving thread sees all three together
+            queued = [batcher.submit(clip_judge, images[i:i + 3], "a red square",
+                                     priority="batch") for i in (0, 3)]
+            agent = batcher.submit(clip_judge, images[:2], "a red square")
+        for future in [*queued, agent]:
+            future.result(30)
+        # Then the interactive one was scored first, and then the batch ones in their order
+        assert [size for _, size, _ in batcher.batches] == [2, 3, 3]
+    finally:
+        batcher.close()

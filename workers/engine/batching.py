@@ -8,6 +8,11 @@ mode, edit kind and strength; prompts, negative prompts, seeds and init images m
 hands up to ``limit(key)`` of them to ``run_batch``. Candidates that arrive while a batch runs are
 merged into the next one, so under load the window costs nothing.
 
+A job is in a lane, its run's ``priority``: the thread builds each batch around the oldest
+``interactive`` candidate, and around the oldest ``batch`` one only when no interactive one
+waits or batch work's turn has come (``batch_queue.BATCH_TURN``), so an agent's loop is not
+queued behind a campaign's backlog. A batch holds one lane's candidates.
+
 A job may name its ``group`` (a node of a run) and the group's size (the node's instances):
 while a group that has candidates waiting is incomplete, the batch waits for its other members
 (up to ``group_wait`` from the group's first arrival, past ``window`` if need be), so a loop
@@ -58,6 +63,8 @@ class Job:
     check: Callable[[], None] | None = None
     #: False for a warm-up (``ModelRegistry.preload``): no request's work, left out of metrics.
     metered: bool = True
+    #: The run's lane: ``batch`` work yields to ``interactive`` (see ``batch_queue.BATCH_TURN``).
+    priority: str = "interactive"
     future: Future = field(default_factory=Future)
     images: list[Any] = field(init=False)
     _progress: list[int] = field(init=False)
@@ -196,9 +203,16 @@ class Batcher(BatchQueue[Slot]):
             deadline = max(deadline, self._groups[group][1] + self.group_wait)
         return deadline - time.monotonic()
 
+    def _is_batch(self, item: Slot) -> bool:
+        return item.job.priority == "batch"
+
     def _choose(self, head: Slot) -> list[Slot]:
-        key = head.job.key
-        return [s for s in self._pending if s.job.key == key][:self.limit(key)]
+        """Candidates of the head's settings and lane: an interactive batch topped up with
+        batch work would take as much longer as it grew where a call's cost grows with its
+        size (on a CPU a loop's 8 images topped up to 32 took 4x as long)."""
+        key, lane = head.job.key, head.job.priority
+        return [s for s in self._pending
+                if s.job.key == key and s.job.priority == lane][:self.limit(key)]
 
     def _fail(self, item: Slot, exc: BaseException) -> None:
         item.job.fail(exc)

@@ -142,7 +142,8 @@ class GenerationEngine:
                negative_prompts: Sequence[str | None] | None = None,
                init_images: Sequence | None = None, masks: Sequence | None = None, *,
                group: Hashable = None, group_size: int = 1,
-               check: Callable[[], None] | None = None, metered: bool = True) -> Job:
+               check: Callable[[], None] | None = None, metered: bool = True,
+               priority: str = "interactive") -> Job:
         """Queue one request; its future resolves to one PIL image per (prompt, seed).
 
         Nothing blocks: the caller attaches to ``job.future``. An edit (``settings.kind``
@@ -150,7 +151,8 @@ class GenerationEngine:
         edits of the same kind and strength only. ``group``/``group_size`` name the request's
         siblings (see :mod:`.batching`); ``check()`` runs just before the request's batch
         starts and may raise (cancellation) to fail the request alone. ``metered=False``
-        (a warm-up) keeps the request out of the batch and image metrics."""
+        (a warm-up) keeps the request out of the batch and image metrics. ``priority``: the
+        run's lane, ``interactive`` or ``batch`` (see :mod:`.batching`)."""
         parse_cache(settings.cache)  # a bad mode fails here, in the caller's thread
         if (settings.kind != "text") != (init_images is not None) or (
                 (settings.kind == "inpaint") != (masks is not None)):
@@ -163,7 +165,8 @@ class GenerationEngine:
                      else [settings.negative_prompt] * len(prompts))
         job = Job(key, list(prompts), list(seeds), list(negatives), settings.denoised_steps,
                   on_step, init_images=init_images, masks=masks,
-                  group=group, group_size=group_size, check=check, metered=metered)
+                  group=group, group_size=group_size, check=check, metered=metered,
+                  priority=priority)
         log.debug("request of %d at %s queued", len(job.prompts), key)
         return self.batcher.submit(job)
 

@@ -108,6 +108,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
                 "max_concurrent_cost": args.max_concurrent_cost,
                 "models": args.models.split(",") if args.models else None,
                 "evaluators": args.evaluators.split(",") if args.evaluators else None,
+                "priority": args.priority,
             }.items() if v}
             if update:
                 limits = store.limits(args.tenant) or TenantLimits()
@@ -185,6 +186,8 @@ def setup_keys(p: argparse.ArgumentParser) -> None:
                         help="megapixel-steps of unfinished runs together")
     create.add_argument("--models", help="comma-separated models this tenant may use")
     create.add_argument("--evaluators", help="comma-separated evaluators this tenant may use")
+    create.add_argument("--priority", choices=["interactive", "batch"],
+                        help="lane of this tenant's runs that name none (default interactive)")
     revoke = actions.add_parser("revoke", help="revoke a key (the key itself or its id)")
     _target(revoke)
     revoke.add_argument("key")

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from genloop.sdk.graph import Priority
+
 from ..planner import RunCost
 
 
@@ -43,6 +45,9 @@ class TenantLimits(BaseModel):
     evaluators: list[str] | None = Field(
         None, description="evaluators allowed; None: every registered one"
     )
+    priority: Priority = Field(
+        "interactive", description="lane of the tenant's runs that name none (a spec's "
+        "`priority` wins): a tenant that only runs campaigns or bulk jobs can default to batch")
 
 
 class LimitExceeded(Exception):

@@ -120,7 +120,8 @@ class Gateway:
         # The gateway delivers the webhook itself (its store holds the job), not the back end
         spec = spec.model_copy(update={
             "namespace": None if self.share_results else f"tenant:{tenant}",
-            "limits": self.admission.run_limits(spec, limits), "webhook": None})
+            "limits": self.admission.run_limits(spec, limits), "webhook": None,
+            "priority": spec.priority or limits.priority})
         backend_key = scoped_key(tenant, key) if key is not None else None
         with self._locks[tenant]:
             existing = self.store.run_for_key(backend_key) if backend_key is not None else None

@@ -97,7 +97,7 @@ def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> Deferred:
             masks=(None if group.kind != "inpaint"
                    else [pictures.get(requests[i].mask, "L") for i in members]),
             group=ctx.group if n == 0 else None, group_size=ctx.siblings,
-            check=ctx.check_cancelled,
+            check=ctx.check_cancelled, priority=ctx.priority,
         )))
     cache = pictures.cache
 

@@ -52,4 +52,5 @@ def score(params: ScoreParams, inputs: list, ctx: OpContext) -> Deferred | list:
     batcher = getattr(ctx.resources, "scoring", None)
     if batcher is None:  # resources without a batcher (a custom Resources): score here
         return scored(evaluator.score(images, params.text))
-    return Deferred(batcher.submit(evaluator, images, params.text, ctx.check_cancelled), scored)
+    return Deferred(batcher.submit(evaluator, images, params.text, ctx.check_cancelled,
+                                   priority=ctx.priority), scored)
