@@ -86,7 +86,8 @@ class ScoreBatcher(BatchQueue[ScoreRequest]):
         if head.after_quiet:
             return 0.0
         judge = head.evaluator
-        waiting = sum(len(r.images) for r in self._pending if r.evaluator is judge)
+        waiting = sum(len(r.images) for r in self._pending
+                      if r.evaluator is judge and r.priority == head.priority)
         if waiting >= self._limit(judge):
             return 0.0
         return head.enqueued + self.window - time.monotonic()

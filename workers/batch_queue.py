@@ -32,8 +32,7 @@ T = TypeVar("T")
 
 #: Batch work's share while both lanes wait: every ``BATCH_TURN``-th batch is headed by the
 #: oldest batch request, so an agent's interactive requests overtake a campaign's queued ones
-#: without starving them (batch keeps at least 1 batch in ``BATCH_TURN``, and fills the room
-#: interactive batches leave).
+#: without starving them (batch keeps at least 1 batch in ``BATCH_TURN``).
 BATCH_TURN = 4
 
 

@@ -189,8 +189,8 @@ class Batcher(BatchQueue[Slot]):
         return max(1, self.max_batch(key) if callable(self.max_batch) else self.max_batch)
 
     def _wait_left(self, head: Slot) -> float:
-        key = head.job.key
-        same = [s for s in self._pending if s.job.key == key]
+        key, lane = head.job.key, head.job.priority
+        same = [s for s in self._pending if s.job.key == key and s.job.priority == lane]
         if not same or len(same) >= self.limit(key):  # withdrawn while we waited, or full
             return 0.0
         groups = {s.job.group for s in same}
