@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import threading
 
-from genloop.sdk import Graph, Loop, RunStatus
+from lanes_util import check_loop_overtakes_backlog
+
 from genloop.workers.batch_queue import BATCH_TURN
 from genloop.workers.engine.batching import Batcher, Job
 
@@ -92,15 +93,4 @@ def test_a_batch_holds_one_lane_so_batch_work_does_not_slow_an_interactive_batch
 
 
 def test_an_agents_loop_finishes_before_a_campaign_backlog_queued_ahead_of_it(client):
-    # Given 200 batch-lane images queued first, one instance each
-    g = Graph(priority="batch")
-    g.generate("a backlog of ads", model="tiny", n=200, seed=0, steps=4, shard_size=1)
-    backlog = client.submit(g)
-    # When an agent's loop (interactive by default) is submitted after them
-    loop = client.submit(Loop(prompt="a red circle", model="tiny", candidates=4, rounds=2,
-                              steps=4))
-    # Then it ends while the backlog is still being drawn, which still finishes whole
-    assert loop.wait(timeout=120).status == RunStatus.SUCCEEDED
-    assert backlog.status().status == RunStatus.RUNNING
-    assert backlog.wait(timeout=300).status == RunStatus.SUCCEEDED
-    assert backlog.result().compute.images == 200
+    check_loop_overtakes_backlog(client)

@@ -246,11 +246,12 @@ class SqliteStateStore(StateStore):
     def _reader(self) -> _Reader:
         reader = getattr(self._local, "reader", None)
         if reader is None:
-            with self._all_lock:
+            conn = self._connect()
+            with self._all_lock:  # checked where close sets it: no reader is left open
                 if self._closed:
+                    conn.close()
                     raise StoreError("sqlite: the store is closed")
-            reader = self._local.reader = _Reader(self._connect())
-            with self._all_lock:
+                reader = self._local.reader = _Reader(conn)
                 self._readers.append(reader)
         return reader
 
