@@ -38,7 +38,9 @@ def _strict_object(fields: dict[str, Any], description: str) -> dict[str, Any]:
         if "default" in prop:
             default = prop.pop("default")
             if default is not None:  # a nullable field's description already says what null is
-                said = f"null means {json.dumps(default)}"
+                # A name unquoted: quotes inside a JSON string cost a model two escapes each.
+                shown = default if isinstance(default, str) else json.dumps(default)
+                said = f"null means {shown}"
                 text = prop.get("description")
                 prop = {**_nullable(prop), "description": f"{text}; {said}" if text else said}
         properties[name] = prop

@@ -59,7 +59,7 @@ DESCRIPTIONS = {
     "run_loop": (
         "Improve an image over rounds of generate, score (0-100) and refine. Returns the best "
         "image and each round's best score. If done is false: refine_run if refine is set "
-        "(refiner 'agent' pauses for you each round), else get_run."),
+        "(a pause), else get_run."),
     "get_run": (
         "Wait for a run: its status, and once it ends (done), its best images and scores; a "
         "paused loop shows its pause again."),

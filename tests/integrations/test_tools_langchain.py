@@ -182,12 +182,19 @@ def test_ainvoke_runs_natively_on_an_async_client(shared_client):
     assert "call them asynchronously" in tool.invoke(LOOP)  # no sync client: a readable error
 
 
-def test_bad_arguments_come_back_as_an_error_message_and_create_nothing(tools, client):
-    message = _call(RunLoopTool(tools), {**LOOP, "model": "sdxl", "rounds": 0})
+@pytest.mark.parametrize(("arguments", "expected"), [
+    ({**LOOP, "model": "sdxl", "rounds": 0}, ("- model: Input should be 'tiny'", "- rounds:")),
+    ({k: v for k, v in LOOP.items() if k != "prompt"}, ("- prompt: Field required",)),
+    ({**LOOP, "candidate": 3}, ("- candidate: Extra inputs are not permitted",)),
+])
+def test_bad_arguments_come_back_as_an_error_message_and_create_nothing(
+        tools, client, arguments, expected):
+    message = _call(RunLoopTool(tools), arguments)
 
-    assert message.status == "error"
-    assert "- model: Input should be 'tiny'" in message.content
-    assert "- rounds:" in message.content and "call run_loop again" in message.content
+    assert message.status == "error" and message.artifact is None
+    assert message.content.startswith("Invalid arguments for run_loop:")
+    assert all(line in message.content for line in expected)
+    assert "call run_loop again" in message.content and "pydantic" not in message.content
     assert run_count(client) == 0
 
 
