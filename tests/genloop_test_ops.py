@@ -193,3 +193,54 @@ def engine_held(params: HeldParams, inputs: list, ctx: OpContext) -> Deferred:
     settings = ImageSettings(steps=params.steps, guidance=5.0, width=32, height=32)
     job = ctx.resources.models.engine.submit("tiny", ["a red circle"], [0], settings, on_step)
     return Deferred(job.future, completed)
+
+
+@op("test-engine-batches", params=HeldParams, output=Value, queue="gpu")
+def engine_batches(params: HeldParams, inputs: list, ctx: OpContext) -> Deferred:
+    """A mapped item's one ``tiny`` image through the process's real engine, deferred as
+    ``generate`` is, at ``steps + item % 3`` steps: items of one step count share a batch, so
+    the engine holds one batch running and the others queued. Every denoising step waits until
+    the test sets ``{tag}:gate``. Bodies are counted per process (``{tag}:bodies:{pid}``) and
+    completions per item (``{tag}:completions:{item}``)."""
+    import os
+
+    import redis
+
+    from genloop.workers.engine import ImageSettings
+
+    (item,) = inputs
+    r = redis.Redis.from_url(params.redis_url)
+    r.incr(f"{params.tag}:bodies:{os.getpid()}")
+
+    def on_step(done: int, total: int) -> None:
+        r.set(f"{params.tag}:in-engine", os.getpid())
+        while not r.exists(f"{params.tag}:gate"):
+            time.sleep(0.02)
+
+    def completed(images: list) -> Value:
+        r.incr(f"{params.tag}:completions:{item.value}")
+        return Value(value=item.value)
+
+    settings = ImageSettings(steps=params.steps + item.value % 3, guidance=5.0, width=32,
+                             height=32)
+    job = ctx.resources.models.engine.submit("tiny", [f"item {item.value}"], [item.value],
+                                             settings, on_step)
+    return Deferred(job.future, completed)
+
+
+@op("test-deferred-slow", params=CountParams, output=Value)
+def deferred_slow(params: CountParams, inputs: list, ctx: OpContext) -> Deferred:
+    """Work that finishes ``sleep`` s after the op returned, on another thread; bodies are logged
+    as ``{node}:body`` and completions (its output made) as ``{node}:done``."""
+    import threading
+    from concurrent.futures import Future
+
+    record(params.log, f"{ctx.node_id}:body")
+    future: Future = Future()
+    threading.Timer(params.sleep, future.set_result, [params.value]).start()
+
+    def done(value: int) -> Value:
+        record(params.log, f"{ctx.node_id}:done")
+        return Value(value=value)
+
+    return Deferred(future, done)

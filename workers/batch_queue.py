@@ -15,7 +15,11 @@ may wait for more; they agree on the rest, which lives here once:
 * :meth:`BatchQueue.close` stops taking batches, joins the thread (the running batch is left to
   stop on its own) and fails whatever is still queued with a :class:`Transient` error, so a
   retry elsewhere picks it up. It also runs at interpreter exit: a daemon thread killed inside a
-  torch op there aborts the process ("terminate called without an active exception").
+  torch op there aborts the process ("terminate called without an active exception");
+* :meth:`BatchQueue.hand_back` (a draining worker, :func:`hand_back_all` for every queue of the
+  process) withdraws the queued requests none of whose items has started and fails them with
+  :class:`HandedBack`, so their instances go to another worker at once; what has started runs
+  on.
 """
 
 from __future__ import annotations
@@ -29,6 +33,15 @@ from typing import Generic, TypeVar
 from genloop.sdk.errors import Transient
 
 T = TypeVar("T")
+
+#: The queues of this process that have served something (:func:`hand_back_all`).
+_live: weakref.WeakSet[BatchQueue] = weakref.WeakSet()
+
+
+class HandedBack(Transient):
+    """A queued request this process gave back before it started (it is draining): its
+    instance is re-sent for another worker, no attempt spent (see ``Executor.drain``). A
+    :class:`Transient` to anything that does not know it."""
 
 #: Batch work's share while both lanes wait: every ``BATCH_TURN``-th batch is headed by the
 #: oldest batch request, so an agent's interactive requests overtake a campaign's queued ones
@@ -51,6 +64,8 @@ class BatchQueue(Generic[T]):
         self._closed = False
         self._thread: threading.Thread | None = None
         self._interactive_turns = 0  # batches headed by interactive work while batch waited
+        #: Requests (:meth:`_request`) with an item taken into a batch: not handed back.
+        self._started: weakref.WeakSet = weakref.WeakSet()
 
     @property
     def closed(self) -> bool:
@@ -67,7 +82,21 @@ class BatchQueue(Generic[T]):
                                             name=f"genloop-{self.what.replace(' ', '-')}")
             self._thread.start()
             atexit.register(_close_at_exit, weakref.ref(self))
+            _live.add(self)
         self._cond.notify_all()
+
+    def hand_back(self) -> int:
+        """Withdraw the queued requests none of whose items has started and fail them with
+        :class:`HandedBack`; how many requests. A request with an item in a batch already
+        (a job spread over batches) runs to its end."""
+        with self._cond:
+            back = [i for i in self._pending if self._request(i) not in self._started]
+            gone = {id(item) for item in back}
+            self._pending = [i for i in self._pending if id(i) not in gone]
+        error = HandedBack(f"handed back by a draining worker's {self.what}")
+        for item in back:
+            self._fail(item, error)
+        return len({id(self._request(item)) for item in back})
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop taking batches, join the thread, fail what is still queued."""
@@ -90,6 +119,10 @@ class BatchQueue(Generic[T]):
     def _is_batch(self, item: T) -> bool:
         """Whether ``item`` is in the batch lane (campaigns); everything else is interactive."""
         return False
+
+    def _request(self, item: T) -> object:
+        """The request ``item`` is part of (one submit; the item itself by default)."""
+        return item
 
     def _choose(self, head: T) -> list[T]:
         """The batch headed by ``head``, from ``self._pending`` (lock held); may be empty."""
@@ -127,6 +160,7 @@ class BatchQueue(Generic[T]):
             batch = self._choose(head)
             taken = {id(item) for item in batch}
             self._pending = [item for item in self._pending if id(item) not in taken]
+            self._started.update(self._request(item) for item in batch)
             if self._is_batch(head):
                 self._interactive_turns = 0
             elif any(self._is_batch(item) for item in self._pending):
@@ -141,6 +175,12 @@ class BatchQueue(Generic[T]):
         while (batch := self._take()) is not None:
             if batch:
                 self._run(batch)
+
+
+def hand_back_all() -> int:
+    """:meth:`BatchQueue.hand_back` on every queue of this process (the engine's, the
+    scorer's, a custom op's); how many requests were handed back."""
+    return sum(queue.hand_back() for queue in list(_live))
 
 
 def _close_at_exit(ref: weakref.ref) -> None:

@@ -28,7 +28,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         w.ENV_LEASE_TTL: str(args.lease_ttl), w.ENV_HEARTBEAT_MS: str(args.heartbeat_timeout_ms),
         w.ENV_MODELS: str(Path(args.models).resolve()) if args.models else "",
         w.ENV_METRICS_PORT: str(args.metrics_port or ""), w.ENV_METRICS_HOST: args.metrics_host,
-        w.ENV_PROCESSES: str(args.processes),
+        w.ENV_PROCESSES: str(args.processes), w.ENV_GRACE: str(args.grace),
     })
     # Fair queuing lets one message per pool thread into a queue (redis_fair_queue); a process
     # that fetched more than its threads can run (Dramatiq's default is twice) would sit on
@@ -36,7 +36,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     env.setdefault("dramatiq_queue_prefetch", str(args.threads))
     argv = [sys.executable, "-m", "dramatiq", "genloop.workers.worker_main",
             "--processes", str(args.processes), "--threads", str(args.threads),
-            "--queues", *args.queues.split(",")]
+            "--queues", *args.queues.split(","),
+            # Dramatiq waits this long for its threads' messages; the drain bounds the rest.
+            "--worker-shutdown-timeout", str(int(args.grace * 1000))]
     os.execve(sys.executable, argv, env)
     return 0  # not reached
 
@@ -45,6 +47,7 @@ def setup_worker(p: argparse.ArgumentParser) -> None:
     import dramatiq  # noqa: F401  (fail at parse time, with the extra named, not after exec)
 
     from .broker import DEFAULT_QUEUES
+    from .worker_process import DEFAULT_GRACE
 
     p.set_defaults(fn=cmd_worker)
     p.add_argument("--redis", required=True, help="redis://host:6379/0")
@@ -61,6 +64,10 @@ def setup_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lease-ttl", type=float, default=15.0,
                    help="claim lease, seconds (renewed every third); a dead worker's work "
                    "is re-sent about a lease plus a sweep tick after it died")
+    p.add_argument("--grace", type=float, default=DEFAULT_GRACE,
+                   help="on SIGTERM, seconds the work already running may take to finish; "
+                   "waiting work is handed back to the pool at once, unfinished work at the "
+                   "end of the grace")
     p.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve Prometheus metrics at /metrics: process i of --processes N on "
                    "the first free port of PORT .. PORT+N-1")

@@ -13,6 +13,8 @@ below; the instances' params and inputs are in the store.
 5. An op body that returns a :class:`~genloop.workers.deferred.Deferred` (it handed its work to
    a batched resource) frees the worker thread at once; the instance is completed from the
    completion pool when the work is done, still under the lease (see :mod:`.deferred`).
+   A draining worker (:meth:`Executor.drain`) hands back the deferred work its resources have
+   not started: the lease released, the instance re-sent at the same attempt.
 Failures of a synchronous body propagate to Dramatiq: its Retries middleware decides on a retry,
 and :class:`~genloop.workers.middleware.attempts.AttemptOutcomes` records the outcome. Failures of
 deferred work, and of an instance in a chunk (a message for several, :mod:`.chunks`), follow the
@@ -44,6 +46,7 @@ from genloop.sdk.errors import Cancelled, NotFound, Permanent, StoreError
 from genloop.sdk.graph import Node
 
 from .artifacts.base import ArtifactStore
+from .batch_queue import HandedBack, hand_back_all
 from .context import OpContext
 from .deferred import Deferred
 from .keys import result_key
@@ -79,6 +82,16 @@ class _Prepared:
         """This instance's attempt ``attempt`` done with ``result`` under ``owner``'s lease."""
         return Succeeded(self.inst.model_copy(update={"attempts": attempt}), result,
                          (self.key, owner))
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    """Deferred work of this process: its instance, attempt and lease."""
+
+    inst: InstanceRecord
+    attempt: int
+    key: str
+    owner: str
 
 
 class LeaseKeeper:
@@ -228,6 +241,10 @@ class Executor:
         self._completions = ThreadPoolExecutor(completion_threads,
                                                thread_name_prefix="genloop-complete")
         self._inputs = InputResults(self.store)
+        self._in_flight: dict[str, _InFlight] = {}  # owner token -> deferred work
+        self._finishing: set[str] = set()  # owner tokens whose completion is storing
+        self._settled = threading.Condition()
+        self._draining = False
 
     def __call__(self, run_id: str, instance_ids: str | list[str]) -> None:
         """Run a message's instances: one (``instance_ids`` a string), or a chunk."""
@@ -434,6 +451,47 @@ class Executor:
         self.leases.forget(owner)
         return result
 
+    def start_draining(self) -> None:
+        """The worker is stopping (SIGTERM): from now on, deferred work that no resource has
+        started is handed back (:meth:`drain`), this process's queued requests at once."""
+        self._draining = True
+        hand_back_all()
+
+    def drain(self, grace: float) -> int:
+        """Hand back what has not started, wait up to ``grace`` seconds for the deferred work
+        that has to complete, and hand back what is still unfinished then; how many instances
+        were handed back at the end. Handing back releases the lease and re-sends the instance
+        at the same attempt (no retry is spent), so another worker takes it at once instead of
+        after the lease ran out. Work given up that completes later here is dropped."""
+        self.start_draining()
+        deadline = time.monotonic() + grace
+        with self._settled:
+            while self._in_flight and (left := deadline - time.monotonic()) > 0:
+                self._settled.wait(left)
+            unfinished = [work for owner, work in self._in_flight.items()
+                          if owner not in self._finishing]
+            for work in unfinished:
+                del self._in_flight[work.owner]
+            # Completions under way are storing their results: a few store steps.
+            self._settled.wait_for(lambda: not self._in_flight, timeout=grace)
+        for work in unfinished:
+            self._give_back(work)
+        if unfinished:
+            log.warning("handed back %d unfinished instance(s) after a %.0fs grace",
+                        len(unfinished), grace)
+        return len(unfinished)
+
+    def _give_back(self, work: _InFlight) -> None:
+        """Release ``work``'s lease and re-send its instance at the same attempt."""
+        inst = work.inst
+        try:
+            self.leases.drop(work.key, work.owner)
+            if self._requeue is not None:  # else the sweeper re-sends it: the lease is gone
+                self._requeue(inst, work.attempt - 1, 0.0)
+            log.info("%s/%s handed back", inst.run_id, inst.instance_id)
+        except Exception:  # a store or broker outage: the lease runs out, the sweeper re-sends
+            log.exception("%s/%s: handing back failed", inst.run_id, inst.instance_id)
+
     def close(self) -> None:
         """Stop the completion pool and the lease renewals (deferred work still in flight is
         abandoned: its lease runs out and the sweeper sends it again), and stop watching for
@@ -446,6 +504,9 @@ class Executor:
 
     def _defer(self, deferred: Deferred, spec: OpSpec, inst: InstanceRecord, key: str,
                owner: str, ctx: OpContext, attempt: int) -> None:
+        with self._settled:
+            self._in_flight[owner] = _InFlight(inst, attempt, key, owner)
+
         def finish(future: Future) -> None:
             try:
                 self._completions.submit(self._finish, deferred, spec, inst, key, owner, ctx,
@@ -457,25 +518,39 @@ class Executor:
                     pass
 
         deferred.future.add_done_callback(finish)
+        if self._draining:  # a message taken just before the worker threads stopped
+            hand_back_all()
 
     def _finish(self, deferred: Deferred, spec: OpSpec, inst: InstanceRecord, key: str,
                 owner: str, ctx: OpContext, attempt: int) -> None:
         run_id, instance_id = inst.run_id, inst.instance_id
-        completed = False
+        with self._settled:
+            work = self._in_flight.get(owner)
+            if work is None:
+                return  # handed back when a drain's grace ran out
+            self._finishing.add(owner)
+        settled = False  # stored, or handed back: the lease is dealt with
         try:
             try:
                 result = self._record(spec, deferred.then(deferred.future.result()), key, ctx)
+            except HandedBack:
+                settled = True
+                self._give_back(work)
             except Exception as exc:  # noqa: BLE001  (the op's failure: retry policy below)
                 self._attempt_failed(inst, attempt, exc)
             else:
                 self.leases.forget(owner)
                 self.scheduler.succeeded(run_id, instance_id, result, lease=(key, owner))
-                completed = True
+                settled = True
         except Exception:  # a store outage: the lease runs out and the sweeper re-sends it
             log.exception("%s/%s: completing deferred work failed", run_id, instance_id)
         finally:
-            if not completed:
+            if not settled:
                 self.leases.drop(key, owner)
+            with self._settled:
+                self._in_flight.pop(owner, None)
+                self._finishing.discard(owner)
+                self._settled.notify_all()
 
     def _attempt_failed(self, inst: InstanceRecord, attempt: int, exc: Exception) -> None:
         """What Retries and AttemptOutcomes do for a message, for an instance whose message is

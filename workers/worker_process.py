@@ -13,6 +13,9 @@ sweeper (every ``GENLOOP_SWEEP_EVERY``, 5 s) re-sends instances whose lease has 
 message is gone, so a dead worker's work runs again about 20 s after it died (the table in
 ``middleware/sweeper.py``). A redelivered message whose key is leased by a live holder backs
 off: the worst case is a wasted delivery, never a second execution.
+
+Stopping (SIGTERM): the process hands its waiting work back at once and exits within
+``GENLOOP_GRACE`` (``--grace``, 30 s) of the shutdown's start (:mod:`.middleware.drain`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from .artifacts import open_artifact_store
 from .broker import DEFAULT_QUEUES, wire
 from .catalogue import publish
 from .metrics import serve_metrics
+from .middleware.drain import Drain
 from .models_config import models_config
 from .ops.registry import default_registry
 from .redis_backend import artifacts_key
@@ -51,6 +55,9 @@ ENV_MODELS = "GENLOOP_MODELS"
 ENV_METRICS_PORT = "GENLOOP_METRICS_PORT"
 ENV_METRICS_HOST = "GENLOOP_METRICS_HOST"
 ENV_PROCESSES = "GENLOOP_PROCESSES"
+ENV_GRACE = "GENLOOP_GRACE"
+#: Seconds a stopping worker's started work may take before it is handed back (``--grace``).
+DEFAULT_GRACE = 30.0
 
 
 def _list(name: str) -> list[str]:
@@ -86,6 +93,7 @@ def build():
         sweep_every=float(os.environ.get(ENV_SWEEP_EVERY, "5")),
         shared_fair=prefix,  # tenants take turns across the pool (redis_fair_queue)
     )
+    broker.add_middleware(Drain(wiring.executor, float(os.environ.get(ENV_GRACE, DEFAULT_GRACE))))
     publish(client, default_registry, queues, prefix, models=resources.served_models())
     if os.environ.get(ENV_METRICS_PORT):
         port = serve_metrics(int(os.environ[ENV_METRICS_PORT]),

@@ -24,15 +24,14 @@ class Pool:
     def __init__(self, url: str, artifacts: str) -> None:
         self.url, self.artifacts = url, artifacts
         self.procs: list[subprocess.Popen] = []
-        #: Worker processes started, and the Dramatiq brokers seen before they were.
-        self.expected, self._before = 0, set()
+        #: Per start: the Dramatiq brokers seen before it, and its worker processes.
+        self._starts: list[tuple[set, int]] = []
 
     def start(self, processes: int = 1, threads: int = 2, queues: str = "gpu,cpu",
               heartbeat_ms: int = 1500, lease_ttl: float = 1.5,
               env: dict | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen:
         with redis.Redis.from_url(self.url) as client:
-            self._before |= set(client.zrange(HEARTBEATS, 0, -1))
-        self.expected += processes
+            self._starts.append((set(client.zrange(HEARTBEATS, 0, -1)), processes))
         full_env = {**os.environ, "PYTHONPATH": str(TESTS), "GENLOOP_MAINTENANCE_CHANCE": "1000000",
                     "GENLOOP_SWEEP_EVERY": "1", **(env or {})}
         proc = subprocess.Popen(
@@ -50,11 +49,16 @@ class Pool:
     def wait_ready(self, client: redis.Redis, timeout: float = 60) -> None:
         """Until the workers have published their catalogue (they finished importing) and every
         process started is in its consumer loop: Dramatiq's broker records a heartbeat for its
-        process with each fetch."""
+        process with each fetch (and a submitting client's with each send), so each start
+        waits for as many brokers new since it as the processes started from it on."""
         deadline = time.monotonic() + timeout
-        while not (client.hexists("genloop:ops", "test-render")
-                   and len(set(client.zrange(HEARTBEATS, 0, -1)) - self._before)
-                   >= self.expected):
+
+        def ready() -> bool:
+            seen = set(client.zrange(HEARTBEATS, 0, -1))
+            return all(len(seen - before) >= sum(n for _, n in self._starts[i:])
+                       for i, (before, _) in enumerate(self._starts))
+
+        while not (client.hexists("genloop:ops", "test-render") and ready()):
             assert time.monotonic() < deadline, "workers did not start"
             time.sleep(0.05)
 

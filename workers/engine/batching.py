@@ -206,6 +206,9 @@ class Batcher(BatchQueue[Slot]):
     def _is_batch(self, item: Slot) -> bool:
         return item.job.priority == "batch"
 
+    def _request(self, item: Slot) -> Job:
+        return item.job
+
     def _choose(self, head: Slot) -> list[Slot]:
         """Candidates of the head's settings and lane: an interactive batch topped up with
         batch work would take as much longer as it grew where a call's cost grows with its
