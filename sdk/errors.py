@@ -35,7 +35,9 @@ from pydantic import BaseModel, Field, field_validator
 #: full would cost an agent ~12,000 tokens to read and tell it nothing more.
 MAX_QUOTE = 200
 _LONG = MAX_QUOTE + 1
-_LONG_QUOTES = re.compile(rf"'([^'\n]{{{_LONG},}})'|\"([^\"\n]{{{_LONG},}})\"")
+# A quoted value as repr() writes it: a quote of the other kind, or an escaped one, inside.
+_LONG_QUOTES = re.compile(rf"'((?:[^'\\\n]|\\.){{{_LONG},}})'"
+                          rf"|\"((?:[^\"\\\n]|\\.){{{_LONG},}})\"")
 
 
 def clip(text: str, limit: int = MAX_QUOTE) -> str:

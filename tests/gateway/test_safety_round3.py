@@ -4,6 +4,7 @@ answered safely."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -54,6 +55,22 @@ def test_errors_quote_a_long_value_only_in_part(stack):
         response = post(stack.url, key, spec.model_dump_json())
         assert response.status_code == 422, response.text[:300]
         assert len(response.content) < 3_000 and "(50000 characters)" in response.text
+    # Nor do the answers that quote the path, a header or a field's name; a value with both
+    # kinds of quote in it is cut too
+    long, quoted = "x" * 7_000, "a'b\"" * 1_500
+    auth_only = auth(key)
+    answers = {
+        "run id": httpx.get(f"{stack.url}/v1/runs/{long}", headers=auth_only),
+        "quoted run id": httpx.get(f"{stack.url}/v1/runs/{quoted}", headers=auth_only),
+        "artifact key": httpx.get(f"{stack.url}/v1/artifacts/{long}", headers=auth_only),
+        "content type": httpx.post(f"{stack.url}/v1/artifacts", content=b"x",
+                                   headers={**auth_only, "Content-Type": long}),
+        "field name": post(stack.url, key, json.dumps({"kind": "loop", "prompt": "p",
+                                                       long: 1})),
+    }
+    for what, response in answers.items():
+        assert response.status_code in (404, 415, 422), (what, response.status_code)
+        assert len(response.content) < 1_000, (what, len(response.content))
 
 
 def test_a_chunked_body_over_the_cap_is_413_without_its_bytes(stack):

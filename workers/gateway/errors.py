@@ -3,7 +3,9 @@
 genloop's own errors map to statuses here, once: an invalid graph is 422 with each problem's
 node id, a missing (or another tenant's) run is 404, an idempotency conflict 409, a limit 429
 with ``Retry-After``, a store outage 503. Anything unexpected is 500 ``internal``, logged with
-its traceback and never shown to the caller.
+its traceback and never shown to the caller. A caller's value that an answer quotes (a run id
+from the path, a Content-Type, an unknown field's name) is cut to
+:data:`~genloop.sdk.errors.MAX_QUOTE` characters, so an error never echoes a long input back.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from genloop.sdk.errors import ClientError, GenloopError, GraphError, NotFound, StoreError
+from genloop.sdk.errors import (
+    ClientError,
+    GenloopError,
+    GraphError,
+    NotFound,
+    StoreError,
+    clip,
+    clip_quotes,
+)
 from genloop.sdk.wire import ApiError
 
 from .limits import LimitExceeded
@@ -46,7 +56,7 @@ class ApiProblem(Exception):
 
 def error_response(status: int, code: str, message: str, details: Mapping[str, Any] | None = None,
                    headers: Mapping[str, str] | None = None) -> JSONResponse:
-    body = ApiError(code=code, message=message, details=dict(details or {}))
+    body = ApiError(code=code, message=clip_quotes(message), details=dict(details or {}))
     return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
 
 
@@ -93,7 +103,8 @@ def install(app: FastAPI, retry_after: int = 1) -> None:
     async def invalid_request(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
         problems = [
-            {"loc": [str(part) for part in e.get("loc", ())], "message": e.get("msg", "")}
+            {"loc": [clip(str(part)) for part in e.get("loc", ())],
+             "message": clip(e.get("msg", ""))}
             for e in exc.errors()
         ]
         return error_response(422, "invalid_request",
