@@ -283,8 +283,13 @@ def _copy_problems(copy: CopySpec, axes: dict[str, list[str]]) -> list[str]:
 
 
 def _palette_problems(palette: list[str]) -> list[str]:
+    from genloop.evaluators.options import MAX_PALETTE
     from genloop.evaluators.palette import parse_colour
 
+    # A gateway refuses a longer palette in each variant's loop; here the whole campaign is
+    # refused before anything is submitted, on any back end.
+    if len(palette) > MAX_PALETTE:
+        return [f"brand.palette: {len(palette)} colours; at most {MAX_PALETTE}"]
     problems = []
     for i, colour in enumerate(palette):
         try:

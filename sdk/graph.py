@@ -56,6 +56,10 @@ class RunLimits(BaseModel):
         default_factory=dict,
         description="Denoising steps each generate node's image is costed at (by node id): an "
         "agent's refine answer asking for more is costed at what it asks.")
+    score_costs: dict[str, float] = Field(
+        default_factory=dict,
+        description="Megapixel-steps of scoring one item at each score node (by node id), "
+        "retries included: evaluator work counts against the run's cost too.")
 
 
 class NodeRef(str):

@@ -106,3 +106,59 @@ def test_a_custom_op_passes_its_input_count_on():
     plan = cost(g, registry)
     assert plan.nodes["after"].images == 3
     assert plan.nodes["after-root"].images == 1
+
+
+def test_score_nodes_cost_the_items_they_score_when_scoring_is_priced():
+    # Given 8 images scored (with one retry), the best 3 scored again (none)
+    g = Graph()
+    gen = g.generate("p", n=8, max_retries=0, id="gen")
+    sc = g.score(gen, text="p", id="score", max_retries=1)
+    top = g.select(sc, top_k=3, id="top")
+    g.score(top, text="p", id="again", max_retries=0)
+    # When scoring one item is priced at 0.5
+    plan = run_cost(g, default_registry, lambda model: SIZE, lambda node, params: 0.5)
+    # Then each score node costs its items x the price x its attempts, on top of the images
+    assert plan.nodes["score"].cost == pytest.approx(8 * 0.5 * 2)
+    assert plan.nodes["again"].cost == pytest.approx(3 * 0.5)
+    assert plan.cost == pytest.approx(8 * 0.1 + 8 + 1.5) and plan.images == 8
+    assert cost(g).cost == pytest.approx(8 * 0.1)  # unpriced, scoring is free
+
+
+def test_the_run_limits_count_scoring_when_a_fan_out_grows_the_run():
+    from genloop.sdk.graph import RunLimits
+    from genloop.workers.planner import limits_problem
+
+    # Given a run planned at 3 images, each scored at 1 megapixel-step, within a cost of 5
+    g = Graph()
+    gen = g.generate("p", n=3, max_retries=0, id="gen")
+    g.score(gen, text="p", id="score", max_retries=0)
+    limits = RunLimits(items=100, images=100, cost=5, image_costs={"gen": 0.1},
+                       score_costs={"score": 1.0})
+    assert limits_problem(g, default_registry, limits, "score", {}) is None
+    # When the generate node ends with 6 items instead (a custom op's fan-out would do it)
+    why = limits_problem(g, default_registry, limits, "score", {"gen": 6})
+    # Then the score node may not run: its scoring would take the run past its cost
+    assert why is not None and "would cost 6.3 megapixel-steps" in why
+
+
+def test_an_answer_is_costed_on_top_of_the_planned_scoring():
+    from genloop.sdk import GenerationRequest
+    from genloop.sdk.graph import RunLimits
+    from genloop.workers.planner import answer_cost_problem
+
+    # Given a 2x2 loop planned at 4 images of 1 (2 steps each) and 4 scorings of 0.5: 6
+    graph = Loop(prompt="p", candidates=2, rounds=2, steps=2, refiner="agent").compile()
+    costs = {n.id: 1.0 for n in graph.nodes if n.op == "generate"}
+    steps = {node_id: 2 for node_id in costs}
+    scores = {n.id: 0.5 for n in graph.nodes if n.op == "score"}
+    refine = next(n.id for n in graph.nodes if n.op == "refine")
+
+    def answer(limit: float) -> str | None:
+        graph.limits = RunLimits(items=16, images=16, cost=limit, image_costs=costs,
+                                 image_steps=steps, score_costs=scores)
+        asked = [GenerationRequest(prompt="p", seed=s, round=2, steps=3) for s in (1, 2)]
+        return answer_cost_problem(graph, default_registry, refine, asked, [])
+
+    # When the agent asks 3 steps an image (1 more in all): 7 fits a limit of 7, not one of 6.5
+    assert answer(7.0) is None
+    assert "taking the run to 7" in (answer(6.5) or "")

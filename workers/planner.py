@@ -165,8 +165,12 @@ class RunCost:
         return sum(n.cost for n in self.nodes.values())
 
 
-def run_cost(graph: Graph, registry: OpRegistry,
-             size_of: Callable[[str], ImageSize]) -> RunCost:
+#: Megapixel-steps of scoring one item at a score node (its evaluator and options), no retries.
+ScoreCost = Callable[[Node, Any], float]
+
+
+def run_cost(graph: Graph, registry: OpRegistry, size_of: Callable[[str], ImageSize],
+             score_cost: ScoreCost | None = None) -> RunCost:
     """What ``graph`` may generate, node by node, before anything runs.
 
     Items flow along edges in topological order. A generate node without inputs makes ``n``
@@ -177,15 +181,23 @@ def run_cost(graph: Graph, registry: OpRegistry,
     output count is unknown before it runs; it is taken as its input count (one item for a
     root), and the run's :class:`~genloop.sdk.graph.RunLimits` stop a larger fan-out when it
     comes (:func:`limits_problem`). ``cost`` is images x megapixels x steps x (1 + max
-    retries): the most a node can burn, failures included. ``size_of(model)`` gives the
-    model's defaults for unset steps, width and height. The graph must be valid (acyclic,
-    known ops).
+    retries): the most a node can burn, failures included; with ``score_cost``, a score node
+    adds the items it scores x ``score_cost(node, params)`` x (1 + max retries), so evaluator
+    work a tenant chooses is counted too. ``size_of(model)`` gives the model's defaults for
+    unset steps, width and height. The graph must be valid (acyclic, known ops).
     """
     costs: dict[str, NodeCost] = {}
-    for node, spec, params, _fed, images, items in _flow(graph, registry, {}):
+    for node, spec, params, fed, images, items in _flow(graph, registry, {}):
         cost = images * image_cost(node, spec, params, size_of) if images else 0.0
+        if score_cost is not None and node.op == "score" and fed:
+            cost += fed * score_cost(node, params) * attempts(node, spec)
         costs[node.id] = NodeCost(node.id, items, images, cost)
     return RunCost(costs)
+
+
+def attempts(node: Node, spec: OpSpec) -> int:
+    """How many times the node's op may run: its first attempt and every retry."""
+    return 1 + (spec.max_retries if node.max_retries is None else node.max_retries)
 
 
 def image_cost(node: Node, spec: OpSpec, params: Any,
@@ -194,8 +206,7 @@ def image_cost(node: Node, spec: OpSpec, params: Any,
     size = size_of(params.model)
     steps = params.steps or size.steps
     pixels = (params.width or size.width) * (params.height or size.height)
-    retries = spec.max_retries if node.max_retries is None else node.max_retries
-    return pixels / 1e6 * steps * (1 + retries)
+    return pixels / 1e6 * steps * attempts(node, spec)
 
 
 def limits_problem(graph: Graph, registry: OpRegistry, limits: RunLimits, node_id: str,
@@ -209,7 +220,7 @@ def limits_problem(graph: Graph, registry: OpRegistry, limits: RunLimits, node_i
             return (f"{fed} input items; at most {limits.items} per node (an op upstream "
                     "returned more items than planned)")
         images += node_images
-        cost += node_images * limits.image_costs.get(node.id, 0.0)
+        cost += _planned(limits, node.id, fed, node_images)
     if images > limits.images:
         return (f"the run would generate {images} images; at most {limits.images} (an op "
                 "upstream returned more items than planned)")
@@ -233,14 +244,21 @@ def answer_cost_problem(graph: Graph, registry: OpRegistry, refine_id: str,
     extra = _answer_extra(graph, refine_id, requests)
     if extra <= 0:
         return None
-    planned = sum(images * limits.image_costs.get(node.id, 0.0)
-                  for node, *_, images, _items in _flow(graph, registry, {}))
+    planned = sum(_planned(limits, node.id, fed, images)
+                  for node, _spec, _params, fed, images, _items in _flow(graph, registry, {}))
     taken = sum(max(0.0, _answer_extra(graph, node_id, reqs)) for node_id, reqs in earlier)
     if planned + taken + extra <= limits.cost:
         return None
     return (f"the answer would cost {extra:.4g} megapixel-steps more than its round was "
             f"planned at, taking the run to {planned + taken + extra:.4g}; at most "
             f"{limits.cost:g}: ask for fewer steps or images")
+
+
+def _planned(limits: RunLimits, node_id: str, fed: int, images: int) -> float:
+    """Megapixel-steps a node is counted at by the run's limits: its images and what it
+    scores."""
+    return (images * limits.image_costs.get(node_id, 0.0)
+            + fed * limits.score_costs.get(node_id, 0.0))
 
 
 def _answer_extra(graph: Graph, refine_id: str, requests: Sequence[GenerationRequest]) -> float:

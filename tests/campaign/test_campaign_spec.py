@@ -91,3 +91,14 @@ def test_the_cli_refuses_a_bad_spec_and_submits_nothing(tmp_path):
     assert proc.returncode == 2
     assert "axes.product: is empty" in proc.stderr
     assert not (tmp_path / "home").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_brand_palette_longer_than_a_gateway_admits_is_refused_before_any_submit():
+    from genloop.evaluators.options import MAX_PALETTE
+
+    palette = [f"#{i:06x}" for i in range(MAX_PALETTE + 1)]
+    with pytest.raises(CampaignSpecError) as info:
+        parse_spec(dict(GOOD, brand={"palette": palette}))
+    assert info.value.problems == [f"brand.palette: {MAX_PALETTE + 1} colours; at most "
+                                   f"{MAX_PALETTE}"]
+    assert parse_spec(dict(GOOD, brand={"palette": palette[:MAX_PALETTE]}))

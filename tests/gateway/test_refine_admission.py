@@ -9,13 +9,16 @@ import json
 import httpx
 from test_safety import error, messages
 
+from genloop.evaluators.pricing import PASS_COST
 from genloop.sdk import Loop, RefineRequest, RunStatus
 from genloop.workers.gateway import TenantLimits
 
 #: Megapixel-steps of one tiny 2-step image with its 3 retries: what the plan counts.
 TINY = 32 * 32 / 1e6 * 2 * 4
+#: ... and of scoring the loop's 4 images, each with the score op's 3 retries.
+SCORING = 4 * PASS_COST * 4
 #: A paused 2x2 loop is planned at 4 images; its limit leaves room for a little more.
-LIMITS = TenantLimits(max_cost_per_run=5 * TINY)
+LIMITS = TenantLimits(max_cost_per_run=5 * TINY + SCORING)
 
 
 def _paused(stack, limits: TenantLimits = LIMITS):

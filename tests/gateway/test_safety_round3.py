@@ -9,6 +9,8 @@ import threading
 import time
 
 import httpx
+import pytest
+from test_safety import error
 
 from genloop.sdk import Graph, Loop
 from genloop.sdk.wire import ApiError
@@ -45,6 +47,55 @@ def test_a_brand_palette_is_capped_at_admission(stack):
     assert response.status_code == 422 and body.code == "invalid_graph"
     assert f"2000 colours; 1 to {MAX_PALETTE} allowed" in body.message
     assert len(response.content) < 2_000
+
+
+def test_evaluator_work_counts_against_the_tenants_cost_limit(stack):
+    from genloop.evaluators.pricing import PASS_COST, score_cost
+
+    # Given a tenant whose runs may cost 10 megapixel-steps, and one tiny image (0.008 of
+    # them) scored by 150 score nodes, each with a brand colour of its own: each node is a
+    # result key of its own and builds an evaluator of its own
+    _, key = stack.tenant(TenantLimits(max_cost_per_run=10,
+                                       evaluators=["clip", "brand-palette", "composite"]))
+    g = Graph()
+    gen = g.generate("p", n=1, model="tiny", steps=2, id="gen")
+    for node in range(150):
+        g.score(gen, text="p", evaluator="composite", id=f"score-{node}", options={
+            "weights": {"clip": 1, "brand-palette": 0.5},
+            "options": {"brand-palette": {"palette": [f"#{node:06x}"]}}})
+    # When it is submitted, it is refused: the scoring is counted, each part of each score
+    # with the score op's retries, not just the one image
+    body = error(post(stack.url, key, g.model_dump_json()), 429, "cost_limit")
+    per_image = score_cost("composite", g.nodes[1].params["options"])
+    assert per_image == pytest.approx(PASS_COST * (2 + 1 / 10_000))
+    assert body.details["requested"] == pytest.approx(32 * 32 / 1e6 * 2 * 4
+                                                      + 150 * per_image * 4)
+    # and a run that scores its image a few times is still taken
+    few = Graph(nodes=g.nodes[:4])
+    assert post(stack.url, key, few.model_dump_json()).status_code == 201
+
+
+def test_a_campaign_through_the_gateway_is_admitted_and_costed_like_any_submit(stack,
+                                                                              tmp_path):
+    from genloop.campaign import parse_spec, run
+    from genloop.sdk.errors import ClientError
+
+    # Given a tenant whose runs may cost 0.4 megapixel-steps, and a campaign whose loops
+    # make 2 tiny images (0.016) and score each with clip and the brand palette (0.48)
+    name, key = stack.tenant(TenantLimits(max_cost_per_run=0.4))
+    spec = parse_spec({
+        "name": "branded", "axes": {"product": ["a red ball", "a blue box"]},
+        "template": "{product}", "formats": [{"name": "1:1", "width": 64, "height": 64}],
+        "brand": {"palette": ["#ff0000"], "weight": 20},
+        "loop": {"model": "tiny", "evaluator": "clip", "rounds": 1, "candidates": 2,
+                 "steps": 2},
+    })
+    # When it is run through the gateway
+    with pytest.raises(ClientError) as refused:
+        run(spec, stack.client(key), out=tmp_path / "out")
+    # Then its first variant is refused for what its scoring costs, and nothing started
+    assert (refused.value.status_code, refused.value.code) == (429, "cost_limit")
+    assert stack.store.runs(name) == []
 
 
 def test_errors_quote_a_long_value_only_in_part(stack):

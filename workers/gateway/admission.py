@@ -2,9 +2,9 @@
 
 A tenant's spec is data: every model, evaluator and refine strategy it names must be one the
 operator registered (and the tenant's own allow-list keeps), every string is bounded, and the
-run is costed so the tenant's limits apply before anything is stored. The problems are
-reported together as one :class:`~genloop.sdk.errors.GraphError` (422), each with its node id
-and the names that would have been accepted.
+run is costed (its images and its evaluator work) so the tenant's limits apply before anything
+is stored. The problems are reported together as one :class:`~genloop.sdk.errors.GraphError`
+(422), each with its node id and the names that would have been accepted.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from genloop.evaluators.options import tenant_option_problems
+from genloop.evaluators.pricing import score_cost
 from genloop.sdk.errors import GraphError, GraphProblem
 from genloop.sdk.graph import Graph, Node, RunLimits
 from genloop.sdk.loop import Loop
@@ -21,7 +22,7 @@ from genloop.sdk.validation import graph_problems, value_problems
 
 from ..models_config import ModelsConfig
 from ..ops.registry import OpRegistry
-from ..planner import ImageSize, RunCost, image_cost, run_cost
+from ..planner import ImageSize, RunCost, attempts, image_cost, run_cost
 from .limits import TenantLimits
 
 #: A prompt (or any string in a spec) longer than this is refused unless the operator says.
@@ -64,23 +65,27 @@ class Admission:
             problems.extend(self._queue_problems(node))
         if problems:
             raise GraphError(_unique(problems))
-        return run_cost(graph, self.ops, self.size_of)
+        return run_cost(graph, self.ops, self.size_of, self.score_cost)
 
     def run_limits(self, spec: Graph | Loop, limits: TenantLimits) -> RunLimits:
         """The tenant's per-run limits as the scheduler applies them while the run grows (a
         fan-out no plan could see), with each generate node's cost of one image. The spec must
         have passed :meth:`check`."""
         graph = spec.compile() if isinstance(spec, Loop) else spec
-        image_costs, image_steps = {}, {}
+        image_costs, image_steps, score_costs = {}, {}, {}
         for node in graph.nodes:
-            if node.op == "generate":
+            if node.op in ("generate", "score"):
                 op = self.ops[node.op]
                 params = op.params.model_validate(node.params)
+            if node.op == "generate":
                 image_costs[node.id] = image_cost(node, op, params, self.size_of)
                 image_steps[node.id] = params.steps or self.size_of(params.model).steps
+            elif node.op == "score":
+                score_costs[node.id] = self.score_cost(node, params) * attempts(node, op)
         return RunLimits(items=limits.max_candidates_per_run,
                          images=limits.max_candidates_per_run, cost=limits.max_cost_per_run,
-                         image_costs=image_costs, image_steps=image_steps)
+                         image_costs=image_costs, image_steps=image_steps,
+                         score_costs=score_costs)
 
     def _allowed(self, field: str, limits: TenantLimits) -> list[str]:
         if field == "model":
@@ -139,6 +144,11 @@ class Admission:
             return []
         return [GraphProblem(node_id=node.id, message=f"no workers consume queue {queue!r}; "
                              f"known: {', '.join(sorted(self.queues))}")]
+
+    def score_cost(self, node: Node, params: object) -> float:
+        """Megapixel-steps of scoring one image at score node ``node`` (see
+        :mod:`genloop.evaluators.pricing`)."""
+        return score_cost(getattr(params, "evaluator", None), getattr(params, "options", None))
 
     def size_of(self, model: str) -> ImageSize:
         entry = self.models.models.get(model)
