@@ -187,3 +187,26 @@ def test_a_thousand_distinct_option_sets_hold_little_memory(registry):
     held, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert held - start < 50e6 and len(registry._instances) <= registry.max_instances
+
+
+def test_a_thousand_option_sets_of_a_heavy_evaluator_stay_within_50_mb(registry):
+    import tracemalloc
+
+    from genloop.evaluators import FunctionEvaluator
+
+    # Given an evaluator whose instances each hold 256 KB (a model's weights, a large palette)
+    def heavy(device: str, **options) -> Evaluator:
+        judge = FunctionEvaluator("heavy", lambda images, text: [0.0] * len(images))
+        judge.weights = bytearray(256 * 1024)  # type: ignore[attr-defined]
+        return judge
+
+    registry.register("heavy", heavy)
+    tracemalloc.start()
+    start, _ = tracemalloc.get_traced_memory()
+    # When 1,000 distinct option sets each build one
+    for i in range(1000):
+        registry.get("heavy", "cpu", level=i)
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    # Then the cache holds its bound's worth (8 MB), not 1,000 of them (256 MB)
+    assert held - start < 50e6
