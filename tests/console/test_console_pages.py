@@ -64,33 +64,15 @@ def test_cancel_needs_the_pages_token_and_sign_in_goes_only_to_the_console(conso
     assert away.headers["location"] == "/ui/runs"
 
 
-def test_a_session_holds_no_key_and_ends_with_sign_out_or_revocation(console):
+def _follow(http: httpx.Client, run_id: str):
+    """Read the run's console event stream in a thread; the event is set when it ends."""
     import threading
     import time
 
-    import genloop_test_ops  # noqa: F401
-
-    key = console.key("sessions")
-    http = signed_in(console, key)
-    cookie = http.cookies["genloop_console"]
-    assert key not in cookie and key not in str(http.cookies)
-    # Sign-out ends the session in the store: the old cookie, replayed, is nobody's
-    page = http.get("/ui/runs").text
-    token = re.search(r'name="token" value="([0-9a-f]+)"', page).group(1)
-    assert http.post("/ui/logout", data={"token": "0" * 32}).status_code == 403
-    http.post("/ui/logout", data={"token": token})
-    replay = httpx.get(f"{console.url}/ui/runs", cookies={"genloop_console": cookie})
-    assert replay.status_code == 303 and replay.headers["location"].startswith("/ui/login")
-
-    # Revoking the key ends its sessions and closes their open event streams
-    g = Graph()
-    g.add("test-count", id="slow", params={"log": "/dev/null", "sleep": 30})
-    run = Client.http(console.url, api_key=key).submit(g)
-    again = signed_in(console, key)
     ended = threading.Event()
 
     def follow() -> None:
-        with again.stream("GET", f"/ui/runs/{run.id}/events", timeout=30) as response:
+        with http.stream("GET", f"/ui/runs/{run_id}/events", timeout=30) as response:
             assert response.status_code == 200
             for _ in response.iter_bytes():
                 pass
@@ -98,7 +80,34 @@ def test_a_session_holds_no_key_and_ends_with_sign_out_or_revocation(console):
 
     threading.Thread(target=follow, daemon=True).start()
     time.sleep(0.5)
-    assert not ended.is_set()
+    assert not ended.is_set()  # the run goes on for 30 s: the stream stays open
+    return ended
+
+
+def test_a_session_holds_no_key_and_ends_with_sign_out_or_revocation(console):
+    import genloop_test_ops  # noqa: F401
+
+    key = console.key("sessions")
+    g = Graph()
+    g.add("test-count", id="slow", params={"log": "/dev/null", "sleep": 30})
+    run = Client.http(console.url, api_key=key).submit(g)
+    http = signed_in(console, key)
+    cookie = http.cookies["genloop_console"]
+    assert key not in cookie and key not in str(http.cookies)
+    # Sign-out ends the session in the store: its open stream closes, and the old cookie,
+    # replayed, is nobody's
+    streaming = _follow(http, run.id)
+    page = http.get("/ui/runs").text
+    token = re.search(r'name="token" value="([0-9a-f]+)"', page).group(1)
+    assert http.post("/ui/logout", data={"token": "0" * 32}).status_code == 403
+    http.post("/ui/logout", data={"token": token})
+    assert streaming.wait(10), "the console's stream stayed open after sign-out"
+    replay = httpx.get(f"{console.url}/ui/runs", cookies={"genloop_console": cookie})
+    assert replay.status_code == 303 and replay.headers["location"].startswith("/ui/login")
+
+    # Revoking the key ends its sessions and closes their open event streams
+    again = signed_in(console, key)
+    ended = _follow(again, run.id)
     console.store.revoke(key)
     assert ended.wait(10), "the console's stream stayed open after its key was revoked"
     assert again.get(f"/ui/runs/{run.id}/rounds").status_code == 401

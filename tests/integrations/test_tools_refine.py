@@ -4,13 +4,14 @@ candidates; refine_run answers with the next round's images (new draws or edits)
 from __future__ import annotations
 
 import pytest
-from agent_tools import LOOP, run_count
+from agent_tools import GENERATE, LOOP, run_count
 
 from genloop.integrations import ToolCallError, dispatch
 from genloop.sdk import RunStatus
 
 PNG = b"\x89PNG\r\n\x1a\n"
 AGENT_LOOP = {**LOOP, "refiner": "agent", "rounds": 2, "candidates": 2}
+GENERATE_ONE = {**GENERATE, "n": 1}
 
 pytestmark = pytest.mark.slow
 
@@ -108,4 +109,32 @@ def test_an_edit_of_an_image_the_pause_did_not_show_is_a_tool_error_and_the_paus
     assert still.refine is not None and still.refine.node_id == paused.refine.node_id
     taken = tools.call("refine_run", {"run_id": paused.run_id, "wait_seconds": 120,
                                       "requests": [{"prompt": "a red circle", "seed": 2}]})
+    assert taken.done and taken.status == RunStatus.SUCCEEDED, taken.text
+
+
+def test_answers_the_pause_cannot_use_are_refused_before_the_claim_and_the_pause_stays(tools):
+    # Given an image of the agent's own that this pause never showed, and a paused loop
+    elsewhere = tools.call("generate_images", {**GENERATE_ONE, "seed": 41}).images[0].artifact
+    paused = _paused(tools)
+    assert elsewhere not in {im.artifact for im in paused.images}
+    bad = {
+        "an image of another run": {"init_image": elsewhere, "strength": 0.5},
+        "a malformed key": {"init_image": "../../etc/passwd", "strength": 0.5},
+        "strength without init_image": {"strength": 0.5},
+    }
+    for why, fields in bad.items():
+        # When the agent answers with it
+        out = dispatch(tools, "refine_run", {
+            "run_id": paused.run_id, "requests": [{"prompt": "a red circle", "seed": 1,
+                                                   **fields}]})
+        # Then the tool says what is wrong, and the pause still waits for an answer
+        assert out.error, why
+        assert ("init_image" in out.text if "init_image" in fields else "strength" in out.text)
+        still = tools.call("get_run", {"run_id": paused.run_id, "wait_seconds": 0})
+        assert still.refine is not None and still.refine.node_id == paused.refine.node_id, why
+    # and a valid edit of a shown candidate is still taken and runs to the end
+    taken = tools.call("refine_run", {
+        "run_id": paused.run_id, "wait_seconds": 120,
+        "requests": [{"prompt": "a red circle", "seed": 2,
+                      "init_image": paused.images[0].artifact, "strength": 0.5}]})
     assert taken.done and taken.status == RunStatus.SUCCEEDED, taken.text
