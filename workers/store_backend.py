@@ -52,13 +52,22 @@ class StoreBackend(Backend):
         self.refiners = refiners
         self.default_model = default_model
         self.default_evaluator = default_evaluator
+        self._schema: tuple[object, SpecSchema] | None = None
 
     def served(self) -> Served:
         return served(self.scheduler.registry, self._models(), self.evaluators, self.refiners,
                       self.default_model, self.default_evaluator)
 
     def schema(self) -> SpecSchema:
-        return spec_schema(self.served(), self.scheduler.registry.catalogue())
+        """The spec schema, built again only when what is served changed (an op registered,
+        a pool's workers publishing other models): building it generates pydantic's JSON
+        Schema of every model involved, 25-60 ms a call, and agents ask for it often."""
+        offer, params = self.served(), self.scheduler.registry.catalogue()
+        key = (offer.model_dump_json(), frozenset(params.items()))
+        cached = self._schema
+        if cached is None or cached[0] != key:
+            cached = self._schema = (key, spec_schema(offer, params))
+        return cached[1].model_copy(deep=True)  # the caller's to change
 
     def submit(self, spec: RunSpec, idempotency_key: str | None) -> RunInfo:
         offer = self.served()
