@@ -79,10 +79,12 @@ class FairEnqueuer:
             ready = [(chunk, 0.0) for chunk in self._take_all()]
         self._send(ready)
 
-    def waiting(self) -> int:
-        """Messages waiting for their turn."""
+    def waiting(self, queue: str | None = None) -> int:
+        """Messages waiting for their turn (of ``queue``, or of every queue)."""
         with self._lock:
-            return len(self._held)
+            if queue is None:
+                return len(self._held)
+            return sum(len(fifo) for fifo in self._waiting.get(queue, {}).values())
 
     def _take_all(self) -> list[Chunk]:
         """Every chunk that fits its queue's window, tenants in turn (lock held)."""

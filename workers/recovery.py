@@ -60,7 +60,9 @@ def recover(scheduler: Scheduler, grace: float, limit: int = 1000) -> int:
     An instance untouched for ``grace`` seconds is re-sent when
     - it is running and the lease on its result key has ended (its worker died or lost
       Redis): a live holder is never duplicated;
-    - it is queued and its queue has no message waiting to be fetched: its message was lost
+    - it is queued and its queue has no message waiting its turn (the scheduler's
+      ``backlog``: in the queue, in the fair queue, and in the embedded runtime also held by
+      a worker: prefetched, delayed, or later in a chunk it runs): its message was lost
       (deleted, or stuck in the ack set of a worker that cannot ack it after a Redis
       restart). While a backlog waits, queued instances are only marked seen, so a long
       queue is not flooded with duplicates.
