@@ -63,7 +63,8 @@ def main() -> int:
 
     hook, arrived, rx = receiver()
     local = Client.local(tempfile.mkdtemp(prefix="genloop-bench-"), threads=4)
-    settings = GatewaySettings(limits=TenantLimits(max_concurrent_runs=10_000),
+    settings = GatewaySettings(limits=TenantLimits(max_concurrent_runs=10_000,
+                                                  webhook_attempts_per_minute=1_000_000),
                                webhook_allow=["127.0.0.1/32"])
     url, key, server, thread = serve_app(local.backend, settings)
     httpx.post(f"{url}/v1/webhooks/secret", headers={"Authorization": f"Bearer {key}"})

@@ -19,10 +19,18 @@ from .report import render_report
 from .reviews import Review
 from .runlog import Attempt
 from .runner import Progress, campaign_folder, loop_key, report, run
-from .spec import CampaignSpec, CampaignSpecError, FormatSpec, load_spec, parse_spec
+from .spec import (
+    CampaignSpec,
+    CampaignSpecError,
+    CampaignWebhook,
+    FormatSpec,
+    load_spec,
+    parse_spec,
+)
 
 __all__ = [
-    "Attempt", "CampaignSpec", "CampaignSpecError", "Compliance", "FormatOutput", "FormatSpec",
+    "Attempt", "CampaignSpec", "CampaignSpecError", "CampaignWebhook",
+    "Compliance", "FormatOutput", "FormatSpec",
     "Manifest", "Progress", "Review", "VariantRecord", "campaign_folder", "load_spec", "loop_key",
     "parse_spec", "render_report", "report", "run", "subject_compliance",
 ]

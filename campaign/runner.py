@@ -26,10 +26,11 @@ from genloop.sdk.graph import NOT_DRAWN
 from . import finish, reframe
 from .manifest import Manifest, VariantRecord, read_manifest, write_atomic, write_manifest
 from .names import check_names
+from .notice import notify_end
 from .report import write_report
 from .reviews import read_reviews
 from .runlog import RunLog
-from .spec import CampaignSpec
+from .spec import CampaignSpec, CampaignSpecError
 
 #: Seconds between two status sweeps over the unfinished runs, growing to POLL_MAX while
 #: nothing finishes.
@@ -251,8 +252,12 @@ def run(spec: CampaignSpec, client: Client, *, out: str | Path = "out/campaigns"
 
     Raises :class:`~.spec.CampaignSpecError`, having submitted nothing, when the spec names a
     model, evaluator or refiner the back end does not serve. ``retry_failed``: variants whose
-    run failed get a fresh one (their earlier runs stay in ``VariantRecord.history``)."""
+    run failed get a fresh one (their earlier runs stay in ``VariantRecord.history``). A spec's
+    ``webhook`` is told of the end once the folder is written (:mod:`.notice`)."""
     check_names(spec, client)
+    if spec.webhook is not None and not client.backend.delivers_webhooks:
+        raise CampaignSpecError(["webhook: webhooks are delivered by a gateway (genloop "
+                                 "serve): run the campaign through one, or leave it out"])
     folder = campaign_folder(spec, out)
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(folder / "spec.json", spec.model_dump_json(indent=2, by_alias=True))
@@ -260,7 +265,9 @@ def run(spec: CampaignSpec, client: Client, *, out: str | Path = "out/campaigns"
     records = plan(spec)
     runs = submit(spec, client, records, folder, retry_failed,
                   {v.key: v for v in previous.variants} if previous else None)
-    return _collect(spec, client, records, runs, folder, previous, progress, timeout)
+    manifest = _collect(spec, client, records, runs, folder, previous, progress, timeout)
+    notify_end(spec, client, manifest)
+    return manifest
 
 
 def report(spec: CampaignSpec, client: Client, *, out: str | Path = "out/campaigns",

@@ -130,6 +130,20 @@ class Budget(_Model):
     steps: int | None = Field(None, ge=1, description="denoising steps; needs loop.steps set")
 
 
+class CampaignWebhook(_Model):
+    """Where the campaign reports its end (one ``campaign.ended`` delivery, through a gateway,
+    signed with the tenant's webhook secret), and whether each variant's run reports its own.
+    A plain URL in a spec means this with ``variants`` off."""
+
+    url: str = Field(max_length=2000, pattern=r"^https?://")
+    variants: bool = Field(False, description="also a run.ended delivery for each variant")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_url(cls, value: Any) -> Any:
+        return {"url": value} if isinstance(value, str) else value
+
+
 class CampaignSpec(_Model):
     """A whole campaign. Load one from YAML, TOML or JSON with :func:`load_spec`."""
 
@@ -151,10 +165,9 @@ class CampaignSpec(_Model):
     group_by: str | None = Field(None, description="axis finalists are chosen per; default first")
     diversity: float = Field(0.5, ge=0.0, le=1.0, description="MMR trade-off among finalists")
     budget: Budget = Field(default_factory=Budget)
-    webhook: str | None = Field(
-        None, max_length=2000, pattern=r"^https?://",
-        description="each variant's loop reports its end here (through a gateway, signed with "
-        "the tenant's webhook secret)")
+    webhook: CampaignWebhook | None = Field(
+        None, description="a URL told when the campaign ends (and, with variants: true, when "
+        "each variant's run ends), through a gateway, signed with the tenant's webhook secret")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -210,8 +223,8 @@ class CampaignSpec(_Model):
                 "options": {"brand-palette": {"palette": self.brand.palette,
                                               "max_distance": self.brand.max_distance}},
             }
-        if self.webhook is not None:
-            fields["webhook"] = {"url": self.webhook}
+        if self.webhook is not None and self.webhook.variants:
+            fields["webhook"] = {"url": self.webhook.url}
         return Loop(**fields)
 
     def headline(self, values: dict[str, str]) -> str | None:

@@ -13,12 +13,13 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 
-from .errors import ClientError, NotFound
+from .errors import ClientError, GraphError, GraphProblem, NotFound
 from .models import Event, RunInfo, RunPage, RunQuery, RunResult, RunSpec
 from .ops import RefineAnswer
 from .polling import TERMINAL_EVENTS as TERMINAL_EVENTS  # re-exported (the gateway's SSE)
 from .polling import FollowByPolling, WaitForEnd
 from .schema import SpecSchema
+from .webhooks import WebhookNotice
 
 #: A run id no back end ever issues; ``ping`` asks for it to touch the store.
 _PROBE_ID = "0" * 32
@@ -26,6 +27,9 @@ _PROBE_ID = "0" * 32
 
 class Backend(ABC):
     """What a client needs from wherever runs are executed."""
+
+    #: Whether :meth:`notify` and a spec's ``webhook`` are delivered here (a gateway's).
+    delivers_webhooks = False
 
     @abstractmethod
     def submit(self, spec: RunSpec, idempotency_key: str | None) -> RunInfo:
@@ -103,6 +107,13 @@ class Backend(ABC):
         before the first read: a plain sleep here. A back end told of a run's end returns one
         that returns early at it (the store's run-end watch), so nothing waits for a poll."""
         return nullcontext(time.sleep)
+
+    def notify(self, notice: WebhookNotice) -> str:
+        """Have ``notice`` delivered like a run's webhook; its ``webhook-id``. Only a gateway
+        delivers webhooks: anywhere else this is refused, before anything is started."""
+        raise GraphError([GraphProblem(
+            node_id=None, path="webhook", message="webhooks are delivered by a gateway "
+            f"(genloop serve); {type(self).__name__} has none")])
 
     def schema(self) -> SpecSchema:
         """Graph and Loop JSON Schema narrowed to the names this back end serves."""

@@ -18,6 +18,7 @@ from .models import RunInfo, RunQuery, RunSpec, RunStatus
 from .run import Run
 from .schema import SpecSchema
 from .uploads import image_upload
+from .webhooks import WebhookNotice
 
 
 def _workers_module(name: str, what: str) -> Any:
@@ -132,6 +133,14 @@ class Client(_ClientBase):
             if page.next is None:
                 return
             query = query.model_copy(update={"cursor": page.next})
+
+    def notify(self, url: str, type: str, key: str, **data: object) -> str:
+        """POST ``{"type": type, **data}`` to ``url``, signed and retried as a run's webhook is,
+        once per ``key`` (again with the same key: the first delivery's id, nothing sent);
+        returns its ``webhook-id``. For what is not one run, e.g. a campaign's end. Only
+        through a gateway (``GraphError`` elsewhere, sending nothing)."""
+        notice = WebhookNotice(url=url, type=type, key=key, data=data)
+        return self._backend.notify(notice)
 
     def read_artifact(self, key: str) -> bytes:
         """The bytes of an artifact (a candidate's ``artifact``), e.g. PNG data."""

@@ -35,6 +35,7 @@ from .ops import RefineAnswer
 from .polling import TERMINAL_EVENTS, WaitByLongPoll
 from .schema import SpecSchema
 from .uploads import UPLOAD_MEDIA
+from .webhooks import WebhookNotice
 from .wire import (
     IDEMPOTENCY_HEADER,
     SseDecoder,
@@ -163,6 +164,8 @@ class StreamResume:
 class HttpBackend(_HttpBase, Backend):
     """``Client.http(...)``'s back end: a gateway over httpx, with safe retries."""
 
+    delivers_webhooks = True
+
     def __init__(self, config: HttpConfig) -> None:
         super().__init__(config)
         self._http = httpx.Client(**self._client_options())
@@ -191,6 +194,10 @@ class HttpBackend(_HttpBase, Backend):
     def runs(self, query: RunQuery) -> RunPage:
         return RunPage.model_validate_json(
             self._send("GET", "/v1/runs", params=_runs_params(query)).content)
+
+    def notify(self, notice: WebhookNotice) -> str:
+        response = self._send("POST", "/v1/webhooks", json=notice.model_dump(mode="json"))
+        return str(response.json()["webhook_id"])
 
     def wait(self, run_id: str, timeout: float | None = None, poll: float = 0.05) -> RunInfo:
         """Long polls, each answered by the gateway the moment the run ends."""

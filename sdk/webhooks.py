@@ -22,6 +22,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 import secrets
 import time
 from collections.abc import Mapping
@@ -63,6 +64,35 @@ class WebhookTarget(BaseModel):
         if "run.ended" not in events or len(set(events)) != len(events):
             raise ValueError("events name each kind once and always include 'run.ended'")
         return events
+
+
+#: The most a notice's ``data`` may hold, as JSON: a delivery stays small.
+MAX_NOTICE_BYTES = 16_000
+
+
+class WebhookNotice(BaseModel):
+    """A delivery of the caller's own, not of one run: a campaign's end (``Client.notify``).
+    The gateway signs, retries and records it as it does a run's, once per ``key``: posting the
+    same key again is answered with the first notice's delivery, not a second one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(max_length=2000, pattern=r"^https?://")
+    type: str = Field(pattern=r"^[a-z]+(\.[a-z_]+)+$", max_length=40,
+                      description="what it reports, e.g. 'campaign.ended' (the body's 'type')")
+    key: str = Field(min_length=1, max_length=200,
+                     description="the caller's name of this notice: one delivery per key")
+    data: dict[str, object] = Field(
+        default_factory=dict, description=f"the body's other fields, at most "
+        f"{MAX_NOTICE_BYTES:,} bytes as JSON")
+
+    @field_validator("data")
+    @classmethod
+    def _small(cls, data: dict[str, object]) -> dict[str, object]:
+        size = len(json.dumps(data, default=str))
+        if size > MAX_NOTICE_BYTES:
+            raise ValueError(f"data is {size:,} bytes as JSON; at most {MAX_NOTICE_BYTES:,}")
+        return data
 
 
 class WebhookVerificationError(GenloopError):

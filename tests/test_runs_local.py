@@ -44,3 +44,20 @@ def test_a_webhook_on_a_back_end_that_cannot_deliver_it_is_refused(client):
     with pytest.raises(GraphError, match="webhooks are delivered by a gateway"):
         client.submit(Loop(prompt="p", model="tiny", webhook={"url": "https://example.com/h"}))
     assert list(client.runs()) == []
+
+
+def test_a_campaign_webhook_or_notice_without_a_gateway_is_refused_before_anything_runs(
+        client, tmp_path):
+    import pytest
+
+    from genloop.campaign import CampaignSpecError, parse_spec, run
+    from genloop.sdk import GraphError
+
+    with pytest.raises(GraphError, match="webhooks are delivered by a gateway"):
+        client.notify("https://example.com/h", "campaign.ended", "k")
+    spec = parse_spec({"name": "c", "axes": {"p": ["a red circle"]}, "template": "{p}",
+                       "loop": {"model": "tiny", "rounds": 1, "candidates": 1, "steps": 1},
+                       "webhook": "https://example.com/h"})
+    with pytest.raises(CampaignSpecError, match="webhook"):
+        run(spec, client, out=tmp_path)
+    assert list(client.runs()) == []

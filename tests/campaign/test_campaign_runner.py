@@ -175,7 +175,8 @@ def test_a_variants_key_is_decided_by_its_images_alone(tmp_path):
     spec = parse_spec(SPEC)
     values = next(iter(spec.variants()))
     loop = spec.loop_for(values)
-    hooked = parse_spec({**SPEC, "webhook": "https://hooks.example/c"}).loop_for(values)
+    hooked = parse_spec({**SPEC, "webhook": {"url": "https://hooks.example/c",
+                                             "variants": True}}).loop_for(values)
     # Fields added to Loop later (labels, webhook, priority) leave the keys of stored campaigns
     # as they were
     before = {k: v for k, v in loop.model_dump(mode="json").items()
@@ -184,3 +185,6 @@ def test_a_variants_key_is_decided_by_its_images_alone(tmp_path):
                                            ).hexdigest()[:32]
     assert loop_key(loop) == loop_key(hooked) == old_key
     assert hooked.webhook.url == "https://hooks.example/c"
+    # A plain URL is the campaign's own webhook: its variants' loops have none
+    assert parse_spec({**SPEC, "webhook": "https://hooks.example/c"}).loop_for(
+        values).webhook is None

@@ -195,3 +195,42 @@ def test_a_loop_reports_its_pause_and_rounds_when_asked(stack, receiver):
     assert job["kind"] == "refine.requested" and job["state"] == "delivered"
     with pytest.raises(ValueError):
         Loop(prompt="p", webhook={"url": receiver.url, "events": ["refine.requested"]})
+
+
+def test_delivery_attempts_are_the_tenants_and_stop_at_its_quota_until_the_next_minute(stack):
+    from genloop.workers.gateway import TenantLimits
+
+    if time.time() % 60 > 50:  # the quota is per minute: start well inside one
+        time.sleep(61 - time.time() % 60)
+    failing = Receiver([500] * 100)
+    try:
+        tenant, key = stack.tenant(TenantLimits(webhook_attempts_per_minute=2))
+        stack.store.set_webhook_secret(tenant, "whsec_" + "A" * 32)
+        run = stack.client(key).submit(quick(failing.url, "quota"))
+        failing.wait_for(2)
+        time.sleep(1.0)  # backoff is 0.05 s here: without the quota ~5 more would have come
+        assert len(failing.deliveries) == 2
+        job = httpx.get(f"{stack.url}/v1/webhooks/{run.id}",
+                        headers={"Authorization": f"Bearer {key}"}).json()
+        # The waiting delivery is due at the next minute, not counted as an attempt
+        assert job["state"] == "pending" and job["attempts"] == 2
+        assert job["next_at"] >= (time.time() // 60 + 1) * 60 - 1
+    finally:
+        failing.close()
+
+
+def test_agent_tools_put_the_hosts_webhook_on_the_runs_they_start(stack, receiver):
+    from genloop.integrations.catalog import Catalog
+    from genloop.integrations.tools import GenloopTools
+
+    key, secret = with_secret(stack)
+    tools = GenloopTools(stack.client(key), catalog=Catalog(models=("tiny",)),
+                         webhook=receiver.url)
+    out = tools.call("run_loop", {"prompt": "a red circle", "rounds": 1, "candidates": 1,
+                                  "steps": 1, "label": "task-9", "wait_seconds": 120})
+    assert out.done
+
+    (headers, body, _), = receiver.wait_for(1)
+    verify(headers, body, secret)
+    ended = json.loads(body)
+    assert ended["run_id"] == out.run_id and ended["labels"] == {"tool.label": "task-9"}

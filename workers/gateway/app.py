@@ -28,6 +28,7 @@ from genloop.sdk.labels import parse_label
 from genloop.sdk.models import RunInfo, RunPage, RunQuery, RunResult, RunSpec, RunStatus
 from genloop.sdk.ops import RefineAnswer
 from genloop.sdk.schema import SpecSchema
+from genloop.sdk.webhooks import WebhookNotice
 from genloop.sdk.wire import ApiError
 
 from ..artifacts.base import CONTENT_TYPES
@@ -306,6 +307,12 @@ def create_app(backend: Backend, store: GatewayStore,
         """A new secret for your webhook deliveries (``whsec_...``), replacing any earlier one:
         it is shown only now. Verify deliveries with ``genloop.sdk.webhooks.verify``."""
         return WebhookSecret(secret=gateway.new_webhook_secret(who))
+
+    @app.post("/v1/webhooks", response_model=WebhookJob, status_code=201, tags=["webhooks"])
+    def notify(notice: WebhookNotice, gateway: Gw, who: Tenant) -> WebhookJob:
+        """Have a delivery of your own made (a campaign's end: ``Client.notify``), signed and
+        retried as a run's is, once per ``key``; the job's ``webhook_id`` finds it again."""
+        return gateway.notify(who, notice)
 
     @app.get("/v1/webhooks/{run_id}", response_model=WebhookJob, tags=["webhooks"])
     def webhook(run_id: str, gateway: Gw, who: Tenant) -> WebhookJob:

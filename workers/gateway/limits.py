@@ -9,7 +9,9 @@ finish) but not the per-run ones (the run itself is too large: split it or ask f
 
 Uploads have quotas of their own: ``max_uploads`` images and ``max_upload_bytes`` in all, and
 at most ``uploads_per_minute``; and a tenant may hold ``max_event_streams`` event streams open at
-once (each is a connection and a poller). These are 429 with ``Retry-After`` too.
+once (each is a connection and a poller). These are 429 with ``Retry-After`` too. Webhook
+deliveries are the tenant's too: at most ``webhook_attempts_per_minute`` attempts a minute are
+made for it (retries included); the rest wait, none is dropped.
 
 ``models`` and ``evaluators`` narrow what the operator allows for this tenant (``None``: all).
 """
@@ -41,6 +43,9 @@ class TenantLimits(BaseModel):
     uploads_per_minute: int = Field(60, ge=1, description="uploads a tenant may make a minute")
     max_event_streams: int = Field(
         32, ge=1, description="event streams (API and console) a tenant may hold open at once")
+    webhook_attempts_per_minute: int = Field(
+        120, ge=1, description="webhook delivery attempts the gateway makes for a tenant a "
+        "minute (retries included); past it a delivery waits for the next minute")
     models: list[str] | None = Field(None, description="models allowed; None: the operator's")
     evaluators: list[str] | None = Field(
         None, description="evaluators allowed; None: every registered one"

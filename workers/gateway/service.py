@@ -35,7 +35,7 @@ from genloop.sdk.errors import (
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunPage, RunQuery, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
-from genloop.sdk.webhooks import new_secret
+from genloop.sdk.webhooks import WebhookNotice, new_secret
 
 from ..agent_refine import value_problems
 from ..artifacts.base import ARTIFACT_KEY, artifact_key
@@ -102,7 +102,7 @@ class Gateway:
         self.streams = StreamSlots()
         self.webhook_policy = webhook_policy or AddressPolicy()
         self.webhooks = WebhookDeliverer(store, backend, self.webhook_policy,
-                                         backoff=webhook_backoff)
+                                         backoff=webhook_backoff, limits=self.limits)
 
     def limits(self, tenant: str) -> TenantLimits:
         return self.store.limits(tenant) or self.defaults
@@ -113,7 +113,8 @@ class Gateway:
         spec = self._with_recipe(spec, limits)
         self._own_images(tenant, spec)
         planned = self.admission.check(spec, limits)
-        self._check_webhook(tenant, spec)
+        if spec.webhook is not None:
+            self._check_webhook(tenant, spec.webhook.url)
         # Whatever namespace and limits the client sent are replaced: it must not read
         # another's cache, nor let a fan-out grow past its own limits while the run runs.
         webhook = spec.webhook
@@ -152,22 +153,38 @@ class Gateway:
                  tenant)
         return info, created
 
-    def _check_webhook(self, tenant: str, spec: RunSpec) -> None:
+    def _check_webhook(self, tenant: str, url: str) -> None:
         """A webhook must go to an address the gateway may call, and the tenant must have a
         secret to sign it with; 422 otherwise (nothing is started)."""
-        if spec.webhook is None:
-            return
         why = None
         if self.store.webhook_secret(tenant) is None:
             why = ("make a webhook secret first (POST /v1/webhooks/secret): deliveries are "
                    "signed with it")
         else:
             try:
-                self.webhook_policy.check(spec.webhook.url)
+                self.webhook_policy.check(url)
             except WebhookRefused as exc:
                 why = str(exc)
         if why is not None:
             raise GraphError([GraphProblem(node_id=None, path="webhook.url", message=why)])
+
+    def notify(self, tenant: str, notice: WebhookNotice) -> WebhookJob:
+        """A delivery of the tenant's own (a campaign's end), made once per ``notice.key``:
+        the same key again answers with the first one's job and sends nothing."""
+        self._check_webhook(tenant, notice.url)
+        digest = hashlib.sha256(f"{tenant}\0{notice.key}".encode()).hexdigest()[:32]
+        webhook_id = f"msg_n{digest}"  # 'n' is no hex digit: never a run's id
+        with self._locks[tenant]:
+            job = self.store.webhook(webhook_id)
+            if job is None:
+                job = WebhookJob(webhook_id=webhook_id, run_id="", tenant=tenant,
+                                 url=notice.url, kind=notice.type,
+                                 payload={**notice.data, "type": notice.type},
+                                 next_at=time.time())
+                self.store.put_webhook(job)
+                self.webhooks.start()
+                self.webhooks.wake()
+        return job
 
     def new_webhook_secret(self, tenant: str) -> str:
         """A new secret for the tenant's deliveries, replacing any earlier one: shown once."""
@@ -179,6 +196,11 @@ class Gateway:
         """A delivery: by its ``webhook-id``, or a run id for the run's end (``NotFound`` for
         another tenant's run or one without)."""
         webhook_id = id if id.startswith("msg_") else f"msg_{id}"
+        if webhook_id.startswith("msg_n"):  # a notice: no run, its tenant's alone
+            notice = self.store.webhook(webhook_id)
+            if notice is None or notice.run_id or notice.tenant != tenant:
+                raise NotFound(f"no webhook {id!r}")
+            return notice
         run_id = webhook_id.removeprefix("msg_").split("_")[0]  # run ids are hex
         self._own(tenant, run_id)
         job = self.store.webhook(webhook_id)

@@ -68,7 +68,8 @@ class RunSummary(BaseModel):
 
 class WebhookJob(BaseModel):
     """One delivery of a run's webhook, and how it stands (the gateway's outbox): the run's end
-    (``webhook_id`` ``msg_<run>``), or an event it asked for (``msg_<run>_<event id>``)."""
+    (``webhook_id`` ``msg_<run>``), an event it asked for (``msg_<run>_<event id>``), or a
+    tenant's notice of no run (``msg_n<hash of its key>``, ``run_id`` empty)."""
 
     webhook_id: str
     run_id: str

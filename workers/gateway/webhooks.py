@@ -14,6 +14,9 @@ gateways may both send a due job: a receiver drops the duplicate by its ``webhoo
 every attempt and replay of one run's delivery share.
 
 The address is checked at submit and again before each attempt (:mod:`.webhook_addresses`).
+Attempts are the tenant's cost: each is counted against its ``webhook_attempts_per_minute``,
+and one past it waits for the next minute (it is not an attempt), so no tenant's failing
+receivers can have the gateway send more than that.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from genloop.sdk.ops import RefineRequest
 from genloop.sdk.webhooks import signed_headers
 
 from ..stores.records import EventRecord
+from .limits import TenantLimits
 from .store import GatewayStore, WebhookJob
 from .webhook_addresses import AddressPolicy, WebhookRefused
 
@@ -98,8 +102,10 @@ class WebhookDeliverer:
 
     def __init__(self, store: GatewayStore, backend: Backend, policy: AddressPolicy, *,
                  backoff: float = 5.0, poll: float = 0.1, timeout: float = TIMEOUT,
-                 senders: int = 16, watchers: int = 64) -> None:
+                 senders: int = 16, watchers: int = 64,
+                 limits: Callable[[str], TenantLimits] | None = None) -> None:
         self.store, self.backend, self.policy = store, backend, policy
+        self.limits = limits or (lambda _tenant: TenantLimits())
         self.backoff, self.poll, self.timeout = backoff, poll, timeout
         self._rng = random.Random()
         self._stop = threading.Event()
@@ -156,11 +162,11 @@ class WebhookDeliverer:
                 jobs.append(job)
         for job in jobs:
             with self._lock:
-                if job.run_id in self._busy:  # a sender has the run: take it next step
+                if _owner(job) in self._busy:  # a sender has the run: take it next step
                     if job.webhook_id in ready:
                         self._ready.add(job.webhook_id)
                     continue
-                self._busy.add(job.run_id)
+                self._busy.add(_owner(job))
             taken.append(self._senders.submit(self._guarded, self._one, job))
         if wait:
             for future in taken:
@@ -182,7 +188,7 @@ class WebhookDeliverer:
             log.warning("webhook of run %s: a step failed", job.run_id, exc_info=True)
         finally:
             with self._lock:
-                self._busy.discard(job.run_id)
+                self._busy.discard(_owner(job))
 
     def _one(self, job: WebhookJob) -> None:
         if job.kind != "run.ended":  # an event's delivery: its payload is ready
@@ -223,6 +229,13 @@ class WebhookDeliverer:
         return job
 
     def _attempt(self, job: WebhookJob, body: bytes) -> None:
+        quota = self.limits(job.tenant).webhook_attempts_per_minute
+        count, reset = self.store.hit(job.tenant, "webhook-attempt", 60.0)
+        if count > quota:  # the tenant's attempts this minute are spent: not an attempt
+            log.info("webhook %s of tenant %s waits %.0f s: %d attempts a minute spent",
+                     job.webhook_id, job.tenant, reset, quota)
+            self.store.put_webhook(job.model_copy(update={"next_at": time.time() + reset}))
+            return
         now = time.time()
         status, excerpt, took = self._send(job, body)
         job = job.model_copy(update={"attempts": job.attempts + 1, "last_status": status,
@@ -288,10 +301,15 @@ class WebhookDeliverer:
 
     def _record(self, job: WebhookJob, status: int | None, excerpt: str, took: float) -> None:
         store = getattr(self.backend, "store", None)
-        if store is None:
+        if store is None or not job.run_id:  # a notice has no run to show it
             return
         message = json.dumps({"url": job.url[:EXCERPT], "webhook_id": job.webhook_id,
                               "state": job.state, "ms": round(took * 1000), "answer": excerpt})
         store.append_event(job.run_id, EventRecord(
             type="webhook.attempt", time=time.time(), attempt=job.attempts,
             status=str(status) if status is not None else "error", message=message))
+
+
+def _owner(job: WebhookJob) -> str:
+    """What one sender at a time has: a run's deliveries, or a notice alone."""
+    return job.run_id or job.webhook_id
