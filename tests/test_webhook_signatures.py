@@ -46,3 +46,21 @@ def test_a_changed_delivery_does_not_verify(change):
     verify(signed_headers(secret, "msg_1", b"x", timestamp=now), b"x", secret, now=now)
     with pytest.raises(WebhookVerificationError):
         verify(headers, body, secret, now=now)
+
+
+def test_the_readmes_example_receiver_takes_a_signed_delivery_and_refuses_a_forged_one():
+    import textwrap
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = next(b for b in readme.split("```python")[1:]
+                 if "def on_webhook" in b.split("```")[0]).split("```")[0]
+    secret = new_secret()
+    namespace: dict = {}
+    code = textwrap.dedent(block).replace('"whsec_..."', repr(secret))
+    exec(code, namespace)  # the README's code, as it stands
+    body = b'{"type": "run.ended", "run_id": "r1", "status": "succeeded"}'
+    headers = signed_headers(secret, "msg_r1", body)
+
+    assert namespace["on_webhook"](headers, body) == 204
+    assert namespace["on_webhook"](headers, body.replace(b"r1", b"r2")) == 400

@@ -34,6 +34,8 @@ def system_resolver(host: str, port: int) -> list[str]:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise WebhookRefused(f"cannot resolve {host!r}: {exc.strerror}") from exc
+    except UnicodeError as exc:  # the idna codec refuses the name before any lookup
+        raise WebhookRefused(f"{host!r} is not a host name: {exc}") from exc
     return [str(info[4][0]) for info in infos]
 
 
