@@ -29,6 +29,7 @@ from .ops import GenerationRequest, RefineAnswer
 from .run import refine_answer
 from .schema import SpecSchema
 from .uploads import image_upload
+from .webhooks import WebhookNotice
 
 
 class ThreadedBackend(AsyncBackend):
@@ -67,6 +68,9 @@ class ThreadedBackend(AsyncBackend):
 
     async def runs(self, query: RunQuery) -> RunPage:
         return await asyncio.to_thread(self.sync.runs, query)
+
+    async def notify(self, notice: WebhookNotice) -> str:
+        return await asyncio.to_thread(self.sync.notify, notice)
     async def wait(self, run_id: str, timeout: float | None = None,
                    poll: float = 0.05) -> RunInfo:
         """The sync back end's wait (told of the end, not polling), in a thread of its own:
@@ -188,6 +192,10 @@ class AsyncClient(_ClientBase):
             if page.next is None:
                 return
             query = query.model_copy(update={"cursor": page.next})
+
+    async def notify(self, url: str, type: str, key: str, **data: object) -> str:
+        """The async twin of :meth:`Client.notify`."""
+        return await self._backend.notify(WebhookNotice(url=url, type=type, key=key, data=data))
 
     async def read_artifact(self, key: str) -> bytes:
         return await self._backend.read_artifact(key)

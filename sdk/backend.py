@@ -166,6 +166,12 @@ class AsyncBackend(ABC):
         """:meth:`Backend.runs`, awaited."""
         raise NotImplementedError(f"{type(self).__name__} cannot list runs")
 
+    async def notify(self, notice: WebhookNotice) -> str:
+        """:meth:`Backend.notify`, awaited (refused but by a gateway's)."""
+        raise GraphError([GraphProblem(
+            node_id=None, path="webhook", message="webhooks are delivered by a gateway "
+            f"(genloop serve); {type(self).__name__} has none")])
+
     async def follow(self, run_id: str, after: int = 0, poll: float = 0.05) -> AsyncIterator[Event]:
         """Events as they happen, ending with the run's last event (polls by default)."""
         following = FollowByPolling(after, poll)

@@ -299,6 +299,10 @@ class AsyncHttpBackend(_HttpBase, AsyncBackend):
         response = await self._send("GET", "/v1/runs", params=_runs_params(query))
         return RunPage.model_validate_json(response.content)
 
+    async def notify(self, notice: WebhookNotice) -> str:
+        response = await self._send("POST", "/v1/webhooks", json=notice.model_dump(mode="json"))
+        return str(response.json()["webhook_id"])
+
     async def wait(self, run_id: str, timeout: float | None = None,
                    poll: float = 0.05) -> RunInfo:
         """:meth:`HttpBackend.wait`, awaited."""

@@ -83,3 +83,25 @@ def test_a_notice_to_an_address_the_operator_did_not_allow_is_refused(stack):
     big = {"url": "https://example.com/h", "type": "campaign.ended", "key": "k",
            "data": {"x": "y" * 20_000}}
     assert httpx.post(f"{stack.url}/v1/webhooks", headers=auth, json=big).status_code == 422
+
+
+def test_a_notice_is_sent_once_per_key_from_either_client(stack):
+    import asyncio
+
+    key, secret = with_secret(stack)
+    receiver = Receiver()
+    try:
+        first = stack.client(key).notify(receiver.url, "batch.ended", "batch-1", jobs=3)
+
+        async def again() -> str:
+            async with stack.aclient(key) as aclient:
+                return await aclient.notify(receiver.url, "batch.ended", "batch-1", jobs=3)
+
+        assert asyncio.run(again()) == first  # the same key: the same delivery, not a second
+        (headers, body, _), = receiver.wait_for(1)
+        time.sleep(0.5)
+        assert len(receiver.deliveries) == 1 and headers["webhook-id"] == first
+        verify(headers, body, secret)
+        assert json.loads(body) == {"type": "batch.ended", "jobs": 3}
+    finally:
+        receiver.close()
