@@ -76,6 +76,65 @@ def setup_worker(p: argparse.ArgumentParser) -> None:
                    help="requeue a dead worker's messages after this long")
 
 
+def cmd_pool(args: argparse.Namespace) -> int:
+    import redis
+
+    from .pool_status import BacklogCollector, pool_status
+    from .stores.redis import RedisStateStore
+
+    client = redis.Redis.from_url(args.redis)
+    store = RedisStateStore(client=client, prefix=args.prefix)
+    if args.action == "status":
+        status = pool_status(client, args.prefix, store)
+        print(status.model_dump_json(indent=2) if args.json else _status_text(status))
+        return 0
+    import threading
+
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry()
+    registry.register(BacklogCollector(client, args.prefix, store))
+    start_http_server(args.port, addr=args.host, registry=registry)
+    print(f"backlog metrics on http://{args.host}:{args.port}/metrics", flush=True)
+    threading.Event().wait()
+    return 0  # not reached
+
+
+def _status_text(status) -> str:
+    lines = [f"workers ({len(status.workers)}):"]
+    for w in status.workers:
+        running = f"{w.running[0]} x{w.running[1]}" if w.running else "idle"
+        queued = ", ".join(f"{m} x{n}" for m, n in w.queued_images.items()) or "nothing"
+        lines.append(f"  {w.host}:{w.pid}  queues {','.join(w.queues)}  threads {w.threads}  "
+                     f"resident {','.join(w.resident) or '-'}  running {running}  "
+                     f"queued {queued}  deferred {w.deferred}"
+                     + ("  DRAINING" if w.draining else ""))
+    lines.append("queues:")
+    for q in status.queues:
+        lines.append(f"  {q.queue}  queued {q.queued}  started {q.started}  "
+                     f"workers {q.workers}")
+    lines.append("models:")
+    for m in status.models:
+        seconds = "not measured" if m.seconds is None else f"{m.seconds:.1f} s of work"
+        lines.append(f"  {m.model}  instances {m.instances}  images {m.images}  {seconds}  "
+                     f"resident on {m.workers}")
+    return "\n".join(lines)
+
+
+def setup_pool(p: argparse.ArgumentParser) -> None:
+    import redis  # noqa: F401  (fail at parse time, with the extra named)
+
+    p.set_defaults(fn=cmd_pool)
+    p.add_argument("action", choices=["status", "exporter"],
+                   help="status: print workers and backlog; exporter: serve the backlog as "
+                   "Prometheus metrics (for an autoscaler such as KEDA)")
+    p.add_argument("--redis", required=True, help="the pool's Redis, redis://host:6379/0")
+    p.add_argument("--prefix", default="genloop", help="the pool's key prefix")
+    p.add_argument("--json", action="store_true", help="status as JSON")
+    p.add_argument("--port", type=int, default=9464, help="exporter: port of /metrics")
+    p.add_argument("--host", default="127.0.0.1", help="exporter: address to bind")
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from genloop.sdk import Loop
 

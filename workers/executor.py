@@ -451,6 +451,16 @@ class Executor:
         self.leases.forget(owner)
         return result
 
+    @property
+    def draining(self) -> bool:
+        """Whether :meth:`start_draining` has been called (the worker is stopping)."""
+        return self._draining
+
+    @property
+    def deferred(self) -> int:
+        """Instances whose deferred work is in flight here."""
+        return len(self._in_flight)
+
     def start_draining(self) -> None:
         """The worker is stopping (SIGTERM): from now on, deferred work that no resource has
         started is handed back (:meth:`drain`), this process's queued requests at once."""

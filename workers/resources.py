@@ -79,6 +79,22 @@ class Resources:
             return served_models(builtin_models(), self.allowed)
         return served_models(registry.builtin(), registry.models)
 
+    def state(self) -> dict[str, Any]:
+        """What this process holds, for its presence in the pool (:mod:`.pool_status`):
+        resident models, its engine's running batch and queued images, each model's measured
+        seconds per image step and default steps. Builds nothing."""
+        registry = self._models
+        if registry is None:
+            return {}
+        engine = registry.started_engine
+        load = engine.load() if engine is not None else {"running": None, "queued": {}}
+        measured = dict(engine.step_seconds) if engine is not None else {}
+        resident = registry.resident()
+        return {"resident": resident, "running": load["running"],
+                "queued_images": load["queued"], "step_seconds": measured,
+                "default_steps": {name: registry.defaults(name).steps
+                                  for name in {*resident, *measured}}}
+
     def evaluator(self, name: str, options: dict[str, Any] | None = None):
         """The evaluator registered as ``name`` in :attr:`evaluators`, built with ``options``
         (loaded once per process for each distinct set of options)."""

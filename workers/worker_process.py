@@ -34,6 +34,7 @@ from .metrics import serve_metrics
 from .middleware.drain import Drain
 from .models_config import models_config
 from .ops.registry import default_registry
+from .pool_status import Presence
 from .redis_backend import artifacts_key
 from .resources import Resources
 from .stores.redis import RedisStateStore
@@ -94,6 +95,7 @@ def build():
         shared_fair=prefix,  # tenants take turns across the pool (redis_fair_queue)
     )
     broker.add_middleware(Drain(wiring.executor, float(os.environ.get(ENV_GRACE, DEFAULT_GRACE))))
+    broker.add_middleware(Presence(client, prefix, wiring.executor, resources, queues))
     publish(client, default_registry, queues, prefix, models=resources.served_models())
     if os.environ.get(ENV_METRICS_PORT):
         port = serve_metrics(int(os.environ[ENV_METRICS_PORT]),

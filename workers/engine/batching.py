@@ -161,6 +161,8 @@ class Batcher(BatchQueue[Slot]):
         self.batches: list[int] = []
         self.groups: list[dict[Hashable, int]] = []
         self.seconds: list[float] = []
+        #: The batch running now: ``(model, images)``, or ``None``.
+        self.running: tuple[str, int] | None = None
 
     def submit(self, job: Job) -> Job:
         now = time.monotonic()
@@ -174,6 +176,12 @@ class Batcher(BatchQueue[Slot]):
         """Drop ``job``'s candidates that have not started (it was cancelled or failed)."""
         with self._cond:
             self._pending = [s for s in self._pending if s.job is not job]
+
+    def queued_images(self) -> dict[str, int]:
+        """Candidates waiting for a batch, per model."""
+        with self._cond:
+            models = [s.job.key[0] for s in self._pending]
+        return {m: models.count(m) for m in dict.fromkeys(models)}
 
     def _arrived(self, group: Hashable, size: int, now: float) -> None:
         seen = self._groups.setdefault(group, [0, now])
@@ -238,10 +246,13 @@ class Batcher(BatchQueue[Slot]):
         self.groups.append(groups)
         log.debug("batch of %d at %s", len(batch), key)
         began = time.perf_counter()
+        self.running = (key[0], len(batch))
         try:
             self.run_batch(key, batch)
         except Exception as exc:  # the thread must outlive a failed batch
             log.exception("batch of %d at %s failed", len(batch), key)
             for slot in batch:
                 slot.job.fail(exc)
+        finally:
+            self.running = None
         self.seconds.append(time.perf_counter() - began)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -71,6 +72,9 @@ class EngineOptions:
     kernels: KernelOptions = field(default_factory=KernelOptions)
 
 
+#: Weight of a new batch in the per-model step time (:attr:`GenerationEngine.step_seconds`).
+LEARNING_RATE = 0.3
+
 #: On CPU, images of at most this many pixels batch up to :data:`SMALL_IMAGE_BATCH`.
 SMALL_IMAGE_PIXELS = 64 * 64
 SMALL_IMAGE_BATCH = 32
@@ -114,6 +118,9 @@ class GenerationEngine:
         self._lock = threading.Lock()
         self._batcher: Batcher | None = None
         self._closed = False
+        #: Seconds one image's denoising step takes, per model, as measured on this process's
+        #: batches (a moving average; what the pool's backlog estimate reads).
+        self.step_seconds: dict[str, float] = {}
 
     @property
     def batcher(self) -> Batcher:
@@ -205,6 +212,14 @@ class GenerationEngine:
         if batcher is not None:
             batcher.close()
 
+    def load(self) -> dict[str, Any]:
+        """What this engine holds now: the running batch (model and images, or ``None``) and
+        the images queued per model."""
+        batcher = self._batcher
+        if batcher is None:
+            return {"running": None, "queued": {}}
+        return {"running": batcher.running, "queued": batcher.queued_images()}
+
     def prepare(self, pipe) -> None:
         """Per-model speed settings, once per resident pipeline."""
         if pipe in self._prepared:
@@ -234,12 +249,22 @@ class GenerationEngine:
 
             if metered := [s for s in slots if s.job.metered]:
                 metrics().engine_batch(kind, len(metered))
+            began = time.perf_counter()
             images = self.oom.run_split(shape_key, slots, run)
+            if metered:
+                self._learn(model, time.perf_counter() - began, len(slots),
+                            settings.denoised_steps)
         for slot, image in zip(slots, images, strict=True):
             if image is not None:
                 slot.job.deliver(slot.index, image)
         metrics().images.inc(sum(image is not None and slot.job.metered
                                  for slot, image in zip(slots, images, strict=True)))
+
+    def _learn(self, model: str, seconds: float, images: int, steps: int) -> None:
+        per_step = seconds / (images * steps)
+        last = self.step_seconds.get(model)
+        self.step_seconds[model] = per_step if last is None else (
+            (1 - LEARNING_RATE) * last + LEARNING_RATE * per_step)
 
     def _edit_pipe(self, pipe, kind: str):
         """The ``kind`` pipeline on ``pipe``'s resident components, made once per pipeline."""

@@ -136,6 +136,11 @@ class ModelRegistry:
                 self._engine = GenerationEngine(self, self._engine_options)
             return self._engine
 
+    @property
+    def started_engine(self) -> Any:
+        """:attr:`engine` if it has been made, else ``None`` (a status read makes none)."""
+        return self._engine
+
     def pipeline(self, name: str) -> Any:
         """The resident pipeline for ``name``, loading it on first use."""
         return self._entry(name).pipe

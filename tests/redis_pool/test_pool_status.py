@@ -1,0 +1,94 @@
+"""What an operator and an autoscaler read of a Redis pool (workers/pool_status.py): live
+workers with what they hold, the backlog per queue and per model, and its seconds of work,
+through ``genloop pool status`` and ``genloop pool exporter`` on real worker processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from metrics_util import free_ports, scrape, value
+from redis_util import POOL_DB, redis_url
+
+from genloop.sdk import Client, Graph, RunStatus
+
+pytestmark = pytest.mark.slow
+
+#: One known workload, drawn twice: once for the worker to measure, once to be estimated.
+IMAGES, STEPS = 16, 16
+
+
+def _pool_status(url: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "genloop.workers.cli", "pool", "status",
+                          "--redis", url, "--json"], capture_output=True, text=True, timeout=60,
+                         check=True)
+    return json.loads(out.stdout)
+
+
+def _draw(seed: int) -> Graph:
+    g = Graph()
+    g.add("generate", id="draw", params={"prompt": "a red circle", "n": IMAGES, "seed": seed,
+                                         "model": "tiny", "steps": STEPS, "cache": "off"})
+    return g
+
+
+def test_pool_status_shows_workers_and_a_backlog_whose_seconds_match_the_time_it_takes(
+        pool, redis_client):
+    url = redis_url(POOL_DB)
+    pool.start(threads=2, args=("--preload", "tiny"))
+    pool.wait_ready(redis_client)
+    with Client.connect(url) as client:
+        # Given a worker that has drawn the workload once (and so measured the model)
+        assert client.submit(_draw(seed=0)).wait(timeout=120).status == RunStatus.SUCCEEDED
+        idle = _pool_status(url)
+        # When the same workload is submitted again
+        began = time.monotonic()
+        run = client.submit(_draw(seed=10_000))
+        waiting = _pool_status(url)
+        assert run.wait(timeout=120).status == RunStatus.SUCCEEDED
+        took = time.monotonic() - began
+
+    # Then the worker shows what it holds and the queues it serves, and an idle pool no backlog
+    [worker] = idle["workers"]
+    assert worker["resident"] == ["tiny"] and set(worker["queues"]) == {"gpu", "cpu"}
+    assert worker["step_seconds"]["tiny"] > 0 and not worker["draining"]
+    assert idle["models"] == [] and all(q["queued"] == q["started"] == 0
+                                        for q in idle["queues"])
+    # and the backlog holds the workload, its seconds within 20% of the time the pool took
+    [tiny] = waiting["models"]
+    assert (tiny["model"], tiny["images"], tiny["workers"]) == ("tiny", IMAGES, 1)
+    gpu = next(q for q in waiting["queues"] if q["queue"] == "gpu")
+    assert gpu["queued"] + gpu["started"] == IMAGES // 4 and gpu["workers"] == 1
+    assert abs(tiny["seconds"] - took) <= 0.2 * took, (tiny["seconds"], took)
+
+
+def test_the_exporter_serves_the_backlog_as_prometheus_gauges(pool, redis_client):
+    url = redis_url(POOL_DB)
+    # Given a pool scaled to zero (its last worker stopped) and work queued for it
+    worker = pool.start(threads=2)
+    pool.wait_ready(redis_client)
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=60)
+    with Client.connect(url) as client:
+        run = client.submit(_draw(seed=0))
+        port = free_ports(1)
+        exporter = subprocess.Popen([sys.executable, "-m", "genloop.workers.cli", "pool",
+                                     "exporter", "--redis", url, "--port", str(port)],
+                                    stdout=subprocess.PIPE, text=True)
+        try:
+            assert "backlog metrics on" in exporter.stdout.readline()
+            # Then an autoscaler reads the backlog with no worker alive, seconds not yet known
+            samples = scrape(f"http://127.0.0.1:{port}/metrics")
+        finally:
+            exporter.kill()
+            exporter.wait()
+        run.cancel()
+    assert value(samples, "genloop_backlog_instances", queue="gpu", state="queued") == IMAGES // 4
+    assert value(samples, "genloop_pool_workers", queue="gpu") == 0
+    assert value(samples, "genloop_backlog_images", model="tiny") == IMAGES
+    assert value(samples, "genloop_backlog_seconds", model="tiny") != value(
+        samples, "genloop_backlog_seconds", model="tiny")  # NaN: no live worker measured it
