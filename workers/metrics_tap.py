@@ -12,9 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from genloop.sdk.models import NodeStatus
-
-from .stores.base import RunTx, StateStore
+from .stores.base import RunTx, StateStore, creation_events
 from .stores.records import EventRecord
 from .stores.redis_scripts import Finish, FinishOutcome, Start
 
@@ -52,11 +50,8 @@ class MeteredStore:
     def create_run(self, run, spec, nodes, instances):
         stored, created = self._store.create_run(run, spec, nodes, instances)
         if created:
-            self._observe(stored.id, EventRecord(type="run.submitted", time=stored.created_at))
-            # Roots are stored queued, with no event of their own.
-            for node in (n for n in nodes if n.status == NodeStatus.QUEUED):
-                self._observe(stored.id, EventRecord(type="node.queued", time=stored.created_at,
-                                                     node_id=node.node_id, status="queued"))
+            for event in creation_events(stored, nodes):
+                self._observe(stored.id, event)
         return stored, created
 
     @contextmanager

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 from genloop.sdk.errors import IdempotencyConflict as IdempotencyConflict  # re-exported
-from genloop.sdk.models import Event
+from genloop.sdk.models import Event, NodeStatus
 
 from .records import (
     EventRecord,
@@ -30,6 +30,17 @@ from .run_ends import EndWatch, Sleeping
 #: Keys per round trip (Redis MGET) or statement (SQLite ``IN``) of a batched read: small
 #: enough for SQLite's host-parameter limit and a modest reply.
 READ_BATCH = 500
+
+
+def creation_events(run: RunRecord, nodes: Sequence[NodeRecord]) -> list[EventRecord]:
+    """The events :meth:`StateStore.create_run` writes with a new run: ``run.submitted``, and
+    ``node.queued`` for each node queued at once (the roots), as every later node's queueing
+    writes one: the event log says every node that was queued, and the metrics counted from
+    it agree."""
+    return [EventRecord(type="run.submitted", time=run.created_at, status="pending"), *(
+        EventRecord(type="node.queued", time=run.created_at, node_id=node.node_id,
+                    status="queued", message=f"{node.pending_instances} instance(s)")
+        for node in nodes if node.status == NodeStatus.QUEUED)]
 
 
 class RunTx(ABC):
@@ -91,7 +102,8 @@ class StateStore(ABC):
         self, run: RunRecord, spec: RunSpecRecord, nodes: Sequence[NodeRecord],
         instances: Sequence[InstanceRecord],
     ) -> tuple[RunRecord, bool]:
-        """Store a new run with its nodes and first instances, which go to the outbox.
+        """Store a new run with its nodes and first instances, which go to the outbox, and its
+        :func:`creation_events`.
 
         If ``run.idempotency_key`` was used before with the same ``spec_hash``, nothing is written
         and the existing run comes back with ``False``; with another spec hash,

@@ -35,7 +35,7 @@ from genloop.sdk.errors import NotFound, StoreError
 from genloop.sdk.models import Event
 
 from . import redis_scripts
-from .base import READ_BATCH, IdempotencyConflict, RunTx, StateStore
+from .base import READ_BATCH, IdempotencyConflict, RunTx, StateStore, creation_events
 from .records import (
     EventRecord,
     InstanceRecord,
@@ -126,8 +126,7 @@ class RedisStateStore(StateStore):
         if instances:
             writes.hset(k.outbox, mapping={
                 f"{run.id}|{i.instance_id}": time.time() for i in instances})
-        writes.rpush(k.events(run.id), event_json(
-            EventRecord(type="run.submitted", time=run.created_at, status="pending")))
+        writes.rpush(k.events(run.id), *map(event_json, creation_events(run, nodes)))
         idem = [k.idem(run.idempotency_key)] if run.idempotency_key is not None else []
         holder = self._create(keys=idem, args=[run.id, json.dumps(writes.commands)]).decode()
         if holder == run.id:

@@ -22,7 +22,7 @@ from genloop.sdk.errors import NotFound, StoreError
 from genloop.sdk.models import Event
 
 from . import sqlite_steps
-from .base import READ_BATCH, IdempotencyConflict, RunTx, StateStore
+from .base import READ_BATCH, IdempotencyConflict, RunTx, StateStore, creation_events
 from .holders import holder_gone
 from .records import (
     EventRecord,
@@ -290,7 +290,8 @@ class SqliteStateStore(StateStore):
             for inst in instances:
                 tx.put_instance(inst)
             tx.add_outbox([i.instance_id for i in instances])
-            tx.event(EventRecord(type="run.submitted", time=run.created_at, status="pending"))
+            for event in creation_events(run, nodes):
+                tx.event(event)
         return run, True
 
     def get_run(self, run_id: str) -> RunRecord:
