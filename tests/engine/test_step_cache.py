@@ -187,35 +187,61 @@ def _zero(value) -> None:
             _zero(v)
 
 
-def test_kept_features_survive_the_blocks_rewriting_their_output_buffers(registry):
-    # CUDA graphs (torch.compile's reduce-overhead mode) replay into the same output memory on
-    # every call: what a block returned on a full step is overwritten before a cached step reads
-    # it. Simulated by zeroing every hooked block's output once the full step is done.
+def _cached_step(registry, overwrite: bool, cudagraphs: bool) -> tuple[torch.Tensor, list]:
+    """A full step then a cached one of the tiny UNet, with DeepCache every 2 steps; with
+    ``overwrite``, every hooked block's output zeroed between them (what a CUDA-graph replay
+    does to its output buffers), with ``cudagraphs`` the UNet marked as compiled to replay CUDA
+    graphs (the bucket hook a :class:`Compiler` in that mode installs). Returns the cached
+    step's output and what the hooked blocks returned on the full step."""
+    from diffusers.hooks import HookRegistry
+
+    from genloop.workers.engine.compile import _BUCKET_HOOK, _BatchBucketHook
     from genloop.workers.engine.deepcache import _deep_blocks, _outer_layers, deepcache_step_end
 
-    x, ctx = torch.randn(2, 4, 16, 16), torch.randn(2, 77, 32)
-
-    def cached_step(overwrite: bool) -> torch.Tensor:
-        returned: list = []
-        with registry.acquire("tiny") as pipe:
-            unet = pipe.unet
+    x, ctx = torch.randn(2, 4, 16, 16, generator=torch.Generator().manual_seed(0)), \
+        torch.randn(2, 77, 32, generator=torch.Generator().manual_seed(1))
+    returned: list = []
+    handles: list = []
+    with registry.acquire("tiny") as pipe:
+        unet = pipe.unet
+        hooks = HookRegistry.check_if_exists_or_initialize(unet)
+        if cudagraphs:
+            hooks.register_hook(_BatchBucketHook(cudagraphs=True), _BUCKET_HOOK)
+        try:
             prepare_step_cache(pipe, "deepcache:2", 4)  # step 0 full, step 1 cached
             handles = [block.register_forward_hook(lambda _m, _a, out: returned.append(out))
                        for block in _deep_blocks(unet) + _outer_layers(unet)]
-            try:
-                with torch.no_grad():
-                    unet(x, 900, ctx)
-                    for handle in handles:
-                        handle.remove()
-                    if overwrite:
-                        _zero(tuple(returned))
-                    deepcache_step_end(unet, 0)
-                    out = unet(x, 800, ctx).sample
-                assert deepcache_stats(unet) == (1, 1)
-            finally:
+            with torch.no_grad():
+                unet(x, 900, ctx)
                 for handle in handles:
                     handle.remove()
-                prepare_step_cache(pipe, "off", 4)
-        return out
+                if overwrite:
+                    _zero(tuple(returned))
+                deepcache_step_end(unet, 0)
+                out = unet(x, 800, ctx).sample
+            assert deepcache_stats(unet) == (1, 1)
+        finally:
+            for handle in handles:
+                handle.remove()
+            if cudagraphs:
+                hooks.remove_hook(_BUCKET_HOOK, recurse=False)
+            prepare_step_cache(pipe, "off", 4)
+    return out, returned
 
-    assert torch.equal(cached_step(overwrite=True), cached_step(overwrite=False))
+
+def test_kept_features_survive_cuda_graphs_rewriting_their_output_buffers(registry):
+    # CUDA graphs (torch.compile's reduce-overhead mode) replay into the same output memory on
+    # every call: what a block returned on a full step is overwritten before a cached step reads
+    # it. Simulated by zeroing every hooked block's output once the full step is done.
+    overwritten, _ = _cached_step(registry, overwrite=True, cudagraphs=True)
+    untouched, _ = _cached_step(registry, overwrite=False, cudagraphs=True)
+    assert torch.equal(overwritten, untouched)
+
+
+def test_an_eager_unet_s_kept_features_are_its_blocks_outputs_not_copies(registry):
+    # Given an eager UNet (no CUDA graphs): nothing writes its blocks' outputs again, so
+    # When a full step keeps them, Then it keeps the very tensors the blocks returned: a cached
+    # step replays those (zeroing them changes the cached step: no copy was made)
+    overwritten, returned = _cached_step(registry, overwrite=True, cudagraphs=False)
+    untouched, _ = _cached_step(registry, overwrite=False, cudagraphs=False)
+    assert returned and not torch.equal(overwritten, untouched)

@@ -20,8 +20,9 @@ bounded.
 
 CUDA graphs (``mode="reduce-overhead"``) reuse their output buffers on the next replay, and
 DeepCache keeps deep blocks' outputs across steps: the two meet safely because DeepCache keeps a
-copy (:mod:`.deepcache`), and the bucket hook marks each denoiser call as a new CUDA-graph step
-(``torch.compiler.cudagraph_mark_step_begin``), so nothing else is expected to outlive it.
+copy where :func:`replays_cuda_graphs` says so (:mod:`.deepcache`), and the bucket hook marks
+each denoiser call as a new CUDA-graph step (``torch.compiler.cudagraph_mark_step_begin``), so
+nothing else is expected to outlive it.
 
 Compilation is lazy, so a failure (no C compiler, an unsupported op, a broken backend) surfaces
 at the first call with a new shape. :meth:`Compiler.call` catches dynamo's errors, switches the
@@ -111,6 +112,13 @@ class _BatchBucketHook(ModelHook):
         if self.padded is None:
             return output
         return _unpad(output, *self.padded)
+
+
+def replays_cuda_graphs(model) -> bool:
+    """Whether ``model`` was compiled here in a CUDA-graph mode: its outputs live in buffers
+    that its next call writes again, so what must outlive a call is copied."""
+    hook = HookRegistry.check_if_exists_or_initialize(model).get_hook(_BUCKET_HOOK)
+    return hook is not None and hook.cudagraphs
 
 
 def _denoiser(pipe) -> Any:

@@ -75,6 +75,9 @@ class _State:
     def __init__(self) -> None:
         self.config: DeepCacheConfig | None = None
         self.num_steps: int | None = None
+        #: Keep copies of the blocks' outputs (see :func:`_copy`): only a UNet replaying CUDA
+        #: graphs needs them; an eager block returns fresh tensors on every call.
+        self.copy_outputs = False
         self.reset()
 
     def reset(self) -> None:
@@ -133,7 +136,7 @@ class _DeepBlockHook(ModelHook):
         if not s.full and self.slot in s.kept:
             return s.kept[self.slot]
         out = self.fn_ref.original_forward(*args, **kwargs)
-        s.kept[self.slot] = _copy(out)
+        s.kept[self.slot] = _copy(out) if s.copy_outputs else out
         return out
 
 
@@ -141,7 +144,7 @@ def _copy(value: Any) -> Any:
     """A copy of a block's output to keep across steps. The block's own tensors may live in
     buffers that are written again before the next step reads them: CUDA graphs
     (``torch.compile(mode="reduce-overhead")``) replay into the same output memory on every
-    call. One copy of the deep outputs per full step costs far less than the step itself."""
+    call. Eager runs keep the outputs themselves: nothing writes them again."""
     if isinstance(value, torch.Tensor):
         return value.clone()
     if isinstance(value, tuple):
@@ -197,14 +200,18 @@ def remove_deepcache(unet) -> None:
     registry.invalidate_child_registries_cache()
 
 
-def set_deepcache(unet, config: DeepCacheConfig | None, num_steps: int | None = None) -> None:
+def set_deepcache(unet, config: DeepCacheConfig | None, num_steps: int | None = None, *,
+                  copy_outputs: bool = False) -> None:
     """Start a denoising run with ``config`` (``None``: off) and forget the kept features.
 
     Call it before each pipeline call; ``num_steps`` lets the schedule keep the last steps full.
+    ``copy_outputs``: the UNet replays CUDA graphs, whose next replay writes over the outputs
+    kept (:func:`~.compile.replays_cuda_graphs` says).
     """
     state = _state(unet)
     state.config = None if config is None or config.interval == 1 else config
     state.num_steps = num_steps
+    state.copy_outputs = copy_outputs
     state.reset()
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .compile import replays_cuda_graphs
 from .deepcache import (
     DeepCacheConfig,
     apply_deepcache,
@@ -121,7 +122,7 @@ def prepare_step_cache(pipe, mode: str, num_steps: int) -> CachePlan:
         if config is not None:
             apply_deepcache(unet)
         if config is not None or has_deepcache(unet):
-            set_deepcache(unet, config, num_steps)
+            set_deepcache(unet, config, num_steps, copy_outputs=replays_cuda_graphs(unet))
     transformer = getattr(pipe, "transformer", None)
     if transformer is not None and hasattr(transformer, "enable_cache"):
         _set_transformer_cache(transformer, plan)
