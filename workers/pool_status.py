@@ -21,11 +21,12 @@ exporter``), for an autoscaler such as KEDA to read; genloop scales no processes
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import dramatiq
@@ -35,9 +36,11 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from pydantic import BaseModel, Field
 
-from genloop.sdk.models import NodeStatus
+from genloop.sdk.models import NodeStatus, RunInfo
 
 from .stores.base import StateStore
+
+log = logging.getLogger(__name__)
 
 #: Seconds between a worker's presence records.
 HEARTBEAT = 2.0
@@ -63,6 +66,7 @@ class WorkerState(BaseModel):
     started: float
     seen: float
     draining: bool = False
+    models: list[str] = Field(default_factory=list, description="model names it serves")
     resident: list[str] = Field(default_factory=list, description="models in memory")
     running: tuple[str, int] | None = Field(None, description="(model, images) on the device")
     queued_images: dict[str, int] = Field(default_factory=dict,
@@ -107,6 +111,7 @@ class Presence(Middleware):
         self.client, self.key = client, workers_key(prefix)
         self.executor, self.resources, self.queues = executor, resources, queues
         self.id = executor.owner
+        self.models = sorted(resources.served_models())
         self.started = time.time()
         self._threads = 0
         self._stop = threading.Event()
@@ -121,13 +126,16 @@ class Presence(Middleware):
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         self._stop.set()
-        self.client.hdel(self.key, self.id)
+        try:
+            self.client.hdel(self.key, self.id)
+        except redis.RedisError:  # readers drop the record once it is stale
+            pass
 
     def state(self) -> WorkerState:
         held = self.resources.state()
         return WorkerState(
             id=self.id, host=socket.gethostname(), pid=os.getpid(), queues=self.queues,
-            threads=self._threads, started=self.started, seen=time.time(),
+            threads=self._threads, started=self.started, seen=time.time(), models=self.models,
             draining=self.executor.draining, deferred=self.executor.deferred, **held)
 
     def beat(self) -> None:
@@ -138,7 +146,7 @@ class Presence(Middleware):
             try:
                 self.beat()
             except Exception:  # noqa: BLE001  (a Redis hiccup must not end the presence)
-                pass
+                log.exception("publishing this worker's presence failed")
 
 
 def live_workers(client: redis.Redis, prefix: str) -> list[WorkerState]:
@@ -189,6 +197,29 @@ def pool_status(client: redis.Redis, prefix: str, store: StateStore) -> PoolStat
             entry.seconds = None
     return PoolStatus(at=time.time(), workers=workers, queues=list(queues.values()),
                       models=sorted(models.values(), key=lambda m: m.model))
+
+
+def waiting_for(client: redis.Redis, prefix: str, store: StateStore, info: RunInfo,
+                op_of: Callable[[str], str]) -> str | None:
+    """What ``info``'s queued instances wait for that no live worker provides: a worker on
+    their queue (and, for ``generate``, serving their model); ``None`` if every one has one.
+    ``op_of(node_id)``: the node's op. One store read per active node."""
+    active = [n.node_id for n in info.nodes
+              if n.status in (NodeStatus.QUEUED, NodeStatus.RUNNING)]
+    if info.status.terminal or not active:
+        return None
+    workers = live_workers(client, prefix)
+    for node_id in active:
+        model_of = op_of(node_id) == "generate"
+        for inst in store.node_instances(info.id, node_id):
+            if inst.status != NodeStatus.QUEUED:
+                continue
+            model = inst.params.get("model") if model_of else None
+            if not any(inst.queue in w.queues and (model is None or model in w.models)
+                       for w in workers):
+                serving = f" serving model {model!r}" if model is not None else ""
+                return f"a worker on queue {inst.queue!r}{serving}"
+    return None
 
 
 def _unfinished(store: StateStore) -> Iterator[tuple[Any, str]]:

@@ -13,15 +13,18 @@ from dramatiq.brokers.redis import RedisBroker
 from genloop.evaluators import EvaluatorRegistry
 from genloop.evaluators import default_registry as default_evaluators
 from genloop.sdk.errors import ClientError, GenloopError
+from genloop.sdk.models import RunInfo
 
 from .artifacts import open_artifact_store
 from .broker import DEFAULT_QUEUES, submitter
 from .catalogue import published_models, published_queues, with_published
 from .ops.refine import RefinerRegistry, default_refiners
 from .ops.registry import OpRegistry, default_registry
+from .pool_status import waiting_for
 from .store_backend import StoreBackend
 from .stores.redis import RedisStateStore
 from .stores.redis_keys import PoolKeys
+from .transitions import new_event
 
 
 def artifacts_key(prefix: str) -> str:
@@ -42,7 +45,7 @@ class RedisBackend(StoreBackend):
         see :mod:`~.redis_fair_queue`), as the pool's own workers do."""
         from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 
-        self.client = redis.Redis.from_url(url)
+        self.client, self.prefix = redis.Redis.from_url(url), prefix
         try:
             uri = artifacts or (self.client.get(artifacts_key(prefix)) or b"").decode() or None
         except redis.RedisError as exc:
@@ -65,6 +68,24 @@ class RedisBackend(StoreBackend):
                          evaluators=evaluators if evaluators is not None else default_evaluators,
                          refiners=refiners if refiners is not None else default_refiners,
                          default_model=default_model, default_evaluator=default_evaluator)
+
+    def submit(self, spec, idempotency_key: str | None) -> RunInfo:
+        """As :meth:`StoreBackend.submit`; a run whose work no live worker can take says so
+        in its status and in a ``run.waiting`` event."""
+        info = self._with_waiting(super().submit(spec, idempotency_key))
+        if info.waiting is not None:
+            self.store.append_event(info.id, new_event(
+                "run.waiting", message=f"waiting for {info.waiting}"))
+        return info
+
+    def get(self, run_id: str) -> RunInfo:
+        return self._with_waiting(super().get(run_id))
+
+    def _with_waiting(self, info: RunInfo) -> RunInfo:
+        topology = self.scheduler.topology(info.id)
+        info.waiting = waiting_for(self.client, self.prefix, self.store, info,
+                                   lambda node_id: topology.nodes[node_id].op)
+        return info
 
     def close(self) -> None:
         self.broker.close()

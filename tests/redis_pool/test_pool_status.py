@@ -45,6 +45,11 @@ def test_pool_status_shows_workers_and_a_backlog_whose_seconds_match_the_time_it
         # Given a worker that has drawn the workload once (and so measured the model)
         assert client.submit(_draw(seed=0)).wait(timeout=120).status == RunStatus.SUCCEEDED
         idle = _pool_status(url)
+        deadline = time.monotonic() + 10
+        while "tiny" not in idle["workers"][0]["step_seconds"]:  # until its next presence
+            assert time.monotonic() < deadline, idle
+            time.sleep(0.5)
+            idle = _pool_status(url)
         # When the same workload is submitted again
         began = time.monotonic()
         run = client.submit(_draw(seed=10_000))
@@ -66,27 +71,39 @@ def test_pool_status_shows_workers_and_a_backlog_whose_seconds_match_the_time_it
     assert abs(tiny["seconds"] - took) <= 0.2 * took, (tiny["seconds"], took)
 
 
-def test_the_exporter_serves_the_backlog_as_prometheus_gauges(pool, redis_client):
+def test_a_pool_scaled_to_zero_shows_its_backlog_and_what_a_run_waits_for_until_one_starts(
+        pool, redis_client):
     url = redis_url(POOL_DB)
-    # Given a pool scaled to zero (its last worker stopped) and work queued for it
+    # Given a pool scaled to zero (its last worker stopped) and work submitted to it
     worker = pool.start(threads=2)
     pool.wait_ready(redis_client)
     worker.send_signal(signal.SIGTERM)
     worker.wait(timeout=60)
     with Client.connect(url) as client:
         run = client.submit(_draw(seed=0))
+        waiting = run.status().waiting
         port = free_ports(1)
         exporter = subprocess.Popen([sys.executable, "-m", "genloop.workers.cli", "pool",
                                      "exporter", "--redis", url, "--port", str(port)],
                                     stdout=subprocess.PIPE, text=True)
         try:
             assert "backlog metrics on" in exporter.stdout.readline()
-            # Then an autoscaler reads the backlog with no worker alive, seconds not yet known
             samples = scrape(f"http://127.0.0.1:{port}/metrics")
         finally:
             exporter.kill()
             exporter.wait()
-        run.cancel()
+        # When a worker starts
+        pool.start(threads=2)
+        result = run.wait(timeout=120)
+        events = list(run.events(follow=False))
+        after = run.status().waiting
+
+    # Then the run said what it waited for, in its status and its events, until then
+    assert waiting == "a worker on queue 'gpu' serving model 'tiny'"
+    assert [e.message for e in events if e.type == "run.waiting"] == [f"waiting for {waiting}"]
+    assert result.status == RunStatus.SUCCEEDED and after is None
+    assert not [e for e in events if e.type == "instance.retry"]  # no attempt spent waiting
+    # and an autoscaler read the backlog with no worker alive, its seconds not yet known
     assert value(samples, "genloop_backlog_instances", queue="gpu", state="queued") == IMAGES // 4
     assert value(samples, "genloop_pool_workers", queue="gpu") == 0
     assert value(samples, "genloop_backlog_images", model="tiny") == IMAGES
