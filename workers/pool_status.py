@@ -199,26 +199,22 @@ def pool_status(client: redis.Redis, prefix: str, store: StateStore) -> PoolStat
                       models=sorted(models.values(), key=lambda m: m.model))
 
 
-def waiting_for(client: redis.Redis, prefix: str, store: StateStore, info: RunInfo,
-                op_of: Callable[[str], str]) -> str | None:
-    """What ``info``'s queued instances wait for that no live worker provides: a worker on
-    their queue (and, for ``generate``, serving their model); ``None`` if every one has one.
-    ``op_of(node_id)``: the node's op. One store read per active node."""
+def waiting_for(client: redis.Redis, prefix: str, info: RunInfo,
+                needs: Callable[[str], tuple[str, str | None]]) -> str | None:
+    """What ``info``'s active nodes wait for that no live worker provides: a worker on their
+    queue serving their model (``needs(node_id)``: the queue, and the model of a generate
+    node, else ``None``); ``None`` if each has one. Reads the presence records only."""
     active = [n.node_id for n in info.nodes
               if n.status in (NodeStatus.QUEUED, NodeStatus.RUNNING)]
     if info.status.terminal or not active:
         return None
     workers = live_workers(client, prefix)
     for node_id in active:
-        model_of = op_of(node_id) == "generate"
-        for inst in store.node_instances(info.id, node_id):
-            if inst.status != NodeStatus.QUEUED:
-                continue
-            model = inst.params.get("model") if model_of else None
-            if not any(inst.queue in w.queues and (model is None or model in w.models)
-                       for w in workers):
-                serving = f" serving model {model!r}" if model is not None else ""
-                return f"a worker on queue {inst.queue!r}{serving}"
+        queue, model = needs(node_id)
+        if not any(queue in w.queues and (model is None or model in w.models)
+                   for w in workers):
+            return f"a worker on queue {queue!r}" + (
+                f" serving model {model!r}" if model is not None else "")
     return None
 
 

@@ -82,9 +82,15 @@ class RedisBackend(StoreBackend):
         return self._with_waiting(super().get(run_id))
 
     def _with_waiting(self, info: RunInfo) -> RunInfo:
-        topology = self.scheduler.topology(info.id)
-        info.waiting = waiting_for(self.client, self.prefix, self.store, info,
-                                   lambda node_id: topology.nodes[node_id].op)
+        topology, registry = self.scheduler.topology(info.id), self.scheduler.registry
+
+        def needs(node_id: str) -> tuple[str, str | None]:
+            node = topology.nodes[node_id]
+            spec = registry.get(node.op)
+            queue = node.queue or (spec.queue if spec is not None else "cpu")
+            return queue, node.params.get("model") if node.op == "generate" else None
+
+        info.waiting = waiting_for(self.client, self.prefix, info, needs)
         return info
 
     def close(self) -> None:

@@ -54,6 +54,7 @@ def test_pool_status_shows_workers_and_a_backlog_whose_seconds_match_the_time_it
         began = time.monotonic()
         run = client.submit(_draw(seed=10_000))
         waiting = _pool_status(url)
+        assert run.status().waiting is None  # a live worker serves it
         assert run.wait(timeout=120).status == RunStatus.SUCCEEDED
         took = time.monotonic() - began
 
