@@ -77,6 +77,10 @@ def recover(scheduler: Scheduler, grace: float, limit: int = 1000) -> int:
         if inst.status == NodeStatus.RUNNING:
             if inst.result_key is not None and scheduler.store.lease_remaining(inst.result_key):
                 continue  # a live holder: look again at the next sweep
+            # Read again after the lease: a completion stores the result and releases the lease
+            # in one step, so one that committed between the two reads shows no lease here.
+            if _ended(scheduler, inst):
+                continue
         elif scheduler.backlog is not None:
             if inst.queue not in waiting:
                 waiting[inst.queue] = scheduler.backlog(inst.queue)
@@ -94,6 +98,14 @@ def recover(scheduler: Scheduler, grace: float, limit: int = 1000) -> int:
         scheduler.enqueue(resend, 0.0)
     scheduler.store.touch(seen + [(i.run_id, i.instance_id) for i in resend])
     return len(resend)
+
+
+def _ended(scheduler: Scheduler, inst: InstanceRecord) -> bool:
+    """Whether ``inst`` is no longer running (it ended, or the record is gone)."""
+    try:
+        return scheduler.store.instance(inst.run_id, inst.instance_id).status != inst.status
+    except (NotFound, ValidationError):
+        return True
 
 
 def _readable(scheduler: Scheduler,
