@@ -20,7 +20,7 @@ from .broker import DEFAULT_QUEUES, submitter
 from .catalogue import published_models, published_queues, with_published
 from .ops.refine import RefinerRegistry, default_refiners
 from .ops.registry import OpRegistry, default_registry
-from .pool_status import waiting_for
+from .pool_status import PoolStatus, pool_status, waiting_for
 from .store_backend import StoreBackend
 from .stores.redis import RedisStateStore
 from .stores.redis_keys import PoolKeys
@@ -92,6 +92,10 @@ class RedisBackend(StoreBackend):
 
         info.waiting = waiting_for(self.client, self.prefix, info, needs)
         return info
+
+    def pool_status(self) -> PoolStatus:
+        """The pool's workers and backlog (:func:`~.pool_status.pool_status`)."""
+        return pool_status(self.client, self.prefix, self.store)
 
     def close(self) -> None:
         self.broker.close()

@@ -23,7 +23,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import gateway_ops  # noqa: E402,F401  (registers the ops these tests use)
-from gateway_settings import MAX_BODY, REDIS_DB, STORE_DB, redis_url  # noqa: E402,F401
+from gateway_settings import (  # noqa: E402,F401
+    MAX_BODY,
+    METRICS_TOKEN,
+    REDIS_DB,
+    STORE_DB,
+    redis_url,
+)
 from server import LiveServer  # noqa: E402
 
 from genloop.sdk import Backend, Client  # noqa: E402
@@ -37,8 +43,6 @@ from genloop.workers.gateway import (  # noqa: E402
 )
 
 TESTS = Path(__file__).resolve().parents[1]
-#: The operator's /metrics token on the test gateways.
-METRICS_TOKEN = "test-operator"
 
 
 @dataclass

@@ -11,6 +11,8 @@ from redis_util import HOST, PORT
 REDIS_DB = int(os.environ.get("GENLOOP_TEST_GATEWAY_REDIS_DB", "12"))
 STORE_DB = REDIS_DB + 1
 MAX_BODY = 64_000
+#: The operator's token for /metrics and /v1/pool on the test gateways.
+METRICS_TOKEN = "test-operator"
 
 
 def redis_url(db: int) -> str:

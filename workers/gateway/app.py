@@ -34,6 +34,7 @@ from genloop.sdk.wire import ApiError
 from ..artifacts.base import CONTENT_TYPES
 from ..metrics import metrics
 from ..models_config import ModelsConfig
+from ..pool_status import PoolStatus
 from ..run_listing import BadCursor
 from . import errors, ui
 from .admission import DEFAULT_MAX_PROMPT_CHARS, default_admission
@@ -176,14 +177,33 @@ def create_app(backend: Backend, store: GatewayStore,
     ) -> Response:
         """This process's metrics in Prometheus' text format (with ``genloop serve --local``,
         its embedded workers' too), for the operator's token only; 404 when the gateway has
-        none (``--metrics-token``). No run ids or tenants as labels."""
+        none (``GENLOOP_METRICS_TOKEN``). No run ids or tenants as labels."""
+        _operator(credentials, "/metrics")
+        return Response(generate_latest(metrics().registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/pool", response_model=PoolStatus, tags=["ops"])
+    def pool(
+        gateway: Gw,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+    ) -> PoolStatus:
+        """The Redis pool behind this gateway: live workers (queues, models, what each runs
+        and holds) and the backlog per queue and per model in seconds of work (see
+        ``genloop pool status``); for the operator's metrics token only. 404 on a back end
+        that is not a pool (``--local``) or when the gateway has no metrics token."""
+        _operator(credentials, "/v1/pool")
+        status = getattr(gateway.backend, "pool_status", None)  # a Redis back end's
+        if status is None:
+            raise ApiProblem(404, "not_found", "this gateway's back end is not a worker pool")
+        return status()
+
+    def _operator(credentials: HTTPAuthorizationCredentials | None, path: str) -> None:
+        """The operator's token, or a 404 (none set for this port) or 401."""
         if settings.metrics_token is None:
-            raise ApiProblem(404, "not_found", "metrics are not served on this port")
+            raise ApiProblem(404, "not_found", f"{path} is not served on this port")
         sent = (credentials.credentials if credentials else "").encode()
         if not hmac.compare_digest(sent, settings.metrics_token.encode()):
-            raise ApiProblem(401, "unauthorized", "/metrics needs the operator's metrics token",
+            raise ApiProblem(401, "unauthorized", f"{path} needs the operator's metrics token",
                              headers={"WWW-Authenticate": "Bearer"})
-        return Response(generate_latest(metrics().registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/readyz", response_model=Health, tags=["ops"])
     def readyz(gateway: Gw) -> Health:
