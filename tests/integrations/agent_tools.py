@@ -4,8 +4,10 @@ import from ``conftest``, whose name the suite's other conftest files share)."""
 from __future__ import annotations
 
 import base64
+import functools
 import importlib.util
 import sqlite3
+import subprocess
 import sys
 import time
 from contextlib import closing
@@ -24,6 +26,25 @@ LOOP = {"prompt": "a red circle", "rounds": 2, "candidates": 2, "steps": 2, "wai
 CATALOG_TOOLS = ("generate_images", "run_loop", "get_run", "get_result", "cancel_run",
                  "refine_run")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+#: What ``genloop mcp --local`` offers: the catalog of a fresh back end, with genloop's own
+#: names only (this test process's registries also hold what other tests registered).
+_SERVED = """
+import sys, tempfile
+from genloop.integrations import Catalog
+from genloop.sdk import Client
+with Client.local(home=tempfile.mkdtemp()) as client:
+    sys.stdout.write(Catalog.served(client.schema()).model_dump_json())
+"""
+
+
+@functools.cache
+def shipped_served_catalog() -> Catalog:
+    """The catalog ``genloop mcp --local`` serves, built in a process of its own."""
+    out = subprocess.run([sys.executable, "-c", _SERVED], capture_output=True, text=True,
+                         timeout=120, check=True)
+    return Catalog.model_validate_json(out.stdout)
 
 
 def load_example(name: str) -> ModuleType:

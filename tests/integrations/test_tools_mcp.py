@@ -19,6 +19,7 @@ from agent_tools import (
     ProgressLog,
     assert_labelled_loop_result,
     run_count,
+    shipped_served_catalog,
 )
 
 pytest.importorskip("mcp")
@@ -250,7 +251,7 @@ TOOLS_CHARS, RUN_LOOP_CHARS = 7_020, 1_950
 def test_the_tools_a_model_reads_stay_within_their_token_budget(client, served):
     from genloop.integrations import Catalog, GenloopTools
 
-    catalog = Catalog.served(client.schema()) if served else Catalog()
+    catalog = shipped_served_catalog() if served else Catalog()
 
     async def body(session):
         return (await session.list_tools()).tools

@@ -10,7 +10,15 @@ import json
 import re
 
 import pytest
-from agent_tools import CATALOG, CATALOG_TOOLS, GENERATE, LOOP, load_example, run_count
+from agent_tools import (
+    CATALOG,
+    CATALOG_TOOLS,
+    GENERATE,
+    LOOP,
+    load_example,
+    run_count,
+    shipped_served_catalog,
+)
 from jsonschema import Draft202012Validator
 
 from genloop.integrations import Catalog, dispatch, openai_tools
@@ -56,7 +64,7 @@ FUNCTIONS_CHARS, RUN_LOOP_CHARS = 7_020, 1_950
 
 @pytest.mark.parametrize("served", [False, True], ids=["default", "served"])
 def test_the_functions_a_model_reads_stay_within_their_token_budget(client, served):
-    catalog = Catalog.served(client.schema()) if served else Catalog()
+    catalog = shipped_served_catalog() if served else Catalog()
 
     chars = {e["function"]["name"]: len(json.dumps(e, separators=(",", ":")))
              for e in openai_tools(catalog)}
