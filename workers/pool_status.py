@@ -122,7 +122,10 @@ class Presence(Middleware):
         threading.Thread(target=self._beat_forever, daemon=True, name="genloop-presence").start()
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        self.beat()  # says it is draining
+        try:
+            self.beat()  # says it is draining
+        except redis.RedisError:  # the shutdown goes on; the record goes stale
+            log.exception("publishing this worker's draining failed")
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         self._stop.set()
