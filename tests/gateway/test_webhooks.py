@@ -13,7 +13,7 @@ from server import console_sign_in
 from webhook_receiver import Receiver
 
 from genloop.sdk import Graph, GraphError, Loop
-from genloop.sdk.webhooks import WebhookVerificationError, verify
+from genloop.sdk.webhooks import WebhookVerificationError, new_secret, verify
 from genloop.workers.gateway import SqliteGatewayStore
 from genloop.workers.gateway.store import WebhookJob
 from genloop.workers.gateway.webhook_addresses import AddressPolicy
@@ -163,6 +163,43 @@ def test_a_name_that_resolves_to_a_private_address_at_delivery_is_not_called(sta
     assert headers["Host"] == f"hooks.example:{port}"
     verify(headers, body, secret)
     store.close()
+
+
+class ListingBehindASender(SqliteGatewayStore):
+    """Once armed, answers a listing of due jobs only after the jobs it lists were delivered:
+    a step whose read of the due jobs raced a sender that was making one of them."""
+
+    armed = False
+
+    def due_webhooks(self, now: float, limit: int = 100) -> list[WebhookJob]:
+        jobs = super().due_webhooks(now, limit)
+        deadline = time.monotonic() + 10
+        while self.armed and any(self.webhook(j.webhook_id).state == "pending" for j in jobs):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.1 if self.armed else 0)  # the sender lets go of the job
+        return jobs
+
+
+def test_a_job_listed_while_its_sender_made_it_is_not_sent_again(tmp_path):
+    receiver = Receiver(delay=0.5)
+    store = ListingBehindASender(tmp_path / "gateway.db")
+    try:
+        store.set_webhook_secret("t", new_secret())
+        store.put_webhook(WebhookJob(webhook_id="msg_nonce", run_id="", tenant="t",
+                                     url=receiver.url, kind="batch.ended",
+                                     payload={"type": "batch.ended"}, next_at=0.0))
+        loopback = AddressPolicy.of(["127.0.0.1/32"])
+        deliverer = WebhookDeliverer(store, None, loopback)  # type: ignore[arg-type]  # no run
+        assert deliverer.step(wait=False) == 1  # a sender takes it; the receiver is slow
+        store.armed = True
+        deliverer.step()  # lists it while it is being sent, looks again once it was
+        time.sleep(0.7)
+        assert len(receiver.deliveries) == 1
+        assert store.webhook("msg_nonce").attempts == 1
+    finally:
+        receiver.close()
+        store.close()
 
 
 def test_a_loop_reports_its_pause_and_rounds_when_asked(stack, receiver):

@@ -1,5 +1,5 @@
 """A webhook receiver on loopback for the tests: records every delivery and answers each with
-the next status of its script (then 200)."""
+the next status of its script (then 200), after ``delay`` seconds."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    def __init__(self, statuses: list[int] | None = None) -> None:
+    def __init__(self, statuses: list[int] | None = None, delay: float = 0.0) -> None:
         self.statuses = list(statuses or [])
         self.deliveries: list[tuple[dict[str, str], bytes, float]] = []
         self.lock = threading.Lock()
@@ -21,6 +21,7 @@ class Receiver:
                 with receiver.lock:
                     receiver.deliveries.append((dict(self.headers), body, time.time()))
                     status = receiver.statuses.pop(0) if receiver.statuses else 200
+                time.sleep(delay)
                 self.send_response(status)
                 self.send_header("Content-Length", "2")
                 self.end_headers()

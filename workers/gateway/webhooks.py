@@ -190,7 +190,10 @@ class WebhookDeliverer:
             with self._lock:
                 self._busy.discard(_owner(job))
 
-    def _one(self, job: WebhookJob) -> None:
+    def _one(self, listed: WebhookJob) -> None:
+        job = self._still_due(listed)
+        if job is None:
+            return
         if job.kind != "run.ended":  # an event's delivery: its payload is ready
             self._attempt(job, json.dumps(job.payload).encode())
             return
@@ -207,6 +210,16 @@ class WebhookDeliverer:
             return
         self._attempt(job, json.dumps(summary(self.backend.result(job.run_id),
                                               info.labels)).encode())
+
+    def _still_due(self, listed: WebhookJob) -> WebhookJob | None:
+        """The job as stored now, if no sender has moved it on since it was listed: a step
+        lists the due jobs before it looks at which ones a sender holds, and a sender can make
+        a delivery and let go of the job in between (sending it again would be a duplicate)."""
+        job = self.store.webhook(listed.webhook_id)
+        if (job is None or job.state != "pending" or job.attempts != listed.attempts
+                or job.after != listed.after):
+            return None
+        return job
 
     def _new_events(self, job: WebhookJob, labels: dict[str, str]) -> WebhookJob:
         """A delivery for each event the run's webhook asked for since ``job.after``, stored
