@@ -5,12 +5,13 @@ Where they come from (no calls sprinkled through the runtime):
   to the state store, seen by :class:`~genloop.workers.metrics_tap.MeteredStore` after commit;
 - queue waits: the :class:`~genloop.workers.middleware.metrics.QueueWait` Dramatiq middleware;
 - engine batch sizes, images and step-cache skips: the engine's batch call; resident models and
-  their bytes: read from each live model registry at scrape time;
+  their bytes: read from each live model registry at scrape time; model loads: the registry's
+  load;
 - lease takeovers and sweeper re-sends: the sweeper's recovery pass.
 
-Label sets stay bounded: op, queue, status, kind and reason come from small fixed or operator-
-configured sets; an error type is an exception's class name, and past :data:`MAX_ERROR_TYPES`
-distinct ones the rest count as ``other``. Run, node and instance ids are never labels.
+Label sets stay bounded: op, queue, status, kind, reason and model come from small fixed or
+operator-configured sets; an error type is an exception's class name, and past
+:data:`MAX_ERROR_TYPES` distinct ones the rest count as ``other``. Run, node and instance ids are never labels.
 
 The process's object is made on first use (:func:`metrics`), never at import. ``genloop serve``
 serves it at ``/metrics``; ``genloop worker --metrics-port`` on a port of each worker process.
@@ -79,6 +80,11 @@ class Metrics:
         self.sweeper_resends = Counter("genloop_sweeper_resends", "Messages the sweeper re-sent, "
                                        "by reason (outbox, lease_ended, message_lost)",
                                        ["reason"], registry=r)
+        self.model_loads = Counter("genloop_model_loads", "Models loaded into memory, by "
+                                   "model (a pool that thrashes loads the same ones again)",
+                                   ["model"], registry=r)
+        self.model_load_time = Histogram("genloop_model_load_seconds", "Seconds a model's load "
+                                         "took", ["model"], buckets=DURATION_BUCKETS, registry=r)
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._error_types: set[str] = set()
         self._started: OrderedDict[tuple[str, str], tuple[float, str, str]] = OrderedDict()
@@ -150,6 +156,10 @@ class Metrics:
     # -- the engine, models and queues -------------------------------------------------------
     def engine_batch(self, kind: str, size: int) -> None:
         self._child(self.batch_size, kind).observe(size)
+
+    def model_loaded(self, model: str, seconds: float) -> None:
+        self._child(self.model_loads, model).inc()
+        self._child(self.model_load_time, model).observe(seconds)
 
     def watch_models(self, registry: Any) -> None:
         """Report ``registry``'s resident models (a ``ModelRegistry``) while it lives."""

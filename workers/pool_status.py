@@ -68,6 +68,9 @@ class WorkerState(BaseModel):
     draining: bool = False
     models: list[str] = Field(default_factory=list, description="model names it serves")
     resident: list[str] = Field(default_factory=list, description="models in memory")
+    loads: dict[str, int] = Field(default_factory=dict, description="model loads so far")
+    load_seconds: dict[str, float] = Field(default_factory=dict,
+                                           description="each model's last load, seconds")
     running: tuple[str, int] | None = Field(None, description="(model, images) on the device")
     queued_images: dict[str, int] = Field(default_factory=dict,
                                           description="waiting in its engine, per model")

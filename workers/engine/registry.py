@@ -77,6 +77,10 @@ class ModelRegistry:
         self._engine_options = engine_options
         self._engine: Any = None
         self.models = models
+        #: Loads so far and the last load's seconds, per model (a pool reports them: routing
+        #: is judged by the loads it saves, and waits a load out only when one pays).
+        self.loads: dict[str, int] = {}
+        self.load_seconds: dict[str, float] = {}
         #: torch threads of the engine's batch thread (``None``: the process's; see
         #: ``workers/threads.py``).
         self.batch_threads = batch_threads
@@ -200,8 +204,12 @@ class ModelRegistry:
             self.residency.make_room(nbytes)
             entry = self.residency.add(name, self._to_device(pipe), nbytes)
             self.residency.get(name, pin)
-            log.info("loaded model %s in %.2f s (%.0f MiB on %s)", name,
-                     time.perf_counter() - started, nbytes / 2**20, self.device)
+            took = time.perf_counter() - started
+            self.loads[name] = self.loads.get(name, 0) + 1
+            self.load_seconds[name] = took
+            metrics().model_loaded(name, took)
+            log.info("loaded model %s in %.2f s (%.0f MiB on %s)", name, took, nbytes / 2**20,
+                     self.device)
             return entry
 
     def _load(self, name: str) -> Any:
