@@ -17,6 +17,23 @@ it as ``Permanent`` without touching the file system, so a tenant's string is ne
 Trusted code that wants any local path or cached hub id passes ``models=None`` to the registry
 (the behaviour of a bare ``ModelRegistry()``).
 
+For load tests an entry may be ``simulated`` instead of having a ``source``: a model that sleeps
+instead of computing, so a pool of many workers and models runs on a few CPU cores
+(``benchmarks/pool.py``; see :mod:`genloop.workers.engine.simulated`)::
+
+    [models.sim-a]
+    steps = 10
+    width = 64
+    height = 64
+
+    [models.sim-a.simulated]
+    load_seconds = 3.0                        # each load sleeps this long
+    step_seconds = { 1 = 0.02, 8 = 0.008 }    # per image step, at batch sizes 1 and 8
+    resident_bytes = 2_000_000_000            # its share of the worker's memory budget
+
+Only an operator's entry makes one: no name a tenant sends is read as a simulation, and a
+built-in name cannot be simulated.
+
 No torch here: the gateway validates names and costs specs with it, and a back end lists the
 models it serves from it (:func:`served_models`) without importing diffusers.
 """
@@ -29,8 +46,9 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from genloop.sdk.errors import GenloopError
 
@@ -40,6 +58,27 @@ BUILTIN_MODELS = ("tiny", "shapes")
 TINY_DESCRIPTION = "random weights, 32 px: for tests, draws noise"
 #: A configured model's description when its entry gives none.
 CONFIGURED_DESCRIPTION = "configured by the operator"
+#: A simulated model's description when its entry gives none.
+SIMULATED_DESCRIPTION = "simulated for load tests: draws one plain colour"
+
+_Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+_BatchSize = Annotated[int, Field(ge=1, le=4096)]
+
+
+class SimulatedModel(BaseModel):
+    """A model that sleeps instead of computing (load tests only). Its time per image step is
+    given at some batch sizes, since a real model's falls as its batches grow; between them it
+    is interpolated (see :func:`genloop.workers.engine.simulated.step_seconds_at`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    load_seconds: float = Field(ge=0, allow_inf_nan=False,
+                                description="how long a load takes (a worker's cold start)")
+    step_seconds: dict[_BatchSize, _Seconds] = Field(
+        min_length=1, description="seconds per image per denoising step, by batch size: the "
+        "figure the workers measure and the pool's backlog estimate reads")
+    resident_bytes: int = Field(gt=0, description="memory it holds while resident, counted "
+                                "in the worker's memory budget like a real model's weights")
 
 
 class ModelEntry(BaseModel):
@@ -57,6 +96,15 @@ class ModelEntry(BaseModel):
     height: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     description: str = Field("", max_length=500,
                              description="what the model draws, for the spec schema")
+    simulated: SimulatedModel | None = Field(
+        None, description="a model that sleeps instead of computing, for load tests")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ModelEntry:
+        if self.source is not None and self.simulated is not None:
+            raise ValueError("an entry is either loaded from a source or simulated; "
+                             "remove source or simulated")
+        return self
 
 
 class ModelsConfig(BaseModel):
@@ -65,6 +113,13 @@ class ModelsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     models: dict[str, ModelEntry] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _no_simulated_builtin(self) -> ModelsConfig:
+        if clash := [n for n in BUILTIN_MODELS if n in self.models and self.models[n].simulated]:
+            raise ValueError(f"built-in model {clash[0]!r} cannot be simulated; give the "
+                             "simulated model a name of its own")
+        return self
 
     def names(self) -> list[str]:
         """Every name a spec may use: the built-ins and the configured ones, sorted."""
@@ -75,7 +130,8 @@ class ModelsConfig(BaseModel):
 
     def described(self) -> dict[str, str]:
         """The configured names (built-ins aside) and their descriptions."""
-        return {name: entry.description or CONFIGURED_DESCRIPTION
+        return {name: entry.description or (SIMULATED_DESCRIPTION if entry.simulated
+                                            else CONFIGURED_DESCRIPTION)
                 for name, entry in self.models.items() if name not in BUILTIN_MODELS}
 
     @classmethod

@@ -109,8 +109,9 @@ def call_pipeline(
 
 def edit_pipeline(pipe, kind: str):
     """The img2img or inpainting pipeline over ``pipe``'s own components (diffusers'
-    ``from_pipe``: the weights are shared, not copied); ``pipe`` itself for ``text``."""
-    if kind == "text":
+    ``from_pipe``: the weights are shared, not copied); ``pipe`` itself for ``text``, or when
+    it takes edits itself (``edits_itself``: :mod:`.simulated`)."""
+    if kind == "text" or getattr(pipe, "edits_itself", False):
         return pipe
     from diffusers import AutoPipelineForImage2Image, AutoPipelineForInpainting
 

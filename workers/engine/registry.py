@@ -5,9 +5,11 @@ and warms one up before the first request (``genloop worker --preload NAME``).
 
 ``tiny`` (and other built-in names, registered by code) are built in-process. With a
 :class:`~genloop.workers.models_config.ModelsConfig` (what ``genloop worker`` and the gateway
-pass), only the configured names resolve, each to its ``source``; any other name is ``Permanent``
-before the file system is touched. Without one (trusted code only), any other name is a
-diffusers model id or a local directory loaded with ``from_pretrained`` from local files only.
+pass), only the configured names resolve, each to its ``source`` or, for a ``simulated`` entry,
+to a pipeline that sleeps instead of computing (:mod:`.simulated`, load tests only); any other
+name is ``Permanent`` before the file system is touched. Without one (trusted code only), any
+other name is a diffusers model id or a local directory loaded with ``from_pretrained`` from
+local files only.
 The identity of a model goes into every result key, so replacing the weights behind a
 name invalidates stored results instead of silently reusing them.
 """
@@ -29,8 +31,9 @@ from genloop.sdk.errors import Permanent
 
 from ..fingerprint import fingerprint
 from ..metrics import metrics
-from ..models_config import TINY_DESCRIPTION, ModelsConfig, shipped_shapes
+from ..models_config import TINY_DESCRIPTION, ModelsConfig, SimulatedModel, shipped_shapes
 from .residency import Residency, Resident, default_budget, pipeline_bytes
+from .simulated import load_simulated, simulated_identity
 from .tiny import TINY_VERSION, build_tiny_pipeline
 
 log = logging.getLogger(__name__)
@@ -108,10 +111,17 @@ class ModelRegistry:
             raise Permanent(f"unknown model {name!r}; allowed: {', '.join(self.models.names())}")
         return entry.source
 
+    def _simulated(self, name: str) -> SimulatedModel | None:
+        """The operator's simulated model called ``name``, if the config declares one."""
+        entry = self.models.models.get(name) if self.models is not None else None
+        return None if entry is None else entry.simulated
+
     def identity(self, name: str) -> str:
         """A string that changes whenever the weights behind ``name`` change."""
         if name in self._builtin:
             return self._builtin[name].identity
+        if (simulated := self._simulated(name)) is not None:
+            return simulated_identity(simulated)
         name = self._source(name)
         path = Path(name)
         if path.is_dir():
@@ -215,6 +225,8 @@ class ModelRegistry:
     def _load(self, name: str) -> Any:
         if name in self._builtin:
             pipe = self._builtin[name].build()
+        elif (simulated := self._simulated(name)) is not None:
+            pipe = load_simulated(simulated)
         else:
             pipe = _from_pretrained(self._source(name), self.dtype)
         pipe.set_progress_bar_config(disable=True)

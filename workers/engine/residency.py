@@ -26,8 +26,13 @@ def pipeline_bytes(pipe: Any, dtype: torch.dtype | None = None) -> int:
 
     ``dtype``: count floating-point tensors as they will be once cast to it (the registry
     measures a pipeline built in float32 on the CPU before it moves to the GPU in float16;
-    counting the float32 bytes would double its share of the budget).
+    counting the float32 bytes would double its share of the budget). A pipeline with no
+    weights of its own that stands for one that has (:mod:`.simulated`) says its size in a
+    ``resident_bytes`` attribute.
     """
+    declared = getattr(pipe, "resident_bytes", None)
+    if declared is not None:
+        return int(declared)
     components = getattr(pipe, "components", None) or {"model": pipe}
     total = 0
     for component in components.values():
