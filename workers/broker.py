@@ -38,6 +38,8 @@ from .stores.records import InstanceRecord
 from .stores.redis_keys import PoolKeys
 
 if TYPE_CHECKING:
+    from genloop.sdk.graph import Node
+
     from .redis_fair_queue import RedisFairQueue
 
 ACTOR_PREFIX = "genloop.execute."
@@ -62,14 +64,21 @@ def actor_name(queue: str) -> str:
     return ACTOR_PREFIX + queue
 
 
-def _message(chunk: Chunk, **options: object) -> dramatiq.Message:
+#: The Dramatiq queue of an instance: ``(queue, run id, node id, params)`` -> queue name.
+Route = Callable[[str, str, str, dict], str]
+
+
+def _message(chunk: Chunk, route: Route | None = None, **options: object) -> dramatiq.Message:
     """The message for ``chunk`` (one instance or several of one run and queue; with extra
-    message ``options``), as its queue's actor would send it. A chunk is never retried as a
-    whole for an op's failure (its instances are, one by one), so the first instance's retry
-    policy stands for it."""
+    message ``options``), as its queue's actor would send it, on the queue ``route`` picks (a
+    model's own on a routed pool, :mod:`.routing`). A chunk is never retried as a whole for an
+    op's failure (its instances are, one by one), so the first instance's retry policy stands
+    for it."""
     first = chunk[0]
+    queue = first.queue if route is None else route(first.queue, first.run_id, first.node_id,
+                                                     first.params)
     return dramatiq.Message(
-        queue_name=first.queue, actor_name=actor_name(first.queue),
+        queue_name=queue, actor_name=actor_name(queue),
         args=message_args(chunk), kwargs={},
         options={
             "max_retries": first.max_retries,
@@ -88,8 +97,8 @@ class Enqueuer:
     submits (``Client.connect``) declares no actor: see :func:`submitter`.
     """
 
-    def __init__(self, broker: dramatiq.Broker) -> None:
-        self.broker = broker
+    def __init__(self, broker: dramatiq.Broker, route: Route | None = None) -> None:
+        self.broker, self.route = broker, route
 
     def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
         if delay:
@@ -117,7 +126,7 @@ class Enqueuer:
 
     def send_chunk(self, chunk: Chunk, delay: float = 0.0, **options: object) -> str:
         """Send one message for ``chunk`` (with extra message ``options``); its message id."""
-        message = _message(chunk, **options)
+        message = _message(chunk, self.route, **options)
         self.broker.enqueue(message, delay=int(delay * 1000) or None)
         return message.message_id
 
@@ -130,8 +139,9 @@ class Enqueuer:
         If the pipeline fails, the outbox keeps the instances and the sweeper re-sends them."""
         broker = self.broker
         dispatch = broker.scripts["dispatch"]
-        messages = [_message(chunk).copy(options={"redis_message_id": str(uuid.uuid4())})
-                    for chunk in chunks]
+        messages = [
+            _message(chunk, self.route).copy(options={"redis_message_id": str(uuid.uuid4())})
+            for chunk in chunks]
         with broker.client.pipeline(transaction=False) as pipe:
             for message in messages:
                 broker.emit_before("enqueue", message, None)
@@ -156,8 +166,16 @@ class Enqueuer:
         (a 120-draft benchmark re-sent several a run)."""
         names = (queue, dq_name(queue))
         if is_redis_broker(self.broker):
-            return sum(self.broker.client.llen(PoolKeys.dramatiq_queue(self.broker.namespace, q))
-                       for q in names)
+            client, namespace = self.broker.client, self.broker.namespace
+            if self.route is not None:  # and its models' queues
+                from .routing import Router
+
+                names += tuple(n for r in Router.queues(client, namespace, queue)
+                               for n in (r, dq_name(r)))
+            with client.pipeline(transaction=False) as pipe:
+                for q in names:
+                    pipe.llen(PoolKeys.dramatiq_queue(namespace, q))
+                return sum(pipe.execute())
         if isinstance(self.broker, StubBroker):
             queues = self.broker.queues
             return sum(queues[q].unfinished_tasks for q in names if q in queues)
@@ -183,7 +201,7 @@ def submitter(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, 
     key prefix) through the pool's :class:`~.redis_fair_queue.RedisFairQueue`; no actor,
     executor or middleware is declared, nothing it sends is kept for worker threads (it has
     none), and what it commits (runs submitted, roots queued) is counted in its metrics."""
-    enqueue = Enqueuer(broker)
+    enqueue = Enqueuer(broker, _router(broker, registry, lambda: scheduler))
     metered = _metered(store, registry, lambda: scheduler)
     if shared_fair is None:
         scheduler = Scheduler(metered, registry, enqueue, queues=queues,
@@ -204,6 +222,23 @@ def submitter(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, 
 
     scheduler = Scheduler(metered, registry, fair, queues=queues, backlog=backlog, keep_sent=0)
     return scheduler
+
+
+def _router(broker: dramatiq.Broker, registry: OpRegistry,
+            scheduler: Callable[[], Scheduler]) -> Route | None:
+    """On a Redis pool (unless ``GENLOOP_ROUTING=off``), each model's generate work on its own
+    queue (:mod:`.routing`); elsewhere none."""
+    if not is_redis_broker(broker) or "generate" not in registry:
+        return None
+    from .routing import Router, routing_on
+
+    if not routing_on():
+        return None
+
+    def node_of(run_id: str, node_id: str) -> Node | None:
+        return scheduler().topology(run_id).nodes.get(node_id)
+
+    return Router(broker.client, broker.namespace, registry["generate"].queue, node_of)
 
 
 def _metered(store: StateStore, registry: OpRegistry,
@@ -247,7 +282,7 @@ def wire(
     worker of a Redis pool shares (needs a ``RedisBroker``; its window is the live workers'
     threads).
     """
-    enqueue = Enqueuer(broker)
+    enqueue = Enqueuer(broker, _router(broker, registry, lambda: scheduler))
 
     def tenant_of(run_id: str) -> str:
         return scheduler.topology(run_id).graph.namespace or run_id

@@ -34,9 +34,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # that fetched more than its threads can run (Dramatiq's default is twice) would sit on
     # messages another process's idle threads could run.
     env.setdefault("dramatiq_queue_prefetch", str(args.threads))
+    # No --queues for Dramatiq: a process declares the actors of its queues and of its models'
+    # routed queues (worker_process), and consumes what it declared.
     argv = [sys.executable, "-m", "dramatiq", "genloop.workers.worker_main",
             "--processes", str(args.processes), "--threads", str(args.threads),
-            "--queues", *args.queues.split(","),
             # Dramatiq waits this long for its threads' messages; the drain bounds the rest.
             "--worker-shutdown-timeout", str(int(args.grace * 1000))]
     os.execve(sys.executable, argv, env)
@@ -105,8 +106,9 @@ def _status_text(status) -> str:
     for w in status.workers:
         running = f"{w.running[0]} x{w.running[1]}" if w.running else "idle"
         queued = ", ".join(f"{m} x{n}" for m, n in w.queued_images.items()) or "nothing"
+        loads = ", ".join(f"{m} x{n}" for m, n in w.loads.items()) or "none"
         lines.append(f"  {w.host}:{w.pid}  queues {','.join(w.queues)}  threads {w.threads}  "
-                     f"resident {','.join(w.resident) or '-'}  running {running}  "
+                     f"resident {','.join(w.resident) or '-'}  loads {loads}  running {running}  "
                      f"queued {queued}  deferred {w.deferred}"
                      + ("  DRAINING" if w.draining else ""))
     lines.append("queues:")

@@ -11,7 +11,8 @@ Where they come from (no calls sprinkled through the runtime):
 
 Label sets stay bounded: op, queue, status, kind, reason and model come from small fixed or
 operator-configured sets; an error type is an exception's class name, and past
-:data:`MAX_ERROR_TYPES` distinct ones the rest count as ``other``. Run, node and instance ids are never labels.
+:data:`MAX_ERROR_TYPES` distinct ones the rest count as ``other``. Run, node and instance ids
+are never labels.
 
 The process's object is made on first use (:func:`metrics`), never at import. ``genloop serve``
 serves it at ``/metrics``; ``genloop worker --metrics-port`` on a port of each worker process.

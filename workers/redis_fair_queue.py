@@ -39,6 +39,7 @@ from dramatiq.middleware import Middleware
 from pydantic import TypeAdapter
 
 from .chunks import Chunk, chunk_name, chunked, instances_of
+from .routing import base_queue
 from .stores.records import InstanceRecord
 
 log = logging.getLogger(__name__)
@@ -199,8 +200,10 @@ class RedisFairWorker(Middleware):
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         whitelist = worker.consumer_whitelist
-        self._queues = [q for q in broker.get_declared_queues()
-                        if whitelist is None or q in whitelist]
+        # A model's routed queue (:mod:`.routing`) carries work of its instance queue, whose
+        # window these threads count in.
+        self._queues = sorted({base_queue(q) for q in broker.get_declared_queues()
+                               if whitelist is None or q in whitelist})
         self._threads = worker.worker_threads
         self._beat()
         threading.Thread(target=self._beat_forever, daemon=True, name="genloop-fair").start()
@@ -213,7 +216,7 @@ class RedisFairWorker(Middleware):
     def before_process_message(self, broker: dramatiq.Broker,
                                message: dramatiq.Message) -> None:
         if message.actor_name.startswith(self.actor_prefix):
-            queue = q_name(message.queue_name)
+            queue = base_queue(q_name(message.queue_name))
             # No round trip here: the slot keeps the deadline it was taken with (flight_ttl)
             # until the next heartbeat, at most ``heartbeat`` seconds away, renews it.
             with self._lock:
@@ -235,7 +238,8 @@ class RedisFairWorker(Middleware):
                 self._running.pop(message.message_id, None)
             run_id, instance_ids = instances_of(message.args)
             try:
-                self.fair.finished(q_name(message.queue_name), run_id, instance_ids)
+                self.fair.finished(base_queue(q_name(message.queue_name)), run_id,
+                                   instance_ids)
             except redis.RedisError:  # the slot expires on its own; the sweeper re-sends
                 log.exception("releasing the fair-queue slot of %s/%s", run_id, instance_ids)
 

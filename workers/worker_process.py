@@ -14,6 +14,10 @@ message is gone, so a dead worker's work runs again about 20 s after it died (th
 ``middleware/sweeper.py``). A redelivered message whose key is leased by a live holder backs
 off: the worst case is a wasted delivery, never a second execution.
 
+Routing: the process consumes, besides its queues, the queue of each model it serves on the
+generate op's queue, and fetches from one only when its :class:`~.routing.AffinityGate` says so
+(:mod:`.routing`).
+
 Stopping (SIGTERM): the process hands its waiting work back at once and exits within
 ``GENLOOP_GRACE`` (``--grace``, 30 s) of the shutdown's start (:mod:`.middleware.drain`).
 """
@@ -37,6 +41,7 @@ from .ops.registry import default_registry
 from .pool_status import Presence
 from .redis_backend import artifacts_key
 from .resources import Resources
+from .routing import AffinityGate, routed_queue
 from .stores.redis import RedisStateStore
 from .waking_broker import WakingRedisBroker
 
@@ -87,13 +92,19 @@ def build():
     # A pool serves whatever submits to it (a gateway's tenants included), so its models are
     # always an allow-list: the built-ins, plus the config file's names if there is one.
     resources = Resources(allowed=models_config(os.environ.get(ENV_MODELS) or None))
+    # Each served model's own queue of generate work, taken by affinity (routing).
+    generate_queue = default_registry["generate"].queue
+    routes = {routed_queue(generate_queue, model): model for model in resources.served_models()
+              } if generate_queue in queues else {}
     wiring = wire(
         broker, RedisStateStore(client=client, prefix=prefix), open_artifact_store(artifacts_uri),
-        default_registry, queues=queues, resources=resources,
+        default_registry, queues=[*queues, *routes], resources=resources,
         lease_ttl=float(os.environ.get(ENV_LEASE_TTL, "15")),
         sweep_every=float(os.environ.get(ENV_SWEEP_EVERY, "5")),
         shared_fair=prefix,  # tenants take turns across the pool (redis_fair_queue)
     )
+    broker.gate = AffinityGate(client, prefix, broker.namespace, wiring.executor.owner, routes,
+                               resources.state)
     broker.add_middleware(Drain(wiring.executor, float(os.environ.get(ENV_GRACE, DEFAULT_GRACE))))
     broker.add_middleware(Presence(client, prefix, wiring.executor, resources, queues))
     publish(client, default_registry, queues, prefix, models=resources.served_models())

@@ -9,6 +9,7 @@ import uuid
 import dramatiq
 import pytest
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.common import dq_name
 from redis_util import redis_url
 
 from genloop.workers.waking_broker import IDLE_WAIT, WakingRedisBroker
@@ -69,5 +70,20 @@ def test_a_waking_consumer_still_returns_while_nothing_comes():
         # (the upper bound is loose: on a loaded 2-core machine the return itself can lag)
         assert IDLE_WAIT <= time.monotonic() - started < IDLE_WAIT + 5
         assert broker.empty_fetches == 1
+    finally:
+        broker.close()
+
+
+def test_an_idle_delay_queue_consumer_waits_instead_of_spinning():
+    namespace = f"test-{uuid.uuid4().hex[:8]}"
+    broker = WakingRedisBroker(url=redis_url(), namespace=namespace)
+    broker.declare_queue("cpu")
+    try:
+        consumer = broker.consume(dq_name("cpu"), prefetch=1, timeout=1000)
+        returns, started = 0, time.monotonic()
+        while time.monotonic() - started < 1.5:
+            assert next(consumer) is None
+            returns += 1
+        assert returns <= 3  # a return an IDLE_WAIT, not one every 5 ms
     finally:
         broker.close()
