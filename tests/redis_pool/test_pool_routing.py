@@ -65,7 +65,9 @@ def test_a_backlog_that_waited_longer_than_a_load_gets_a_second_copy(pool, redis
     pool.start(threads=1)
     pool.wait_ready(redis_client)
     with Client.connect(redis_url(POOL_DB)) as client:
-        runs = [client.submit(draw("tiny", n=16, seed=s, steps=8)) for s in range(0, 192, 16)]
+        # about 20 s of work for one worker, at the model's default steps (what the workers'
+        # estimates of the work in their engines assume)
+        runs = [client.submit(draw("tiny", n=32, seed=s, steps=4)) for s in range(0, 384, 32)]
         assert {r.wait(timeout=120).status for r in runs} == {RunStatus.SUCCEEDED}
     records = settled_presence(redis_client, time.time(), workers=2)
     assert [r.loads.get("tiny", 0) for r in records] == [1, 1], [r.model_dump() for r in records]
