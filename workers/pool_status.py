@@ -166,6 +166,25 @@ def live_workers(client: redis.Redis, prefix: str) -> list[WorkerState]:
     return sorted((state for _, state in live), key=lambda s: (s.host, s.pid))
 
 
+class RecentWorkers:
+    """:func:`live_workers`, read again at most every ``ttl`` seconds (for every thread of the
+    process): routing decisions and run status reads ask in loops, and the records change only
+    every :data:`HEARTBEAT` s anyway."""
+
+    def __init__(self, client: redis.Redis, prefix: str, ttl: float = 0.5) -> None:
+        self.client, self.prefix, self.ttl = client, prefix, ttl
+        self._lock = threading.Lock()
+        self._read: tuple[float, list[WorkerState]] = (-ttl, [])
+
+    def __call__(self) -> list[WorkerState]:
+        with self._lock:
+            at, workers = self._read
+            if time.monotonic() - at >= self.ttl:
+                workers = live_workers(self.client, self.prefix)
+                self._read = (time.monotonic(), workers)
+            return workers
+
+
 def pool_status(client: redis.Redis, prefix: str, store: StateStore) -> PoolStatus:
     """Workers and backlog now (see the module's docstring)."""
     workers = live_workers(client, prefix)
@@ -205,20 +224,20 @@ def pool_status(client: redis.Redis, prefix: str, store: StateStore) -> PoolStat
                       models=sorted(models.values(), key=lambda m: m.model))
 
 
-def waiting_for(client: redis.Redis, prefix: str, info: RunInfo,
+def waiting_for(workers: Callable[[], list[WorkerState]], info: RunInfo,
                 needs: Callable[[str], tuple[str, str | None]]) -> str | None:
-    """What ``info``'s active nodes wait for that no live worker provides: a worker on their
-    queue serving their model (``needs(node_id)``: the queue, and the model of a generate
-    node, else ``None``); ``None`` if each has one. Reads the presence records only."""
+    """What ``info``'s active nodes wait for that no live worker (``workers()``) provides: a
+    worker on their queue serving their model (``needs(node_id)``: the queue, and the model
+    of a generate node, else ``None``); ``None`` if each has one."""
     active = [n.node_id for n in info.nodes
               if n.status in (NodeStatus.QUEUED, NodeStatus.RUNNING)]
     if info.status.terminal or not active:
         return None
-    workers = live_workers(client, prefix)
+    live = workers()
     for node_id in active:
         queue, model = needs(node_id)
         if not any(queue in w.queues and (model is None or model in w.models)
-                   for w in workers):
+                   for w in live):
             return f"a worker on queue {queue!r}" + (
                 f" serving model {model!r}" if model is not None else "")
     return None

@@ -20,7 +20,7 @@ from .broker import DEFAULT_QUEUES, submitter
 from .catalogue import published_models, published_queues, with_published
 from .ops.refine import RefinerRegistry, default_refiners
 from .ops.registry import OpRegistry, default_registry
-from .pool_status import PoolStatus, pool_status, waiting_for
+from .pool_status import PoolStatus, RecentWorkers, pool_status, waiting_for
 from .store_backend import StoreBackend
 from .stores.redis import RedisStateStore
 from .stores.redis_keys import PoolKeys
@@ -46,6 +46,9 @@ class RedisBackend(StoreBackend):
         from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 
         self.client, self.prefix = redis.Redis.from_url(url), prefix
+        # A run's waiting state is read with every status read (the gateway's waits and
+        # streams read in loops); the presence records change every 2 s.
+        self._workers = RecentWorkers(self.client, prefix)
         try:
             uri = artifacts or (self.client.get(artifacts_key(prefix)) or b"").decode() or None
         except redis.RedisError as exc:
@@ -90,7 +93,7 @@ class RedisBackend(StoreBackend):
             queue = node.queue or (spec.queue if spec is not None else "cpu")
             return queue, node.params.get("model") if node.op == "generate" else None
 
-        info.waiting = waiting_for(self.client, self.prefix, info, needs)
+        info.waiting = waiting_for(self._workers, info, needs)
         return info
 
     def pool_status(self) -> PoolStatus:

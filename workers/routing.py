@@ -58,7 +58,6 @@ import hashlib
 import logging
 import os
 import re
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -66,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from dramatiq import Message
 
-from .pool_status import HEARTBEAT, WorkerState, live_workers
+from .pool_status import HEARTBEAT, RecentWorkers
 from .stores.redis_keys import PoolKeys
 
 if TYPE_CHECKING:
@@ -80,8 +79,6 @@ ENV_ROUTING = "GENLOOP_ROUTING"
 SEPARATOR = ".m."
 #: Seconds a load is taken to last until some worker has loaded the model.
 DEFAULT_LOAD_SECONDS = 5.0
-#: Seconds the live workers' records are kept between reads, for every consumer of the process.
-PRESENCE_CACHE = 0.5
 
 _SAFE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
@@ -156,8 +153,7 @@ class AffinityGate:
                  routes: dict[str, str], hands: Callable[[], dict[str, Any]]) -> None:
         self.client, self.prefix, self.namespace = client, prefix, namespace
         self.id, self.routes, self.hands = worker_id, routes, hands
-        self._lock = threading.Lock()
-        self._presence: tuple[float, list[WorkerState]] = (0.0, [])
+        self._live = RecentWorkers(client, prefix)
         self._claims: dict[str, float] = {}  # model -> when this worker's claim ends
 
     def __call__(self, queue_name: str) -> bool:
@@ -216,14 +212,6 @@ class AffinityGate:
     def _others(self) -> list[dict[str, Any]]:
         """The other live workers that are not draining, as their presence records say."""
         return [w.model_dump() for w in self._live() if w.id != self.id and not w.draining]
-
-    def _live(self) -> list[WorkerState]:
-        with self._lock:
-            at, workers = self._presence
-            if time.monotonic() - at > PRESENCE_CACHE:
-                workers = live_workers(self.client, self.prefix)
-                self._presence = (time.monotonic(), workers)
-            return workers
 
     def _oldest_wait(self, queue_name: str) -> float:
         """Seconds the oldest message on the queue has waited (0 if it is empty)."""
