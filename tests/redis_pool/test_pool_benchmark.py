@@ -1,0 +1,40 @@
+"""benchmarks/pool.py runs end to end in its smoke size (--quick, under a minute): real worker
+processes on a Redis of its own, simulated models, both routing sides; the figures it reports
+for #39's goals come from a script that works."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCHMARK = Path(__file__).parents[2] / "benchmarks" / "pool.py"
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("benchmark_pool", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_sizes_its_models_by_the_workers_own_budget():
+    from genloop.workers.engine.residency import default_budget
+
+    assert _benchmark().worker_budget() == default_budget("cpu")
+
+
+@pytest.mark.slow
+def test_the_quick_run_reports_both_sides(capsys):
+    # When the smoke run runs (it exits with an error if any loop or campaign run fails)
+    assert _benchmark().main(["--quick", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    # Then each side loaded every model at least once, ran every loop and the whole campaign
+    for side in report["sides"].values():
+        assert side["loads"] >= side["min_loads"] == 3
+        assert len(side["loops_idle_s"]) == len(side["loops_beside_batch_s"]) == 2
+        assert side["batch_images_per_s"] > 0 and side["backlog_estimate_s"] > 0
+        assert 0 <= side["utilisation"] <= 1
+    assert set(report["on_vs_off"]) >= {"loads", "batch_images_per_s"}
