@@ -11,7 +11,11 @@ merged into the next one, so under load the window costs nothing.
 A job is in a lane, its run's ``priority``: the thread builds each batch around the oldest
 ``interactive`` candidate, and around the oldest ``batch`` one only when no interactive one
 waits or batch work's turn has come (``batch_queue.BATCH_TURN``), so an agent's loop is not
-queued behind a campaign's backlog. A batch holds one lane's candidates.
+queued behind a campaign's backlog. A batch holds one lane's candidates. A running batch is
+never preempted, so an interactive round that arrives waits for it: while interactive work
+came within :data:`INTERACTIVE_RECENT` s, batch-lane batches take a ``BATCH_SPLIT``-th of the
+cap, which cuts that wait as much (an agent's loop arrives round by round, with its scoring in
+between, when the engine has gone back to batch work).
 
 A job may name its ``group`` (a node of a run) and the group's size (the node's instances):
 while a group that has candidates waiting is incomplete, the batch waits for its other members
@@ -43,6 +47,11 @@ from ..batch_queue import BatchQueue
 log = logging.getLogger(__name__)
 
 BatchKey = tuple  # (model, width, height, steps, guidance, cache, kind, strength)
+
+#: Seconds after an interactive candidate arrived during which batch-lane batches are smaller.
+INTERACTIVE_RECENT = 10.0
+#: Batch-lane batches take ``1 / BATCH_SPLIT`` of the cap while interactive work is recent.
+BATCH_SPLIT = 4
 
 
 @dataclass(eq=False)
@@ -163,10 +172,13 @@ class Batcher(BatchQueue[Slot]):
         self.seconds: list[float] = []
         #: The batch running now: ``(model, images)``, or ``None``.
         self.running: tuple[str, int] | None = None
+        self._interactive_at = float("-inf")  # the last interactive candidate's arrival
 
     def submit(self, job: Job) -> Job:
         now = time.monotonic()
         with self._cond:
+            if job.priority != "batch":
+                self._interactive_at = now
             self._enqueue(Slot(job, i, now) for i in range(len(job.prompts)))
             if job.group is not None and job.group_size > 1:
                 self._arrived(job.group, job.group_size, now)
@@ -196,10 +208,16 @@ class Batcher(BatchQueue[Slot]):
     def limit(self, key: BatchKey) -> int:
         return max(1, self.max_batch(key) if callable(self.max_batch) else self.max_batch)
 
+    def _cap(self, key: BatchKey, lane: str) -> int:
+        """The most candidates a batch of ``lane`` takes now (see the module's docstring)."""
+        if lane == "batch" and time.monotonic() - self._interactive_at < INTERACTIVE_RECENT:
+            return max(1, self.limit(key) // BATCH_SPLIT)
+        return self.limit(key)
+
     def _wait_left(self, head: Slot) -> float:
         key, lane = head.job.key, head.job.priority
         same = [s for s in self._pending if s.job.key == key and s.job.priority == lane]
-        if not same or len(same) >= self.limit(key):  # withdrawn while we waited, or full
+        if not same or len(same) >= self._cap(key, lane):  # withdrawn while we waited, or full
             return 0.0
         groups = {s.job.group for s in same}
         if None not in groups and not groups & self._groups.keys():
@@ -223,7 +241,7 @@ class Batcher(BatchQueue[Slot]):
         size (on a CPU a loop's 8 images topped up to 32 took 4x as long)."""
         key, lane = head.job.key, head.job.priority
         return [s for s in self._pending
-                if s.job.key == key and s.job.priority == lane][:self.limit(key)]
+                if s.job.key == key and s.job.priority == lane][:self._cap(key, lane)]
 
     def _fail(self, item: Slot, exc: BaseException) -> None:
         item.job.fail(exc)
