@@ -28,9 +28,10 @@ How:
   A worker with its own model's work in hand never switches on its own accord, so no worker
   alternates loads; an idle one takes a cold model at once. A holder takes all of its model's
   work it gets (its engine batches it, interactive lane first), except while a batch's worth
-  waits in its engine behind the running one and another worker could run it (holds it, or
-  serves it and sits idle): then the rest stays on the queue, for whichever is free first (an
-  idle one sees it wait, and takes a copy once it waited a load).
+  waits in its engine behind the running one and a worker serving the model sits idle without
+  it: then the rest stays on the queue, where that worker sees it wait and takes a copy once it
+  waited a load (for that long at most, an interactive message may wait there behind batch
+  ones: the queue is FIFO).
 - A **claim** is a Redis key per model (``SET NX`` with a TTL of two loads plus two presence
   beats): it covers the time between a worker's decision and its presence record
   (:mod:`.pool_status`, every 2 s) showing the model in its engine.
@@ -172,13 +173,14 @@ class AffinityGate:
     def _full(self, model: str, state: dict[str, Any]) -> bool:
         """Whether this worker, holding the model, should leave its further work on the queue:
         only while its engine already holds a batch's worth waiting behind the running one and
-        another live worker could run it (holds the model, or serves it with nothing in hand
-        and takes a copy once the work has waited a load). Otherwise a holder takes all it
-        gets: its engine batches it, interactive lane first."""
+        a live worker serving the model sits idle without it (it sees the work wait there, and
+        takes a copy once it waited a load). Otherwise a holder takes all it gets: its engine
+        batches it, interactive lane first (on the queue, an interactive message would wait
+        behind every batch one sent before it)."""
         running = state.get("running")
         if running is None or sum(state.get("queued_images", {}).values()) < running[1]:
             return False
-        return any(model in _held(w) or (model in w["models"] and not _busy(w))
+        return any(model in w["models"] and model not in _held(w) and not _busy(w)
                    for w in self._others())
 
     def _may_take(self, queue_name: str, model: str, state: dict[str, Any]) -> bool:
