@@ -101,7 +101,7 @@ def test_an_idle_worker_claims_a_cold_model_and_others_leave_it(client, prefix):
     first, second = gate(client, prefix, "w1"), gate(client, prefix, "w2")
 
     assert first(ROUTED)
-    assert client.get(claim_key(prefix, "tiny")) == b"w1"
+    assert client.get(claim_key(prefix, "tiny", 0)) == b"w1"
     assert first(ROUTED)  # its claim makes the model its own
     assert not second(ROUTED)
 
@@ -131,7 +131,15 @@ def test_a_second_copy_only_for_an_idle_worker_and_work_that_waited_longer_than_
     waiting(client, prefix, age=3.0)
     assert not gate(client, prefix, "w1", running=("other", 4))(ROUTED)  # its own work first
     assert gate(client, prefix, "w1")(ROUTED)
-    assert not gate(client, prefix, "w3")(ROUTED)  # one new copy at a time
+    assert not gate(client, prefix, "w3")(ROUTED)  # one new copy for one load's worth of wait
+
+
+def test_copies_are_added_in_proportion_to_how_long_the_work_waits(client, prefix):
+    presence(client, prefix, "w0", resident=["tiny"], running=("tiny", 8),
+             load_seconds={"tiny": 2.0})
+    waiting(client, prefix, age=6.5)  # three loads' worth
+    takers = [w for w in ("w1", "w2", "w3", "w4", "w5") if gate(client, prefix, w)(ROUTED)]
+    assert takers == ["w1", "w2", "w3"]
 
 
 def test_a_draining_or_stale_holder_holds_nothing(client, prefix):

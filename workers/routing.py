@@ -21,9 +21,11 @@ How:
   2. the model is **cold** (no live worker holds it that way, nor holds its claim) and this
      worker has nothing in hand, or has but the model's oldest message has waited longer than
      a load of it takes: the worker claims it and loads it;
-  3. the model is **warm elsewhere**, this worker has nothing in hand, and the oldest waiting
-     message has waited longer than a load takes: a second copy pays for its load. One claim a
-     model at a time, so idle workers add copies one load at a time, not all at once.
+  3. the model is **warm elsewhere**, this worker has nothing in hand, and the model's work
+     waits longer than a load of it takes (its oldest message on the queue, or the images
+     queued in its holders' engines at their measured step time): another copy pays for its
+     load. A model has one claim for each load's worth of that wait, so copies are added in
+     proportion to the backlog, not by every idle worker at once.
 
   A worker with its own model's work in hand never switches on its own accord, so no worker
   alternates loads; an idle one takes a cold model at once. A holder takes all of its model's
@@ -32,9 +34,9 @@ How:
   it: then the rest stays on the queue, where that worker sees it wait and takes a copy once it
   waited a load (for that long at most, an interactive message may wait there behind batch
   ones: the queue is FIFO).
-- A **claim** is a Redis key per model (``SET NX`` with a TTL of two loads plus two presence
-  beats): it covers the time between a worker's decision and its presence record
-  (:mod:`.pool_status`, every 2 s) showing the model in its engine.
+- A **claim** is a Redis key (``SET NX``, :data:`CLAIM_SECONDS`): it covers the time between a
+  worker's decision and its presence record (:mod:`.pool_status`, every 2 s) showing the model
+  in its engine, where the message it fetched waits for the load.
 - A load's length is the mean of the live workers' last loads of the model, or
   :data:`DEFAULT_LOAD_SECONDS` until one has loaded it.
 
@@ -80,6 +82,8 @@ ENV_ROUTING = "GENLOOP_ROUTING"
 SEPARATOR = ".m."
 #: Seconds a load is taken to last until some worker has loaded the model.
 DEFAULT_LOAD_SECONDS = 5.0
+#: Seconds a claim lasts: until the claimant's presence shows the model in its engine.
+CLAIM_SECONDS = 2 * HEARTBEAT
 
 _SAFE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
@@ -109,8 +113,8 @@ def routes_key(namespace: str, queue: str) -> str:
     return f"{namespace}:genloop-routes:{queue}"
 
 
-def claim_key(prefix: str, model: str) -> str:
-    return f"{prefix}:pool:claim:{model}"
+def claim_key(prefix: str, model: str, slot: int) -> str:
+    return f"{prefix}:pool:claim:{model}:{slot}"
 
 
 class Router:
@@ -191,25 +195,24 @@ class AffinityGate:
         holders = [w for w in others if model in _held(w)]
         load = _load_seconds(model, [*others, state])
         idle = not _busy(state)
-        if self.client.exists(claim_key(self.prefix, model)):
-            return False  # another worker is taking it on
-        if not holders and idle:
-            return self._claim(model, load)
-        if holders and not idle:
+        if not holders:  # cold: one worker loads it, at once if it is idle
+            return (idle or self._oldest_wait(queue_name) > load) and self._claim(model, 1)
+        if not idle:
             return False
-        # Cold with work in hand, or warm elsewhere with none: a load pays once the work waits
-        # longer than a load takes, on the queue or in the holders' engines.
+        # Warm elsewhere: a copy pays once the work waits longer than a load takes, on the
+        # queue or in the holders' engines; one copy at a time for each load's worth of wait.
         wait = max(_queued_seconds(model, holders), self._oldest_wait(queue_name))
-        return wait > load and self._claim(model, load)
+        return self._claim(model, int(wait // load))
 
-    def _claim(self, model: str, load: float) -> bool:
-        ttl = 2 * load + 2 * HEARTBEAT
-        if not self.client.set(claim_key(self.prefix, model), self.id, nx=True,
-                               px=int(ttl * 1000)):
-            return False
-        self._claims[model] = time.time() + ttl
-        log.info("routing: this worker takes model %s", model)
-        return True
+    def _claim(self, model: str, copies: int) -> bool:
+        """Take one of the model's first ``copies`` claims, if one is free."""
+        for slot in range(copies):
+            if self.client.set(claim_key(self.prefix, model, slot), self.id, nx=True,
+                               px=int(CLAIM_SECONDS * 1000)):
+                self._claims[model] = time.time() + CLAIM_SECONDS
+                log.info("routing: this worker takes model %s", model)
+                return True
+        return False
 
     def _others(self) -> list[dict[str, Any]]:
         """The other live workers that are not draining, as their presence records say."""
