@@ -5,26 +5,15 @@ here with ``--device cpu --tiny``; that takes minutes on a shared CPU, so CI che
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
-
-BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from benchmark_util import BENCHMARKS, load_benchmark
 
 
 @pytest.fixture(scope="module")
 def check():
-    return _load("gpu_check")
+    return load_benchmark("gpu_check")
 
 
 def test_arguments_default_to_every_section_within_the_budget(check, monkeypatch):
@@ -82,7 +71,7 @@ def test_the_checkout_becomes_importable_as_genloop(check, tmp_path):
 
 
 def test_benchmark_shapes_are_what_diffusers_runs():
-    kernels = _load("kernel_speed")
+    kernels = load_benchmark("kernel_speed")
     shapes = kernels.ATTENTION_SHAPES
     assert {s.head_dim for s in shapes} == {64, 128}
     assert any(s.kv_tokens == 77 for s in shapes)  # text cross-attention

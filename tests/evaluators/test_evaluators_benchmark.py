@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-BENCHMARK = Path(__file__).parents[2] / "benchmarks" / "evaluators.py"
+from benchmark_util import load_benchmark
 
 
 def test_benchmark_reports_json_with_matching_scores(capsys):
-    spec = importlib.util.spec_from_file_location("benchmark_evaluators", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main(
+    load_benchmark("evaluators").main(
         ["--candidates", "6", "--prompts", "2", "--repeats", "1", "--image-size", "40", "--json"]
     )
     report = json.loads(capsys.readouterr().out)

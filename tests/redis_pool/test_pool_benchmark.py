@@ -4,32 +4,22 @@ for #39's goals come from a script that works."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-BENCHMARK = Path(__file__).parents[2] / "benchmarks" / "pool.py"
-
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("benchmark_pool", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmark_util import load_benchmark
 
 
 def test_the_benchmark_sizes_its_models_by_the_workers_own_budget():
     from genloop.workers.engine.residency import default_budget
 
-    assert _benchmark().worker_budget() == default_budget("cpu")
+    assert load_benchmark("pool").worker_budget() == default_budget("cpu")
 
 
 @pytest.mark.slow
 def test_the_quick_run_reports_both_sides(capsys):
     # When the smoke run runs (it exits with an error if any loop or campaign run fails)
-    assert _benchmark().main(["--quick", "--json"]) == 0
+    assert load_benchmark("pool").main(["--quick", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     # Then each side loaded every model at least once, ran every loop and the whole campaign
     for side in report["sides"].values():

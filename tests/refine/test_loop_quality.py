@@ -5,26 +5,15 @@ critic's target."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from benchmark_util import load_benchmark
 
 from genloop.sdk import Loop, RunStatus
 from genloop.workers import shapes
 
-BENCHMARK = Path(__file__).parents[2] / "benchmarks" / "loop_quality.py"
-
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("benchmark_loop_quality", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_the_scripted_agent_answers_with_the_weakest_clause_emphasised(client):
-    bench = _benchmark()
+    bench = load_benchmark("loop_quality")
     loop = Loop(prompt="a red sneaker, white background", candidates=2, rounds=2, steps=2,
                 refiner="agent", evaluator="clause-critic", refine_timeout=120)
 
@@ -43,7 +32,7 @@ def test_the_scripted_agent_answers_with_the_weakest_clause_emphasised(client):
 
 @pytest.mark.parametrize("mode", ["target", "target-drafts"])
 def test_a_target_mode_searches_the_common_budget_and_stops_at_the_critics_target(client, mode):
-    bench = _benchmark()
+    bench = load_benchmark("loop_quality")
     caption = "a small red circle left of a large blue square, black background"
     budget = 2 * 2 * 10  # rounds x candidates x steps: what best-of-n spends
     each = 10 if mode == "target" else Loop(prompt=caption, steps=10, refiner="draft").draft_steps
