@@ -18,7 +18,8 @@ proportions, shuffled the same way on both sides. The traffic, the same on both 
    candidates, interactive lane, scored by ``brand-palette``) one after another, 0-0.5 s apart;
 3. beside the batch: a campaign of ``--variants`` runs of ``--variant-images`` images each
    (batch lane, 4 images an instance) is submitted, the pool's status is read, and the agents
-   run their loops again while it drains.
+   run their loops again while it drains;
+4. batch alone: the same campaign with fresh seeds on the pool with no loops beside it.
 
 Figures per side:
 
@@ -28,6 +29,7 @@ Figures per side:
   once, and every worker that is to be busy loading one.
 - loop latency (submit to ``wait()`` returning, as the agent sees it), p50 and p95, on the idle
   pool and beside the batch;
+- batch throughput alone, and beside the loops over alone (the issue's goal: within 10%);
 - batch throughput: the campaign's images over the time from its first submit to its last run's
   end;
 - utilisation: of the workers' presence records written while the campaign was unfinished, the
@@ -225,12 +227,12 @@ def agent_plans(args: argparse.Namespace, phase: int) -> list[list[tuple[Loop, f
             for a in range(args.agents)]
 
 
-def campaign(args: argparse.Namespace) -> list[Graph]:
+def campaign(args: argparse.Namespace, first_seed: int = 0) -> list[Graph]:
     runs = []
     for v, model in enumerate(proportional(args.variants, random.Random(7))):
         g = Graph(priority="batch")
-        g.generate(f"campaign variant {v}", model=model, n=args.variant_images, seed=v,
-                   shard_size=4)
+        g.generate(f"campaign variant {v}", model=model, n=args.variant_images,
+                   seed=first_seed + v, shard_size=4)
         runs.append(g)
     return runs
 
@@ -304,7 +306,11 @@ def run_side(port: int, db: int, home: Path, config: Path, routing: str,
             read_at = time.time()
             beside, loops_end = run_agents(url, agent_plans(args, 2))
             results = [r.wait(timeout=1800) for r in runs]
-        ended = max(r.finished_at or time.time() for r in results)
+            ended = max(r.finished_at or time.time() for r in results)
+            marks.append(time.time())
+            alone = [sender.submit(g) for g in campaign(args, first_seed=1_000_000)]
+            results += [r.wait(timeout=1800) for r in alone]
+            alone_ended = max(r.finished_at or time.time() for r in results[len(runs):])
         marks.append(time.time())
         workers = presence_after(client, marks[-1], args.workers)
     marks.append(time.time())
@@ -312,6 +318,7 @@ def run_side(port: int, db: int, home: Path, config: Path, routing: str,
     if bad := [r for r in results if r.status != RunStatus.SUCCEEDED]:
         raise SystemExit(f"{len(bad)} campaign runs failed, e.g. {bad[0].failures[:1]}")
     began, took = marks[3], max(ended, loops_end) - read_at
+    alone_rate = args.variants * args.variant_images / (alone_ended - marks[4])
     generating, loading = presence.shares(began, ended)
     estimate = backlog_estimate(status, agent_plans(args, 2), args.workers)
     return {
@@ -319,11 +326,15 @@ def run_side(port: int, db: int, home: Path, config: Path, routing: str,
         "loop_idle_p50_s": p(idle, 0.5), "loop_idle_p95_s": p(idle, 0.95),
         "loop_beside_batch_p50_s": p(beside, 0.5), "loop_beside_batch_p95_s": p(beside, 0.95),
         "batch_images_per_s": args.variants * args.variant_images / (ended - began),
-        "batch_s": ended - began, "utilisation": generating, "loading_share": loading,
+        "batch_s": ended - began,
+        "batch_alone_images_per_s": alone_rate,
+        "batch_beside_vs_alone": args.variants * args.variant_images / (ended - began) / alone_rate,
+        "utilisation": generating, "loading_share": loading,
         "backlog_estimate_s": estimate, "backlog_actual_s": took,
         "backlog_error": None if estimate is None else estimate / took - 1,
         "loops_idle_s": idle, "loops_beside_batch_s": beside,
-        "phases_s": dict(zip(("start", "warm-up", "idle pool", "beside the batch", "stop"),
+        "phases_s": dict(zip(("start", "warm-up", "idle pool", "beside the batch",
+                              "batch alone", "stop"),
                              (b - a for a, b in zip(marks, marks[1:], strict=False)),
                              strict=True)),
     }
@@ -358,6 +369,8 @@ ROWS = (
     ("loop p50, beside the batch (s)", "loop_beside_batch_p50_s", "{:.2f}"),
     ("loop p95, beside the batch (s)", "loop_beside_batch_p95_s", "{:.2f}"),
     ("batch throughput (images/s)", "batch_images_per_s", "{:.1f}"),
+    ("batch throughput alone (images/s)", "batch_alone_images_per_s", "{:.1f}"),
+    ("  beside the loops / alone", "batch_beside_vs_alone", "{:.2f}"),
     ("utilisation while backlog", "utilisation", "{:.0%}"),
     ("  loading while backlog", "loading_share", "{:.0%}"),
     ("backlog estimate (s)", "backlog_estimate_s", "{:.1f}"),

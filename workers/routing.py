@@ -200,7 +200,7 @@ class AffinityGate:
         if not idle:
             return False
         # Warm elsewhere: a copy pays once the work waits longer than a load takes, on the
-        # queue or in the holders' engines; one copy at a time for each load's worth of wait.
+        # queue or in the holders' engines (on average); one copy for each load's worth.
         wait = max(_queued_seconds(model, holders), self._oldest_wait(queue_name))
         return self._claim(model, int(wait // load))
 
@@ -240,8 +240,9 @@ def _busy(state: dict[str, Any]) -> bool:
 
 
 def _queued_seconds(model: str, states: list[dict[str, Any]]) -> float:
-    """Seconds until the first of these workers is through the model's images in its engine
-    (0 for one that has not measured the model)."""
+    """Seconds these workers take, on average, to get through the model's images in their
+    engines (0 for one that has not measured the model): how long work handed to them waits.
+    (Each takes all of its model's work it can fetch, so the emptiest says little.)"""
     waits = []
     for state in states:
         running = state.get("running")
@@ -249,7 +250,7 @@ def _queued_seconds(model: str, states: list[dict[str, Any]]) -> float:
             running[1] if running and running[0] == model else 0)
         waits.append(images * state.get("default_steps", {}).get(model, 0)
                      * state.get("step_seconds", {}).get(model, 0.0))
-    return min(waits, default=0.0)
+    return sum(waits) / len(waits) if waits else 0.0
 
 
 def _load_seconds(model: str, states: list[dict[str, Any]]) -> float:
