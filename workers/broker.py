@@ -166,12 +166,12 @@ class Enqueuer:
         (a 120-draft benchmark re-sent several a run)."""
         names = (queue, dq_name(queue))
         if is_redis_broker(self.broker):
-            client, namespace = self.broker.client, self.broker.namespace
-            if self.route is not None:  # and its models' queues
-                from .routing import Router
+            from .routing import Router
 
-                names += tuple(n for r in Router.queues(client, namespace, queue)
-                               for n in (r, dq_name(r)))
+            # and its models' queues, whoever routed to them (a pool may mix senders)
+            client, namespace = self.broker.client, self.broker.namespace
+            names += tuple(n for r in Router.queues(client, namespace, queue)
+                           for n in (r, dq_name(r)))
             with client.pipeline(transaction=False) as pipe:
                 for q in names:
                     pipe.llen(PoolKeys.dramatiq_queue(namespace, q))
