@@ -142,7 +142,7 @@ def test_copies_are_added_in_proportion_to_how_long_the_work_waits(client, prefi
     assert takers == ["w1", "w2", "w3"]
 
 
-def test_a_draining_or_stale_holder_holds_nothing(client, prefix):
+def test_a_draining_holder_holds_nothing(client, prefix):
     presence(client, prefix, "w2", resident=["tiny"], draining=True)
     waiting(client, prefix, age=0.0)
     assert gate(client, prefix, "w1")(ROUTED)

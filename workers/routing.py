@@ -159,6 +159,7 @@ class AffinityGate:
         self.client, self.prefix, self.namespace = client, prefix, namespace
         self.id, self.routes, self.hands = worker_id, routes, hands
         self._live = RecentWorkers(client, prefix)
+        self._others_of: tuple[list[Any], list[dict[str, Any]]] = ([], [])
         self._claims: dict[str, float] = {}  # model -> when this worker's claim ends
 
     def __call__(self, queue_name: str) -> bool:
@@ -215,14 +216,20 @@ class AffinityGate:
         return False
 
     def _others(self) -> list[dict[str, Any]]:
-        """The other live workers that are not draining, as their presence records say."""
-        return [w.model_dump() for w in self._live() if w.id != self.id and not w.draining]
+        """The other live workers that are not draining, as their presence records say (made
+        once per presence read, not on every fetch)."""
+        live = self._live()
+        read, others = self._others_of
+        if live is not read:
+            others = [w.model_dump() for w in live if w.id != self.id and not w.draining]
+            self._others_of = (live, others)
+        return others
 
     def _oldest_wait(self, queue_name: str) -> float:
         """Seconds the oldest message on the queue has waited (0 if it is empty)."""
         queue = PoolKeys.dramatiq_queue(self.namespace, queue_name)
-        ids = self.client.lrange(queue, 0, 0)
-        raw = self.client.hget(f"{queue}.msgs", ids[0]) if ids else None
+        oldest = self.client.lindex(queue, 0)
+        raw = self.client.hget(f"{queue}.msgs", oldest) if oldest is not None else None
         if raw is None:
             return 0.0
         return max(time.time() - Message.decode(raw).message_timestamp / 1000, 0.0)
