@@ -8,7 +8,7 @@ import uuid
 import pytest
 from s3_util import S3_ENV, moto_server
 
-from genloop.sdk import NotFound
+from genloop.sdk import GenloopError, NotFound
 from genloop.workers.artifacts import LocalArtifactStore, artifact_key, open_artifact_store
 
 
@@ -55,8 +55,16 @@ def test_missing_artifact_is_not_found(artifacts):
 
 
 def test_malformed_keys_are_refused(artifacts):
-    with pytest.raises(Exception, match="malformed artifact key"):
-        artifacts.get("../../etc/passwd")
+    key = artifact_key(b"bytes", "png")
+    artifacts.put(b"bytes")
+    # A well-formed key with anything before or after it is no key: it would name another path
+    for bad in ("../../etc/passwd", f"../{key}", f"{key}/../../etc/passwd", f"{key}\n",
+                f"{key}.png", f"{key[:-4]}.toolongext", key.upper()):
+        with pytest.raises(GenloopError, match="malformed artifact key"):
+            artifacts.get(bad)
+        with pytest.raises(GenloopError, match="malformed artifact key"):
+            artifacts.exists(bad)
+    assert artifacts.get(key) == b"bytes"
 
 
 def test_concurrent_writers_of_one_image_leave_it_whole(artifacts):

@@ -12,8 +12,9 @@ from abc import ABC, abstractmethod
 
 from genloop.sdk.errors import GenloopError
 
-#: What every artifact key looks like, wherever it is checked (stores, the gateway).
-ARTIFACT_KEY = re.compile(r"^[0-9a-f]{64}\.[a-z0-9]{1,8}$")
+#: What every artifact key looks like, wherever it is checked (stores, the gateway). ``\Z``, not
+#: ``$``: ``$`` also matches before a trailing newline, and a key becomes a path and a URL.
+ARTIFACT_KEY = re.compile(r"\A[0-9a-f]{64}\.[a-z0-9]{1,8}\Z")
 
 #: Media type by key extension, for the stores that keep one (S3) and the gateway's answers.
 CONTENT_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg",
