@@ -43,13 +43,31 @@ def test_tenants_take_turns_within_the_window():
     assert sent[-1] == "cn#0" and fair.waiting() == 0
 
 
-def test_tenants_take_turns_in_redis_within_the_live_workers_threads():
+class Clock:
+    """Seconds that pass only when a test says so: a deadline in Redis is then crossed by
+    moving the clock past it, not by a sleep that may or may not outlast it."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _redis_fair(sent: list[InstanceRecord], clock: Clock | None = None):
     import redis
 
     client = redis.Redis.from_url(redis_url(0))
-    sent: list[InstanceRecord] = []
     fair = RedisFairQueue(client, lambda chunk, delay: sent.extend(chunk) or chunk[0].instance_id,
-                          tenant_of=lambda run: run, prefix=f"test-{uuid.uuid4().hex[:8]}")
+                          tenant_of=lambda run: run, prefix=f"test-{uuid.uuid4().hex[:8]}",
+                          clock=clock or time.time)
+    return client, fair
+
+
+def test_tenants_take_turns_in_redis_within_the_live_workers_threads():
+    sent: list[InstanceRecord] = []
+    clock = Clock()
+    client, fair = _redis_fair(sent, clock)
     names = lambda: [f"{i.run_id}{i.instance_id}" for i in sent]  # noqa: E731
     # Given no live worker: everything waits its turn in Redis
     fair([inst("a", 0), inst("a", 1), inst("a", 2)])
@@ -65,23 +83,45 @@ def test_tenants_take_turns_in_redis_within_the_live_workers_threads():
         fair.finished("gpu", sent[-1].run_id, [sent[-1].instance_id])
     assert names() == ["an#0", "bn#0", "an#1", "an#2"]
     assert sent[1].max_retries == 3 and sent[1].queue == "gpu"  # the message's options
-    # And a slot whose message nobody reports on frees itself after the flight ttl
+    # And a slot whose message nobody reports on frees itself after the flight ttl, not before
     fair.finished("gpu", "a", ["n#2"])
-    fair.flight_ttl = 0.05
     fair([inst("c", 0), inst("c", 1)])
     assert names()[-1] == "cn#0"
+    clock.now += fair.flight_ttl - 0.1
     fair.pump("gpu")
     assert names()[-1] == "cn#0"
-    time.sleep(0.1)
+    clock.now += 0.2
     fair.pump("gpu")
     assert names()[-1] == "cn#1"
-    # And a worker that stops beating leaves the window
-    fair.join("w1", "gpu", threads=1, ttl=0.01)
-    time.sleep(0.05)
+    # And a worker that stops beating leaves the window: with its slot free, d still waits
+    fair.finished("gpu", "c", ["n#1"])
+    clock.now += 30.1
     fair([inst("d", 0)])
-    time.sleep(0.1)
     fair.pump("gpu")
     assert names()[-1] == "cn#1" and fair.waiting("gpu") == 1
+    # (while a worker that beats again lets it in)
+    fair.join("w1", "gpu", threads=1, ttl=30)
+    fair.pump("gpu")
+    assert names()[-1] == "dn#0"
+    client.close()
+
+
+def test_tenants_with_backlogs_in_redis_alternate_rather_than_drain_one_first():
+    sent: list[InstanceRecord] = []
+    client, fair = _redis_fair(sent)
+    # Given two tenants with three messages waiting each, and no worker yet
+    fair([inst("a", i) for i in range(3)])
+    fair([inst("b", i) for i in range(3)])
+    # When a worker with a thread for each joins
+    fair.join("w1", "gpu", threads=6, ttl=30)
+    fair.pump("gpu")
+    # Then every message went in, the tenants taking turns (a tenant with a backlog goes to
+    # the back of the ring after its turn), each tenant's own messages in the order sent
+    tenants = [i.run_id for i in sent]
+    assert sorted(tenants) == ["a"] * 3 + ["b"] * 3
+    assert all(x != y for x, y in zip(tenants, tenants[1:], strict=False)), tenants
+    for t in "ab":
+        assert [i.seq for i in sent if i.run_id == t] == [0, 1, 2]
     client.close()
 
 
@@ -125,12 +165,8 @@ def test_a_small_run_finishes_before_most_of_another_tenants_large_one(stack):
 
 
 def test_an_instance_sent_again_frees_the_slot_its_lost_message_held():
-    import redis
-
-    client = redis.Redis.from_url(redis_url(0))
     sent: list[InstanceRecord] = []
-    fair = RedisFairQueue(client, lambda chunk, delay: sent.extend(chunk) or chunk[0].instance_id,
-                          tenant_of=lambda run: run, prefix=f"test-{uuid.uuid4().hex[:8]}")
+    client, fair = _redis_fair(sent)
     # Given one slot, taken by a message whose worker died (nobody reports its end)
     fair.join("w1", "gpu", threads=1, ttl=30)
     fair([inst("a", 0)])
