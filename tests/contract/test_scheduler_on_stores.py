@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 import dramatiq
 import pytest
@@ -15,6 +16,7 @@ from pydantic import BaseModel
 from genloop.sdk import Graph
 from genloop.sdk.errors import Permanent
 from genloop.sdk.graph import RunLimits
+from genloop.sdk.models import NodeStatus
 from genloop.workers import OpRegistry, op
 from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.broker import wire
@@ -24,8 +26,7 @@ class N(BaseModel):
     n: int
 
 
-@pytest.fixture
-def pool(store, tmp_path):
+def _wired(store, tmp_path):
     registry = OpRegistry()
     op("spread", params=N, output=N, registry=registry)(
         lambda p, inputs, ctx: [N(n=i) for i in range(p.n)])
@@ -40,9 +41,14 @@ def pool(store, tmp_path):
     op("bad", output=N, registry=registry)(bad)
     broker = StubBroker()
     broker.emit_after("process_boot")
-    wiring = wire(broker, store, LocalArtifactStore(tmp_path / "art"), registry,
-                  queues=("cpu",), sweep_every=0.2, lease_ttl=30.0)
-    worker = dramatiq.Worker(broker, worker_threads=4, worker_timeout=50)
+    return wire(broker, store, LocalArtifactStore(tmp_path / "art"), registry,
+                queues=("cpu",), sweep_every=0.2, lease_ttl=30.0)
+
+
+@pytest.fixture
+def pool(store, tmp_path):
+    wiring = _wired(store, tmp_path)
+    worker = dramatiq.Worker(wiring.broker, worker_threads=4, worker_timeout=50)
     worker.start()
     yield wiring
     worker.stop()
@@ -194,3 +200,84 @@ def test_node_transitions_left_by_a_crash_are_finished_by_the_sweeper(pool, stor
     nodes = {n.node_id: n for n in store.nodes(run.id)}
     assert store.get_result(nodes["total"].outputs[0].key).items == [{"n": 6}]
     assert store.outbox() == []
+
+
+def _counted(pool, name: str, **options) -> list[float]:
+    """Register op ``name`` on the pool's registry; the list returned gets the time of each run
+    of its body."""
+    calls: list[float] = []
+    op(name, output=N, registry=pool.executor.registry, **options)(
+        lambda p, inputs, ctx: calls.append(time.monotonic()) or N(n=len(calls)))
+    return calls
+
+
+def _one(op_name: str) -> Graph:
+    g = Graph()
+    g.add(op_name, id="only")
+    return g
+
+
+def test_a_stored_result_is_reused_under_the_same_model_and_not_under_another(pool, store):
+    # Given an op whose result depends on the model the worker serves
+    served = {"model": "model-a"}
+    calls = _counted(pool, "modelled", identity=lambda params, resources: served["model"])
+    assert _wait(store, pool.scheduler.submit(_one("modelled")).id).status == "succeeded"
+    # When the same graph runs again on the same model, Then its stored result is reused
+    assert _wait(store, pool.scheduler.submit(_one("modelled")).id).status == "succeeded"
+    assert len(calls) == 1
+    # When the worker serves another model, Then the same graph runs the body again
+    served["model"] = "model-b"
+    assert _wait(store, pool.scheduler.submit(_one("modelled")).id).status == "succeeded"
+    assert len(calls) == 2
+
+
+def test_bumping_an_ops_version_runs_its_body_again(pool, store):
+    # Given a graph whose result is stored under version 1 of its op
+    calls = _counted(pool, "versioned", version="1")
+    assert _wait(store, pool.scheduler.submit(_one("versioned")).id).status == "succeeded"
+    assert _wait(store, pool.scheduler.submit(_one("versioned")).id).status == "succeeded"
+    assert len(calls) == 1
+    # When the op's version is bumped (its output changed for the same inputs)
+    registry = pool.executor.registry
+    registry.register(replace(registry["versioned"], version="2"))
+    # Then the same graph runs the body again rather than reuse the old version's result
+    assert _wait(store, pool.scheduler.submit(_one("versioned")).id).status == "succeeded"
+    assert len(calls) == 2
+
+
+def test_retries_wait_at_least_the_ops_min_backoff_doubling(pool, store):
+    # Given an op that fails twice before it succeeds, with a 0.2 s minimum backoff
+    min_backoff, attempts = 0.2, []
+
+    def flaky(p, inputs, ctx):
+        attempts.append(time.monotonic())
+        if len(attempts) < 3:
+            raise RuntimeError("a transient failure")
+        return N(n=len(attempts))
+
+    op("flaky", output=N, max_retries=2, min_backoff=min_backoff, max_backoff=2.0,
+       registry=pool.executor.registry)(flaky)
+    # When it runs
+    assert _wait(store, pool.scheduler.submit(_one("flaky")).id).status == "succeeded"
+    # Then retry i came no sooner than min_backoff * 2**i after the attempt before it (the
+    # backoff's floor: Dramatiq's jitter only lengthens it)
+    gaps = [b - a for a, b in zip(attempts, attempts[1:], strict=False)]
+    assert len(gaps) == 2
+    assert all(gap >= min_backoff * 2**i for i, gap in enumerate(gaps)), gaps
+
+
+def test_cancel_ends_every_instance_that_has_not_started(store, tmp_path):
+    # Given a run whose instances are all queued (no worker has taken them yet)
+    wiring = _wired(store, tmp_path)
+    run = wiring.scheduler.submit(_map_graph(3))
+    roots = store.instances(run.id)
+    assert [i.status for i in roots] == [NodeStatus.QUEUED]
+
+    # When it is cancelled
+    wiring.scheduler.cancel(run.id)
+
+    # Then the run has ended, and so has every instance: none is left queued for a delivery
+    # to find (and start) later, and every node is cancelled
+    assert store.get_run(run.id).status == "cancelled"
+    assert [i.status for i in store.instances(run.id)] == [NodeStatus.CANCELLED]
+    assert {n.status for n in store.nodes(run.id)} == {NodeStatus.CANCELLED}

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from wait_util import until
 
 from genloop.sdk import NotFound, RunStatus
 from genloop.sdk.models import NodeStatus
@@ -212,7 +213,8 @@ def test_claims_are_exclusive_until_released_or_expired(store):
     store.release("k", "w1")
     assert store.lease_remaining("k") == 0
     assert store.claim("k", "w2", ttl=0.05)
-    time.sleep(0.1)
+    # Waits for the store to report the lease ended, not for a sleep to outlast it
+    until(lambda: store.lease_remaining("k") == 0, "the 50 ms lease to end")
     assert store.claim("k", "w3", ttl=5)
 
 
@@ -239,6 +241,12 @@ def test_events_have_increasing_ids_and_resume_after_an_id(store):
     assert [e.type for e in events] == ["run.submitted", "progress", "progress", "progress"]
     after = store.events("r1", after=events[1].id)
     assert [e.step for e in after] == [1, 2]
+    # A page read after an id keeps the ids the events have (a follower resumes from them)
+    assert [e.id for e in after] == [e.id for e in events[2:]]
+    paged, last = [], 0
+    while page := store.events("r1", after=last, limit=2):
+        paged, last = paged + page, page[-1].id
+    assert paged == events
     assert store.events("r1", after=events[-1].id) == []
     assert [e.step for e in store.events("r1", after=0, limit=2)][1] == 0
 
@@ -257,7 +265,7 @@ def test_event_ids_are_numbered_per_run(store):
 
 def test_stale_instances_are_the_unfinished_ones_nobody_touched(store):
     _create(store)
-    time.sleep(0.05)
+    until(lambda: len(store.stale_instances(older_than=0.01)) == 2, "10 ms untouched")
     assert sorted(store.stale_instances(older_than=0.01)) == [("r1", "a#0"), ("r1", "a#1")]
     assert store.stale_instances(older_than=60) == []
 
@@ -268,7 +276,7 @@ def test_stale_instances_are_the_unfinished_ones_nobody_touched(store):
     store.touch([("r1", "a#1"), ("r1", "a#0")])
 
     assert store.stale_instances(older_than=2) == []  # seconds apart even on a loaded machine
-    time.sleep(0.05)
+    until(lambda: store.stale_instances(older_than=0.01), "a#1 untouched for 10 ms")
     assert store.stale_instances(older_than=0.01) == [("r1", "a#1")]
 
 
@@ -285,7 +293,7 @@ def test_status_values_round_trip(store):
 
 def test_quarantine_takes_an_instance_out_of_recovery_and_says_so(store):
     _create(store)
-    time.sleep(0.05)
+    until(lambda: len(store.stale_instances(older_than=0.01)) == 2, "10 ms untouched")
 
     store.quarantine("r1", "a#0", "ValidationError: max_backoff is not finite")
 
@@ -348,7 +356,7 @@ def test_a_start_that_finds_the_key_leased_touches_the_instance(store):
     assert store.claim("k", "holder", ttl=30)
     # (a window wide enough that the touch below stays fresh on a loaded machine: at 0.01 s
     # the next read could come too late and find a#1 stale again)
-    time.sleep(0.5)
+    until(lambda: len(store.stale_instances(older_than=0.25)) == 2, "both instances stale")
     assert sorted(store.stale_instances(older_than=0.25)) == [("r1", "a#0"), ("r1", "a#1")]
 
     # When a delivery of a#1 tries to start on that key
@@ -458,3 +466,36 @@ def test_runs_page_newest_first_without_gaps_or_repeats_while_runs_arrive(store)
                           reverse=True)
     assert store.runs_before(None, 1)[0].id.startswith("new")
     assert store.runs_before(None, 50)[-1].labels == {"n": "r00"}
+
+
+def test_a_start_on_a_key_with_a_stored_result_runs_nothing_and_takes_no_lease(store):
+    # Given a run, and a result already stored under the key its instance would compute
+    _create(store)
+    store.put_result(ResultRecord(key="k", op="o", items=[{"v": 1}], created_at=time.time()))
+
+    # When a delivery of a#0 tries to start on that key
+    [(outcome, lease)] = store.start_instances([_start("a#0", "k")])
+
+    # Then it is told the result is stored (the caller completes with it): the instance is not
+    # started, no lease is taken, so no op body runs for a key that has its result
+    assert (outcome, lease) == ("stored", 0)
+    assert store.instance("r1", "a#0").status == NodeStatus.QUEUED
+    assert store.claim("k", "someone", ttl=30)
+    assert [e.type for e in store.events("r1")] == ["run.submitted"]
+
+
+def test_a_start_in_a_cancelling_run_runs_nothing(store):
+    # Given a run whose cancel was asked while a#0 was still queued (its message in flight)
+    _create(store)
+    with store.transaction("r1") as tx:
+        run = tx.run()
+        run.cancel_requested = True
+        tx.put_run(run)
+
+    # When that message is delivered and a#0 tries to start
+    [(outcome, _)] = store.start_instances([_start("a#0", "k0")])
+
+    # Then it is told the run is cancelling: not started, no lease taken
+    assert outcome == "cancelling"
+    assert store.instance("r1", "a#0").status == NodeStatus.QUEUED
+    assert store.claim("k0", "someone", ttl=30)

@@ -43,6 +43,29 @@ def test_another_tenant_gets_404_for_runs_results_events_and_artifacts(stack):
     assert alice.get(run.id).status().status == RunStatus.SUCCEEDED
 
 
+def test_another_tenant_cannot_cancel_resume_or_answer_a_run(stack):
+    # Given alice's finished run
+    _, alice_key = stack.tenant()
+    _, bob_key = stack.tenant()
+    alice, bob = stack.client(alice_key), stack.client(bob_key)
+    run = alice.submit(images("mine"))
+    run.wait(timeout=30)
+    before = alice.get(run.id).status()
+    # When bob posts any of the calls that act on a run, by raw HTTP or the SDK
+    headers = {"Authorization": f"Bearer {bob_key}"}
+    answer = {"requests": [{"prompt": "bob's prompt", "seed": 1, "round": 2}]}
+    for action, body in (("cancel", None), ("resume", None), ("refine", answer)):
+        response = httpx.post(f"{stack.url}/v1/runs/{run.id}/{action}", headers=headers,
+                              json=body)
+        # Then each is answered as for a run that does not exist
+        assert response.status_code == 404, (action, response.text)
+        assert response.json()["code"] == "not_found"
+    with pytest.raises(NotFound):
+        bob.resume(run.id)
+    # And alice's run is as it was
+    assert alice.get(run.id).status() == before
+
+
 def test_artifact_visible_once_in_a_result_even_if_never_fetched(stack):
     # Given a run whose result the tenant never fetched through the gateway
     _, key = stack.tenant()
