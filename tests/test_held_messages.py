@@ -5,10 +5,10 @@ fair queue is left alone, however long it waits; one whose message is gone is re
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 from genloop_test_ops import executions
+from wait_util import until
 
 from genloop.sdk import Client, Graph, NodeStatus, RunStatus
 from genloop.workers.metrics import metrics
@@ -51,15 +51,17 @@ def test_a_lost_message_is_still_resent_after_the_grace(tmp_path, resources):
     with Client.local(home=tmp_path / "home", resources=resources, threads=0) as client:
         runtime = client.backend.runtime
         run = client.submit(g)
-        # While its message waits in the broker, the instance is not lost
-        time.sleep(0.3)
+        stale = lambda: runtime.store.stale_instances(older_than=0.2)  # noqa: E731
+        # While its message waits in the broker, the instance is not lost, though untouched
+        # for longer than the grace
+        until(stale, "the instance untouched for the 0.2 s grace")
         assert recover(runtime.scheduler, grace=0.2) == 0
         runtime.broker.flush("cpu")
         (inst,) = runtime.store.instances(run.id)
         assert inst.status == NodeStatus.QUEUED
         before = _lost()
         # When the grace passes with nothing holding it
-        time.sleep(0.3)
+        until(stale, "the instance untouched for the 0.2 s grace again")
         # Then the sweeper sends it again, once
         assert recover(runtime.scheduler, grace=0.2) == 1
         assert runtime.broker.queues["cpu"].qsize() == 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+from wait_util import until
+
 from genloop.sdk.models import NodeStatus
 from genloop.workers.ops.registry import OpRegistry
 from genloop.workers.scheduler import Scheduler
@@ -20,6 +22,18 @@ class Sent(list):
 def _scheduler(store, backlog=0):
     sent = Sent()
     return Scheduler(store, OpRegistry(), sent, backlog=lambda queue: backlog), sent
+
+
+#: The sweeps' grace: an unfinished instance nothing has written for this long is recovered.
+GRACE = 0.01
+
+
+def _aged(store, *ids: str) -> None:
+    """Wait until instances ``ids`` of run r1 have gone untouched for the grace, as the store
+    itself reports it, so the sweep that follows judges them old (a sleep could come short of
+    that on one clock, or leave the check vacuous)."""
+    until(lambda: set(ids) <= {i for _, i in store.stale_instances(older_than=GRACE)},
+          f"{ids} untouched for {GRACE}s")
 
 
 def _create(store, n=3):
@@ -54,7 +68,7 @@ def test_a_completion_between_reading_the_instance_and_its_lease_is_not_a_takeov
     scheduler, sent = _scheduler(store)
     _set(store, "a#0", NodeStatus.RUNNING, key="k0")
     assert store.claim("k0", "holder", ttl=30)
-    time.sleep(0.05)
+    _aged(store, "a#0")
     lease_remaining = store.lease_remaining
 
     def completed_meanwhile(key):
@@ -64,7 +78,7 @@ def test_a_completion_between_reading_the_instance_and_its_lease_is_not_a_takeov
 
     store.lease_remaining = completed_meanwhile
     # When the sweeper looks; Then it sends nothing
-    assert scheduler.sweep(older_than=0, grace=0.01) == 0
+    assert scheduler.sweep(older_than=0, grace=GRACE) == 0
     assert sent == []
 
 
@@ -75,29 +89,29 @@ def test_running_without_a_live_lease_is_resent_a_live_holder_is_not(store):
     _set(store, "a#1", NodeStatus.RUNNING, key="k1")
     _set(store, "a#2", NodeStatus.SUCCEEDED)
     assert store.claim("k0", "alive", ttl=30)  # a#1's holder died: its lease is gone
-    time.sleep(0.05)
+    _aged(store, "a#0", "a#1")
 
-    assert scheduler.sweep(older_than=0, grace=0.01) == 1
+    assert scheduler.sweep(older_than=0, grace=GRACE) == 1
     assert sent == ["a#1"]
 
     store.release("k0", "alive")  # the holder ends without completing (it died, too)
-    time.sleep(0.05)
+    _aged(store, "a#0", "a#1")
     sent.clear()
-    scheduler.sweep(older_than=0, grace=0.01)
+    scheduler.sweep(older_than=0, grace=GRACE)
     assert sent == ["a#0", "a#1"]
 
 
 def test_queued_instances_wait_for_the_backlog_then_are_resent(store):
     _create(store, n=2)
     waiting, sent = _scheduler(store, backlog=5)
-    time.sleep(0.05)
+    _aged(store, "a#0", "a#1")
 
-    assert waiting.sweep(older_than=0, grace=0.01) == 0  # their turn has not come
+    assert waiting.sweep(older_than=0, grace=GRACE) == 0  # their turn has not come
     assert store.stale_instances(older_than=2) == []  # seen: looked at again a grace later
 
     drained, sent = _scheduler(store, backlog=0)
-    time.sleep(0.05)
-    assert drained.sweep(older_than=0, grace=0.01) == 2
+    _aged(store, "a#0", "a#1")
+    assert drained.sweep(older_than=0, grace=GRACE) == 2
     assert sorted(sent) == ["a#0", "a#1"]
     assert drained.sweep(older_than=0, grace=10) == 0  # re-sent ones wait another grace
 
@@ -108,17 +122,17 @@ def test_an_unreadable_record_is_quarantined_and_the_sweep_goes_on(store):
     _corrupt(store, "a#1")
     with store.transaction("r1") as tx:
         tx.add_outbox(["a#1", "a#2"])
-    time.sleep(0.05)
+    _aged(store, "a#0", "a#2")
 
-    scheduler.sweep(older_than=0, grace=0.01)
+    scheduler.sweep(older_than=0, grace=GRACE)
 
     assert sorted(sent) == ["a#0", "a#2", "a#2"]  # a#2 from the outbox and as untouched
     assert store.outbox() == []
     (event,) = [e for e in store.events("r1") if e.type == "instance.quarantined"]
     assert event.instance_id == "a#1" and "ValidationError" in event.error
     sent.clear()
-    time.sleep(0.05)
-    scheduler.sweep(older_than=0, grace=0.01)
+    _aged(store, "a#0", "a#2")
+    scheduler.sweep(older_than=0, grace=GRACE)
     assert "a#1" not in sent
 
 
@@ -136,9 +150,9 @@ def test_a_record_holding_values_no_spec_may_hold_is_quarantined_like_admission_
     else:
         store._reader().conn.execute(
             "UPDATE instances SET doc = ? WHERE instance_id = 'a#1'", (doc,))
-    time.sleep(0.05)
+    _aged(store, "a#0")
     # When the sweeper looks at it, then it is quarantined with the admission's own words
-    scheduler.sweep(older_than=0, grace=0.01)
+    scheduler.sweep(older_than=0, grace=GRACE)
     assert sent == ["a#0"]
     (event,) = [e for e in store.events("r1") if e.type == "instance.quarantined"]
     assert event.error == "ValueError: params.threshold: inf is not a finite number"
