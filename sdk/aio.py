@@ -57,6 +57,9 @@ class ThreadedBackend(AsyncBackend):
     async def resume(self, run_id: str) -> RunInfo:
         return await asyncio.to_thread(self.sync.resume, run_id)
 
+    async def pin(self, run_id: str, pinned: bool) -> RunInfo:
+        return await asyncio.to_thread(self.sync.pin, run_id, pinned)
+
     async def read_artifact(self, key: str) -> bytes:
         return await asyncio.to_thread(self.sync.read_artifact, key)
 
@@ -141,6 +144,10 @@ class AsyncRun:
 
     async def cancel(self) -> RunInfo:
         self.info = await self._backend.cancel(self.id)
+        return self.info
+
+    async def pin(self, pinned: bool = True) -> RunInfo:
+        self.info = await self._backend.pin(self.id, pinned)
         return self.info
 
     async def read_artifact(self, key: str) -> bytes:

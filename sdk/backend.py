@@ -56,6 +56,11 @@ class Backend(ABC):
         """Re-drive an interrupted run, reusing every stored result."""
 
     @abstractmethod
+    def pin(self, run_id: str, pinned: bool) -> RunInfo:
+        """Keep the run and its results whatever the retention (``pinned``), or let them
+        expire by it again."""
+
+    @abstractmethod
     def read_artifact(self, key: str) -> bytes:
         """The bytes of an artifact (``NotFound`` if absent)."""
 
@@ -150,6 +155,9 @@ class AsyncBackend(ABC):
 
     @abstractmethod
     async def resume(self, run_id: str) -> RunInfo: ...
+
+    @abstractmethod
+    async def pin(self, run_id: str, pinned: bool) -> RunInfo: ...
 
     @abstractmethod
     async def read_artifact(self, key: str) -> bytes: ...

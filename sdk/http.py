@@ -250,6 +250,10 @@ class HttpBackend(_HttpBase, Backend):
     def resume(self, run_id: str) -> RunInfo:
         return RunInfo.model_validate_json(self._send("POST", f"/v1/runs/{run_id}/resume").content)
 
+    def pin(self, run_id: str, pinned: bool) -> RunInfo:
+        method = "PUT" if pinned else "DELETE"
+        return RunInfo.model_validate_json(self._send(method, f"/v1/runs/{run_id}/pin").content)
+
     def read_artifact(self, key: str) -> bytes:
         return self._send("GET", f"/v1/artifacts/{key}").content
 
@@ -350,6 +354,10 @@ class AsyncHttpBackend(_HttpBase, AsyncBackend):
 
     async def cancel(self, run_id: str) -> RunInfo:
         response = await self._send("POST", f"/v1/runs/{run_id}/cancel")
+        return RunInfo.model_validate_json(response.content)
+
+    async def pin(self, run_id: str, pinned: bool) -> RunInfo:
+        response = await self._send("PUT" if pinned else "DELETE", f"/v1/runs/{run_id}/pin")
         return RunInfo.model_validate_json(response.content)
 
     async def resume(self, run_id: str) -> RunInfo:

@@ -91,6 +91,8 @@ class RunInfo(BaseModel):
     nodes: list[NodeState] = Field(default_factory=list)
     error: str | None = None
     labels: dict[str, str] = Field(default_factory=dict, description="the caller's labels")
+    pinned: bool = Field(False, description="kept whatever the retention, with its results, "
+                         "until unpinned")
     waiting: str | None = Field(
         None, description="what the run's queued work waits for that no live worker provides "
         "now (a pool scaled to zero): it goes on when such a worker starts")

@@ -54,6 +54,12 @@ class Run:
         self.info = self._backend.cancel(self.id)
         return self.info
 
+    def pin(self, pinned: bool = True) -> RunInfo:
+        """Keep this run and the results it references whatever the back end's retention
+        (``pinned=False``: let them expire by it again, counted from the run's end)."""
+        self.info = self._backend.pin(self.id, pinned)
+        return self.info
+
     def read_artifact(self, key: str) -> bytes:
         return self._backend.read_artifact(key)
 

@@ -18,6 +18,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     from . import worker_process as w
     from .models_config import models_config
+    from .retention import ENV_RETENTION
 
     if args.models:
         models_config(args.models)  # a bad file fails here, not in every worker process
@@ -29,6 +30,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         w.ENV_MODELS: str(Path(args.models).resolve()) if args.models else "",
         w.ENV_METRICS_PORT: str(args.metrics_port or ""), w.ENV_METRICS_HOST: args.metrics_host,
         w.ENV_PROCESSES: str(args.processes), w.ENV_GRACE: str(args.grace),
+        **({ENV_RETENTION: str(args.retention)} if args.retention is not None else {}),
     })
     # Fair queuing lets one message per pool thread into a queue (redis_fair_queue); a process
     # that fetched more than its threads can run (Dramatiq's default is twice) would sit on
@@ -48,6 +50,7 @@ def setup_worker(p: argparse.ArgumentParser) -> None:
     import dramatiq  # noqa: F401  (fail at parse time, with the extra named, not after exec)
 
     from .broker import DEFAULT_QUEUES
+    from .retention import duration
     from .worker_process import DEFAULT_GRACE
 
     p.set_defaults(fn=cmd_worker)
@@ -75,6 +78,9 @@ def setup_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-host", default="127.0.0.1", help="address the metrics bind to")
     p.add_argument("--heartbeat-timeout-ms", type=int, default=60_000,
                    help="requeue a dead worker's messages after this long")
+    p.add_argument("--retention", type=duration, metavar="TIME",
+                   help="keep a finished run this long (7d, 12h, 30m, seconds; default "
+                   "GENLOOP_RETENTION or 7d), then delete it and the results only it kept")
 
 
 def cmd_pool(args: argparse.Namespace) -> int:

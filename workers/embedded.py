@@ -22,6 +22,7 @@ from .models_config import ModelsConfig, models_config
 from .ops.refine import RefinerRegistry
 from .ops.registry import OpRegistry, default_registry
 from .resources import Resources
+from .retention import configured_retention
 from .store_backend import StoreBackend
 from .stores.sqlite import SqliteStateStore
 
@@ -46,6 +47,7 @@ class EmbeddedRuntime:
         evaluators: EvaluatorRegistry | None = None,
         refiners: RefinerRegistry | None = None,
         fair_window: int | None = None,
+        retention: float | None = None,
     ) -> None:
         """``registry``: the ops this runtime runs (default: :data:`.ops.default_registry`,
         where ``@op`` registers, with the built-ins).
@@ -55,14 +57,18 @@ class EmbeddedRuntime:
         register). These three go to the :class:`Resources` built here: with ``resources``
         given, pass them to it instead.
         ``fair_window``: tenants take turns, at most this many messages per queue in the
-        broker (see :mod:`~genloop.workers.fair_queue`; ``genloop serve --local`` uses it)."""
+        broker (see :mod:`~genloop.workers.fair_queue`; ``genloop serve --local`` uses it).
+        ``retention``: seconds a finished run is kept (default: ``GENLOOP_RETENTION``, else a
+        week; see :mod:`~genloop.workers.retention`)."""
         from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 
         if resources is not None and (models, evaluators, refiners) != (None, None, None):
             raise GenloopError("give models, evaluators and refiners to your Resources, not "
                                "beside it: Resources(allowed=..., evaluators=..., refiners=...)")
         self.home = Path(home)
-        self.store = SqliteStateStore(self.home / "state.db")
+        self.store = SqliteStateStore(
+            self.home / "state.db",
+            retention=configured_retention() if retention is None else retention)
         self.artifacts = LocalArtifactStore(self.home / "artifacts")
         self.registry = registry if registry is not None else default_registry
         self.resources = resources if resources is not None else Resources(

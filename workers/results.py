@@ -23,7 +23,7 @@ def run_info(store: StateStore, run_id: str) -> RunInfo:
     run = store.get_run(run_id)
     return RunInfo(
         id=run.id, status=run.status, created_at=run.created_at, finished_at=run.finished_at,
-        error=run.error, labels=run.labels,
+        error=run.error, labels=run.labels, pinned=run.pinned,
         nodes=[
             NodeState(node_id=n.node_id, status=n.status, halted=n.halted, error=n.error)
             for n in store.nodes(run_id)
@@ -39,7 +39,8 @@ def list_runs(store: StateStore, query: RunQuery) -> RunPage:
 
     def info(run: RunRecord) -> RunInfo:
         return RunInfo(id=run.id, status=run.status, created_at=run.created_at,
-                       finished_at=run.finished_at, error=run.error, labels=run.labels)
+                       finished_at=run.finished_at, error=run.error, labels=run.labels,
+                       pinned=run.pinned)
 
     return list_page(rows, info, RunFilter.of(query), query.cursor, query.limit)
 

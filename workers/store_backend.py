@@ -111,6 +111,10 @@ class StoreBackend(Backend):
         self.scheduler.resume(run_id)
         return run_info(self.store, run_id)
 
+    def pin(self, run_id: str, pinned: bool) -> RunInfo:
+        self.store.pin(run_id, pinned)
+        return run_info(self.store, run_id)
+
     def read_artifact(self, key: str) -> bytes:
         return self.artifacts.get(key)
 

@@ -41,6 +41,7 @@ from .ops.registry import default_registry
 from .pool_status import Presence
 from .redis_backend import artifacts_key
 from .resources import Resources
+from .retention import configured_retention
 from .routing import AffinityGate, routed_queue
 from .stores.redis import RedisStateStore
 from .waking_broker import WakingRedisBroker
@@ -97,7 +98,8 @@ def build():
     routes = {routed_queue(generate_queue, model): model for model in resources.served_models()
               } if generate_queue in queues else {}
     wiring = wire(
-        broker, RedisStateStore(client=client, prefix=prefix), open_artifact_store(artifacts_uri),
+        broker, RedisStateStore(client=client, prefix=prefix, retention=configured_retention()),
+        open_artifact_store(artifacts_uri),
         default_registry, queues=[*queues, *routes], resources=resources,
         lease_ttl=float(os.environ.get(ENV_LEASE_TTL, "15")),
         sweep_every=float(os.environ.get(ENV_SWEEP_EVERY, "5")),

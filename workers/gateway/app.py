@@ -265,6 +265,16 @@ def create_app(backend: Backend, store: GatewayStore,
         """Outputs and failures so far; complete once the run has ended."""
         return gateway.result(who, run_id)
 
+    @app.put("/v1/runs/{run_id}/pin", response_model=RunInfo, tags=["runs"])
+    def pin(run_id: str, gateway: Gw, who: Tenant) -> RunInfo:
+        """Keep the run and its results whatever the pool's retention."""
+        return gateway.pin(who, run_id, True)
+
+    @app.delete("/v1/runs/{run_id}/pin", response_model=RunInfo, tags=["runs"])
+    def unpin(run_id: str, gateway: Gw, who: Tenant) -> RunInfo:
+        """Let the run expire by the retention again, counted from its end."""
+        return gateway.pin(who, run_id, False)
+
     @app.post("/v1/runs/{run_id}/cancel", response_model=RunInfo, tags=["runs"])
     def cancel(run_id: str, gateway: Gw, who: Tenant) -> RunInfo:
         return gateway.cancel(who, run_id)

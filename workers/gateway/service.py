@@ -309,6 +309,10 @@ class Gateway:
         self._own(tenant, run_id)
         return self.backend.cancel(run_id)
 
+    def pin(self, tenant: str, run_id: str, pinned: bool) -> RunInfo:
+        self._own(tenant, run_id)
+        return self.backend.pin(run_id, pinned)
+
     def resume(self, tenant: str, run_id: str) -> RunInfo:
         """Re-drive the tenant's run after a crash. The store needs no change: a back end
         resumes only a run that has not ended (an ended one is answered as it is), and such a

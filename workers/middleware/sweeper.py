@@ -20,20 +20,28 @@ and 25 s. Dramatiq's own heartbeat requeue is no longer needed for recovery.
 
 A record that cannot be read is quarantined with an ``instance.quarantined`` event and an error
 log, and the tick goes on with the rest.
+
+The lock's holder also runs the retention pass (:mod:`genloop.workers.retention`) once every
+``RETENTION_EVERY`` seconds: expired runs and results go, in passes of a bounded size.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 
 from dramatiq.middleware import Middleware
 
+from ..retention import retention_pass
 from ..scheduler import Scheduler
 from ..stores.holders import process_tag
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two retention passes of the sweeper that holds the lock.
+RETENTION_EVERY = 60.0
 
 
 class OutboxSweeper(Middleware):
@@ -47,6 +55,7 @@ class OutboxSweeper(Middleware):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._owner = f"sweeper-{uuid.uuid4().hex[:8]}{process_tag()}"
+        self._retained_at = 0.0
 
     def after_worker_boot(self, broker, worker):
         self._stop.clear()
@@ -68,6 +77,10 @@ class OutboxSweeper(Middleware):
                 n = self.scheduler.sweep(older_than=self.every, grace=self.grace)
                 if n:
                     log.info("re-sent %d message(s) left behind by a fault", n)
+                if time.monotonic() - self._retained_at >= RETENTION_EVERY:
+                    self._retained_at = time.monotonic()
+                    store = self.scheduler.store
+                    retention_pass(store, store.retention)
                 return n
         except Exception:  # the sweeper must outlive a store outage; it tries again next tick
             log.exception("sweep failed")

@@ -27,6 +27,10 @@ from .records import (
 )
 from .run_ends import EndWatch, Sleeping
 
+#: Seconds a finished run (and a result no kept run needs) is kept by default: a week, as a
+#: pool's operator would look back on a run; a store is given another (``retention=``).
+DEFAULT_RETENTION = 7 * 24 * 3600.0
+
 #: Keys per round trip (Redis MGET) or statement (SQLite ``IN``) of a batched read: small
 #: enough for SQLite's host-parameter limit and a modest reply.
 READ_BATCH = 500
@@ -95,6 +99,9 @@ class RunTx(ABC):
 
 class StateStore(ABC):
     """Where runs live. Thread-safe; every method may be called from any worker thread."""
+
+    #: Seconds a finished run is kept (see :mod:`genloop.workers.retention`).
+    retention: float = DEFAULT_RETENTION
 
     # -- runs -------------------------------------------------------------------------------
     @abstractmethod
@@ -207,6 +214,41 @@ class StateStore(ABC):
     @abstractmethod
     def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
         """Events of the run with id greater than ``after``, oldest first."""
+
+    # -- retention (the pass and the rules: genloop.workers.retention) ----------------------
+    @abstractmethod
+    def ended_runs(self, limit: int) -> list[str]:
+        """Runs that ended (or were pinned or unpinned since) and have no expiry scheduled."""
+
+    @abstractmethod
+    def schedule_expiry(self, run_id: str, expires_at: float | None,
+                        result_keys: Sequence[str]) -> None:
+        """Take the run off :meth:`ended_runs`: it expires at ``expires_at`` (``None``: never,
+        it is pinned), and each of ``result_keys`` is kept at least as long."""
+
+    @abstractmethod
+    def expire_runs(self, now: float, limit: int) -> list[str]:
+        """Delete runs whose expiry is due (record, spec, nodes, instances, events, listing
+        and idempotency key) and return their ids; a run pinned or not ended meanwhile stays."""
+
+    @abstractmethod
+    def due_results(self, now: float, limit: int) -> list[str]:
+        """Keys of results kept until ``now`` or earlier, oldest first."""
+
+    @abstractmethod
+    def delete_results(self, keys: Sequence[str], now: float) -> int:
+        """Delete these results unless reused since :meth:`due_results` listed them (a start
+        that reuses a result keeps it ``retention`` more, in the same step); returns how many
+        went."""
+
+    @abstractmethod
+    def pinned_runs(self) -> list[str]:
+        """Ids of the pinned runs."""
+
+    @abstractmethod
+    def pin(self, run_id: str, pinned: bool) -> RunRecord:
+        """Pin (kept whatever the retention, with every result it references) or unpin a
+        run; an unpinned finished run expires by the rules again, from its end."""
 
     def watch_end(self, run_id: str) -> AbstractContextManager[EndWatch]:
         """A watch on the run's end, to take *before* reading its status (see ``run_ends``):

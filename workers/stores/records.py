@@ -54,6 +54,9 @@ class RunRecord(BaseModel):
     finished_at: float | None = None
     error: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    pinned: bool = Field(False, description="kept whatever the retention (see retention.py)")
+    keep_for: float | None = Field(
+        None, description="seconds the run is kept once finished; None: the store's retention")
 
 
 class NodeRecord(BaseModel):

@@ -35,7 +35,14 @@ from genloop.sdk.errors import NotFound, StoreError
 from genloop.sdk.models import Event
 
 from . import redis_scripts
-from .base import READ_BATCH, IdempotencyConflict, RunTx, StateStore, creation_events
+from .base import (
+    DEFAULT_RETENTION,
+    READ_BATCH,
+    IdempotencyConflict,
+    RunTx,
+    StateStore,
+    creation_events,
+)
 from .records import (
     EventRecord,
     InstanceRecord,
@@ -87,9 +94,13 @@ class RedisStateStore(StateStore):
     """State store on Redis. ``prefix`` namespaces the keys (several pools on one Redis)."""
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, prefix: str = "genloop",
-                 client: redis.Redis | None = None) -> None:
+                 client: redis.Redis | None = None,
+                 retention: float = DEFAULT_RETENTION) -> None:
         self.client = client or redis.Redis.from_url(url)
         self.keys = PoolKeys(prefix)
+        self.retention = retention
+        self._expire_run = self.client.register_script(redis_scripts.EXPIRE_RUN)
+        self._delete_results = self.client.register_script(redis_scripts.DELETE_RESULTS)
         self._renew = self.client.register_script(_RENEW)
         self._release = self.client.register_script(_RELEASE)
         self._take = self.client.register_script(_TAKE)
@@ -263,13 +274,13 @@ class RedisStateStore(StateStore):
                 for out, (script, keys, args) in zip(outs, calls, strict=True)]
 
     def _start_call(self, s: Start) -> tuple[Any, list, list]:
-        k, r = self.keys, s.running.run_id
+        k, r, now = self.keys, s.running.run_id, time.time()
         return (self._start,
                 [k.claim(s.key), k.result(s.key), k.instances(r), k.nodes(r), k.run(r),
-                 k.events(r), k.live, k.lock(r)],
+                 k.events(r), k.live, k.lock(r), k.results_until],
                 [s.owner, int(s.ttl * 1000), s.running.instance_id, s.running.model_dump_json(),
                  s.running.node_id, event_json(s.started), event_json(s.run_running),
-                 f"{r}|{s.running.instance_id}", time.time()])
+                 f"{r}|{s.running.instance_id}", now, now + self.retention, s.key])
 
     def _finish_call(self, f: Finish) -> tuple[Any, list, list]:
         k, r, done, result, lease = self.keys, f.done.run_id, f.done, f.result, f.lease
@@ -281,7 +292,7 @@ class RedisStateStore(StateStore):
                 [k.instances(r), k.nodes(r), k.events(r), k.live, k.lock(r),
                  k.result(result.key if result else ""), k.outbox,
                  k.claim(lease[0] if lease else ""), k.run(r),
-                 k.node_instances(r, done.node_id)],
+                 k.node_instances(r, done.node_id), k.ended_runs],
                 [done.instance_id, done.model_dump_json(), done.node_id, event_json(f.event),
                  result.model_dump_json() if result else "", f"{r}|{done.instance_id}",
                  time.time(), f"{r}|@", lease[1] if lease else "", *more])
@@ -387,6 +398,58 @@ class RedisStateStore(StateStore):
                   **EventRecord.model_validate_json(raw).model_dump())
             for i, raw in enumerate(raws)
         ]
+
+    # -- retention (see genloop.workers.retention) --------------------------------------------
+    @translate_redis_errors
+    def ended_runs(self, limit: int) -> list[str]:
+        return [m.decode() for m in self.client.zrange(self.keys.ended_runs, 0, limit - 1)]
+
+    @translate_redis_errors
+    def schedule_expiry(self, run_id: str, expires_at: float | None,
+                        result_keys: Sequence[str]) -> None:
+        k = self.keys
+        with self.client.pipeline(transaction=True) as pipe:
+            if expires_at is not None:
+                pipe.zadd(k.expiry, {run_id: expires_at})
+                for i in range(0, len(result_keys), READ_BATCH):
+                    pipe.zadd(k.results_until,
+                              dict.fromkeys(result_keys[i:i + READ_BATCH], expires_at), gt=True)
+            else:
+                pipe.zrem(k.expiry, run_id)
+            pipe.zrem(k.ended_runs, run_id)
+            pipe.execute()
+
+    @translate_redis_errors
+    def expire_runs(self, now: float, limit: int) -> list[str]:
+        k = self.keys
+        due = [m.decode() for m in self.client.zrangebyscore(k.expiry, "-inf", now, 0, limit)]
+        return [r for r in due if self._expire_run(
+            keys=[k.run(r), k.spec(r), k.nodes(r), k.instances(r), k.events(r), k.run_index,
+                  k.expiry, k.pinned, k.ended_runs],
+            args=[r, k.node_instances(r), k.idem()])]
+
+    @translate_redis_errors
+    def due_results(self, now: float, limit: int) -> list[str]:
+        return [m.decode() for m in
+                self.client.zrangebyscore(self.keys.results_until, "-inf", now, 0, limit)]
+
+    @translate_redis_errors
+    def delete_results(self, keys: Sequence[str], now: float) -> int:
+        return sum(int(self._delete_results(keys=[self.keys.results_until],
+                                            args=[now, self.keys.result(), *keys[i:i + 500]]))
+                   for i in range(0, len(keys), 500))
+
+    @translate_redis_errors
+    def pinned_runs(self) -> list[str]:
+        return [m.decode() for m in self.client.smembers(self.keys.pinned)]
+
+    def pin(self, run_id: str, pinned: bool) -> RunRecord:
+        with self.transaction(run_id) as tx:
+            run = tx.run()
+            run.pinned = pinned
+            tx.put_run(run)  # a finished run goes back to the pass, which schedules it anew
+            tx.pin(pinned)
+        return run
 
     def close(self) -> None:
         self.client.close()

@@ -29,8 +29,8 @@ class PoolKeys:
     def instances(self, r: str) -> str:
         return f"{self.p}:run:{r}:instances"
 
-    def node_instances(self, r: str, node_id: str) -> str:
-        """A node's instance ids, scored by ``seq``."""
+    def node_instances(self, r: str, node_id: str = "") -> str:
+        """A node's instance ids, scored by ``seq`` (with no node: the run's prefix of them)."""
         return f"{self.p}:run:{r}:node:{node_id}"
 
     def events(self, r: str) -> str:
@@ -45,10 +45,12 @@ class PoolKeys:
         return f"{self.p}:run:{r}:lock"
 
     # -- shared by all runs -------------------------------------------------------------------
-    def idem(self, key: str) -> str:
+    def idem(self, key: str = "") -> str:
+        """A run's idempotency key (with no ``key``: the prefix every one starts with)."""
         return f"{self.p}:idem:{key}"
 
-    def result(self, key: str) -> str:
+    def result(self, key: str = "") -> str:
+        """A stored result (with no ``key``: the prefix every one starts with)."""
         return f"{self.p}:result:{key}"
 
     def claim(self, key: str) -> str:
@@ -66,6 +68,26 @@ class PoolKeys:
     def outbox(self) -> str:
         """``run|instance`` (or ``run|@node``, a node transition that may be due) -> when."""
         return f"{self.p}:outbox"
+
+    @property
+    def ended_runs(self) -> str:
+        """Runs ended (or pinned, unpinned) and not yet given an expiry, scored by their end."""
+        return f"{self.p}:ended"
+
+    @property
+    def expiry(self) -> str:
+        """Finished runs, scored by when they expire (the retention pass's)."""
+        return f"{self.p}:expiry"
+
+    @property
+    def results_until(self) -> str:
+        """Result keys (not Redis keys), scored by how long each is kept at least."""
+        return f"{self.p}:results-until"
+
+    @property
+    def pinned(self) -> str:
+        """Ids of the pinned runs."""
+        return f"{self.p}:pinned"
 
     @property
     def quarantine(self) -> str:

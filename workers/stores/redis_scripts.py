@@ -102,14 +102,18 @@ local function with_status(doc, new)
 end
 """
 
-#: KEYS: claim, result, instances, nodes, run, events, live, run lock
+#: KEYS: claim, result, instances, nodes, run, events, live, run lock, results kept until
 #: ARGV: owner, ttl ms, instance id, running instance JSON, node id, started event JSON,
-#:       run.running event JSON, live member, now
+#:       run.running event JSON, live member, now, kept-until for a reused result, result key
 #: Returns {outcome, lease ms}: started | stored | leased | ended | cancelling | missing | busy.
 #: ``leased`` also touches the instance: its delivery will look again (see ``Executor``).
+#: ``stored`` keeps the reused result at least until the given time (the retention pass).
 START = _LIB + """
 if exclusive(KEYS[8]) then return {'busy', 0} end
-if redis.call('exists', KEYS[2]) == 1 then return {'stored', 0} end
+if redis.call('exists', KEYS[2]) == 1 then
+  redis.call('zadd', KEYS[9], 'XX', 'GT', ARGV[10], ARGV[11])
+  return {'stored', 0}
+end
 local cur = redis.call('hget', KEYS[3], ARGV[3])
 if not cur then return {'missing', 0} end
 if terminal[status_of(cur)] then return {'ended', 0} end
@@ -145,7 +149,8 @@ local function apply(commands)
 end
 """
 
-#: KEYS: instances, nodes, events, live, run lock, result, outbox, claim, run, node's instances
+#: KEYS: instances, nodes, events, live, run lock, result, outbox, claim, run, node's instances,
+#:       ended runs
 #: ARGV: instance id, ended instance JSON, node id, event JSON, result JSON or '', live member,
 #:       now, outbox member prefix ``run|@``, lease owner or '', then for the node's completion:
 #:       '1' if the caller allows it here, the node's outputs JSON, node.succeeded event JSON,
@@ -215,6 +220,7 @@ if left <= 0 then
   run = replace(with_status(run, 'succeeded'), '"finished_at":null', '"finished_at":' .. ARGV[7])
   redis.call('rpush', KEYS[3], ARGV[13])
   redis.call('publish', KEYS[3] .. ':ended', 'ended')
+  redis.call('zadd', KEYS[11], ARGV[7], string.sub(ARGV[8], 1, -3))
   ended = 1
 elseif status_of(run) == 'pending' then
   run = with_status(run, 'running')
@@ -247,4 +253,38 @@ if KEYS[1] then
 end
 apply(ARGV[2])
 return ARGV[1]
+"""
+
+#: KEYS: run, spec, nodes, instances, events, run index, expiry, pinned, ended runs
+#: ARGV: run id, its nodes' instance-set key prefix, idempotency key prefix
+#: Deletes an expired run's keys unless it is pinned or not ended (then it only leaves the
+#: expiry index); returns 1 when deleted. The idempotency key goes only if it names this run.
+EXPIRE_RUN = """
+redis.call('zrem', KEYS[7], ARGV[1])
+local run = redis.call('get', KEYS[1])
+if not run or redis.call('sismember', KEYS[8], ARGV[1]) == 1
+   or string.find(run, '"finished_at":null', 1, true) then return 0 end
+for _, node in ipairs(redis.call('hkeys', KEYS[3])) do redis.call('del', ARGV[2] .. node) end
+local idem = cjson.decode(run)['idempotency_key']
+if type(idem) == 'string' and redis.call('get', ARGV[3] .. idem) == ARGV[1] then
+  redis.call('del', ARGV[3] .. idem)
+end
+redis.call('del', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('zrem', KEYS[6], ARGV[1])
+redis.call('zrem', KEYS[9], ARGV[1])
+return 1
+"""
+
+#: KEYS: results kept until. ARGV: now, result key prefix, result keys...
+#: Deletes each result still due (not reused since it was listed); returns how many went.
+DELETE_RESULTS = """
+local gone = 0
+for i = 3, #ARGV do
+  local at = redis.call('zscore', KEYS[1], ARGV[i])
+  if at and tonumber(at) <= tonumber(ARGV[1]) then
+    redis.call('zrem', KEYS[1], ARGV[i])
+    gone = gone + redis.call('del', ARGV[2] .. ARGV[i])
+  end
+end
+return gone
 """

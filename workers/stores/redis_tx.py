@@ -165,6 +165,11 @@ class RedisTx(RunTx):
         self._buffer.set(self._k.run(run.id), self._run)
         if run.status.terminal:  # wake the run's watches (run_ends.py), in the same commit
             self._buffer.publish(self._k.ended(run.id), "ended")
+        if run.finished_at is not None:  # the retention pass schedules its expiry
+            self._buffer.zadd(self._k.ended_runs, {run.id: run.finished_at})
+
+    def pin(self, pinned: bool) -> None:
+        self._buffer.commands.append(["SADD" if pinned else "SREM", self._k.pinned, self._run_id])
 
     def node(self, node_id: str) -> NodeRecord:
         if node_id in self._nodes:

@@ -22,7 +22,14 @@ from genloop.sdk.errors import NotFound, StoreError
 from genloop.sdk.models import Event
 
 from . import sqlite_steps
-from .base import READ_BATCH, IdempotencyConflict, RunTx, StateStore, creation_events
+from .base import (
+    DEFAULT_RETENTION,
+    READ_BATCH,
+    IdempotencyConflict,
+    RunTx,
+    StateStore,
+    creation_events,
+)
 from .holders import holder_gone
 from .records import (
     EventRecord,
@@ -54,6 +61,12 @@ CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT, expires REA
 CREATE TABLE IF NOT EXISTS locks (key TEXT PRIMARY KEY, owner TEXT, expires REAL);
 CREATE TABLE IF NOT EXISTS outbox (
     run_id TEXT, instance_id TEXT, at REAL, PRIMARY KEY (run_id, instance_id));
+CREATE TABLE IF NOT EXISTS run_ended (run_id TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS run_pins (run_id TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS run_expiry (run_id TEXT PRIMARY KEY, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS run_expiry_at ON run_expiry (at);
+CREATE TABLE IF NOT EXISTS result_until (key TEXT PRIMARY KEY, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS result_until_at ON result_until (at);
 CREATE TABLE IF NOT EXISTS run_events (
     run_id TEXT NOT NULL, id INTEGER NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (run_id, id)
 ) WITHOUT ROWID;
@@ -76,6 +89,17 @@ INSERT OR IGNORE INTO run_index (created_at, id)
     SELECT json_extract(doc, '$.created_at'), id FROM runs;
 """
 
+#: A store from before retention: its finished runs wait for the retention pass like new ones.
+_INDEX_ENDED = """
+INSERT OR IGNORE INTO run_ended (run_id)
+    SELECT id FROM runs WHERE json_extract(doc, '$.finished_at') IS NOT NULL;
+"""
+
+#: Where a run's rows live besides ``runs``, with the column naming the run.
+_RUN_TABLES = (("run_specs", "id"), ("run_index", "id"), ("nodes", "run_id"),
+               ("instances", "run_id"), ("outbox", "run_id"), ("run_events", "run_id"),
+               ("run_ended", "run_id"), ("run_pins", "run_id"))
+
 _MIGRATE_SPECS = """
 INSERT OR IGNORE INTO run_specs (id, spec) SELECT id, spec FROM runs;
 ALTER TABLE runs DROP COLUMN spec;
@@ -97,6 +121,13 @@ class _SqliteTx(RunTx):
     def put_run(self, run: RunRecord) -> None:
         self._c.execute("UPDATE runs SET doc = ? WHERE id = ?", (run.model_dump_json(), run.id))
         self.ended = run.status.terminal
+        if run.finished_at is not None:
+            self._c.execute("INSERT OR IGNORE INTO run_ended VALUES (?)", (run.id,))
+
+    def pin(self, pinned: bool) -> None:
+        sql = "INSERT OR IGNORE INTO run_pins VALUES (?)" if pinned else \
+            "DELETE FROM run_pins WHERE run_id = ?"
+        self._c.execute(sql, (self._run_id,))
 
     def node(self, node_id: str) -> NodeRecord:
         row = self._c.execute(
@@ -207,8 +238,9 @@ class _Reader:
 class SqliteStateStore(StateStore):
     """State store in one SQLite file (``:memory:`` is not supported: threads need one file)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, retention: float = DEFAULT_RETENTION) -> None:
         self.path = Path(path)
+        self.retention = retention
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
@@ -218,9 +250,12 @@ class SqliteStateStore(StateStore):
         conn = self._reader().conn
         conn.execute("PRAGMA journal_mode=WAL")
         indexed = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'run_index'").fetchone()
+        retained = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'run_ended'").fetchone()
         conn.executescript(_SCHEMA)
         if not indexed:
             conn.executescript(f"BEGIN IMMEDIATE; {_INDEX_RUNS} COMMIT;")
+        if not retained:
+            conn.executescript(f"BEGIN IMMEDIATE; {_INDEX_ENDED} COMMIT;")
         if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'events'").fetchone():
             conn.executescript(f"BEGIN IMMEDIATE; {_MIGRATE_EVENTS} COMMIT;")
         if any(col[1] == "spec" for col in conn.execute("PRAGMA table_info(runs)")):
@@ -345,7 +380,9 @@ class SqliteStateStore(StateStore):
         """As :meth:`.redis.RedisStateStore.start_instances`, all in one transaction."""
         with self._write() as c:
             batch = sqlite_steps.Batch()
-            outcomes = [sqlite_steps.start(c, s, batch, take=_take) for s in starts]
+            until = time.time() + self.retention
+            outcomes = [sqlite_steps.start(c, s, batch, take=_take, reused_until=until)
+                        for s in starts]
             batch.flush(c)
             return outcomes
 
@@ -463,6 +500,62 @@ class SqliteStateStore(StateStore):
             Event(id=r[0], run_id=run_id, **EventRecord.model_validate_json(r[1]).model_dump())
             for r in rows
         ]
+
+    # -- retention (see genloop.workers.retention) --------------------------------------------
+    def ended_runs(self, limit: int) -> list[str]:
+        return [r[0] for r in self._read("SELECT run_id FROM run_ended LIMIT ?", (limit,))]
+
+    def schedule_expiry(self, run_id: str, expires_at: float | None,
+                        result_keys: Sequence[str]) -> None:
+        with self._write() as c:
+            if expires_at is not None:
+                c.execute("INSERT OR REPLACE INTO run_expiry VALUES (?, ?)", (run_id, expires_at))
+                c.executemany(
+                    "INSERT INTO result_until VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
+                    "at = max(at, excluded.at)", [(k, expires_at) for k in result_keys])
+            else:
+                c.execute("DELETE FROM run_expiry WHERE run_id = ?", (run_id,))
+            c.execute("DELETE FROM run_ended WHERE run_id = ?", (run_id,))
+
+    def expire_runs(self, now: float, limit: int) -> list[str]:
+        gone = []
+        with self._write() as c:
+            due = c.execute("SELECT run_id FROM run_expiry WHERE at <= ? ORDER BY at LIMIT ?",
+                            (now, limit)).fetchall()
+            for (run_id,) in due:
+                c.execute("DELETE FROM run_expiry WHERE run_id = ?", (run_id,))
+                # Pinned since it was scheduled, or not ended (a resumed run): it stays.
+                if c.execute("DELETE FROM runs WHERE id = ? AND json_extract(doc, '$.finished_at') "
+                             "IS NOT NULL AND id NOT IN (SELECT run_id FROM run_pins)",
+                             (run_id,)).rowcount:
+                    for table, column in _RUN_TABLES:
+                        c.execute(f"DELETE FROM {table} WHERE {column} = ?", (run_id,))
+                    gone.append(run_id)
+        return gone
+
+    def due_results(self, now: float, limit: int) -> list[str]:
+        return [r[0] for r in self._read(
+            "SELECT key FROM result_until WHERE at <= ? ORDER BY at LIMIT ?", (now, limit))]
+
+    def delete_results(self, keys: Sequence[str], now: float) -> int:
+        gone = 0
+        with self._write() as c:
+            for key in keys:
+                if c.execute("DELETE FROM result_until WHERE key = ? AND at <= ?",
+                             (key, now)).rowcount:
+                    gone += c.execute("DELETE FROM results WHERE key = ?", (key,)).rowcount
+        return gone
+
+    def pinned_runs(self) -> list[str]:
+        return [r[0] for r in self._read("SELECT run_id FROM run_pins")]
+
+    def pin(self, run_id: str, pinned: bool) -> RunRecord:
+        with self.transaction(run_id) as tx:
+            run = tx.run()
+            run.pinned = pinned
+            tx.put_run(run)  # a finished run goes back to the pass, which schedules it anew
+            tx.pin(pinned)
+        return run
 
     def close(self) -> None:
         """Close every connection once the statement on it (if any) has ended: closing one

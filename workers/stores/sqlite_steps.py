@@ -121,12 +121,14 @@ def _update_instance(c: sqlite3.Connection, inst: InstanceRecord) -> None:
                                   time.time(), inst.run_id, inst.instance_id))
 
 
-def start(c: sqlite3.Connection, step: Start, batch: Batch, *, take: Take) -> tuple[str, float]:
+def start(c: sqlite3.Connection, step: Start, batch: Batch, *, take: Take,
+          reused_until: float) -> tuple[str, float]:
     """START: claim the step's key for its owner and store its instance, node and run
-    running."""
+    running. A stored result is reused, and kept at least until ``reused_until``."""
     running, key = step.running, step.key
     run_id = running.run_id
     if c.execute("SELECT 1 FROM results WHERE key = ?", (key,)).fetchone():
+        c.execute("UPDATE result_until SET at = max(at, ?) WHERE key = ?", (reused_until, key))
         return "stored", 0.0
     row = c.execute("SELECT live FROM instances WHERE run_id = ? AND instance_id = ?",
                     (run_id, running.instance_id)).fetchone()
@@ -213,5 +215,6 @@ def finish(c: sqlite3.Connection, step: Finish, batch: Batch) -> FinishOutcome:
     if left <= 0:
         c.execute("UPDATE runs SET doc = json_set(doc, '$.status', ?, '$.finished_at', ?) "
                   "WHERE id = ?", (RunStatus.SUCCEEDED, now, run_id))
+        c.execute("INSERT OR IGNORE INTO run_ended VALUES (?)", (run_id,))
         batch.event(c, run_id, completion.run_event)
     return FinishOutcome(-5, run_ended=left <= 0, ready=ready)
