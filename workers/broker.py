@@ -324,7 +324,8 @@ def wire(
     broker.add_middleware(AttemptOutcomes(scheduler, ACTOR_PREFIX), before=Retries)
     broker.add_middleware(QueueWait(metrics()))
     broker.add_middleware(OutboxSweeper(
-        scheduler, every=sweep_every, grace=lease_ttl if grace is None else grace))
+        scheduler, every=sweep_every, grace=lease_ttl if grace is None else grace,
+        artifacts=artifacts))
     for queue in queues:
         dramatiq.actor(
             retry_transients(executor), actor_name=actor_name(queue), queue_name=queue,

@@ -61,6 +61,8 @@ COMMANDS: tuple[Command, ...] = (
             "genloop.workers.cli_pool:setup_worker"),
     Command("pool", "a Redis pool's workers and backlog (status), or its backlog as Prometheus "
             "metrics (exporter)", "genloop.workers.cli_pool:setup_pool"),
+    Command("gc", "delete the artifacts no kept run or result names (--dry-run: report)",
+            "genloop.workers.cli_gc:setup_gc"),
     Command("demo", "run a generate-evaluate-refine loop and write a contact sheet",
             "genloop.workers.cli_pool:setup_demo"),
     Command("serve", "run the HTTP gateway", "genloop.workers.gateway.cli:setup_serve"),

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from genloop.sdk.errors import GenloopError
 
@@ -37,15 +39,40 @@ def check_key(key: str) -> str:
     return key
 
 
+@dataclass(frozen=True)
+class StoredArtifact:
+    """One stored object, as the collector sees it."""
+
+    key: str
+    size: int
+    #: When it was last written or put again (unix time): the collector's grace counts from it.
+    written_at: float
+
+
 class ArtifactStore(ABC):
     """Bytes by content key. Writes are idempotent: putting the same bytes twice is harmless."""
 
     def put(self, data: bytes, ext: str = "png") -> str:
-        """Store ``data`` and return its key."""
+        """Store ``data`` and return its key. Bytes already stored are marked written now, so
+        the collector (``genloop.workers.artifact_gc``) leaves them its grace period again:
+        an op that puts an old image and stores a result naming it moments later never finds
+        it collected in between."""
         key = artifact_key(data, ext)
-        if not self.exists(key):
+        if not self._touch(key):
             self._write(key, data)
         return key
+
+    @abstractmethod
+    def stored(self) -> Iterator[StoredArtifact]:
+        """Every stored artifact, in no particular order."""
+
+    @abstractmethod
+    def delete_if_older(self, key: str, cutoff: float) -> bool:
+        """Remove ``key`` if it was last written before ``cutoff``; whether it went."""
+
+    @abstractmethod
+    def _touch(self, key: str) -> bool:
+        """Mark ``key`` written now; False if it is not stored."""
 
     @abstractmethod
     def get(self, key: str) -> bytes:

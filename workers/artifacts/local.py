@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from genloop.sdk.errors import NotFound, StoreError
 
-from .base import ArtifactStore, check_key
+from .base import ARTIFACT_KEY, ArtifactStore, StoredArtifact, check_key
 
 
 class LocalArtifactStore(ArtifactStore):
@@ -43,3 +44,36 @@ class LocalArtifactStore(ArtifactStore):
             os.replace(tmp, path)
         except OSError as exc:
             raise StoreError(f"writing artifact {key!r}: {exc}") from exc
+
+    def _touch(self, key: str) -> bool:
+        try:
+            os.utime(self._path(key))
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StoreError(f"touching artifact {key!r}: {exc}") from exc
+
+    def stored(self) -> Iterator[StoredArtifact]:
+        for shard in os.scandir(self.root):
+            if not shard.is_dir():
+                continue
+            for entry in os.scandir(shard.path):
+                if ARTIFACT_KEY.match(entry.name):  # not a writer's .tmp- file
+                    try:
+                        st = entry.stat()
+                    except FileNotFoundError:
+                        continue
+                    yield StoredArtifact(entry.name, st.st_size, st.st_mtime)
+
+    def delete_if_older(self, key: str, cutoff: float) -> bool:
+        path = self._path(key)
+        try:
+            if path.stat().st_mtime >= cutoff:
+                return False
+            path.unlink()
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StoreError(f"deleting artifact {key!r}: {exc}") from exc

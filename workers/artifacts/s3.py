@@ -7,9 +7,11 @@ dropped connections (standard mode, a few attempts).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from genloop.sdk.errors import NotFound, StoreError
 
-from .base import ArtifactStore, check_key, content_type
+from .base import ARTIFACT_KEY, ArtifactStore, StoredArtifact, check_key, content_type
 
 
 class S3ArtifactStore(ArtifactStore):
@@ -64,3 +66,51 @@ class S3ArtifactStore(ArtifactStore):
             )
         except (BotoCoreError, ClientError) as exc:
             raise StoreError(f"s3 put {key!r}: {exc}") from exc
+
+    def _touch(self, key: str) -> bool:
+        """A copy onto itself: S3 has no other way to renew an object's LastModified."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        name = self._key(key)
+        try:
+            self._client.copy_object(
+                Bucket=self.bucket, Key=name, CopySource={"Bucket": self.bucket, "Key": name},
+                MetadataDirective="REPLACE", ContentType=content_type(key))
+            return True
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise StoreError(f"s3 copy {key!r}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"s3 copy {key!r}: {exc}") from exc
+
+    def stored(self) -> Iterator[StoredArtifact]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        try:
+            for page in self._client.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=prefix):
+                for obj in page.get("Contents", []):
+                    key = obj["Key"][len(prefix):]
+                    if ARTIFACT_KEY.match(key):
+                        yield StoredArtifact(key, obj["Size"], obj["LastModified"].timestamp())
+        except (BotoCoreError, ClientError) as exc:
+            raise StoreError(f"s3 list: {exc}") from exc
+
+    def delete_if_older(self, key: str, cutoff: float) -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        name = self._key(key)
+        try:
+            head = self._client.head_object(Bucket=self.bucket, Key=name)
+            if head["LastModified"].timestamp() >= cutoff:
+                return False
+            self._client.delete_object(Bucket=self.bucket, Key=name)
+            return True
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise StoreError(f"s3 delete {key!r}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"s3 delete {key!r}: {exc}") from exc

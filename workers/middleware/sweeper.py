@@ -22,7 +22,9 @@ A record that cannot be read is quarantined with an ``instance.quarantined`` eve
 log, and the tick goes on with the rest.
 
 The lock's holder also runs the retention pass (:mod:`genloop.workers.retention`) once every
-``RETENTION_EVERY`` seconds: expired runs and results go, in passes of a bounded size.
+``RETENTION_EVERY`` seconds (expired runs and results go, in passes of a bounded size) and,
+given the artifact store, collects the artifacts nothing kept names once every
+``COLLECT_EVERY`` seconds (:mod:`genloop.workers.artifact_gc`; grace: the retention).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ import uuid
 
 from dramatiq.middleware import Middleware
 
+from ..artifact_gc import collect
+from ..artifacts.base import ArtifactStore
 from ..retention import retention_pass
 from ..scheduler import Scheduler
 from ..stores.holders import process_tag
@@ -42,20 +46,24 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two retention passes of the sweeper that holds the lock.
 RETENTION_EVERY = 60.0
+#: Seconds between two artifact collections (each reads every stored result and spec).
+COLLECT_EVERY = 3600.0
 
 
 class OutboxSweeper(Middleware):
     """Starts with the Dramatiq worker, stops with it. ``grace=None`` only flushes the outbox."""
 
     def __init__(self, scheduler: Scheduler, every: float = 5.0,
-                 grace: float | None = 30.0) -> None:
+                 grace: float | None = 30.0, artifacts: ArtifactStore | None = None) -> None:
         self.scheduler = scheduler
+        self.artifacts = artifacts
         self.every = every
         self.grace = grace
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._owner = f"sweeper-{uuid.uuid4().hex[:8]}{process_tag()}"
         self._retained_at = 0.0
+        self._collected_at = time.monotonic()  # not at start: a process's start stays cheap
 
     def after_worker_boot(self, broker, worker):
         self._stop.clear()
@@ -81,6 +89,10 @@ class OutboxSweeper(Middleware):
                     self._retained_at = time.monotonic()
                     store = self.scheduler.store
                     retention_pass(store, store.retention)
+                if self.artifacts is not None and \
+                        time.monotonic() - self._collected_at >= COLLECT_EVERY:
+                    self._collected_at = time.monotonic()
+                    collect(store, self.artifacts, store.retention)
                 return n
         except Exception:  # the sweeper must outlive a store outage; it tries again next tick
             log.exception("sweep failed")

@@ -11,7 +11,7 @@ writing them back cannot interleave with another worker doing the same.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 from genloop.sdk.errors import IdempotencyConflict as IdempotencyConflict  # re-exported
@@ -240,6 +240,11 @@ class StateStore(ABC):
         """Delete these results unless reused since :meth:`due_results` listed them (a start
         that reuses a result keeps it ``retention`` more, in the same step); returns how many
         went."""
+
+    @abstractmethod
+    def reference_docs(self) -> Iterator[str]:
+        """Every stored result and run spec, as its JSON text: what the artifact collector
+        (``genloop.workers.artifact_gc``) searches for the artifact keys still in use."""
 
     @abstractmethod
     def pinned_runs(self) -> list[str]:

@@ -90,6 +90,10 @@ def _until_not_busy(call: Callable[[], Any]) -> Any:
         delay = min(delay * 2, 0.01)
 
 
+def _texts(raws: list[bytes | None]) -> Iterator[str]:
+    return (raw.decode() for raw in raws if raw is not None)
+
+
 class RedisStateStore(StateStore):
     """State store on Redis. ``prefix`` namespaces the keys (several pools on one Redis)."""
 
@@ -438,6 +442,17 @@ class RedisStateStore(StateStore):
         return sum(int(self._delete_results(keys=[self.keys.results_until],
                                             args=[now, self.keys.result(), *keys[i:i + 500]]))
                    for i in range(0, len(keys), 500))
+
+    def reference_docs(self) -> Iterator[str]:
+        for pattern in (self.keys.result("*"), self.keys.spec("*")):
+            batch: list[bytes] = []
+            for name in self.client.scan_iter(match=pattern, count=READ_BATCH):
+                batch.append(name)
+                if len(batch) == READ_BATCH:
+                    yield from _texts(self.client.mget(batch))
+                    batch = []
+            if batch:
+                yield from _texts(self.client.mget(batch))
 
     @translate_redis_errors
     def pinned_runs(self) -> list[str]:

@@ -546,6 +546,10 @@ class SqliteStateStore(StateStore):
                     gone += c.execute("DELETE FROM results WHERE key = ?", (key,)).rowcount
         return gone
 
+    def reference_docs(self) -> Iterator[str]:
+        for sql in ("SELECT doc FROM results", "SELECT spec FROM run_specs"):
+            yield from (row[0] for row in self._read(sql))
+
     def pinned_runs(self) -> list[str]:
         return [r[0] for r in self._read("SELECT run_id FROM run_pins")]
 

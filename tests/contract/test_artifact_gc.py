@@ -1,0 +1,97 @@
+"""Artifact collection on every artifact store and state store: what nothing kept names goes
+after the grace period, what a result or a run spec names stays, and an image put again while
+the collector runs is kept. The collector is given its clock, so nothing here waits."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import pytest
+from s3_util import S3_ENV, moto_server
+
+from genloop.sdk import Graph
+from genloop.workers.artifact_gc import collect
+from genloop.workers.artifacts import LocalArtifactStore, open_artifact_store
+from genloop.workers.stores.records import ResultRecord, RunRecord, RunSpecRecord
+
+GRACE = 3600.0
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in S3_ENV.items():
+            mp.setenv(k, v)
+        with moto_server() as endpoint:
+            mp.setenv("AWS_ENDPOINT_URL", endpoint)
+            yield endpoint
+
+
+@pytest.fixture(params=["local", "s3"])
+def artifacts(request, tmp_path):
+    if request.param == "local":
+        return LocalArtifactStore(tmp_path / "artifacts")
+    request.getfixturevalue("s3_endpoint")
+    import boto3
+
+    bucket = f"genloop-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    return open_artifact_store(f"s3://{bucket}/runs")
+
+
+def _result(store, key: str, artifact: str) -> None:
+    store.put_result(ResultRecord(key=key, op="generate", items=[{"artifact": artifact}],
+                                  created_at=time.time()))
+
+
+def _run_using(store, artifact: str) -> None:
+    """A run whose spec names ``artifact`` (an upload it edits), with nothing computed yet."""
+    g = Graph()
+    g.add("generate", id="edit", params={"prompt": "a cat", "init_image": artifact})
+    spec = g.model_dump(mode="json")
+    run_id = uuid.uuid4().hex
+    store.create_run(RunRecord(id=run_id, spec_hash="h", created_at=time.time()),
+                     RunSpecRecord(spec=spec, graph=spec), [], [])
+
+
+def test_what_nothing_names_goes_after_the_grace_and_the_rest_stays(store, artifacts):
+    made = artifacts.put(b"an image a result names")
+    uploaded = artifacts.put(b"an upload a run edits")
+    orphan = artifacts.put(b"an image whose result expired")
+    _result(store, "k1", made)
+    _run_using(store, uploaded)
+    later = time.time() + GRACE + 60
+
+    young = collect(store, artifacts, GRACE)
+    assert (young.stored, young.young, young.deleted) == (3, 3, 0)
+
+    dry = collect(store, artifacts, GRACE, now=later, dry_run=True)
+    assert (dry.deleted, dry.in_use, dry.dry_run) == (1, 2, True)
+    assert artifacts.exists(orphan)
+
+    done = collect(store, artifacts, GRACE, now=later)
+    assert (done.deleted, done.deleted_bytes) == (1, len(b"an image whose result expired"))
+    assert not artifacts.exists(orphan)
+    assert artifacts.exists(made) and artifacts.exists(uploaded)
+
+
+def test_an_image_put_again_while_the_collector_lists_is_kept(store, tmp_path):
+    class PutDuringListing(LocalArtifactStore):
+        """A worker stores the same image again (its result not stored yet) right after the
+        collector listed it as old and unnamed."""
+
+        def stored(self):
+            listed = list(super().stored())
+            self.put(b"an old image put again")
+            return iter(listed)
+
+    artifacts = PutDuringListing(tmp_path / "artifacts")
+    key = artifacts.put(b"an old image put again")
+    aged = time.time() - 2 * GRACE
+    os.utime(artifacts.root / key[:2] / key, (aged, aged))
+
+    report = collect(store, artifacts, GRACE)
+    assert report.young == 0 and report.deleted == 0
+    assert artifacts.exists(key)
