@@ -23,7 +23,7 @@ from .webhooks import WebhookTarget
 
 #: Fields of a Graph or Loop that change nothing it draws (keys made from what it draws leave
 #: them out).
-NOT_DRAWN = frozenset({"labels", "webhook", "priority"})
+NOT_DRAWN = frozenset({"labels", "webhook", "priority", "retention"})
 
 #: A run's lane on the workers: see :data:`PRIORITY`.
 Priority = Literal["interactive", "batch"]
@@ -32,6 +32,10 @@ PRIORITY = (
     "work (campaigns), which keeps at least 1 engine batch in 4 while both wait. Omit for "
     "interactive, or for the tenant's default through a gateway; a campaign's runs are batch. "
     "Does not change the images.")
+RETENTION = (
+    "Seconds the run is kept once it ends, with the results only it needs (omit: the back "
+    "end's retention, a week unless its operator says otherwise). Through a gateway it can "
+    "only shorten the tenant's. `run.pin()` keeps a run whatever this says.")
 
 
 class RunLimits(BaseModel):
@@ -156,6 +160,8 @@ class Graph(BaseModel):
         default=None,
         description="POST the run's summary here when it ends (through a gateway)")
     priority: Priority | None = Field(default=None, description=PRIORITY)
+    retention: float | None = Field(default=None, gt=0, allow_inf_nan=False,
+                                    description=RETENTION)
 
     def add(
         self,

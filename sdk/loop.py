@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .graph import PRIORITY, Graph, Priority, RunLimits
+from .graph import PRIORITY, RETENTION, Graph, Priority, RunLimits
 from .labels import Labels
 from .ops import BACKEND_DEFAULT, MAX_CANDIDATES_PER_NODE, edit_steps, finish_strength
 from .webhooks import WebhookTarget
@@ -122,6 +122,8 @@ class Loop(BaseModel):
         default=None,
         description="POST the run's summary here when it ends (through a gateway)")
     priority: Priority | None = Field(default=None, description=PRIORITY)
+    retention: float | None = Field(default=None, gt=0, allow_inf_nan=False,
+                                    description=RETENTION)
     budget: int | None = Field(
         None, ge=1,
         description="Total denoising steps the loop may spend (sum over every image of its "
@@ -184,7 +186,8 @@ class Loop(BaseModel):
 
     def compile(self) -> Graph:
         """The graph this loop runs as (see the module docstring)."""
-        g = Graph(namespace=self.namespace, limits=self.limits, priority=self.priority)
+        g = Graph(namespace=self.namespace, limits=self.limits, priority=self.priority,
+                  retention=self.retention)
         image_opts: dict[str, Any] = {
             k: v
             for k, v in {

@@ -44,8 +44,8 @@ def result_key(
 
 
 def spec_hash(spec: dict[str, Any]) -> str:
-    # A spec without labels or webhook keeps the hash it had before they existed; its lane is
-    # left out (a gateway fills in the tenant's default, and it does not change the images)
+    # A spec without labels or webhook keeps the hash it had before they existed; its lane and
+    # retention are left out (a gateway fills in the tenant's, and neither changes the images)
     spec = {k: v for k, v in spec.items()
-            if k != "priority" and (k not in ("labels", "webhook") or v)}
+            if k not in ("priority", "retention") and (k not in ("labels", "webhook") or v)}
     return hashlib.sha256(canonical_json(spec).encode()).hexdigest()

@@ -145,7 +145,7 @@ class Scheduler(Transitions):
             # Only the limits check reads it, and every completion rewrites the run's record:
             # kept for a 1,000-node run without limits, it made each rewrite O(nodes).
             ended_items={} if graph.limits is not None else None, created_at=time.time(),
-            labels=spec.labels,
+            labels=spec.labels, keep_for=spec.retention,
         )
         submitted = RunSpecRecord(
             spec=spec_json, graph=spec_json if graph is spec else graph.model_dump(mode="json"))

@@ -1,15 +1,12 @@
-"""Pinning over HTTP: the owner pins and unpins, the retention pass keeps a pinned run, and
-another tenant's pin is answered as for a run that does not exist."""
+"""Pinning over HTTP: the owner pins and unpins (what a pin keeps is the stores' contract,
+tests/contract/test_retention.py), another tenant's pin is answered as for a run that does not
+exist."""
 
 from __future__ import annotations
 
-import time
-
 import httpx
-import pytest
 
-from genloop.sdk import Graph, NotFound
-from genloop.workers.retention import retention_pass
+from genloop.sdk import Graph
 
 
 def images(label: str) -> Graph:
@@ -18,20 +15,13 @@ def images(label: str) -> Graph:
     return g
 
 
-def test_the_owner_pins_a_run_past_the_retention_and_unpins_it(stack):
+def test_the_owner_pins_and_unpins_a_run(stack):
     _, key = stack.tenant()
     run = stack.client(key).submit(images("keep"))
     run.wait(timeout=30)
-    store, later = stack.backend.store, time.time() + 3 * stack.backend.store.retention
 
     assert run.pin().pinned and run.status().pinned
-    retention_pass(store, store.retention, now=later)
-    assert run.status().pinned
-
-    assert not run.pin(False).pinned
-    retention_pass(store, store.retention, now=later)
-    with pytest.raises(NotFound):
-        run.status()
+    assert not run.pin(False).pinned and not run.status().pinned
 
 
 def test_another_tenant_cannot_pin_or_unpin_a_run(stack):

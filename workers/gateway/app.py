@@ -158,6 +158,7 @@ def create_app(backend: Backend, store: GatewayStore,
                                 webhook_backoff=settings.webhook_backoff)
     if store.due_webhooks(float("inf"), 1):  # deliveries left by an earlier process
         app.state.gateway.webhooks.start()
+    app.state.gateway.start_janitor()
     app.state.settings = settings
     errors.install(app, settings.retry_after)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,

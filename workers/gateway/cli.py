@@ -89,7 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
               f"(run console: http://{args.host}:{args.port}/ui)", file=sys.stderr)
         app = create_app(backend, store, settings)
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
-        app.state.gateway.webhooks.stop()
+        app.state.gateway.stop()
     finally:
         backend.close()
         store.close()

@@ -13,6 +13,9 @@ once (each is a connection and a poller). These are 429 with ``Retry-After`` too
 deliveries are the tenant's too: at most ``webhook_attempts_per_minute`` attempts a minute are
 made for it (retries included); the rest wait, none is dropped.
 
+Storage: a tenant's finished runs are kept at most ``retention`` seconds (the pool's when
+``None``), and at most ``max_stored_runs`` runs may be stored at once (429 past it).
+
 ``models`` and ``evaluators`` narrow what the operator allows for this tenant (``None``: all).
 """
 
@@ -50,6 +53,12 @@ class TenantLimits(BaseModel):
     evaluators: list[str] | None = Field(
         None, description="evaluators allowed; None: every registered one"
     )
+    retention: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="seconds the tenant's finished runs are "
+        "kept at most (a run's own `retention` may only shorten it); None: the pool's")
+    max_stored_runs: int | None = Field(
+        None, ge=1, description="runs the tenant may have stored at once, ended ones included "
+        "until the retention deletes them (pinned ones too); None: no limit")
     priority: Priority = Field(
         "interactive", description="lane of the tenant's runs that name none (a spec's "
         "`priority` wins): a tenant that only runs campaigns or bulk jobs can default to batch")
@@ -78,6 +87,15 @@ def check_upload(limits: TenantLimits, used: tuple[int, int], size: int) -> None
             "upload_quota", f"your uploads hold {stored} bytes and this image {size}; your "
             f"limit is {limits.max_upload_bytes} bytes in all", limits.max_upload_bytes,
             stored + size)
+
+
+def check_storage(stored_runs: int, limits: TenantLimits) -> None:
+    """The storage quota, given how many runs the tenant has stored."""
+    if limits.max_stored_runs is not None and stored_runs >= limits.max_stored_runs:
+        raise LimitExceeded(
+            "storage_quota", f"you have {stored_runs} runs stored; your limit is "
+            f"{limits.max_stored_runs}: unpin some, or wait for the retention to delete ended "
+            "ones", limits.max_stored_runs, stored_runs + 1)
 
 
 def check_run(cost: RunCost, limits: TenantLimits) -> None:

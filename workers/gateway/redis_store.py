@@ -93,6 +93,7 @@ class RedisGatewayStore(GatewayStore):
         pipe.set(self.k.cost(run_id), repr(float(cost)))
         if idempotency_key is not None:
             pipe.set(self.k.idem(idempotency_key), run_id)
+            pipe.set(self.k.idem_of(run_id), idempotency_key)
         pipe.sadd(self.k.tenant_set("open", tenant), run_id)
         pipe.zadd(self.k.tenant_set("runs", tenant), {run_id: created_at or time.time()})
         pipe.sadd(self.k.tenant_set("unindexed", tenant), run_id)
@@ -124,6 +125,10 @@ class RedisGatewayStore(GatewayStore):
                 key, top, "-inf", start=0, num=limit, withscores=True)]
         return members_before(self.r, key, (before if before is not None else float("inf"),
                                             before_id), limit)
+
+    @translate_redis_errors
+    def stored_runs(self, tenant: str) -> int:
+        return int(self.r.zcard(self.k.tenant_set("runs", tenant)))
 
     @translate_redis_errors
     def open_runs(self, tenant: str) -> list[str]:
@@ -170,6 +175,34 @@ class RedisGatewayStore(GatewayStore):
                 listed += self.r.zadd(index, {run_id: when}, nx=True)
         self.r.set(self.k.listed, "1")
         return listed
+
+    @translate_redis_errors
+    def forget_at(self, run_id: str, at: float) -> None:
+        self.r.zadd(self.k.forgets, {run_id: at})
+
+    @translate_redis_errors
+    def due_forgets(self, now: float, limit: int = 100) -> list[str]:
+        return [str(m) for m in self.r.zrangebyscore(self.k.forgets, "-inf", now, start=0,
+                                                     num=limit)]
+
+    @translate_redis_errors
+    def forget_run(self, run_id: str) -> None:
+        tenant, idem = self.owner(run_id), self.r.get(self.k.idem_of(run_id))
+        webhooks = self.r.zrange(self.k.webhooks_of(run_id), 0, -1)
+        pipe = self.r.pipeline()
+        if tenant is not None:
+            for kind in ("open", "unindexed"):
+                pipe.srem(self.k.tenant_set(kind, tenant), run_id)
+            pipe.zrem(self.k.tenant_set("runs", tenant), run_id)
+        if idem is not None and self.r.get(self.k.idem(idem)) == run_id:
+            pipe.delete(self.k.idem(idem))
+        if webhooks:
+            pipe.delete(*(self.k.webhook(w) for w in webhooks))
+            pipe.zrem(self.k.webhooks_due, *webhooks)
+        pipe.delete(self.k.run_owner(run_id), self.k.cost(run_id), self.k.summary(run_id),
+                    self.k.idem_of(run_id), self.k.webhooks_of(run_id))
+        pipe.zrem(self.k.forgets, run_id)
+        pipe.execute()
 
     @translate_redis_errors
     def add_artifacts(self, tenant: str, keys: Iterable[str]) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
@@ -41,14 +42,25 @@ from ..agent_refine import value_problems
 from ..artifacts.base import ARTIFACT_KEY, artifact_key
 from ..ops.registry import OpRegistry, default_registry
 from ..run_listing import RunFilter, list_page
+from ..stores.base import DEFAULT_RETENTION
 from .admission import Admission, default_admission
-from .limits import LimitExceeded, TenantLimits, check_concurrency, check_run, check_upload
+from .limits import (
+    LimitExceeded,
+    TenantLimits,
+    check_concurrency,
+    check_run,
+    check_storage,
+    check_upload,
+)
 from .store import GatewayStore, RunSummary, WebhookJob
 from .streams import StreamSlot, StreamSlots
 from .webhook_addresses import AddressPolicy, WebhookRefused
 from .webhooks import WebhookDeliverer
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two looks for runs the back end's retention deleted.
+FORGET_EVERY = 60.0
 
 
 def scoped_key(tenant: str, key: str) -> str:
@@ -103,6 +115,46 @@ class Gateway:
         self.webhook_policy = webhook_policy or AddressPolicy()
         self.webhooks = WebhookDeliverer(store, backend, self.webhook_policy,
                                          backoff=webhook_backoff, limits=self.limits)
+        #: How long the back end keeps an ended run: the gateway looks again after it.
+        self.retention = getattr(getattr(backend, "store", None), "retention", DEFAULT_RETENTION)
+        self._janitor: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    def start_janitor(self, every: float = FORGET_EVERY) -> None:
+        """Forget, every ``every`` s, the runs the back end's retention deleted (a thread)."""
+        def loop() -> None:
+            while not self._stopping.wait(every):
+                try:
+                    self.forget_expired()
+                except Exception:  # a store outage: try again next time, never die
+                    log.warning("forgetting expired runs failed", exc_info=True)
+
+        if self._janitor is None:
+            self._janitor = threading.Thread(target=loop, daemon=True, name="genloop-janitor")
+            self._janitor.start()
+
+    def stop(self) -> None:
+        """Stop the background work: webhook deliveries and the janitor."""
+        self._stopping.set()
+        self.webhooks.stop()
+        if self._janitor is not None:
+            self._janitor.join()
+
+    def forget_expired(self, now: float | None = None, limit: int = 100) -> int:
+        """Forget the ended runs due a look whose back end no longer has them (its retention
+        deleted them); look again a retention later at those it still keeps (pinned, or kept
+        longer). Returns how many were forgotten."""
+        now = time.time() if now is None else now
+        forgotten = 0
+        for run_id in self.store.due_forgets(now, limit):
+            try:
+                self.backend.get(run_id)
+            except NotFound:
+                self.store.forget_run(run_id)
+                forgotten += 1
+            else:
+                self.store.forget_at(run_id, now + self.retention)
+        return forgotten
 
     def limits(self, tenant: str) -> TenantLimits:
         return self.store.limits(tenant) or self.defaults
@@ -122,7 +174,8 @@ class Gateway:
         spec = spec.model_copy(update={
             "namespace": None if self.share_results else f"tenant:{tenant}",
             "limits": self.admission.run_limits(spec, limits), "webhook": None,
-            "priority": spec.priority or limits.priority})
+            "priority": spec.priority or limits.priority,
+            "retention": min(spec.retention or math.inf, limits.retention or self.retention)})
         backend_key = scoped_key(tenant, key) if key is not None else None
         with self._locks[tenant]:
             existing = self.store.run_for_key(backend_key) if backend_key is not None else None
@@ -130,6 +183,7 @@ class Gateway:
             # A retried POST whose run exists is answered with that run (or 409 if the body
             # differs) even when the tenant is at its limit: that run is the one counted.
             if existing is None:
+                check_storage(self.store.stored_runs(tenant), limits)
                 check_run(planned, limits)
                 check_concurrency(*self._open(tenant), planned, limits)
                 cost = planned.cost
@@ -397,6 +451,7 @@ class Gateway:
         self.store.add_artifacts(tenant, set(artifact_keys(outputs)))
         if result.status.terminal:
             self.store.mark_indexed(run_id, RunSummary.of(result))
+            self.store.forget_at(run_id, (result.finished_at or time.time()) + self.retention)
 
     def _created_at(self, run_id: str) -> float | None:
         try:

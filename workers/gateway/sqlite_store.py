@@ -67,6 +67,9 @@ class SqliteGatewayStore(GatewayStore):
                 self._db.execute("ALTER TABLE runs ADD COLUMN cost REAL NOT NULL DEFAULT 0")
             if "summary" not in columns:  # from before the runs list kept summaries
                 self._db.execute("ALTER TABLE runs ADD COLUMN summary TEXT")
+            if "forget_at" not in columns:  # from before the gateway forgot expired runs
+                self._db.execute("ALTER TABLE runs ADD COLUMN forget_at REAL")
+            self._db.execute("CREATE INDEX IF NOT EXISTS runs_forget ON runs (forget_at)")
         except sqlite3.Error as exc:
             raise StoreError(f"opening gateway store {self.path}: {exc}") from exc
         self._lock = threading.Lock()
@@ -178,6 +181,11 @@ class SqliteGatewayStore(GatewayStore):
                               "ORDER BY created_at", (tenant,)).fetchall()
         return [r[0] for r in rows]
 
+    def stored_runs(self, tenant: str) -> int:
+        with self._sql() as db:
+            return int(db.execute("SELECT COUNT(*) FROM runs WHERE tenant = ?",
+                                  (tenant,)).fetchone()[0])
+
     def open_runs(self, tenant: str) -> list[str]:
         return self._run_ids(tenant, "ended")
 
@@ -197,6 +205,21 @@ class SqliteGatewayStore(GatewayStore):
         with self._sql() as db:
             row = db.execute("SELECT summary FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return None if row is None or row[0] is None else RunSummary.model_validate_json(row[0])
+
+    def forget_at(self, run_id: str, at: float) -> None:
+        with self._sql() as db:
+            db.execute("UPDATE runs SET forget_at = ? WHERE run_id = ?", (at, run_id))
+
+    def due_forgets(self, now: float, limit: int = 100) -> list[str]:
+        with self._sql() as db:
+            rows = db.execute("SELECT run_id FROM runs WHERE forget_at <= ? ORDER BY forget_at "
+                              "LIMIT ?", (now, limit)).fetchall()
+        return [r[0] for r in rows]
+
+    def forget_run(self, run_id: str) -> None:
+        with self._sql() as db:
+            db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+            db.execute("DELETE FROM webhooks WHERE run_id = ?", (run_id,))
 
     def add_artifacts(self, tenant: str, keys: Iterable[str]) -> None:
         rows = [(tenant, k) for k in keys]

@@ -199,6 +199,10 @@ class GatewayStore(ABC):
         pages without gaps however many runs share a time)."""
 
     @abstractmethod
+    def stored_runs(self, tenant: str) -> int:
+        """How many of the tenant's runs are recorded (until forgotten)."""
+
+    @abstractmethod
     def open_runs(self, tenant: str) -> list[str]:
         """The tenant's runs not yet seen to end (for the concurrency limit)."""
 
@@ -222,6 +226,20 @@ class GatewayStore(ABC):
         (``None``: the run is gone, leave it out); how many. Once per store; stores that always
         had the index have nothing to do."""
         return 0
+
+    @abstractmethod
+    def forget_at(self, run_id: str, at: float) -> None:
+        """Look at the ended run again at ``at`` (when the back end's retention may have
+        deleted it: the gateway then forgets it too)."""
+
+    @abstractmethod
+    def due_forgets(self, now: float, limit: int = 100) -> list[str]:
+        """Runs to look at again by ``now``, soonest first."""
+
+    @abstractmethod
+    def forget_run(self, run_id: str) -> None:
+        """Drop what is kept of the run: its owner, cost, idempotency key, place in its
+        tenant's list, summary and webhook deliveries."""
 
     @abstractmethod
     def add_artifacts(self, tenant: str, keys: Iterable[str]) -> None: ...

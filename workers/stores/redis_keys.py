@@ -148,6 +148,15 @@ class GatewayKeys:
     def cost(self, run_id: str) -> str:
         return f"{self.p}:cost:{run_id}"
 
+    def idem_of(self, run_id: str) -> str:
+        """The idempotency key a run was recorded with (to drop it with the run)."""
+        return f"{self.p}:idem-of:{run_id}"
+
+    @property
+    def forgets(self) -> str:
+        """Ended runs, scored by when to look whether the back end still has them."""
+        return f"{self.p}:forgets"
+
     def idem(self, key: str) -> str:
         return f"{self.p}:idem:{key}"
 

@@ -1,0 +1,98 @@
+"""Storage through a gateway, on both gateway stores: a run the back end's retention deleted is
+forgotten (owner, listing, summary, idempotency key) and a pinned one kept; a tenant's
+retention bounds what a run asks; a tenant's stored-runs quota refuses with 429."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from pydantic import BaseModel
+from redis_util import redis_url
+
+from genloop.sdk import Graph, NotFound
+from genloop.workers import OpRegistry, op
+from genloop.workers.embedded import EmbeddedBackend
+from genloop.workers.gateway import Gateway, LimitExceeded, SqliteGatewayStore, TenantLimits
+from genloop.workers.gateway.redis_store import RedisGatewayStore
+from genloop.workers.gateway.service import scoped_key
+from genloop.workers.retention import retention_pass
+
+
+class N(BaseModel):
+    n: int
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def gateway(request, tmp_path):
+    registry = OpRegistry()
+    op("one", output=N, registry=registry)(lambda p, inputs, ctx: N(n=1))
+    backend = EmbeddedBackend(tmp_path / "home", threads=2, registry=registry)
+    store = SqliteGatewayStore(tmp_path / "gateway.db") if request.param == "sqlite" else \
+        RedisGatewayStore(redis_url(), prefix=f"gw-{uuid.uuid4().hex[:8]}")
+    yield Gateway(backend, store)
+    store.close()
+    backend.close()
+
+
+def _one(retention: float | None = None) -> Graph:
+    g = Graph(retention=retention)
+    g.add("one", id="one")
+    return g
+
+
+def _ended_run(gateway: Gateway, tenant: str) -> str:
+    info, _ = gateway.submit(tenant, _one(), "key-1")
+    deadline = time.monotonic() + 30
+    while not gateway.get(tenant, info.id).status.terminal:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    gateway.result(tenant, info.id)  # indexed: its summary kept, a look scheduled
+    return info.id
+
+
+def test_a_run_the_back_end_deleted_is_forgotten_and_a_pinned_one_kept(gateway):
+    tenant = f"t-{uuid.uuid4().hex[:6]}"
+    gone, pinned = _ended_run(gateway, tenant), _ended_run(gateway, tenant + "-b")
+    gateway.pin(tenant + "-b", pinned, True)
+    later = time.time() + 2 * gateway.retention
+    assert gateway.forget_expired(now=later) == 0  # the back end still has both
+
+    retention_pass(gateway.backend.store, gateway.retention, now=later)
+    assert gateway.forget_expired(now=later + gateway.retention) == 1
+    store = gateway.store
+    assert store.owner(gone) is None and store.summary(gone) is None
+    assert store.runs(tenant) == [] and store.run_for_key(scoped_key(tenant, "key-1")) is None
+    with pytest.raises(NotFound):
+        gateway.get(tenant, gone)
+    assert store.owner(pinned) == tenant + "-b" and store.summary(pinned) is not None
+    assert [r for r, _ in store.runs(tenant + "-b")] == [pinned]
+
+
+def test_a_runs_retention_is_kept_within_the_tenants(gateway):
+    tenant = f"t-{uuid.uuid4().hex[:6]}"
+    gateway.store.set_limits(tenant, TenantLimits(retention=3600))
+    store = gateway.backend.store
+
+    asked_less, _ = gateway.submit(tenant, _one(retention=60), None)
+    asked_more, _ = gateway.submit(tenant, _one(retention=30 * 86400), None)
+    asked_none, _ = gateway.submit(tenant, _one(), None)
+
+    assert [store.get_run(r.id).keep_for for r in (asked_less, asked_more, asked_none)] == \
+        [60, 3600, 3600]
+
+
+def test_a_tenant_past_its_stored_runs_quota_gets_429_until_one_is_forgotten(gateway):
+    tenant = f"t-{uuid.uuid4().hex[:6]}"
+    gateway.store.set_limits(tenant, TenantLimits(max_stored_runs=1))
+    first = _ended_run(gateway, tenant)
+
+    with pytest.raises(LimitExceeded) as refused:
+        gateway.submit(tenant, _one(), None)
+    assert (refused.value.code, refused.value.limit) == ("storage_quota", 1)
+
+    later = time.time() + 2 * gateway.retention
+    retention_pass(gateway.backend.store, gateway.retention, now=later)
+    assert gateway.forget_expired(now=later) == 1 and gateway.store.owner(first) is None
+    assert gateway.submit(tenant, _one(), None)[1]
