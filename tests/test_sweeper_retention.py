@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from genloop.sdk import Client, Graph, NotFound
 from genloop.workers import OpRegistry, op
+from genloop.workers.metrics import metrics
 from genloop.workers.middleware import sweeper
 
 
@@ -32,6 +33,10 @@ def test_a_finished_run_and_an_unnamed_image_go_without_anyone_asking(tmp_path, 
         lambda p, inputs, ctx: Key(artifact=ctx.artifacts.put(b"drawn")))
     g = Graph()
     g.add("draw", id="draw")
+    def expired(kind: str) -> float:
+        return metrics().registry.get_sample_value("genloop_expired_total", {"kind": kind}) or 0
+
+    runs_before, artifacts_before = expired("runs"), expired("artifacts")
     with Client.local(tmp_path, threads=2, registry=registry, sweep_every=0.1,
                       retention=0.2) as client:
         run = client.submit(g)
@@ -50,3 +55,4 @@ def test_a_finished_run_and_an_unnamed_image_go_without_anyone_asking(tmp_path, 
             return False
 
         _until(gone, "the run and both images are still there")
+    assert expired("runs") >= runs_before + 1 and expired("artifacts") >= artifacts_before + 2

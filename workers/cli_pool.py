@@ -126,6 +126,10 @@ def _status_text(status) -> str:
         seconds = "not measured" if m.seconds is None else f"{m.seconds:.1f} s of work"
         lines.append(f"  {m.model}  instances {m.instances}  images {m.images}  {seconds}  "
                      f"resident on {m.workers}")
+    if status.storage is not None:
+        s = status.storage
+        lines.append(f"storage: runs {s.runs} (expiring {s.expiring}, pinned {s.pinned})  "
+                     f"results expiring {s.results_expiring}  redis {s.bytes / 2**20:.1f} MiB")
     return "\n".join(lines)
 
 

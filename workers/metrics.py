@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -86,6 +86,12 @@ class Metrics:
                                    ["model"], registry=r)
         self.model_load_time = Histogram("genloop_model_load_seconds", "Seconds a model's load "
                                          "took", ["model"], buckets=DURATION_BUCKETS, registry=r)
+        self.artifacts = Gauge("genloop_artifacts", "Artifacts stored, as this process's last "
+                               "collection counted them", registry=r)
+        self.artifact_bytes = Gauge("genloop_artifact_bytes", "Bytes of the artifacts stored, "
+                                    "as this process's last collection counted them", registry=r)
+        self.expired = Counter("genloop_expired", "Runs, results and artifacts deleted by the "
+                               "retention and the collector", ["kind"], registry=r)
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._error_types: set[str] = set()
         self._started: OrderedDict[tuple[str, str], tuple[float, str, str]] = OrderedDict()
@@ -165,6 +171,17 @@ class Metrics:
     def watch_models(self, registry: Any) -> None:
         """Report ``registry``'s resident models (a ``ModelRegistry``) while it lives."""
         self._models.add(registry)
+
+    def expired_now(self, runs: int, results: int) -> None:
+        """A retention pass deleted these."""
+        self._child(self.expired, "runs").inc(runs)
+        self._child(self.expired, "results").inc(results)
+
+    def artifacts_collected(self, kept: int, kept_bytes: int, deleted: int) -> None:
+        """A collection deleted ``deleted`` artifacts and left ``kept`` (``kept_bytes``)."""
+        self.artifacts.set(kept)
+        self.artifact_bytes.set(kept_bytes)
+        self._child(self.expired, "artifacts").inc(deleted)
 
     def queue_waited(self, queue: str, seconds: float) -> None:
         self._child(self.queue_wait, queue).observe(max(seconds, 0.0))

@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field
 from genloop.sdk.models import NodeStatus, RunInfo
 
 from .stores.base import StateStore
+from .stores.records import Storage
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ class PoolStatus(BaseModel):
     workers: list[WorkerState]
     queues: list[QueueBacklog]
     models: list[ModelBacklog]
+    storage: Storage | None = Field(None, description="what the pool's state store holds")
 
 
 class Presence(Middleware):
@@ -221,7 +223,8 @@ def pool_status(client: redis.Redis, prefix: str, store: StateStore) -> PoolStat
         else:
             entry.seconds = None
     return PoolStatus(at=time.time(), workers=workers, queues=list(queues.values()),
-                      models=sorted(models.values(), key=lambda m: m.model))
+                      models=sorted(models.values(), key=lambda m: m.model),
+                      storage=store.storage())
 
 
 def waiting_for(workers: Callable[[], list[WorkerState]], info: RunInfo,
@@ -280,3 +283,14 @@ class BacklogCollector(Collector):
             images.add_metric([m.model], m.images)
             seconds.add_metric([m.model], float("nan") if m.seconds is None else m.seconds)
         yield from (queued, workers, images, seconds)
+        if status.storage is not None:
+            stored = status.storage
+            runs = GaugeMetricFamily("genloop_stored_runs", "Runs in the state store (all; "
+                                     "finished and expiring; pinned)", labels=["kind"])
+            for kind, n in (("all", stored.runs), ("expiring", stored.expiring),
+                            ("pinned", stored.pinned)):
+                runs.add_metric([kind], n)
+            size = GaugeMetricFamily("genloop_store_bytes", "Bytes the state store holds "
+                                     "(Redis used memory)")
+            size.add_metric([], stored.bytes)
+            yield from (runs, size)

@@ -192,3 +192,18 @@ def test_an_unfinished_run_is_never_expired(pool, store):
     assert not store.get_run(run.id).status.terminal
     gate.set()
     _finished(store, run.id)
+
+
+def test_the_store_counts_what_it_holds(pool, store):
+    scheduler, *_ = pool
+    before = store.storage()
+    run = _finished(store, scheduler.submit(_graph()).id)
+    retention_pass(store, DAY)
+    store.pin(run.id, True)
+
+    after = store.storage()
+    assert (after.runs, after.pinned) == (before.runs + 1, before.pinned + 1)
+    assert after.results_expiring == before.results_expiring + len(_keys(store, run.id))
+    assert after.bytes > 0
+    retention_pass(store, DAY)  # the pin took the run off the expiry index
+    assert store.storage().expiring == before.expiring

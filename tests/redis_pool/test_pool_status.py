@@ -67,6 +67,8 @@ def test_pool_status_shows_workers_and_a_backlog_whose_seconds_match_the_time_it
     assert worker["step_seconds"]["tiny"] > 0 and not worker["draining"]
     assert idle["models"] == [] and all(q["queued"] == q["started"] == 0
                                         for q in idle["queues"])
+    # and what the store holds: the finished run, its expiry not yet scheduled or scheduled
+    assert idle["storage"]["runs"] >= 1 and idle["storage"]["bytes"] > 0
     # and the backlog holds the workload, its seconds within 20% of the time the pool took
     [tiny] = waiting["models"]
     assert (tiny["model"], tiny["images"], tiny["workers"]) == ("tiny", IMAGES, 1)
@@ -113,3 +115,6 @@ def test_a_pool_scaled_to_zero_shows_its_backlog_and_what_a_run_waits_for_until_
     assert value(samples, "genloop_backlog_images", model="tiny") == IMAGES
     assert value(samples, "genloop_backlog_seconds", model="tiny") != value(
         samples, "genloop_backlog_seconds", model="tiny")  # NaN: no live worker measured it
+    # and what the store holds
+    assert value(samples, "genloop_stored_runs", kind="all") >= 1
+    assert value(samples, "genloop_store_bytes") > 0

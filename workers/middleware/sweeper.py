@@ -38,6 +38,7 @@ from dramatiq.middleware import Middleware
 
 from ..artifact_gc import collect
 from ..artifacts.base import ArtifactStore
+from ..metrics import metrics
 from ..retention import retention_pass
 from ..scheduler import Scheduler
 from ..stores.holders import process_tag
@@ -79,20 +80,26 @@ class OutboxSweeper(Middleware):
         while not self._stop.wait(self.every):
             self.sweep_once()
 
+    def _bound_storage(self) -> None:
+        """The retention pass and the artifact collection, each when its time has come."""
+        store, now = self.scheduler.store, time.monotonic()
+        if now - self._retained_at >= RETENTION_EVERY:
+            self._retained_at = now
+            expired = retention_pass(store, store.retention)
+            metrics().expired_now(expired.runs, expired.results)
+        if self.artifacts is not None and now - self._collected_at >= COLLECT_EVERY:
+            self._collected_at = now
+            done = collect(store, self.artifacts, store.retention)
+            metrics().artifacts_collected(done.stored - done.deleted,
+                                          done.stored_bytes - done.deleted_bytes, done.deleted)
+
     def sweep_once(self) -> int:
         try:
             if self.scheduler.store.try_lock("sweeper", self._owner, ttl=self.every * 2):
                 n = self.scheduler.sweep(older_than=self.every, grace=self.grace)
                 if n:
                     log.info("re-sent %d message(s) left behind by a fault", n)
-                if time.monotonic() - self._retained_at >= RETENTION_EVERY:
-                    self._retained_at = time.monotonic()
-                    store = self.scheduler.store
-                    retention_pass(store, store.retention)
-                if self.artifacts is not None and \
-                        time.monotonic() - self._collected_at >= COLLECT_EVERY:
-                    self._collected_at = time.monotonic()
-                    collect(store, self.artifacts, store.retention)
+                self._bound_storage()
                 return n
         except Exception:  # the sweeper must outlive a store outage; it tries again next tick
             log.exception("sweep failed")

@@ -24,6 +24,7 @@ from .records import (
     ResultRecord,
     RunRecord,
     RunSpecRecord,
+    Storage,
 )
 from .run_ends import EndWatch, Sleeping
 
@@ -245,6 +246,10 @@ class StateStore(ABC):
     def reference_docs(self) -> Iterator[str]:
         """Every stored result and run spec, as its JSON text: what the artifact collector
         (``genloop.workers.artifact_gc``) searches for the artifact keys still in use."""
+
+    @abstractmethod
+    def storage(self) -> Storage:
+        """Counts and bytes of what the store holds now (cheap: counted by indexes)."""
 
     @abstractmethod
     def pinned_runs(self) -> list[str]:

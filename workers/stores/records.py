@@ -106,5 +106,15 @@ class ResultRecord(BaseModel):
     created_at: float
 
 
+class Storage(BaseModel):
+    """What a state store holds now, for operators (``genloop pool status``, metrics)."""
+
+    runs: int = Field(description="runs stored, unfinished ones included")
+    expiring: int = Field(description="finished runs with their expiry scheduled")
+    pinned: int = Field(description="pinned runs (never expire)")
+    results_expiring: int = Field(description="results with a time they are kept until")
+    bytes: int = Field(description="the store's size: Redis's used memory, SQLite's files")
+
+
 #: An event before the store gives it an id: the SDK's event body, shared rather than copied.
 EventRecord = EventData

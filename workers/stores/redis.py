@@ -50,6 +50,7 @@ from .records import (
     ResultRecord,
     RunRecord,
     RunSpecRecord,
+    Storage,
 )
 from .redis_index import members_before
 from .redis_keys import PoolKeys
@@ -453,6 +454,18 @@ class RedisStateStore(StateStore):
                     batch = []
             if batch:
                 yield from _texts(self.client.mget(batch))
+
+    @translate_redis_errors
+    def storage(self) -> Storage:
+        k = self.keys
+        with self.client.pipeline(transaction=False) as pipe:
+            for name in (k.run_index, k.expiry, k.results_until):
+                pipe.zcard(name)
+            pipe.scard(k.pinned)
+            pipe.info("memory")
+            runs, expiring, results, pinned, memory = pipe.execute()
+        return Storage(runs=runs, expiring=expiring, pinned=pinned, results_expiring=results,
+                       bytes=int(memory["used_memory"]))
 
     @translate_redis_errors
     def pinned_runs(self) -> list[str]:

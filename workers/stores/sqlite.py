@@ -38,6 +38,7 @@ from .records import (
     ResultRecord,
     RunRecord,
     RunSpecRecord,
+    Storage,
 )
 from .redis_scripts import Finish, FinishOutcome, Start
 from .run_ends import EndWatch, LocalRunEnds
@@ -549,6 +550,15 @@ class SqliteStateStore(StateStore):
     def reference_docs(self) -> Iterator[str]:
         for sql in ("SELECT doc FROM results", "SELECT spec FROM run_specs"):
             yield from (row[0] for row in self._read(sql))
+
+    def storage(self) -> Storage:
+        def count(table: str) -> int:
+            return int(self._read(f"SELECT COUNT(*) FROM {table}")[0][0])
+
+        files = [self.path, self.path.with_name(self.path.name + "-wal")]
+        return Storage(runs=count("run_index"), expiring=count("run_expiry"),
+                       pinned=count("run_pins"), results_expiring=count("result_until"),
+                       bytes=sum(f.stat().st_size for f in files if f.exists()))
 
     def pinned_runs(self) -> list[str]:
         return [r[0] for r in self._read("SELECT run_id FROM run_pins")]
