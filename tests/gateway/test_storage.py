@@ -42,19 +42,21 @@ def _one(retention: float | None = None) -> Graph:
     return g
 
 
-def _ended_run(gateway: Gateway, tenant: str) -> str:
+def _ended_run(gateway: Gateway, tenant: str, read: bool = False) -> str:
     info, _ = gateway.submit(tenant, _one(), "key-1")
     deadline = time.monotonic() + 30
     while not gateway.get(tenant, info.id).status.terminal:
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    gateway.result(tenant, info.id)  # indexed: its summary kept, a look scheduled
+    if read:
+        gateway.result(tenant, info.id)  # indexed: its summary kept
     return info.id
 
 
 def test_a_run_the_back_end_deleted_is_forgotten_and_a_pinned_one_kept(gateway):
     tenant = f"t-{uuid.uuid4().hex[:6]}"
-    gone, pinned = _ended_run(gateway, tenant), _ended_run(gateway, tenant + "-b")
+    # one run its tenant never read (never indexed), one read and pinned
+    gone, pinned = _ended_run(gateway, tenant), _ended_run(gateway, tenant + "-b", read=True)
     gateway.pin(tenant + "-b", pinned, True)
     later = time.time() + 2 * gateway.retention
     assert gateway.forget_expired(now=later) == 0  # the back end still has both

@@ -141,19 +141,20 @@ class Gateway:
             self._janitor.join()
 
     def forget_expired(self, now: float | None = None, limit: int = 100) -> int:
-        """Forget the ended runs due a look whose back end no longer has them (its retention
-        deleted them); look again a retention later at those it still keeps (pinned, or kept
-        longer). Returns how many were forgotten."""
+        """Forget the runs due a look (each is, a retention after its submission) whose back
+        end no longer has them (its retention deleted them), read by their tenant or not; look
+        again a retention later at those it still keeps (unfinished, pinned, kept longer).
+        Returns how many were forgotten."""
         now = time.time() if now is None else now
         forgotten = 0
         for run_id in self.store.due_forgets(now, limit):
             try:
-                self.backend.get(run_id)
+                info = self.backend.get(run_id)
             except NotFound:
                 self.store.forget_run(run_id)
                 forgotten += 1
-            else:
-                self.store.forget_at(run_id, now + self.retention)
+            else:  # unfinished, pinned or kept longer: not before a retention after its end
+                self.store.forget_at(run_id, max(now, info.finished_at or now) + self.retention)
         return forgotten
 
     def limits(self, tenant: str) -> TenantLimits:
@@ -194,6 +195,8 @@ class Gateway:
                     raise KeyConflict(str(exc), existing) from exc
                 raise
             created = self.store.add_run(info.id, tenant, backend_key, cost, info.created_at)
+            if created:  # no ended run is deleted by the back end within a retention from now
+                self.store.forget_at(info.id, time.time() + self.retention)
             if created and webhook is not None:
                 self.store.put_webhook(WebhookJob(
                     webhook_id=f"msg_{info.id}", run_id=info.id, tenant=tenant, url=webhook.url,
@@ -451,7 +454,6 @@ class Gateway:
         self.store.add_artifacts(tenant, set(artifact_keys(outputs)))
         if result.status.terminal:
             self.store.mark_indexed(run_id, RunSummary.of(result))
-            self.store.forget_at(run_id, (result.finished_at or time.time()) + self.retention)
 
     def _created_at(self, run_id: str) -> float | None:
         try:
