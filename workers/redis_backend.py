@@ -21,6 +21,7 @@ from .catalogue import published_models, published_queues, with_published
 from .ops.refine import RefinerRegistry, default_refiners
 from .ops.registry import OpRegistry, default_registry
 from .pool_status import PoolStatus, RecentWorkers, pool_status, waiting_for
+from .retention import configured_retention
 from .store_backend import StoreBackend
 from .stores.redis import RedisStateStore
 from .stores.redis_keys import PoolKeys
@@ -51,6 +52,8 @@ class RedisBackend(StoreBackend):
         self._workers = RecentWorkers(self.client, prefix)
         try:
             uri = artifacts or (self.client.get(artifacts_key(prefix)) or b"").decode() or None
+            # The workers' retention (they publish it), so what this side schedules agrees
+            published = self.client.get(PoolKeys(prefix).retention_config)
         except redis.RedisError as exc:
             raise ClientError(f"cannot reach Redis at {url}: {exc}") from exc
         if uri is None:
@@ -58,7 +61,8 @@ class RedisBackend(StoreBackend):
                 "no artifact store: pass artifacts='file:///dir' or 's3://bucket/prefix', "
                 "or start a worker (genloop worker --artifacts ...) so it publishes its own"
             )
-        store = RedisStateStore(client=self.client, prefix=prefix)
+        store = RedisStateStore(client=self.client, prefix=prefix, retention=float(
+            published) if published is not None else configured_retention())
         artifacts = open_artifact_store(uri)
         registry = with_published(self.client, registry or default_registry, prefix)
         queues = sorted(set(DEFAULT_QUEUES) | {s.queue for s in registry.values()}

@@ -44,6 +44,7 @@ from .resources import Resources
 from .retention import configured_retention
 from .routing import AffinityGate, routed_queue
 from .stores.redis import RedisStateStore
+from .stores.redis_keys import PoolKeys
 from .waking_broker import WakingRedisBroker
 
 log = logging.getLogger("genloop.worker")
@@ -89,6 +90,8 @@ def build():
     dramatiq.set_broker(broker)
     artifacts_uri = os.environ[ENV_ARTIFACTS]
     client.set(artifacts_key(prefix), artifacts_uri)
+    retention = configured_retention()
+    client.set(PoolKeys(prefix).retention_config, repr(retention))
     queues = _list(ENV_QUEUES) or list(DEFAULT_QUEUES)
     # A pool serves whatever submits to it (a gateway's tenants included), so its models are
     # always an allow-list: the built-ins, plus the config file's names if there is one.
@@ -98,7 +101,7 @@ def build():
     routes = {routed_queue(generate_queue, model): model for model in resources.served_models()
               } if generate_queue in queues else {}
     wiring = wire(
-        broker, RedisStateStore(client=client, prefix=prefix, retention=configured_retention()),
+        broker, RedisStateStore(client=client, prefix=prefix, retention=retention),
         open_artifact_store(artifacts_uri),
         default_registry, queues=[*queues, *routes], resources=resources,
         lease_ttl=float(os.environ.get(ENV_LEASE_TTL, "15")),

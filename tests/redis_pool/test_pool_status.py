@@ -39,8 +39,9 @@ def _draw(seed: int) -> Graph:
 def test_pool_status_shows_workers_and_a_backlog_whose_seconds_match_the_time_it_takes(
         pool, redis_client):
     url = redis_url(POOL_DB)
-    pool.start(threads=2, args=("--preload", "tiny"))
+    pool.start(threads=2, args=("--preload", "tiny", "--retention", "1h"))
     pool.wait_ready(redis_client)
+    assert float(redis_client.get("genloop:config:retention")) == 3600  # for its clients
     with Client.connect(url) as client:
         # Given a worker that has drawn the workload once (and so measured the model)
         assert client.submit(_draw(seed=0)).wait(timeout=120).status == RunStatus.SUCCEEDED

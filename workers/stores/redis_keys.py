@@ -106,6 +106,11 @@ class PoolKeys:
         return f"{self.p}:config:artifacts"
 
     @property
+    def retention_config(self) -> str:
+        """Seconds the workers keep a finished run, so a client (a gateway) knows it too."""
+        return f"{self.p}:config:retention"
+
+    @property
     def queues(self) -> str:
         return f"{self.p}:queues"
 
