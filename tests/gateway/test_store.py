@@ -119,11 +119,25 @@ def test_a_run_keeps_the_cost_it_was_admitted_with(store):
 
 
 def test_artifacts_are_visible_per_tenant(store):
-    store.add_artifacts("acme", ["a.png", "b.png"])
-    store.add_artifacts("acme", [])
+    store.add_run("r1", "acme")
+    store.add_artifacts("acme", ["a.png", "b.png"], "r1")
+    store.add_artifacts("acme", [], "r1")
     assert store.has_artifact("acme", "a.png")
     assert not store.has_artifact("other", "a.png")
     store.ping()
+
+
+def test_a_runs_artifacts_stay_visible_while_a_recorded_run_made_them(store):
+    for run_id in ("r1", "r2"):
+        store.add_run(run_id, "acme")
+    store.add_artifacts("acme", ["shared.png", "first.png"], "r1")
+    store.add_artifacts("acme", ["shared.png", "first.png"], "r1")  # read again: counted once
+    store.add_artifacts("acme", ["shared.png"], "r2")
+
+    store.forget_run("r1")
+    assert store.has_artifact("acme", "shared.png") and not store.has_artifact("acme", "first.png")
+    store.forget_run("r2")
+    assert not store.has_artifact("acme", "shared.png")
 
 
 def test_a_tenants_runs_are_listed_newest_first_a_page_at_a_time(store):

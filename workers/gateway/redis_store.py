@@ -14,17 +14,37 @@ from ..stores.redis_keys import GatewayKeys
 from .limits import TenantLimits
 from .store import GatewayStore, KeyInfo, RunSummary, WebhookJob
 
+#: KEYS: the run's artifact set, the tenant's art-refs. ARGV: keys. Counts each key the run did
+#: not have yet.
+_ADD_ARTIFACTS = """
+for i = 1, #ARGV do
+  if redis.call('sadd', KEYS[1], ARGV[i]) == 1 then redis.call('hincrby', KEYS[2], ARGV[i], 1) end
+end
+"""
+
+#: KEYS: the run's artifact set, the tenant's art-refs. Uncounts the run's keys, drops the set.
+_DROP_ARTIFACTS = """
+for _, key in ipairs(redis.call('smembers', KEYS[1])) do
+  if redis.call('hincrby', KEYS[2], key, -1) <= 0 then redis.call('hdel', KEYS[2], key) end
+end
+redis.call('del', KEYS[1])
+"""
+
 
 class RedisGatewayStore(GatewayStore):
     """Keys under ``prefix``: ``key:<hash>`` (hash), ``keyid:<id>``, ``tenant:<name>``,
     ``run:<id>`` (owner), ``cost:<id>``, ``summary:<id>``, ``session:<hash>`` (a key hash, with
-    the session's expiry), and per tenant the sets ``open:``, ``unindexed:`` and ``art:``,
+    the session's expiry), and per tenant the sets ``open:``, ``unindexed:`` and ``art:``
+    (uploads, and runs' artifacts from before ``art-refs:``), ``art-refs:`` (an artifact key ->
+    how many of the tenant's recorded runs made it; ``run-art:<id>`` holds a run's),
     ``runs:`` (run ids by creation time), ``uploads:`` (key -> bytes) with ``upload-usage:``,
     and ``hits:<what>:<tenant>:<window>`` counters."""
 
     def __init__(self, url: str, prefix: str = "genloop:gw") -> None:
         self.r = redis.Redis.from_url(url, decode_responses=True)
         self.k = GatewayKeys(prefix)
+        self._add_artifacts = self.r.register_script(_ADD_ARTIFACTS)
+        self._drop_artifacts = self.r.register_script(_DROP_ARTIFACTS)
 
     @translate_redis_errors
     def _put_key(self, key_hash: str, info: KeyInfo) -> None:
@@ -188,6 +208,9 @@ class RedisGatewayStore(GatewayStore):
     @translate_redis_errors
     def forget_run(self, run_id: str) -> None:
         tenant, idem = self.owner(run_id), self.r.get(self.k.idem_of(run_id))
+        if tenant is not None:
+            self._drop_artifacts(keys=[self.k.run_artifacts(run_id),
+                                       self.k.tenant_set("art-refs", tenant)])
         webhooks = self.r.zrange(self.k.webhooks_of(run_id), 0, -1)
         pipe = self.r.pipeline()
         if tenant is not None:
@@ -205,14 +228,18 @@ class RedisGatewayStore(GatewayStore):
         pipe.execute()
 
     @translate_redis_errors
-    def add_artifacts(self, tenant: str, keys: Iterable[str]) -> None:
+    def add_artifacts(self, tenant: str, keys: Iterable[str], run_id: str) -> None:
         keys = list(keys)
         if keys:
-            self.r.sadd(self.k.tenant_set("art", tenant), *keys)
+            self._add_artifacts(keys=[self.k.run_artifacts(run_id),
+                                      self.k.tenant_set("art-refs", tenant)], args=keys)
 
     @translate_redis_errors
     def has_artifact(self, tenant: str, key: str) -> bool:
-        return bool(self.r.sismember(self.k.tenant_set("art", tenant), key))
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hexists(self.k.tenant_set("art-refs", tenant), key)
+        pipe.sismember(self.k.tenant_set("art", tenant), key)
+        return any(pipe.execute())
 
     @translate_redis_errors
     def add_upload(self, tenant: str, key: str, size: int) -> None:

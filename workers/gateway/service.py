@@ -451,7 +451,7 @@ class Gateway:
 
     def _index(self, tenant: str, run_id: str, result: RunResult) -> None:
         outputs = [out.items for out in result.outputs.values()]
-        self.store.add_artifacts(tenant, set(artifact_keys(outputs)))
+        self.store.add_artifacts(tenant, set(artifact_keys(outputs)), run_id)
         if result.status.terminal:
             self.store.mark_indexed(run_id, RunSummary.of(result))
 

@@ -32,6 +32,10 @@ CREATE INDEX IF NOT EXISTS runs_idem ON runs (idem);
 CREATE TABLE IF NOT EXISTS artifacts (
     tenant TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (tenant, key)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS run_artifacts (
+    run_id TEXT NOT NULL, tenant TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS run_artifacts_key ON run_artifacts (tenant, key);
 CREATE TABLE IF NOT EXISTS uploads (
     tenant TEXT NOT NULL, key TEXT NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY (tenant, key)
 ) WITHOUT ROWID;
@@ -220,17 +224,22 @@ class SqliteGatewayStore(GatewayStore):
         with self._sql() as db:
             db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
             db.execute("DELETE FROM webhooks WHERE run_id = ?", (run_id,))
+            db.execute("DELETE FROM run_artifacts WHERE run_id = ?", (run_id,))
 
-    def add_artifacts(self, tenant: str, keys: Iterable[str]) -> None:
-        rows = [(tenant, k) for k in keys]
+    def add_artifacts(self, tenant: str, keys: Iterable[str], run_id: str) -> None:
+        rows = [(run_id, tenant, k) for k in keys]
         if rows:
             with self._sql() as db:
-                db.executemany("INSERT OR IGNORE INTO artifacts VALUES (?, ?)", rows)
+                db.executemany("INSERT OR IGNORE INTO run_artifacts VALUES (?, ?, ?)", rows)
 
     def has_artifact(self, tenant: str, key: str) -> bool:
+        """Uploads and, from before runs' artifacts were kept per run, every indexed one are in
+        ``artifacts``; a run's are in ``run_artifacts`` until the run is forgotten."""
         with self._sql() as db:
-            row = db.execute("SELECT 1 FROM artifacts WHERE tenant = ? AND key = ?",
-                             (tenant, key)).fetchone()
+            row = db.execute(
+                "SELECT 1 FROM run_artifacts WHERE tenant = ? AND key = ? UNION ALL "
+                "SELECT 1 FROM artifacts WHERE tenant = ? AND key = ? LIMIT 1",
+                (tenant, key, tenant, key)).fetchone()
         return row is not None
 
     def add_upload(self, tenant: str, key: str, size: int) -> None:

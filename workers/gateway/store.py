@@ -242,7 +242,9 @@ class GatewayStore(ABC):
         tenant's list, summary and webhook deliveries."""
 
     @abstractmethod
-    def add_artifacts(self, tenant: str, keys: Iterable[str]) -> None: ...
+    def add_artifacts(self, tenant: str, keys: Iterable[str], run_id: str) -> None:
+        """The tenant may read ``keys``: its run ``run_id`` made them. They stay readable while
+        some run of the tenant that made them is recorded (:meth:`forget_run` drops a run's)."""
 
     @abstractmethod
     def has_artifact(self, tenant: str, key: str) -> bool: ...

@@ -153,6 +153,10 @@ class GatewayKeys:
     def cost(self, run_id: str) -> str:
         return f"{self.p}:cost:{run_id}"
 
+    def run_artifacts(self, run_id: str) -> str:
+        """The artifact keys a run made, counted once each in its tenant's ``art-refs``."""
+        return f"{self.p}:run-art:{run_id}"
+
     def idem_of(self, run_id: str) -> str:
         """The idempotency key a run was recorded with (to drop it with the run)."""
         return f"{self.p}:idem-of:{run_id}"
