@@ -38,4 +38,5 @@ def test_a_spec_hash_is_derived_the_same_in_every_release():
     # The lane, the retention and the order of keys change nothing; labels, once given, do
     other = {**spec, "priority": "interactive", "retention": 60.0}
     assert spec_hash(dict(reversed(list(other.items())))) == spec_hash(spec)
-    assert spec_hash({**spec, "labels": {"a": "b"}}) == "cfdb225a0298c4477868146812b3abcdd754ac24929b805c427e48baa33af4d2"
+    assert spec_hash({**spec, "labels": {"a": "b"}}) == (
+        "cfdb225a0298c4477868146812b3abcdd754ac24929b805c427e48baa33af4d2")
