@@ -97,7 +97,7 @@ INSERT OR IGNORE INTO run_ended (run_id)
 """
 
 #: Where a run's rows live besides ``runs``, with the column naming the run.
-_RUN_TABLES = (("run_specs", "id"), ("run_index", "id"), ("nodes", "run_id"),
+_RUN_TABLES = (("run_specs", "id"), ("nodes", "run_id"),
                ("instances", "run_id"), ("outbox", "run_id"), ("run_events", "run_id"),
                ("run_ended", "run_id"), ("run_pins", "run_id"))
 
@@ -526,9 +526,14 @@ class SqliteStateStore(StateStore):
             for (run_id,) in due:
                 c.execute("DELETE FROM run_expiry WHERE run_id = ?", (run_id,))
                 # Pinned since it was scheduled, or not ended (a resumed run): it stays.
-                if c.execute("DELETE FROM runs WHERE id = ? AND json_extract(doc, '$.finished_at') "
-                             "IS NOT NULL AND id NOT IN (SELECT run_id FROM run_pins)",
-                             (run_id,)).rowcount:
+                row = c.execute("DELETE FROM runs WHERE id = ? AND json_extract(doc, "
+                                "'$.finished_at') IS NOT NULL AND id NOT IN (SELECT run_id FROM "
+                                "run_pins) RETURNING json_extract(doc, '$.created_at')",
+                                (run_id,)).fetchone()
+                if row is not None:
+                    # The listing's key leads with the time: a delete by id alone would scan it
+                    c.execute("DELETE FROM run_index WHERE created_at = ? AND id = ?",
+                              (row[0], run_id))
                     for table, column in _RUN_TABLES:
                         c.execute(f"DELETE FROM {table} WHERE {column} = ?", (run_id,))
                     gone.append(run_id)
