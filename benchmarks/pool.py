@@ -92,13 +92,14 @@ def wait_until(done: Callable[[], bool], timeout: float, failed: str) -> None:
 
 
 @contextmanager
-def redis_server(home: Path) -> Iterator[int]:
-    """A Redis of the benchmark's own, without persistence; its port."""
+def redis_server(home: Path, appendonly: bool = False) -> Iterator[int]:
+    """A Redis of the benchmark's own, without snapshots (an append-only file if asked, in
+    ``home``); its port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     subprocess.run(["redis-server", "--port", str(port), "--daemonize", "yes", "--save", "",
-                    "--appendonly", "no", "--dir", str(home),
+                    "--appendonly", "yes" if appendonly else "no", "--dir", str(home),
                     "--logfile", str(home / "redis.log")], check=True)
     client = redis.Redis(port=port)
 

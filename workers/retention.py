@@ -32,8 +32,10 @@ logger = logging.getLogger(__name__)
 ENV_RETENTION = "GENLOOP_RETENTION"
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
-#: Runs or results one pass handles at most, per kind: a large backlog goes in several passes.
+#: Runs or results one batch of a pass handles, per kind; a pass takes batches until one is not
+#: full, at most :data:`PASS_BATCHES` of them (a larger backlog waits for the next pass).
 PASS_LIMIT = 500
+PASS_BATCHES = 20
 
 
 @dataclass(frozen=True)
@@ -79,25 +81,35 @@ def referenced_keys(instances: Iterable[InstanceRecord], nodes: Iterable[NodeRec
 
 def retention_pass(store: StateStore, retention: float, *, now: float | None = None,
                    limit: int = PASS_LIMIT) -> Expired:
-    """Schedule the expiry of runs that ended, delete the runs and results that are due."""
+    """Schedule the expiry of runs that ended, delete the runs and results that are due, in
+    batches of ``limit``."""
     now = time.time() if now is None else now
-    ended = store.ended_runs(limit)
-    for run_id in ended:
-        run = store.get_run(run_id)
-        if run.finished_at is None or run.pinned:
-            store.schedule_expiry(run_id, None, [])
-            continue
-        expires_at = run.finished_at + (retention if run.keep_for is None else run.keep_for)
-        keys = referenced_keys(store.instances(run_id), store.nodes(run_id))
-        store.schedule_expiry(run_id, expires_at, sorted(keys))
-    runs = store.expire_runs(now, limit)
-    due = store.due_results(now, limit)
-    deleted = 0
-    if due:
-        pinned: set[str] = set()
-        for run_id in store.pinned_runs():
-            pinned |= referenced_keys(store.instances(run_id), store.nodes(run_id))
-        deleted = store.delete_results([k for k in due if k not in pinned], now)
-    if runs or deleted:
-        logger.info("retention: %d run(s) and %d result(s) expired", len(runs), deleted)
-    return Expired(scheduled=len(ended), runs=len(runs), results=deleted)
+    scheduled = runs = results = 0
+    pinned: set[str] | None = None
+    for _ in range(PASS_BATCHES):
+        ended = store.ended_runs(limit)
+        for run_id in ended:
+            _schedule(store, run_id, retention)
+        expired = store.expire_runs(now, limit)
+        due = store.due_results(now, limit)
+        if due and pinned is None:
+            pinned = set()
+            for run_id in store.pinned_runs():
+                pinned |= referenced_keys(store.instances(run_id), store.nodes(run_id))
+        deleted = store.delete_results([k for k in due if k not in (pinned or ())], now)
+        scheduled, runs, results = scheduled + len(ended), runs + len(expired), results + deleted
+        if max(len(ended), len(expired), len(due)) < limit:
+            break
+    if runs or results:
+        logger.info("retention: %d run(s) and %d result(s) expired", runs, results)
+    return Expired(scheduled=scheduled, runs=runs, results=results)
+
+
+def _schedule(store: StateStore, run_id: str, retention: float) -> None:
+    run = store.get_run(run_id)
+    if run.finished_at is None or run.pinned:
+        store.schedule_expiry(run_id, None, [])
+        return
+    expires_at = run.finished_at + (retention if run.keep_for is None else run.keep_for)
+    keys = referenced_keys(store.instances(run_id), store.nodes(run_id))
+    store.schedule_expiry(run_id, expires_at, sorted(keys))

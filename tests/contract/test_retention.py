@@ -207,3 +207,12 @@ def test_the_store_counts_what_it_holds(pool, store):
     assert after.bytes > 0
     retention_pass(store, DAY)  # the pin took the run off the expiry index
     assert store.storage().expiring == before.expiring
+
+
+def test_a_pass_takes_batch_after_batch_until_nothing_is_due(pool, store):
+    scheduler, *_ = pool
+    runs = [_finished(store, scheduler.submit(_graph(n)).id) for n in (1, 2, 3, 4, 5)]
+
+    done = retention_pass(store, DAY, now=time.time() + 2 * WEEK, limit=2)
+    assert (done.scheduled, done.runs) == (5, 5)
+    assert not {r.id for r in runs} & _listed(store)

@@ -146,15 +146,18 @@ class Gateway:
         again a retention later at those it still keeps (unfinished, pinned, kept longer).
         Returns how many were forgotten."""
         now = time.time() if now is None else now
-        forgotten = 0
-        for run_id in self.store.due_forgets(now, limit):
-            try:
-                info = self.backend.get(run_id)
-            except NotFound:
-                self.store.forget_run(run_id)
-                forgotten += 1
-            else:  # unfinished, pinned or kept longer: not before a retention after its end
-                self.store.forget_at(run_id, max(now, info.finished_at or now) + self.retention)
+        forgotten, due = 0, self.store.due_forgets(now, limit)
+        while due:
+            for run_id in due:
+                try:
+                    info = self.backend.get(run_id)
+                except NotFound:
+                    self.store.forget_run(run_id)
+                    forgotten += 1
+                else:  # unfinished, pinned or kept longer: not before a retention after its end
+                    self.store.forget_at(run_id,
+                                         max(now, info.finished_at or now) + self.retention)
+            due = self.store.due_forgets(now, limit) if len(due) == limit else []
         return forgotten
 
     def limits(self, tenant: str) -> TenantLimits:
