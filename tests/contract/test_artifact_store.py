@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import datetime
+import os
 import threading
+import time
 import uuid
+from contextlib import contextmanager
 
 import pytest
 from s3_util import S3_ENV, moto_server
 
-from genloop.sdk import GenloopError, NotFound
+from genloop.sdk import GenloopError, NotFound, StoreError
 from genloop.workers.artifacts import LocalArtifactStore, artifact_key, open_artifact_store
+from genloop.workers.artifacts.base import StoredArtifact
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +55,9 @@ def test_putting_the_same_bytes_twice_is_harmless(artifacts):
 def test_missing_artifact_is_not_found(artifacts):
     key = artifact_key(b"never stored", "png")
     assert not artifacts.exists(key)
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFound, match=key):
         artifacts.get(key)
+    assert artifacts.delete_if_older(key, cutoff=time.time() + 60) is False
 
 
 def test_malformed_keys_are_refused(artifacts):
@@ -95,3 +101,147 @@ def test_an_unknown_artifact_store_scheme_is_a_genloop_error_naming_the_choices(
 
     with pytest.raises(GenloopError, match="use file:///dir or s3://bucket/prefix"):
         open_artifact_store("ftp://host/dir")
+
+
+# S3-compatible servers name a missing object differently (AWS: 404 on HEAD, NoSuchKey on a
+# copy; others NotFound); moto gives one name per call, so the rest is checked on botocore's
+# Stubber, which answers at the client's transport seam and checks each request's parameters.
+_S3_KEY = artifact_key(b"stubbed", "png")
+_MISSING = ("404", "NoSuchKey", "NotFound")
+
+
+@contextmanager
+def _stubbed_s3(prefix: str | None = "/runs/"):
+    import boto3
+    from botocore.stub import Stubber
+
+    from genloop.workers.artifacts.s3 import S3ArtifactStore
+
+    client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="x",
+                          aws_secret_access_key="x")
+    with Stubber(client) as stub:
+        store = S3ArtifactStore("b", client=client) if prefix is None else (
+            S3ArtifactStore("b", prefix, client=client))
+        yield store, stub
+        stub.assert_no_pending_responses()
+
+
+def _head(name: str = f"runs/{_S3_KEY}") -> dict:
+    return {"Bucket": "b", "Key": name}
+
+
+@pytest.mark.parametrize("code", _MISSING)
+def test_every_s3_name_for_a_missing_object_reads_as_missing(code):
+    with _stubbed_s3() as (s3, stub):
+        stub.add_client_error("head_object", code, http_status_code=404, expected_params=_head())
+        assert s3.exists(_S3_KEY) is False
+        stub.add_client_error("head_object", code, http_status_code=404, expected_params=_head())
+        assert s3.delete_if_older(_S3_KEY, cutoff=time.time()) is False
+        # put: the copy that marks it written finds nothing, so the bytes are written
+        name = f"runs/{_S3_KEY}"
+        stub.add_client_error("copy_object", code, http_status_code=404, expected_params={
+            "Bucket": "b", "Key": name, "CopySource": {"Bucket": "b", "Key": name},
+            "MetadataDirective": "REPLACE", "ContentType": "image/png"})
+        stub.add_response("put_object", {}, expected_params={
+            "Bucket": "b", "Key": name, "Body": b"stubbed", "ContentType": "image/png"})
+        assert s3.put(b"stubbed") == _S3_KEY
+
+
+def test_other_s3_errors_are_store_errors_naming_the_artifact():
+    with _stubbed_s3() as (s3, stub):
+        for method, call in [("head_object", lambda: s3.exists(_S3_KEY)),
+                             ("get_object", lambda: s3.get(_S3_KEY)),
+                             ("copy_object", lambda: s3.put(b"stubbed")),
+                             ("head_object", lambda: s3.delete_if_older(_S3_KEY, time.time()))]:
+            stub.add_client_error(method, "AccessDenied", http_status_code=403)
+            with pytest.raises(StoreError, match=_S3_KEY):
+                call()
+        stub.add_client_error("copy_object", "NoSuchKey", http_status_code=404)
+        stub.add_client_error("put_object", "AccessDenied", http_status_code=403)
+        with pytest.raises(StoreError, match=_S3_KEY):
+            s3.put(b"stubbed")
+        stub.add_client_error("list_objects_v2", "AccessDenied", http_status_code=403)
+        with pytest.raises(StoreError, match="s3 list"):
+            list(s3.stored())
+
+
+def test_a_missing_s3_object_is_not_found_naming_it_and_a_newer_one_is_kept():
+    with _stubbed_s3() as (s3, stub):
+        stub.add_client_error("get_object", "NoSuchKey", http_status_code=404)
+        with pytest.raises(NotFound, match=_S3_KEY):
+            s3.get(_S3_KEY)
+        # Written exactly at the cutoff is not older than it: kept
+        written = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+        stub.add_response("head_object", {"LastModified": written}, expected_params=_head())
+        assert s3.delete_if_older(_S3_KEY, cutoff=written.timestamp()) is False
+
+
+def test_an_s3_store_lists_only_artifacts_under_its_prefix_and_none_in_an_empty_bucket():
+    with _stubbed_s3(prefix=None) as (s3, stub):
+        stub.add_response("list_objects_v2", {"KeyCount": 0},
+                          expected_params={"Bucket": "b", "Prefix": ""})
+        assert list(s3.stored()) == []
+        written = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+        stub.add_response("head_object", {"LastModified": written},
+                          expected_params=_head(_S3_KEY))
+        stub.add_response("delete_object", {}, expected_params=_head(_S3_KEY))
+        assert s3.delete_if_older(_S3_KEY, cutoff=written.timestamp() + 1) is True
+    with _stubbed_s3(prefix="/Xruns/") as (s3, stub):
+        stub.add_response("list_objects_v2", {"Contents": [
+            {"Key": f"Xruns/{_S3_KEY}", "Size": 7, "LastModified": written}]},
+            expected_params={"Bucket": "b", "Prefix": "Xruns/"})
+        assert list(s3.stored()) == [StoredArtifact(_S3_KEY, 7, written.timestamp())]
+
+
+def test_putting_bytes_s3_holds_renews_them_without_writing_them_again():
+    with _stubbed_s3() as (s3, stub):
+        name = f"runs/{_S3_KEY}"
+        stub.add_response("copy_object", {}, expected_params={
+            "Bucket": "b", "Key": name, "CopySource": {"Bucket": "b", "Key": name},
+            "MetadataDirective": "REPLACE", "ContentType": "image/png"})
+        assert s3.put(b"stubbed") == _S3_KEY  # a put_object here is a request the stub refuses
+
+
+def test_an_unreachable_s3_is_a_store_error_naming_the_artifact():
+    import boto3
+    from botocore.config import Config
+
+    from genloop.workers.artifacts.s3 import S3ArtifactStore
+
+    client = boto3.client("s3", endpoint_url="http://127.0.0.1:9", region_name="us-east-1",
+                          aws_access_key_id="x", aws_secret_access_key="x",
+                          config=Config(retries={"max_attempts": 1}, connect_timeout=1))
+    s3 = S3ArtifactStore("b", client=client)
+    for call in (lambda: s3.exists(_S3_KEY), lambda: s3.get(_S3_KEY), lambda: s3.put(b"stubbed"),
+                 lambda: s3.delete_if_older(_S3_KEY, time.time())):
+        with pytest.raises(StoreError, match=_S3_KEY):
+            call()
+
+
+def test_a_local_artifact_written_at_the_cutoff_is_kept_and_stray_files_are_not_listed(tmp_path):
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    keys = {store.put(bytes([i]), "png") for i in range(40)}  # about 35 shard folders
+    for name in ("stray", "zz-stray", "00-stray"):  # files beside the shards, listed before some
+        (tmp_path / "artifacts" / name).write_bytes(b"")
+    # a key whose file went between listing and reading (a dangling link) is passed over
+    gone = artifact_key(b"gone", "png")
+    (tmp_path / "artifacts" / gone[:2]).mkdir(exist_ok=True)
+    os.symlink(tmp_path / "nowhere", tmp_path / "artifacts" / gone[:2] / gone)
+    for i in range(40, 300):  # neighbours in the dangling link's shard, listed after it
+        key = artifact_key(bytes([i % 256, i // 256]), "png")
+        if key[:2] == gone[:2]:
+            keys.add(store.put(bytes([i % 256, i // 256]), "png"))
+    assert {a.key for a in store.stored()} == keys
+
+    key = sorted(keys)[0]
+    written = store.root / key[:2] / key
+    os.utime(written, (1_700_000_000.0, 1_700_000_000.0))
+    assert store.delete_if_older(key, cutoff=1_700_000_000.0) is False
+    assert store.delete_if_older(key, cutoff=1_700_000_000.5) is True and not written.exists()
+
+
+def test_a_plain_path_names_its_folder_whole_even_with_url_characters(tmp_path):
+    folder = tmp_path / "images#1?v"
+    store = open_artifact_store(str(folder))
+    store.put(b"x")
+    assert isinstance(store, LocalArtifactStore) and store.root == folder and folder.is_dir()

@@ -281,3 +281,28 @@ def test_cancel_ends_every_instance_that_has_not_started(store, tmp_path):
     assert store.get_run(run.id).status == "cancelled"
     assert [i.status for i in store.instances(run.id)] == [NodeStatus.CANCELLED]
     assert {n.status for n in store.nodes(run.id)} == {NodeStatus.CANCELLED}
+
+
+def test_a_failed_node_skips_every_descendant_and_the_run_ends_with_none_pending(pool, store):
+    """Everything downstream of a failed node is skipped, each with its event, counted as ended
+    (items for the limits check, the run's pending nodes), so the run ends failed at once."""
+    g = Graph(limits=RunLimits(items=100, images=100))
+    g.add("spread", id="aside", params={"n": 1})  # ends first: the skips leave nothing pending
+    late = g.add("slow", id="late", params={"n": 2})
+    bad = g.add("bad", id="bad", inputs=[late])
+    child = g.add("double", id="child", inputs=[bad])
+    g.add("total", id="grandchild", inputs=[child])
+    run = pool.scheduler.submit(g)
+
+    ended = _wait(store, run.id, timeout=10.0)
+    assert ended.status == "failed" and ended.pending_nodes == 0
+    assert {n.node_id: n.status for n in store.nodes(run.id)} == {
+        "aside": "succeeded", "late": "succeeded", "bad": "failed", "child": "skipped",
+        "grandchild": "skipped"}
+    assert ended.ended_items == {"aside": 1, "late": 1, "bad": 0, "child": 0, "grandchild": 0}
+    events = store.events(run.id)
+    skipped = sorted((e.node_id, e.status, e.message) for e in events if e.type == "node.skipped")
+    assert skipped == [("child", "skipped", "input bad failed"),
+                       ("grandchild", "skipped", "input bad failed")]
+    (last,) = [e for e in events if e.type == "run.failed"]
+    assert last.status == "failed" and "this node fails" in last.error
