@@ -12,6 +12,7 @@ import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
 from pydantic import BaseModel
+from wait_util import until
 
 from genloop.sdk import Graph
 from genloop.sdk.errors import Permanent
@@ -306,3 +307,34 @@ def test_a_failed_node_skips_every_descendant_and_the_run_ends_with_none_pending
                        ("grandchild", "skipped", "input bad failed")]
     (last,) = [e for e in events if e.type == "run.failed"]
     assert last.status == "failed" and "this node fails" in last.error
+
+
+def test_cancel_ends_what_has_not_started_once_and_the_run_when_its_running_work_ends(
+        pool, store):
+    # Given a run whose first node has ended, whose second is running and whose third waits
+    g = Graph(limits=RunLimits(items=100, images=100))
+    g.add("spread", id="done", params={"n": 1})
+    running = g.add("slow", id="running", params={"n": 10})
+    g.add("double", id="waiting", inputs=[running])
+    run = pool.scheduler.submit(g)
+    until(lambda: {(i.node_id, i.status) for i in store.instances(run.id)} >= {
+        ("done", NodeStatus.SUCCEEDED), ("running", NodeStatus.RUNNING)},
+        "the first node ended and the second running")
+
+    # When it is cancelled, twice
+    pool.scheduler.cancel(run.id)
+    pool.scheduler.cancel(run.id)
+
+    # Then the waiting node is cancelled at once, the running one ends with its work, and the
+    # run ends cancelled with nothing pending; each is told once
+    ended = _wait(store, run.id, timeout=10.0)
+    assert ended.status == "cancelled" and ended.pending_nodes == 0
+    assert {n.node_id: n.status for n in store.nodes(run.id)} == {
+        "done": "succeeded", "running": "cancelled", "waiting": "cancelled"}
+    assert ended.ended_items == {"done": 1, "running": 1, "waiting": 0}
+    told = [(e.type, e.node_id, e.status) for e in store.events(run.id)
+            if e.type in ("run.cancelling", "node.cancelled", "run.cancelled")]
+    assert told == [("run.cancelling", None, "cancelling"),
+                    ("node.cancelled", "waiting", "cancelled"),
+                    ("node.cancelled", "running", "cancelled"),
+                    ("run.cancelled", None, "cancelled")]
