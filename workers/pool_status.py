@@ -123,7 +123,7 @@ class Presence(Middleware):
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         self._threads = worker.worker_threads
-        self.beat()
+        # The first beat is the thread's (see RedisFairWorker.after_worker_boot)
         threading.Thread(target=self._beat_forever, daemon=True, name="genloop-presence").start()
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
@@ -150,11 +150,13 @@ class Presence(Middleware):
         self.client.hset(self.key, self.id, self.state().model_dump_json())
 
     def _beat_forever(self) -> None:
-        while not self._stop.wait(HEARTBEAT):
+        while True:
             try:
                 self.beat()
             except Exception:  # noqa: BLE001  (a Redis hiccup must not end the presence)
                 log.exception("publishing this worker's presence failed")
+            if self._stop.wait(HEARTBEAT):
+                return
 
 
 def live_workers(client: redis.Redis, prefix: str) -> list[WorkerState]:

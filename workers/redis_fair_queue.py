@@ -208,7 +208,8 @@ class RedisFairWorker(Middleware):
         self._queues = sorted({base_queue(q) for q in broker.get_declared_queues()
                                if whitelist is None or q in whitelist})
         self._threads = worker.worker_threads
-        self._beat()
+        # The first beat is the thread's: one that failed here (Redis going away as the worker
+        # boots) would leave the worker with no thread to join the window, for good
         threading.Thread(target=self._beat_forever, daemon=True, name="genloop-fair").start()
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
@@ -259,8 +260,10 @@ class RedisFairWorker(Middleware):
             self.fair.pump(queue)
 
     def _beat_forever(self) -> None:
-        while not self._stop.wait(self.heartbeat):
+        while True:
             try:
                 self._beat()
             except Exception:  # a Redis hiccup must not end the heartbeat for good
                 log.exception("fair-queue heartbeat failed")
+            if self._stop.wait(self.heartbeat):
+                return

@@ -29,7 +29,9 @@ class Pool:
 
     def start(self, processes: int = 1, threads: int = 2, queues: str = "gpu,cpu",
               heartbeat_ms: int = 1500, lease_ttl: float = 1.5,
-              env: dict | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen:
+              env: dict | None = None, args: tuple[str, ...] = (),
+              log: Path | None = None) -> subprocess.Popen:
+        """``log``: a file for the workers' own log (a failing test shows it), else none."""
         with redis.Redis.from_url(self.url) as client:
             self._starts.append((set(client.zrange(HEARTBEATS, 0, -1)), processes))
         full_env = {**os.environ, "PYTHONPATH": str(TESTS), "GENLOOP_MAINTENANCE_CHANCE": "1000000",
@@ -41,7 +43,7 @@ class Pool:
              "--heartbeat-timeout-ms", str(heartbeat_ms), "--lease-ttl", str(lease_ttl),
              *args],
             env=full_env, start_new_session=True, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL if log is None else log.open("w"),
         )
         self.procs.append(proc)
         return proc

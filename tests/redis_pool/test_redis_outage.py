@@ -12,7 +12,7 @@ import pytest
 import redis
 from s3_util import S3_ENV, moto_server
 
-from genloop.sdk import Client, Graph, RunStatus
+from genloop.sdk import Client, Graph, RunStatus, RunTimeout
 
 pytestmark = pytest.mark.slow
 log = logging.getLogger(__name__)  # recovery times: pytest -o log_cli=true --log-cli-level=INFO
@@ -105,3 +105,50 @@ def test_a_run_with_artifacts_in_s3(tmp_path, pool, redis_client):
                 assert client.read_artifact(key) == b"candidate s3 3"
                 assert client.backend.artifacts.exists(
                     client.backend.artifacts.put(b"candidate s3 0", "png"))
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+def test_a_message_lost_with_a_redis_restart_runs_within_the_documented_bound(tmp_path, pool):
+    """README, "Recovery": a message lost (here: the moment Redis was killed) runs again within
+    ``L + 2S`` of Redis being back, L the lease TTL and S the sweeper's tick."""
+    import os
+    import signal
+
+    lease, tick = 1.5, 1.0  # the pool fixture's
+    port = _free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    server = _start_redis(port, tmp_path)
+    pool.url = url
+    try:
+        worker = pool.start(threads=2, log=tmp_path / "worker.log")
+        pool.wait_ready(redis.Redis(port=port))
+        os.killpg(worker.pid, signal.SIGSTOP)  # the pool cannot take the message yet
+        with Client.connect(url) as client:
+            g = Graph()
+            g.add("test-count", id="count", params={"log": str(tmp_path / "log"), "value": 3})
+            run = client.submit(g)
+            # The message is lost: gone from Dramatiq's queues and from the fair queue, the
+            # run's records kept; then Redis dies and comes back from its append-only file
+            r = redis.Redis(port=port)
+            lost = [k for pattern in ("dramatiq:*", "genloop:fair:*")
+                    for k in r.scan_iter(pattern)
+                    if not k.endswith((b"__heartbeats__", b":workers"))]
+            assert lost and r.delete(*lost)
+            server.kill()
+            server.wait()
+            server = _start_redis(port, tmp_path)
+            back_at = time.monotonic()
+            os.killpg(worker.pid, signal.SIGCONT)
+
+            try:
+                result = run.wait(timeout=60)
+            except RunTimeout:
+                raise AssertionError((tmp_path / "worker.log").read_text()[-3000:]) from None
+            took = time.monotonic() - back_at
+        log.info("lost_message_ran_after_redis_back_s=%.1f", took)
+        assert result.status == RunStatus.SUCCEEDED
+        assert took <= lease + 2 * tick + 3.0, took  # 3 s for the run itself on a loaded box
+    finally:
+        pool.close()
+        server.kill()
+        server.wait()
