@@ -1,4 +1,5 @@
-"""The state store contract runs against every implementation; add new stores to STORES."""
+"""The state store contract runs against every implementation (add new stores to STORES), and
+the artifact store contract against the local directory and S3."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import uuid
 
 import pytest
 from redis_util import redis_url
+from s3_util import S3_ENV, moto_server
 
+from genloop.workers.artifacts import LocalArtifactStore, open_artifact_store
 from genloop.workers.stores import SqliteStateStore
 from genloop.workers.stores.redis import RedisStateStore
 
@@ -28,3 +31,26 @@ def store(request, tmp_path):
     s = STORES[request.param](tmp_path)
     yield s
     s.close()
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in S3_ENV.items():
+            mp.setenv(k, v)
+        with moto_server() as endpoint:
+            mp.setenv("AWS_ENDPOINT_URL", endpoint)
+            yield endpoint
+
+
+@pytest.fixture(params=["local", "s3"])
+def artifacts(request, tmp_path):
+    """Every artifact store: a local directory, and S3 (a moto server)."""
+    if request.param == "local":
+        return LocalArtifactStore(tmp_path / "artifacts")
+    request.getfixturevalue("s3_endpoint")
+    import boto3
+
+    bucket = f"genloop-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    return open_artifact_store(f"s3://{bucket}/runs")

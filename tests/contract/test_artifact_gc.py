@@ -8,37 +8,12 @@ import os
 import time
 import uuid
 
-import pytest
-from s3_util import S3_ENV, moto_server
-
 from genloop.sdk import Graph
 from genloop.workers.artifact_gc import collect
-from genloop.workers.artifacts import LocalArtifactStore, open_artifact_store
+from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.stores.records import ResultRecord, RunRecord, RunSpecRecord
 
 GRACE = 3600.0
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in S3_ENV.items():
-            mp.setenv(k, v)
-        with moto_server() as endpoint:
-            mp.setenv("AWS_ENDPOINT_URL", endpoint)
-            yield endpoint
-
-
-@pytest.fixture(params=["local", "s3"])
-def artifacts(request, tmp_path):
-    if request.param == "local":
-        return LocalArtifactStore(tmp_path / "artifacts")
-    request.getfixturevalue("s3_endpoint")
-    import boto3
-
-    bucket = f"genloop-{uuid.uuid4().hex[:8]}"
-    boto3.client("s3").create_bucket(Bucket=bucket)
-    return open_artifact_store(f"s3://{bucket}/runs")
 
 
 def _result(store, key: str, artifact: str) -> None:

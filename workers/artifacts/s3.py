@@ -7,7 +7,7 @@ dropped connections (standard mode, a few attempts).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from genloop.sdk.errors import NotFound, StoreError
 
@@ -45,17 +45,24 @@ class S3ArtifactStore(ArtifactStore):
             raise StoreError(f"s3 get {key!r}: {exc}") from exc
 
     def exists(self, key: str) -> bool:
+        name = self._key(key)
+        return self._present("head", key, lambda: self._client.head_object(
+            Bucket=self.bucket, Key=name))
+
+    def _present(self, what: str, key: str, call: Callable[[], object]) -> bool:
+        """Make ``call`` on ``key``'s object: True if it went, False if there is no such
+        object; any other failure is a ``StoreError``."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            self._client.head_object(Bucket=self.bucket, Key=self._key(key))
+            call()
             return True
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return False
-            raise StoreError(f"s3 head {key!r}: {exc}") from exc
+            raise StoreError(f"s3 {what} {key!r}: {exc}") from exc
         except BotoCoreError as exc:
-            raise StoreError(f"s3 head {key!r}: {exc}") from exc
+            raise StoreError(f"s3 {what} {key!r}: {exc}") from exc
 
     def _write(self, key: str, data: bytes) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -69,20 +76,10 @@ class S3ArtifactStore(ArtifactStore):
 
     def _touch(self, key: str) -> bool:
         """A copy onto itself: S3 has no other way to renew an object's LastModified."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
         name = self._key(key)
-        try:
-            self._client.copy_object(
-                Bucket=self.bucket, Key=name, CopySource={"Bucket": self.bucket, "Key": name},
-                MetadataDirective="REPLACE", ContentType=content_type(key))
-            return True
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-                return False
-            raise StoreError(f"s3 copy {key!r}: {exc}") from exc
-        except BotoCoreError as exc:
-            raise StoreError(f"s3 copy {key!r}: {exc}") from exc
+        return self._present("copy", key, lambda: self._client.copy_object(
+            Bucket=self.bucket, Key=name, CopySource={"Bucket": self.bucket, "Key": name},
+            MetadataDirective="REPLACE", ContentType=content_type(key)))
 
     def stored(self) -> Iterator[StoredArtifact]:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -99,18 +96,9 @@ class S3ArtifactStore(ArtifactStore):
             raise StoreError(f"s3 list: {exc}") from exc
 
     def delete_if_older(self, key: str, cutoff: float) -> bool:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        name = self._key(key)
-        try:
-            head = self._client.head_object(Bucket=self.bucket, Key=name)
-            if head["LastModified"].timestamp() >= cutoff:
-                return False
-            self._client.delete_object(Bucket=self.bucket, Key=name)
-            return True
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-                return False
-            raise StoreError(f"s3 delete {key!r}: {exc}") from exc
-        except BotoCoreError as exc:
-            raise StoreError(f"s3 delete {key!r}: {exc}") from exc
+        name, head = self._key(key), {}
+        if not self._present("head", key, lambda: head.update(self._client.head_object(
+                Bucket=self.bucket, Key=name))) or head["LastModified"].timestamp() >= cutoff:
+            return False
+        return self._present("delete", key, lambda: self._client.delete_object(
+            Bucket=self.bucket, Key=name))

@@ -58,6 +58,11 @@ class RunTx(ABC):
     def put_run(self, run: RunRecord) -> None: ...
 
     @abstractmethod
+    def pin(self, pinned: bool) -> None:
+        """Record the run pinned or not where the store's retention looks for pins."""
+
+
+    @abstractmethod
     def node(self, node_id: str) -> NodeRecord: ...
 
     @abstractmethod
@@ -255,10 +260,15 @@ class StateStore(ABC):
     def pinned_runs(self) -> list[str]:
         """Ids of the pinned runs."""
 
-    @abstractmethod
     def pin(self, run_id: str, pinned: bool) -> RunRecord:
         """Pin (kept whatever the retention, with every result it references) or unpin a
         run; an unpinned finished run expires by the rules again, from its end."""
+        with self.transaction(run_id) as tx:
+            run = tx.run()
+            run.pinned = pinned
+            tx.put_run(run)  # a finished run goes back to the pass, which schedules it anew
+            tx.pin(pinned)
+        return run
 
     def watch_end(self, run_id: str) -> AbstractContextManager[EndWatch]:
         """A watch on the run's end, to take *before* reading its status (see ``run_ends``):

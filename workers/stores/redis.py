@@ -471,14 +471,6 @@ class RedisStateStore(StateStore):
     def pinned_runs(self) -> list[str]:
         return [m.decode() for m in self.client.smembers(self.keys.pinned)]
 
-    def pin(self, run_id: str, pinned: bool) -> RunRecord:
-        with self.transaction(run_id) as tx:
-            run = tx.run()
-            run.pinned = pinned
-            tx.put_run(run)  # a finished run goes back to the pass, which schedules it anew
-            tx.pin(pinned)
-        return run
-
     def close(self) -> None:
         self.client.close()
 

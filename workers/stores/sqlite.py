@@ -568,14 +568,6 @@ class SqliteStateStore(StateStore):
     def pinned_runs(self) -> list[str]:
         return [r[0] for r in self._read("SELECT run_id FROM run_pins")]
 
-    def pin(self, run_id: str, pinned: bool) -> RunRecord:
-        with self.transaction(run_id) as tx:
-            run = tx.run()
-            run.pinned = pinned
-            tx.put_run(run)  # a finished run goes back to the pass, which schedules it anew
-            tx.pin(pinned)
-        return run
-
     def close(self) -> None:
         """Close every connection once the statement on it (if any) has ended: closing one
         under a running statement crashes the process in SQLite's C code. Any use after this
