@@ -149,6 +149,7 @@ def _measure(args: argparse.Namespace, home: Path, url: str, r: redis.Redis, wor
             "artifact_bytes": art_bytes, "artifacts": art_files,
             "runs_stored": int(r.zcard("genloop:runs")),
             "gateway_rss": rss(gateway), "worker_rss": rss(worker)})
+        print(json.dumps(samples[-1]), file=sys.stderr, flush=True)  # a long soak's progress
     for t in threads:
         t.join(timeout=180)
     # After 2 x retention the first runs have expired and been forgotten: from then on, the
