@@ -245,3 +245,29 @@ def test_a_plain_path_names_its_folder_whole_even_with_url_characters(tmp_path):
     store = open_artifact_store(str(folder))
     store.put(b"x")
     assert isinstance(store, LocalArtifactStore) and store.root == folder and folder.is_dir()
+
+
+def test_a_local_put_of_held_bytes_renews_the_file_in_place(tmp_path):
+    store = open_artifact_store(f"file://{tmp_path}/artifacts")
+    assert isinstance(store, LocalArtifactStore) and store.root == tmp_path / "artifacts"
+    key = store.put(b"held")
+    path = store.root / key[:2] / key
+    os.utime(path, (1_700_000_000.0, 1_700_000_000.0))
+    inode = path.stat().st_ino
+
+    assert store.put(b"held") == key
+    assert path.stat().st_ino == inode and path.stat().st_mtime > 1_700_000_000.0
+
+
+def test_local_file_system_errors_are_store_errors_naming_the_artifact(tmp_path):
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    key = artifact_key(b"blocked", "png")
+    (store.root / key[:2]).write_bytes(b"")  # a file where the key's folder belongs
+    for call in (lambda: store.get(key), lambda: store.put(b"blocked"),
+                 lambda: store.delete_if_older(key, time.time())):
+        with pytest.raises(StoreError, match=key):
+            call()
+    (store.root / key[:2]).unlink()
+    (store.root / key[:2] / key).mkdir(parents=True)  # a folder where the file belongs
+    with pytest.raises(StoreError, match=f"reading artifact '{key}'"):
+        store.get(key)
