@@ -100,3 +100,36 @@ def test_a_tenant_past_its_stored_runs_quota_gets_429_until_one_is_forgotten(gat
     retention_pass(gateway.backend.store, gateway.retention, now=later)
     assert gateway.forget_expired(now=later) == 1 and gateway.store.owner(first) is None
     assert gateway.submit(tenant, _one(), None)[1]
+
+
+def test_a_served_gateway_forgets_on_its_own_what_the_retention_deleted(tmp_path, monkeypatch):
+    from server import LiveServer
+
+    from genloop.sdk import Client
+    from genloop.workers.gateway import create_app, service
+    from genloop.workers.middleware import sweeper
+
+    for module, name in ((service, "FORGET_EVERY"), (sweeper, "RETENTION_EVERY")):
+        monkeypatch.setattr(module, name, 0.1)
+    registry = OpRegistry()
+    op("one", output=N, registry=registry)(lambda p, inputs, ctx: N(n=1))
+    backend = EmbeddedBackend(tmp_path / "home", threads=2, registry=registry, sweep_every=0.1,
+                              retention=0.5)
+    store = SqliteGatewayStore(tmp_path / "gateway.db")
+    app = create_app(backend, store)
+    try:
+        with LiveServer(app) as server:
+            client = Client.http(server.url, api_key=store.create_key("t"))
+            run = client.submit(_one())
+            run.wait(timeout=30)
+            deadline = time.monotonic() + 20
+            while list(client.runs()):  # the tenant's list empties with nobody asking
+                assert time.monotonic() < deadline, "the gateway still lists the run"
+                time.sleep(0.05)
+            with pytest.raises(NotFound):
+                run.status()
+            client.close()
+        assert app.state.gateway._janitor is None  # stopped with the server
+    finally:
+        store.close()
+        backend.close()

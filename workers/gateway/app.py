@@ -11,6 +11,8 @@ import asyncio
 import hmac
 import logging
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -143,11 +145,20 @@ def create_app(backend: Backend, store: GatewayStore,
     """The gateway over ``backend``; keys and ownership in ``store``. Closing either is the
     caller's business (``genloop serve`` closes both on shutdown)."""
     settings = settings or GatewaySettings()
+
+    @asynccontextmanager
+    async def serving(app: FastAPI) -> AsyncIterator[None]:
+        """The janitor (forgetting what the back end's retention deleted) runs while the app
+        is served, whatever serves it."""
+        app.state.gateway.start_janitor()
+        yield
+        await asyncio.to_thread(app.state.gateway.stop_janitor)
+
     app = FastAPI(
         title="genloop gateway", version="1",
         description="Submit generate -> evaluate -> refine graphs and loops, follow their "
                     "events, fetch their images. Errors share one shape: code, message, details.",
-        responses=_ERRORS,
+        responses=_ERRORS, lifespan=serving,
     )
     ops, queues = backend_ops(backend)
     admission = default_admission(ops, settings.models, settings.max_prompt_chars, queues)
@@ -158,7 +169,6 @@ def create_app(backend: Backend, store: GatewayStore,
                                 webhook_backoff=settings.webhook_backoff)
     if store.due_webhooks(float("inf"), 1):  # deliveries left by an earlier process
         app.state.gateway.webhooks.start()
-    app.state.gateway.start_janitor()
     app.state.settings = settings
     errors.install(app, settings.retry_after)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,

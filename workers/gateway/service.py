@@ -120,10 +120,11 @@ class Gateway:
         self._janitor: threading.Thread | None = None
         self._stopping = threading.Event()
 
-    def start_janitor(self, every: float = FORGET_EVERY) -> None:
-        """Forget, every ``every`` s, the runs the back end's retention deleted (a thread)."""
+    def start_janitor(self) -> None:
+        """Forget, every :data:`FORGET_EVERY` s, the runs the back end's retention deleted (a
+        thread; :meth:`stop_janitor` ends it)."""
         def loop() -> None:
-            while not self._stopping.wait(every):
+            while not self._stopping.wait(FORGET_EVERY):
                 try:
                     self.forget_expired()
                 except Exception:  # a store outage: try again next time, never die
@@ -133,12 +134,17 @@ class Gateway:
             self._janitor = threading.Thread(target=loop, daemon=True, name="genloop-janitor")
             self._janitor.start()
 
-    def stop(self) -> None:
-        """Stop the background work: webhook deliveries and the janitor."""
+    def stop_janitor(self) -> None:
         self._stopping.set()
-        self.webhooks.stop()
         if self._janitor is not None:
             self._janitor.join()
+            self._janitor = None
+        self._stopping.clear()
+
+    def stop(self) -> None:
+        """Stop the background work: webhook deliveries and the janitor."""
+        self.webhooks.stop()
+        self.stop_janitor()
 
     def forget_expired(self, now: float | None = None, limit: int = 100) -> int:
         """Forget the runs due a look (each is, a retention after its submission) whose back
