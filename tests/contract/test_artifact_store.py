@@ -1,4 +1,5 @@
-"""The artifact store contract, against the local directory and S3 (a moto server)."""
+"""The artifact store contract, against the local directory and S3 (a moto server): the
+``artifacts`` fixture of the contract conftest."""
 
 from __future__ import annotations
 
@@ -6,37 +7,13 @@ import datetime
 import os
 import threading
 import time
-import uuid
 from contextlib import contextmanager
 
 import pytest
-from s3_util import S3_ENV, moto_server
 
 from genloop.sdk import GenloopError, NotFound, StoreError
 from genloop.workers.artifacts import LocalArtifactStore, artifact_key, open_artifact_store
 from genloop.workers.artifacts.base import StoredArtifact
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in S3_ENV.items():
-            mp.setenv(k, v)
-        with moto_server() as endpoint:
-            mp.setenv("AWS_ENDPOINT_URL", endpoint)
-            yield endpoint
-
-
-@pytest.fixture(params=["local", "s3"])
-def artifacts(request, tmp_path):
-    if request.param == "local":
-        return LocalArtifactStore(tmp_path / "artifacts")
-    request.getfixturevalue("s3_endpoint")
-    import boto3
-
-    bucket = f"genloop-{uuid.uuid4().hex[:8]}"
-    boto3.client("s3").create_bucket(Bucket=bucket)
-    return open_artifact_store(f"s3://{bucket}/runs")
 
 
 def test_put_returns_the_content_key_and_get_the_bytes(artifacts):
