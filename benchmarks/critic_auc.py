@@ -2,14 +2,17 @@
 draft? And does a seed's draft rank like the same seed drawn at full steps?
 
     python benchmarks/critic_auc.py [--prompts 60] [--seeds 8] [--draft-steps 4]
-        [--judges shapes-clip,shapes-critic,shapes-vqa] [--heldout-pairs] [--json]
+        [--judges shapes-clip,shapes-critic,shapes-vqa,shapes-reader] [--heldout-pairs] [--json]
+        [--dump FILE]
 
 For ``loop_quality``'s held-out prompt set (two objects, held-out colour-shape pairs, small
 objects off the centre), ``--seeds`` images each at full steps and the same seeds as drafts at
 ``--draft-steps`` come from the shipped ``shapes`` model through ``Client.local``. The pixel
 checker grades every image. ``--heldout-pairs`` takes held-out colour-shape pairs only
-instead (half one object, set ``novel``; half two objects, set ``novel-two``). Per judge
-(``--judges``; by default ``shapes-clip``, ``shapes-critic``, ``shapes-vqa``):
+instead (half one object, set ``novel``; half two objects, set ``novel-two``). ``--dump`` writes
+one JSON line per image (its checker verdict per clause, each judge's score and clause scores),
+for diagnosing a judge after the run. Per judge (``--judges``; by default ``shapes-clip``,
+``shapes-critic``, ``shapes-vqa``, ``shapes-reader``):
 
 - mean within-prompt AUC: over prompts with both correct and wrong images, the chance that a
   correct image outscores a wrong one (ties count half); what selecting among one prompt's
@@ -43,7 +46,7 @@ from loop_quality import benchmark_prompts  # noqa: E402
 from genloop.sdk import Client, Graph  # noqa: E402
 from genloop.workers import shapes  # noqa: E402
 
-JUDGES = ("shapes-clip", "shapes-critic", "shapes-vqa")
+JUDGES = ("shapes-clip", "shapes-critic", "shapes-vqa", "shapes-reader")
 
 
 class JudgeReport(BaseModel):
@@ -101,7 +104,9 @@ def heldout_pair_prompts(n: int) -> list[tuple[str, str]]:
 
 
 def measure(client: Client, prompts: list[tuple[str, str]], seeds: int, steps: int,
-            draft_steps: int, judges: tuple[str, ...] = JUDGES) -> list[JudgeReport]:
+            draft_steps: int, judges: tuple[str, ...] = JUDGES,
+            dump: list[dict] | None = None) -> list[JudgeReport]:
+    """Every judge's report; per-image rows are appended to ``dump`` when given."""
     runs = []
     for _, p in prompts:
         g = Graph()
@@ -115,13 +120,15 @@ def measure(client: Client, prompts: list[tuple[str, str]], seeds: int, steps: i
     draft_correct: list[list[bool]] = []
     finals: dict[str, list[list[float]]] = {j: [] for j in judges}
     drafts: dict[str, list[list[float]]] = {j: [] for j in judges}
-    for (_, p), run in zip(prompts, runs, strict=True):
+    for (kind, p), run in zip(prompts, runs, strict=True):
         result = run.wait(timeout=3600)
         correct.append(_verdicts(client, result, "final", p))
         draft_correct.append(_verdicts(client, result, "draft", p))
         for j in judges:
             finals[j].append(_scores(result, f"final/{j}"))
             drafts[j].append(_scores(result, f"draft/{j}"))
+        if dump is not None:
+            dump += [{"set": kind, **r} for r in _rows(client, result, p, judges)]
     sets = sorted({name for name, _ in prompts})
     reports = []
     for j in judges:
@@ -151,6 +158,25 @@ def _pooled(scores: list[list[float]],
     return [v for v, c in pairs if c], [v for v, c in pairs if not c]
 
 
+def _rows(client: Client, result, prompt: str, judges: tuple[str, ...]) -> list[dict]:
+    """One row per image of both nodes: the checker's clauses, each judge's score and
+    clause scores."""
+    wanted = shapes.parse_caption(prompt)
+    rows = []
+    for node in ("final", "draft"):
+        scored = {j: {c.index: c for c in result.items(f"{node}/{j}")} for j in judges}
+        for c in sorted(result.items(node), key=lambda c: c.index):
+            image = Image.open(io.BytesIO(client.read_artifact(c.artifact)))
+            clauses = shapes.grade(wanted, image, shapes.world_of(c.width)).clauses()
+            mine = {j: scored[j][c.index] for j in judges}
+            rows.append({"prompt": prompt, "node": node, "index": c.index,
+                         "correct": all(clauses.values()), "clauses": clauses,
+                         "scores": {j: s.score for j, s in mine.items()},
+                         "details": {j: {k.clause: k.score for k in s.details.clauses}
+                                     for j, s in mine.items() if s.details is not None}})
+    return rows
+
+
 def _verdicts(client: Client, result, node: str, prompt: str) -> list[bool]:
     wanted = shapes.parse_caption(prompt)
     images = sorted(result.items(node), key=lambda c: c.index)
@@ -171,13 +197,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--heldout-pairs", action="store_true",
                         help="prompts with held-out colour-shape pairs only")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--dump", type=Path, default=None,
+                        help="write one JSON line per image here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     judges = tuple(args.judges.split(","))
     prompts = (heldout_pair_prompts if args.heldout_pairs else benchmark_prompts)(args.prompts)
     with tempfile.TemporaryDirectory() as home, \
             Client.local(home=Path(home), threads=2) as client:
-        reports = measure(client, prompts, args.seeds, args.steps, args.draft_steps, judges)
+        rows: list[dict] | None = [] if args.dump else None
+        reports = measure(client, prompts, args.seeds, args.steps, args.draft_steps, judges,
+                          rows)
+    if args.dump is not None and rows is not None:
+        args.dump.write_text("".join(json.dumps(r) + "\n" for r in rows))
     if args.json:
         print(json.dumps({"prompts": args.prompts, "seeds": args.seeds,
                           "draft_steps": args.draft_steps,

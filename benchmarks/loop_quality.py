@@ -3,7 +3,8 @@
     python benchmarks/loop_quality.py [--prompts 100] [--rounds 3] [--candidates 8]
         [--modes default,best-of-n,best-of-n-critic,best-of-n-drafts,target,target-drafts,draft,
                  critic-edit,seed-search,agent,best-of-n-vqa,best-of-n-drafts-vqa,target-vqa,
-                 target-drafts-vqa]
+                 target-drafts-vqa,best-of-n-reader,best-of-n-drafts-reader,target-reader,
+                 target-drafts-reader]
         [--draft-candidates N] [--target 50] [--json]
 
 On held-out shapes prompts weighted to the hard ones (:func:`benchmark_prompts`: 60% two objects
@@ -31,7 +32,9 @@ the same budget of ``rounds x candidates x steps`` denoising steps:
   holds), so hard prompts get more rounds and easy ones fewer;
 - ``best-of-n-vqa`` / ``best-of-n-drafts-vqa`` / ``target-vqa`` / ``target-drafts-vqa``: those
   modes judged by ``shapes-vqa`` (per-clause questions to a model trained on the checker's
-  verdicts) instead; its score is on the critic's scale, so ``--target`` means the same.
+  verdicts) instead; its score is on the critic's scale, so ``--target`` means the same;
+- ``...-reader``: the same four judged by ``shapes-reader`` (a model of the checker's reading,
+  scoring the chance that it matches every clause), on the same scale.
 
 The kept image of each prompt is graded by the pixel checker (``shapes.grade``, in the world of
 the image's size), which no mode optimises: the all-correct rate with a 95% bootstrap interval
@@ -65,9 +68,11 @@ from genloop.workers import shapes
 BASELINE = "best-of-n"
 MODES = ("default", "best-of-n", "best-of-n-critic", "best-of-n-drafts", "target", "target-drafts",
          "draft", "critic-edit", "seed-search", "agent", "best-of-n-vqa",
-         "best-of-n-drafts-vqa", "target-vqa", "target-drafts-vqa")
-#: The judge a ``...-vqa`` mode uses in place of the critic (or of shapes-clip in best-of-n).
-VQA_SUFFIX, VQA_JUDGE = "-vqa", "shapes-vqa"
+         "best-of-n-drafts-vqa", "target-vqa", "target-drafts-vqa", "best-of-n-reader",
+         "best-of-n-drafts-reader", "target-reader", "target-drafts-reader")
+#: The judge a mode with one of these suffixes uses in place of the critic (or of shapes-clip
+#: in best-of-n).
+JUDGE_SUFFIXES = {"-vqa": "shapes-vqa", "-reader": "shapes-reader"}
 #: ``--target``'s default: stop once the critic finds an image more likely right than wrong.
 CRITIC_TARGET = 50.0
 
@@ -106,8 +111,9 @@ def benchmark_prompts(n: int) -> list[tuple[str, str]]:
 def loop_for(mode: str, prompt: str, rounds: int, candidates: int, steps: int,
              draft_candidates: int | None = None, target: float = CRITIC_TARGET) -> Loop:
     budget = rounds * candidates * steps
-    judge = VQA_JUDGE if mode.endswith(VQA_SUFFIX) else "shapes-critic"
-    mode = mode.removesuffix(VQA_SUFFIX)
+    suffix = next((k for k in JUDGE_SUFFIXES if mode.endswith(k)), "")
+    judge = JUDGE_SUFFIXES.get(suffix, "shapes-critic")
+    mode = mode.removesuffix(suffix)
     if mode == "default":  # what a user gets who names nothing: the back end's recipe
         return Loop(prompt=prompt, seed=0, model=shapes.PIPELINE_NAME)
     common = dict(prompt=prompt, seed=0, model=shapes.PIPELINE_NAME, steps=steps)
@@ -123,7 +129,7 @@ def loop_for(mode: str, prompt: str, rounds: int, candidates: int, steps: int,
         return Loop(rounds=1, candidates=n, evaluator=judge,
                     **{**common, "steps": draft_steps})
     if mode.startswith("best-of-n"):
-        evaluator = judge if mode == "best-of-n-critic" or judge == VQA_JUDGE else (
+        evaluator = judge if mode == "best-of-n-critic" or suffix else (
             shapes.CLIP_MODEL_NAME)
         return Loop(rounds=1, candidates=rounds * candidates, evaluator=evaluator, **common)
     evaluator = shapes.CLIP_MODEL_NAME if mode == "seed-search" else "shapes-critic"

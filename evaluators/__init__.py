@@ -37,6 +37,7 @@ _LAZY = {
     "AestheticEvaluator": ".aesthetic",
     "VlmJudge": ".vlm_judge",
     "ShapesVqa": ".vqa",
+    "ShapesReader": ".reader",
 }
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "OpenClipEvaluator",
     "ScoreBatcher",
     "Scores",
+    "ShapesReader",
     "ShapesVqa",
     "VlmJudge",
     "default_registry",

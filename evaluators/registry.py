@@ -13,7 +13,8 @@ shapes world, shipped in the package), ``hf-clip`` (transformers CLIP from a loc
 ``aesthetic`` (a LAION-style head on CLIP image embeddings), ``composite`` (a weighted sum),
 ``clause-critic`` / ``shapes-critic`` (per-clause scores over ``clip`` / ``shapes-clip``),
 ``vlm-judge`` (yes/no questions to a hosted vision-language model the operator configures),
-``shapes-vqa`` (yes/no questions to a small model trained on the shapes world, shipped).
+``shapes-vqa`` (yes/no questions to a small model trained on the shapes world, shipped),
+``shapes-reader`` (a small model that reads a shapes image as the pixel checker does, shipped).
 """
 
 from __future__ import annotations
@@ -308,11 +309,22 @@ def _shapes_vqa(registry: EvaluatorRegistry, device: str, **options: Any) -> Eva
                      **options)
 
 
+def _shapes_reader(registry: EvaluatorRegistry, device: str, **options: Any) -> Evaluator:
+    """A small model trained on the shapes world (shipped) that predicts the pixel checker's
+    reading: 100 x the probability that it matches every clause of a shapes caption, with
+    per-clause details; other prompts are scored by shapes-critic."""
+    from .reader import ShapesReader
+
+    return ShapesReader(device=device, fallback=lambda: registry.get("shapes-critic", device),
+                        **options)
+
+
 def register_builtins(registry: EvaluatorRegistry) -> EvaluatorRegistry:
     """Register ``clip``, ``shapes-clip``, ``hf-clip``, ``aesthetic``, ``composite``,
     ``brand-palette``, ``clause-critic`` (over ``clip``, or ``base=...``), ``shapes-critic``
     (the clause critic over ``shapes-clip``), ``shapes-vqa`` (per-clause questions to a small
-    trained model) and ``vlm-judge`` (factories only; like
+    trained model), ``shapes-reader`` (a small model's reading of the image, as the checker's)
+    and ``vlm-judge`` (factories only; like
     ``hf-clip`` without a path, an unconfigured ``vlm-judge`` is listed and fails with
     :class:`Permanent` when built, naming the environment variables to set)."""
     registry.register("clip", _clip)
@@ -326,6 +338,7 @@ def register_builtins(registry: EvaluatorRegistry) -> EvaluatorRegistry:
     registry.register("shapes-critic",
                       functools.partial(_clause_critic, registry, "shapes-clip", "shapes-critic"))
     registry.register("shapes-vqa", functools.partial(_shapes_vqa, registry))
+    registry.register("shapes-reader", functools.partial(_shapes_reader, registry))
     registry.register("vlm-judge", _vlm_judge, needs=_vlm_unset)
     return registry
 
