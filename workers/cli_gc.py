@@ -15,8 +15,8 @@ def setup_gc(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefix", default="genloop", help="the pool's key prefix")
     p.add_argument("--artifacts", help="the pool's artifact store (file:///dir, s3://bucket/p)")
     p.add_argument("--grace", type=duration, metavar="TIME",
-                   help="keep what was written within this long (default: the retention, "
-                   "GENLOOP_RETENTION or 7d)")
+                   help="keep what was written within this long (default: the retention: "
+                   "the one a pool's workers published, else GENLOOP_RETENTION, else 7d)")
     p.add_argument("--dry-run", action="store_true", help="report what would go, delete nothing")
     p.add_argument("--json", action="store_true", help="the report as JSON")
 
@@ -30,6 +30,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from .stores.base import StateStore
 
     state: StateStore
+    grace = args.grace
     if args.home is not None:
         from .stores.sqlite import SqliteStateStore
 
@@ -42,11 +43,15 @@ def cmd_gc(args: argparse.Namespace) -> int:
         if args.artifacts is None:
             raise SystemExit("genloop gc: --redis needs --artifacts (the pool's artifact store)")
         from .stores.redis import RedisStateStore
+        from .stores.redis_keys import PoolKeys
 
         state = RedisStateStore(args.redis, prefix=args.prefix)
         artifacts = open_artifact_store(args.artifacts)
+        if grace is None:  # the workers publish their retention
+            published = state.client.get(PoolKeys(args.prefix).retention_config)
+            grace = float(published) if published is not None else None
     try:
-        grace = configured_retention() if args.grace is None else args.grace
+        grace = configured_retention() if grace is None else grace
         report = collect(state, artifacts, grace, dry_run=args.dry_run)
     finally:
         state.close()
