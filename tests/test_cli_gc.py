@@ -40,7 +40,6 @@ def test_gc_on_a_pool_takes_the_grace_its_workers_published(tmp_path, capsys):
     import redis
     from redis_util import redis_url
 
-    from genloop.workers.stores.redis import RedisStateStore
     from genloop.workers.stores.redis_keys import PoolKeys
 
     prefix = f"gc-{uuid.uuid4().hex[:8]}"
@@ -49,7 +48,6 @@ def test_gc_on_a_pool_takes_the_grace_its_workers_published(tmp_path, capsys):
     aged = time.time() - 3 * 3600
     os.utime(artifacts.root / orphan[:2] / orphan, (aged, aged))
     redis.Redis.from_url(redis_url()).set(PoolKeys(prefix).retention_config, "3600.0")
-    RedisStateStore(redis_url(), prefix=prefix).close()
 
     assert main(["gc", "--redis", redis_url(), "--prefix", prefix, "--artifacts",
                  f"file://{tmp_path / 'artifacts'}", "--json"]) == 0
