@@ -440,9 +440,10 @@ class RedisStateStore(StateStore):
 
     @translate_redis_errors
     def delete_results(self, keys: Sequence[str], now: float) -> int:
-        return sum(int(self._delete_results(keys=[self.keys.results_until],
-                                            args=[now, self.keys.result(), *keys[i:i + 500]]))
-                   for i in range(0, len(keys), 500))
+        k = self.keys
+        return sum(int(self._delete_results(keys=[k.results_until],
+                                            args=[now, k.result(), *keys[i:i + READ_BATCH]]))
+                   for i in range(0, len(keys), READ_BATCH))
 
     def reference_docs(self) -> Iterator[str]:
         for pattern in (self.keys.result("*"), self.keys.spec("*")):
