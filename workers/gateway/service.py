@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import math
 import threading
 import time
 from collections import defaultdict
@@ -185,7 +184,10 @@ class Gateway:
             "namespace": None if self.share_results else f"tenant:{tenant}",
             "limits": self.admission.run_limits(spec, limits), "webhook": None,
             "priority": spec.priority or limits.priority,
-            "retention": min(spec.retention or math.inf, limits.retention or self.retention)})
+            # A run may shorten its tenant's retention (by default the back end's), not lengthen
+            # it; a run that asks none keeps whatever the back end's is when it ends
+            "retention": limits.retention if spec.retention is None else min(
+                spec.retention, limits.retention or self.retention)})
         backend_key = scoped_key(tenant, key) if key is not None else None
         with self._locks[tenant]:
             existing = self.store.run_for_key(backend_key) if backend_key is not None else None
