@@ -21,10 +21,7 @@ only; other prompts go to ``fallback`` (the registry's ``shapes-critic``).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -35,9 +32,9 @@ from safetensors.torch import load_file
 
 from genloop.sdk.errors import Permanent
 from genloop.sdk.ops import ClauseScore, Critique
-from genloop.workers.shapes.scene import Scene, parse_caption
+from genloop.workers.shapes.scene import Scene
 
-from .base import Evaluator, Scores
+from .base import Scores
 from .reader_model import (
     ReaderNet,
     caption_probability,
@@ -45,19 +42,12 @@ from .reader_model import (
     to_batch,
     to_pixels,
 )
+from .shapes_judge import ShapesJudge
 
 #: Bump when the heads or the score's formula change (it is part of the identity).
 VERSION = "1"
-WEIGHTS_FILE = "model.safetensors"
 #: What a critique shows for the ``count`` clause of a two-object caption.
 COUNT_TEXT = "two objects"
-
-
-def shipped_weights() -> Path:
-    """The weights shipped in the package, beside shapes-clip's."""
-    from genloop.workers import shapes
-
-    return shapes.weights_dir() / "shapes-reader" / WEIGHTS_FILE
 
 
 def load_net(path: Path, device: str = "cpu") -> ReaderNet:
@@ -73,32 +63,16 @@ def load_net(path: Path, device: str = "cpu") -> ReaderNet:
     return net.to(device).eval()
 
 
-class ShapesReader(Evaluator):
+class ShapesReader(ShapesJudge):
     """Scores shapes images by the probability of an all-correct reading, ``batch`` images per
     forward pass."""
 
-    def __init__(self, weights: Path | None = None, *, device: str = "cpu", batch: int = 512,
-                 fallback: Callable[[], Evaluator] | None = None) -> None:
-        if batch < 1:
-            raise Permanent(f"shapes-reader: batch must be >= 1, got {batch}")
-        path = Path(weights) if weights is not None else shipped_weights()
-        self.device = device
-        self.batch = batch
-        self.net = load_net(path, device)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-        self.identity = f"shapes-reader:{VERSION}/{digest}"
-        self._fallback = fallback
-        # eval-mode modules are safe across threads; the lock keeps two batches from fighting
-        # over the same CPU threads.
-        self._lock = threading.Lock()
+    name, version, default_batch = "shapes-reader", VERSION, 512
 
-    def _score(self, images: list[Image.Image], text: str) -> Scores:
-        try:
-            scene = parse_caption(text)
-        except ValueError as exc:
-            if self._fallback is None:
-                raise Permanent(f"shapes-reader judges shapes captions only: {exc}") from None
-            return self._fallback().score(images, text)
+    def load_net(self, path: Path, device: str) -> ReaderNet:
+        return load_net(path, device)
+
+    def score_scene(self, images: list[Image.Image], scene: Scene) -> Scores:
         total, clauses = caption_probability(self.probabilities(images), scene)
         names = list(clauses)
         table = torch.stack([clauses[n] for n in names], 1).numpy()

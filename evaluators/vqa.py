@@ -18,10 +18,7 @@ itself falls back to free text, so a Loop with this judge behaves as one with th
 
 from __future__ import annotations
 
-import hashlib
 import json
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -32,22 +29,15 @@ from safetensors.torch import load_file
 
 from genloop.sdk.errors import Permanent
 from genloop.sdk.ops import ClauseScore, Critique
-from genloop.workers.shapes.scene import parse_caption
+from genloop.workers.shapes.scene import Scene
 
-from .base import Evaluator, Scores
+from .base import Scores
+from .shapes_judge import ShapesJudge
 from .vqa_model import VqaNet, clause_names, clause_text, encode_question, to_batch
 
 #: Bump when the questions or the score's formula change (it is part of the identity).
 VERSION = "1"
-WEIGHTS_FILE = "model.safetensors"
 _SIZE = 64
-
-
-def shipped_weights() -> Path:
-    """The weights shipped in the package, beside shapes-clip's."""
-    from genloop.workers import shapes
-
-    return shapes.weights_dir() / "shapes-vqa" / WEIGHTS_FILE
 
 
 def load_net(path: Path, device: str = "cpu") -> VqaNet:
@@ -62,31 +52,15 @@ def load_net(path: Path, device: str = "cpu") -> VqaNet:
     return net.to(device).eval()
 
 
-class ShapesVqa(Evaluator):
+class ShapesVqa(ShapesJudge):
     """Scores shapes images by per-clause P(yes), ``batch`` images per forward pass."""
 
-    def __init__(self, weights: Path | None = None, *, device: str = "cpu", batch: int = 256,
-                 fallback: Callable[[], Evaluator] | None = None) -> None:
-        if batch < 1:
-            raise Permanent(f"shapes-vqa: batch must be >= 1, got {batch}")
-        path = Path(weights) if weights is not None else shipped_weights()
-        self.device = device
-        self.batch = batch
-        self.net = load_net(path, device)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-        self.identity = f"shapes-vqa:{VERSION}/{digest}"
-        self._fallback = fallback
-        # torch modules are safe to call from many threads in eval mode; the lock only keeps
-        # two batches from fighting over the same CPU threads.
-        self._lock = threading.Lock()
+    name, version, default_batch = "shapes-vqa", VERSION, 256
 
-    def _score(self, images: list[Image.Image], text: str) -> Scores:
-        try:
-            scene = parse_caption(text)
-        except ValueError as exc:
-            if self._fallback is None:
-                raise Permanent(f"shapes-vqa judges shapes captions only: {exc}") from None
-            return self._fallback().score(images, text)
+    def load_net(self, path: Path, device: str) -> VqaNet:
+        return load_net(path, device)
+
+    def score_scene(self, images: list[Image.Image], scene: Scene) -> Scores:
         names = clause_names(scene)
         p_yes = self.p_yes(images, np.stack([encode_question(scene, n) for n in names]))
         values, details = [], []
