@@ -39,10 +39,9 @@ from .reader_model import (
     ReaderNet,
     caption_probability,
     probabilities,
-    to_batch,
-    to_pixels,
 )
 from .shapes_judge import ShapesJudge
+from .vqa_model import to_batch, to_pixels
 
 #: Bump when the heads or the score's formula change (it is part of the identity).
 VERSION = "1"

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from PIL import Image
 from torch import nn
 
 from genloop.workers.shapes.checker import Reading, scene_of
@@ -61,7 +60,6 @@ HEAD_SLICES = {name: slice(sum(len(c) for _, c in HEADS[:k]), sum(len(c) for _, 
 LOGITS = sum(len(c) for _, c in HEADS)
 #: A head with no answer in a reading (no second object: no ``q.colour``) is left out of the loss.
 IGNORE = -100
-SIZE = 64
 
 
 def _index(head: str, value: object) -> int:
@@ -228,16 +226,3 @@ def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def to_pixels(image: Image.Image) -> np.ndarray:
-    """uint8 ``(64, 64, 3)``; other sizes resized as the checker resizes them."""
-    image = image.convert("RGB")
-    if image.size != (SIZE, SIZE):
-        resample = (Image.Resampling.BOX if image.size[0] >= SIZE
-                    else Image.Resampling.BILINEAR)
-        image = image.resize((SIZE, SIZE), resample)
-    return np.asarray(image, dtype=np.uint8)
-
-
-def to_batch(images: list[np.ndarray] | np.ndarray) -> torch.Tensor:
-    """uint8 ``(N, 64, 64, 3)`` as the net's ``(N, 3, 64, 64)``."""
-    return torch.from_numpy(np.ascontiguousarray(np.stack(list(images)))).permute(0, 3, 1, 2)

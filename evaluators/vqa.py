@@ -33,11 +33,17 @@ from genloop.workers.shapes.scene import Scene
 
 from .base import Scores
 from .shapes_judge import ShapesJudge
-from .vqa_model import VqaNet, clause_names, clause_text, encode_question, to_batch
+from .vqa_model import (
+    VqaNet,
+    clause_names,
+    clause_text,
+    encode_question,
+    to_batch,
+    to_pixels,
+)
 
 #: Bump when the questions or the score's formula change (it is part of the identity).
 VERSION = "1"
-_SIZE = 64
 
 
 def load_net(path: Path, device: str = "cpu") -> VqaNet:
@@ -77,7 +83,7 @@ class ShapesVqa(ShapesJudge):
     @torch.no_grad()
     def p_yes(self, images: list[Image.Image], questions: np.ndarray) -> np.ndarray:
         """``(images, questions)`` P(yes) of every question (encoded) about every image."""
-        pixels = to_batch([_pixels(im) for im in images])
+        pixels = to_batch([to_pixels(im) for im in images])
         asked = torch.from_numpy(questions).float().to(self.device)
         out = []
         with self._lock:
@@ -86,13 +92,3 @@ class ShapesVqa(ShapesJudge):
                 logits = self.net(part, asked.expand(len(part), *asked.shape))
                 out.append(torch.sigmoid(logits.float()).cpu().numpy())
         return np.concatenate(out)
-
-
-def _pixels(image: Image.Image) -> np.ndarray:
-    """uint8 ``(64, 64, 3)``; other sizes resized as the checker resizes them."""
-    image = image.convert("RGB")
-    if image.size != (_SIZE, _SIZE):
-        resample = (Image.Resampling.BOX if image.size[0] >= _SIZE
-                    else Image.Resampling.BILINEAR)
-        image = image.resize((_SIZE, _SIZE), resample)
-    return np.asarray(image, dtype=np.uint8)

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from PIL import Image
 from torch import nn
 
+from genloop.workers.shapes.dataset import IMAGE_SIZE
 from genloop.workers.shapes.scene import (
     ATTRIBUTE_NAMES,
     BACKGROUNDS,
@@ -134,6 +136,16 @@ class VqaNet(nn.Module):
 
     def forward(self, images: torch.Tensor, questions: torch.Tensor) -> torch.Tensor:
         return self.answer(self.features(images), questions)
+
+
+def to_pixels(image: Image.Image) -> np.ndarray:
+    """uint8 ``(64, 64, 3)``; other sizes resized as the checker resizes them."""
+    image = image.convert("RGB")
+    if image.size != (IMAGE_SIZE, IMAGE_SIZE):
+        resample = (Image.Resampling.BOX if image.size[0] >= IMAGE_SIZE
+                    else Image.Resampling.BILINEAR)
+        image = image.resize((IMAGE_SIZE, IMAGE_SIZE), resample)
+    return np.asarray(image, dtype=np.uint8)
 
 
 def to_batch(images: list[np.ndarray] | np.ndarray) -> torch.Tensor:

@@ -35,9 +35,9 @@ from genloop.evaluators.reader_model import (
     ReaderNet,
     loss,
     targets,
-    to_pixels,
 )
-from genloop.evaluators.reader_model import to_batch as net_batch
+from genloop.evaluators.vqa_model import to_batch as net_batch
+from genloop.evaluators.vqa_model import to_pixels
 from genloop.workers.shapes.checker import read
 from genloop.workers.shapes.dataset import HELDOUT_COMBOS, render_pool
 
