@@ -57,6 +57,20 @@ def test_create_and_read_back_a_run(store):
     assert [e.type for e in store.events("r1")] == ["run.submitted"]
 
 
+def test_a_run_of_ten_thousand_roots_is_stored_with_an_event_for_each(store):
+    # More than one script call's arguments (Lua's unpack limit) of roots queued at once
+    roots = [f"n{i}" for i in range(10_000)]
+    nodes = [NodeRecord(run_id="r1", node_id=n, pending_instances=1, status=NodeStatus.QUEUED)
+             for n in roots]
+    insts = [InstanceRecord(run_id="r1", instance_id=f"{n}#0", node_id=n, seq=0) for n in roots]
+
+    store.create_run(_run(nodes=len(roots)), RunSpecRecord(spec={}, graph={}), nodes, insts)
+
+    events = store.events("r1", limit=len(roots) + 1)
+    assert [e.node_id for e in events if e.type == "node.queued"] == roots
+    assert len(store.outbox(limit=len(roots) + 1)) == len(roots)
+
+
 def test_missing_things_raise_not_found(store):
     with pytest.raises(NotFound):
         store.get_run("nope")

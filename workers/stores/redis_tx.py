@@ -122,7 +122,8 @@ class Writes:
         self.commands.append(["SET", name, value, *(["NX"] if nx else [])])
 
     def rpush(self, name: str, *values: str) -> None:
-        self.commands.append(["RPUSH", name, *values])
+        for i in range(0, len(values), self._CHUNK):
+            self.commands.append(["RPUSH", name, *values[i:i + self._CHUNK]])
 
     def release(self, key: str, owner: str) -> None:
         self.commands.append(["_release", key, owner])
