@@ -52,13 +52,13 @@ def test_the_readmes_example_receiver_takes_a_signed_delivery_and_refuses_a_forg
     import textwrap
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "gateway.md").read_text()
     block = next(b for b in readme.split("```python")[1:]
                  if "def on_webhook" in b.split("```")[0]).split("```")[0]
     secret = new_secret()
     namespace: dict = {}
     code = textwrap.dedent(block).replace('"whsec_..."', repr(secret))
-    exec(code, namespace)  # the README's code, as it stands
+    exec(code, namespace)  # the documented code, as it stands
     body = b'{"type": "run.ended", "run_id": "r1", "status": "succeeded"}'
     headers = signed_headers(secret, "msg_r1", body)
 

@@ -1,4 +1,4 @@
-"""benchmarks/option_sets.py runs end to end on a few runs: the figure the README quotes for
+"""benchmarks/option_sets.py runs end to end on a few runs: the figure docs/benchmarks.md quotes for
 issue #40's memory goal comes from a script that works."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from genloop.integrations import ToolResult  # noqa: E402
 pytestmark = pytest.mark.slow
 
 PALETTE = {"brand-palette": {"palette": ["#ff0000"]}}
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "agents.md"  # the README's details
 GENLOOP = str(Path(sys.executable).with_name("genloop"))
 
 
