@@ -50,7 +50,7 @@ def test_a_node_completed_while_a_shared_transaction_is_open_loses_no_child_coun
     try:
         # Given c waiting on m (a map whose instances have all ended) and a (one instance)
         run = RunRecord(id="r1", spec_hash="h", pending_nodes=3, status=RunStatus.RUNNING,
-                        created_at=time.time(), ended_items={})
+                        created_at=time.time(), counts_ended=True)
         nodes = [NodeRecord(run_id="r1", node_id="m", status=NodeStatus.RUNNING),
                  NodeRecord(run_id="r1", node_id="a", status=NodeStatus.QUEUED,
                             pending_instances=1),

@@ -142,9 +142,7 @@ class Scheduler(Transitions):
         run = RunRecord(
             id=uuid.uuid4().hex, spec_hash=spec_hash(spec_json), idempotency_key=idempotency_key,
             pending_nodes=len(graph.nodes),
-            # Only the limits check reads it, and every completion rewrites the run's record:
-            # kept for a 1,000-node run without limits, it made each rewrite O(nodes).
-            ended_items={} if graph.limits is not None else None, created_at=time.time(),
+            counts_ended=graph.limits is not None, created_at=time.time(),
             labels=spec.labels, keep_for=spec.retention,
         )
         submitted = RunSpecRecord(
@@ -478,7 +476,7 @@ class Scheduler(Transitions):
                 else:
                     node.status = NodeStatus.CANCELLED
                     tx.put_node(node)
-                    record_ended(run, node)
+                    record_ended(tx, run, node)
                     tx.event(new_event("node.cancelled", node_id=node_id, status="cancelled"))
                     run.pending_nodes -= 1
             if run.pending_nodes == 0:

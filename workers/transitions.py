@@ -43,10 +43,10 @@ def instance_event(inst: InstanceRecord, cached: bool = False) -> EventRecord:
     )
 
 
-def record_ended(run: RunRecord, node: NodeRecord) -> None:
-    """Keep ``node``'s output count in the run (it just ended) for the limits check."""
-    if run.ended_items is not None:
-        run.ended_items[node.node_id] = len(node.outputs)
+def record_ended(tx: RunTx, run: RunRecord, node: NodeRecord) -> None:
+    """Keep ``node``'s output count (it just ended) for the run's limits check."""
+    if run.counts_ended:
+        tx.count_ended(node.node_id, len(node.outputs))
 
 
 class Transitions:
@@ -95,7 +95,7 @@ class Transitions:
                     status: NodeStatus) -> list[InstanceRecord]:
         node.status = status
         tx.put_node(node)
-        record_ended(run, node)
+        record_ended(tx, run, node)
         tx.event(new_event(
             f"node.{status.value}", node_id=node.node_id, status=status.value, error=node.error,
             message="halted: later rounds skipped" if node.halted else None,
@@ -136,7 +136,7 @@ class Transitions:
         limits = topo.graph.limits
         if limits is not None:
             # Each ended node's real output count, in place of what was planned at submit.
-            known = run.ended_items if run.ended_items is not None else {
+            known = tx.ended_counts() if run.counts_ended else {
                 nid: len(n.outputs) for nid in topo.nodes if (n := tx.node(nid)).status.terminal}
             problem = limits_problem(topo.graph, self.registry, limits, node.node_id, known)
             if problem is not None:
@@ -164,7 +164,7 @@ class Transitions:
                 continue
             node.status, node.error = NodeStatus.SKIPPED, reason
             tx.put_node(node)
-            record_ended(run, node)
+            record_ended(tx, run, node)
             tx.event(new_event("node.skipped", node_id=nid, status="skipped", message=reason))
             run.pending_nodes -= 1
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from genloop.sdk import Graph
 from genloop.sdk.errors import NotFound
+from genloop.sdk.graph import RunLimits
 from genloop.workers import OpRegistry, op
 from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.broker import wire
@@ -88,6 +89,11 @@ def _keys(store, run_id: str) -> set[str]:
     return keys
 
 
+def _counts(store, run_id: str) -> dict[str, int]:
+    with store.transaction(run_id) as tx:
+        return tx.ended_counts()
+
+
 def _listed(store) -> set[str]:
     return {r.id for r in store.runs_before(None, 100)}
 
@@ -111,6 +117,17 @@ def test_a_run_is_kept_for_the_retention_then_goes_with_everything_only_it_kept(
     assert store.nodes(run.id) == [] and store.instances(run.id) == []
     assert store.events(run.id) == [] and run.id not in _listed(store)
     assert store.get_results(sorted(keys)) == {}
+
+
+def test_a_run_with_limits_goes_with_the_output_counts_it_kept_beside_its_record(pool, store):
+    scheduler, *_ = pool
+    graph = _graph()
+    graph.limits = RunLimits(items=10, images=10)
+    run = _finished(store, scheduler.submit(graph).id)
+    assert _counts(store, run.id) == {"spread": 3, "each": 3}
+
+    assert retention_pass(store, DAY, now=run.finished_at + DAY + 1).runs == 1
+    assert _counts(store, run.id) == {}
 
 
 def test_a_resubmission_inside_the_window_reuses_results_and_after_it_recomputes(pool, store):

@@ -27,6 +27,16 @@ class N(BaseModel):
     n: int
 
 
+def _counts(store, run_id: str) -> dict[str, int]:
+    """The ended nodes' output counts the run keeps for its limits check."""
+    with store.transaction(run_id) as tx:
+        return tx.ended_counts()
+
+
+def _stored_size(store, run_id: str) -> int:
+    return len(store.get_run(run_id).model_dump_json())
+
+
 def _wired(store, tmp_path):
     registry = OpRegistry()
     op("spread", params=N, output=N, registry=registry)(
@@ -127,23 +137,26 @@ def test_the_limits_check_reads_no_more_nodes_per_node_in_a_bigger_run(pool, sto
             yield tx
 
     store.transaction = counted
-    total = {}
+    total, size = {}, {}
     for length in (4, 8, 16):
         reads.clear()
         run = pool.scheduler.submit(_chain(length))
         assert _wait(store, run.id).status == "succeeded"
-        assert _wait(store, run.id).ended_items == {f"n{i}": 1 for i in range(length)}
-        total[length] = len(reads)
+        assert _counts(store, run.id) == {f"n{i}": 1 for i in range(length)}
+        total[length], size[length] = len(reads), _stored_size(store, run.id)
 
     # Each node added reads as many nodes as those before it did.
     assert total[16] - total[8] <= 2 * (total[8] - total[4]), total
+    # The run's record, which every completion rewrites, does not grow with its nodes
+    assert max(size.values()) - min(size.values()) <= 4, size
 
 
 def test_a_run_without_limits_keeps_no_item_counts_in_the_record_every_completion_rewrites(
         pool, store):
     run = pool.scheduler.submit(_chain(8, limits=False))
     ended = _wait(store, run.id)
-    assert ended.status == "succeeded" and ended.ended_items is None
+    assert ended.status == "succeeded" and not ended.counts_ended
+    assert _counts(store, run.id) == {}
 
 
 def test_instances_this_process_sent_start_without_being_read_back(pool, store):
@@ -300,7 +313,8 @@ def test_a_failed_node_skips_every_descendant_and_the_run_ends_with_none_pending
     assert {n.node_id: n.status for n in store.nodes(run.id)} == {
         "aside": "succeeded", "late": "succeeded", "bad": "failed", "child": "skipped",
         "grandchild": "skipped"}
-    assert ended.ended_items == {"aside": 1, "late": 1, "bad": 0, "child": 0, "grandchild": 0}
+    assert _counts(store, run.id) == {"aside": 1, "late": 1, "bad": 0, "child": 0,
+                                      "grandchild": 0}
     events = store.events(run.id)
     skipped = sorted((e.node_id, e.status, e.message) for e in events if e.type == "node.skipped")
     assert skipped == [("child", "skipped", "input bad failed"),
@@ -331,7 +345,7 @@ def test_cancel_ends_what_has_not_started_once_and_the_run_when_its_running_work
     assert ended.status == "cancelled" and ended.pending_nodes == 0
     assert {n.node_id: n.status for n in store.nodes(run.id)} == {
         "done": "succeeded", "running": "cancelled", "waiting": "cancelled"}
-    assert ended.ended_items == {"done": 1, "running": 1, "waiting": 0}
+    assert _counts(store, run.id) == {"done": 1, "running": 1, "waiting": 0}
     told = [(e.type, e.node_id, e.status) for e in store.events(run.id)
             if e.type in ("run.cancelling", "node.cancelled", "run.cancelled")]
     assert told == [("run.cancelling", None, "cancelling"),

@@ -27,6 +27,11 @@ def _run(run_id="r1", key=None, spec_hash="h1", nodes=1):
                      pending_nodes=nodes, created_at=time.time())
 
 
+def _counts(store, run_id: str) -> dict[str, int]:
+    with store.transaction(run_id) as tx:
+        return tx.ended_counts()
+
+
 def _start(instance_id: str, key: str) -> Start:
     """Starting ``instance_id`` of node ``a`` of run ``r1`` on ``key``, owner ``me/ID``."""
     running = InstanceRecord(run_id="r1", instance_id=instance_id, node_id="a", seq=0,
@@ -418,8 +423,8 @@ def test_several_starts_and_finishes_go_in_one_call_each_with_its_own_outcome(st
 
 
 def test_finishes_in_one_call_complete_nodes_count_the_run_down_and_end_it(store):
-    # Given a run with ended_items kept: roots a and b, and c waiting on both
-    run = _run(nodes=3).model_copy(update={"ended_items": {}})
+    # Given a run that keeps its ended counts: roots a and b, and c waiting on both
+    run = _run(nodes=3).model_copy(update={"counts_ended": True})
     nodes = [NodeRecord(run_id="r1", node_id=n, pending_instances=1, status=NodeStatus.QUEUED)
              for n in ("a", "b")] + [NodeRecord(run_id="r1", node_id="c", waiting=2)]
     insts = [InstanceRecord(run_id="r1", instance_id=f"{n}#0", node_id=n, seq=0)
@@ -444,7 +449,7 @@ def test_finishes_in_one_call_complete_nodes_count_the_run_down_and_end_it(store
     assert [(o.code, o.run_ended, o.ready) for o in outs] == [(-5, False, []),
                                                             (-5, False, ["c"])]
     assert store.get_run("r1").pending_nodes == 1
-    assert store.get_run("r1").ended_items == {"a": 1, "b": 1}
+    assert _counts(store, "r1") == {"a": 1, "b": 1}
     status = {n.node_id: n.status for n in store.nodes("r1")}
     assert (status["a"], status["b"]) == (NodeStatus.SUCCEEDED, NodeStatus.SUCCEEDED)
 
@@ -455,7 +460,7 @@ def test_finishes_in_one_call_complete_nodes_count_the_run_down_and_end_it(store
     assert (out.code, out.run_ended) == (-5, True)
     ended = store.get_run("r1")
     assert (ended.status, ended.pending_nodes) == (RunStatus.SUCCEEDED, 0)
-    assert ended.ended_items == {"a": 1, "b": 1, "c": 1}
+    assert _counts(store, "r1") == {"a": 1, "b": 1, "c": 1}
     events = store.events("r1")
     assert [e.id for e in events] == list(range(1, len(events) + 1))
     assert [e.type for e in events][-2:] == ["node.succeeded", "run.succeeded"]

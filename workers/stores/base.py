@@ -61,6 +61,14 @@ class RunTx(ABC):
     def pin(self, pinned: bool) -> None:
         """Record the run pinned or not where the store's retention looks for pins."""
 
+    @abstractmethod
+    def ended_counts(self) -> dict[str, int]:
+        """Each ended node's output count, as :meth:`count_ended` recorded them."""
+
+    @abstractmethod
+    def count_ended(self, node_id: str, items: int) -> None:
+        """Record that ``node_id`` ended with ``items`` outputs, apart from the run's record:
+        that record is rewritten on every completion, so it must not grow with the run."""
 
     @abstractmethod
     def node(self, node_id: str) -> NodeRecord: ...

@@ -45,11 +45,11 @@ class RunRecord(BaseModel):
     status: RunStatus = RunStatus.PENDING
     cancel_requested: bool = False
     pending_nodes: int = 0
-    ended_items: dict[str, int] | None = Field(
-        None, description="each ended node's output count, kept for the run-time limits check so "
-        "a node that becomes ready reads this, not every node of the run; None in a run without "
-        "limits (nothing reads it), or in one stored before it was kept (the check then reads "
-        "the nodes)")
+    counts_ended: bool = Field(
+        False, description="the run keeps each ended node's output count beside its record "
+        "(RunTx.ended_counts) for its limits check, so a node that becomes ready reads those, "
+        "not every node of the run; False in a run without limits (nothing reads them) or in one "
+        "stored before they were kept (the check then reads the nodes)")
     created_at: float
     finished_at: float | None = None
     error: str | None = None

@@ -199,6 +199,12 @@ class RedisStateStore(StateStore):
         return NodeRecord.model_validate_json(raw)
 
     @translate_redis_errors
+    def ended_counts(self, run_id: str) -> dict[str, int]:
+        """The run's ended nodes' output counts (see :meth:`RunTx.count_ended`)."""
+        counts = self.client.hgetall(self.keys.ended_counts(run_id))
+        return {node.decode(): int(items) for node, items in counts.items()}
+
+    @translate_redis_errors
     def node_instances(self, run_id: str, node_id: str) -> list[InstanceRecord]:
         """A node's instances, in ``seq`` order."""
         ids = self.client.zrange(self.keys.node_instances(run_id, node_id), 0, -1)
@@ -292,12 +298,12 @@ class RedisStateStore(StateStore):
         more = [] if f.completion is None else [
             "1", f.completion.outputs_json, event_json(f.completion.node_event),
             event_json(f.completion.run_event),
-            f"{json.dumps(done.node_id)}:{f.completion.output_count}", *f.completion.children]
+            str(f.completion.output_count), *f.completion.children]
         return (self._finish,
                 [k.instances(r), k.nodes(r), k.events(r), k.live, k.lock(r),
                  k.result(result.key if result else ""), k.outbox,
                  k.claim(lease[0] if lease else ""), k.run(r),
-                 k.node_instances(r, done.node_id), k.ended_runs],
+                 k.node_instances(r, done.node_id), k.ended_runs, k.ended_counts(r)],
                 [done.instance_id, done.model_dump_json(), done.node_id, event_json(f.event),
                  result.model_dump_json() if result else "", f"{r}|{done.instance_id}",
                  time.time(), f"{r}|@", lease[1] if lease else "", *more])
@@ -430,7 +436,7 @@ class RedisStateStore(StateStore):
         due = [m.decode() for m in self.client.zrangebyscore(k.expiry, "-inf", now, 0, limit)]
         return [r for r in due if self._expire_run(
             keys=[k.run(r), k.spec(r), k.nodes(r), k.instances(r), k.events(r), k.run_index,
-                  k.expiry, k.pinned, k.ended_runs],
+                  k.expiry, k.pinned, k.ended_runs, k.ended_counts(r)],
             args=[r, k.node_instances(r), k.idem()])]
 
     @translate_redis_errors

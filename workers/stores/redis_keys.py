@@ -36,6 +36,10 @@ class PoolKeys:
     def events(self, r: str) -> str:
         return f"{self.p}:run:{r}:events"
 
+    def ended_counts(self, r: str) -> str:
+        """Each ended node's output count (a hash), for a run with limits."""
+        return f"{self.p}:run:{r}:ended-counts"
+
     def ended(self, r: str) -> str:
         """The pub/sub channel told when the run ends (``FINISH`` builds it from ``events``)."""
         return f"{self.events(r)}:ended"

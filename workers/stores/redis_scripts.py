@@ -38,7 +38,7 @@ from .records import EventRecord, InstanceRecord, ResultRecord
 @dataclass(frozen=True)
 class ScriptedCompletion:
     """What :data:`FINISH` needs to complete a node of one instance that succeeded: the node's
-    outputs (``list[ItemRef]`` as JSON) and their count (for the run's ``ended_items``), the
+    outputs (``list[ItemRef]`` as JSON) and their count (for the run's ended counts), the
     events it would append, and the node's children."""
 
     outputs_json: str
@@ -150,12 +150,12 @@ end
 """
 
 #: KEYS: instances, nodes, events, live, run lock, result, outbox, claim, run, node's instances,
-#:       ended runs
+#:       ended runs, run's ended counts
 #: ARGV: instance id, ended instance JSON, node id, event JSON, result JSON or '', live member,
 #:       now, outbox member prefix ``run|@``, lease owner or '', then for the node's completion:
 #:       '1' if the caller allows it here, the node's outputs JSON, node.succeeded event JSON,
-#:       run.succeeded event JSON, the node's ``"id":count`` entry for the run's ended_items,
-#:       and the node's children's ids.
+#:       run.succeeded event JSON, the node's output count (kept if the run counts them), and
+#:       the node's children's ids.
 #: The caller's lease is dropped whatever the outcome (unless busy): its work is over.
 #: A run it ends is published on the events key's ``:ended`` channel (``PoolKeys.ended``).
 #: Returns {code, run ended (0/1), ready children...}. code: the node's pending instances left
@@ -209,11 +209,8 @@ redis.call('rpush', KEYS[3], ARGV[12])
 for id, doc in pairs(children) do redis.call('hset', KEYS[2], id, doc) end
 for _, id in ipairs(ready) do redis.call('hset', KEYS[7], ARGV[8] .. id, ARGV[7]) end
 run = replace(run, '"pending_nodes":%-?%d+', '"pending_nodes":' .. left)
--- A run stored before ended_items was kept has it null: its limits check reads the nodes.
-local at = string.find(run, '"ended_items":{', 1, true)
-if at then
-  local sep = string.sub(run, at + 15, at + 15) == '}' and '' or ','
-  run = string.sub(run, 1, at + 14) .. ARGV[14] .. sep .. string.sub(run, at + 15)
+if string.find(run, '"counts_ended":true', 1, true) then
+  redis.call('hset', KEYS[12], ARGV[3], ARGV[14])
 end
 local ended = 0
 if left <= 0 then
@@ -255,7 +252,7 @@ apply(ARGV[2])
 return ARGV[1]
 """
 
-#: KEYS: run, spec, nodes, instances, events, run index, expiry, pinned, ended runs
+#: KEYS: run, spec, nodes, instances, events, run index, expiry, pinned, ended runs, ended counts
 #: ARGV: run id, its nodes' instance-set key prefix, idempotency key prefix
 #: Deletes an expired run's keys unless it is pinned or not ended (then it only leaves the
 #: expiry index); returns 1 when deleted. The idempotency key goes only if it names this run.
@@ -269,7 +266,7 @@ local idem = cjson.decode(run)['idempotency_key']
 if type(idem) == 'string' and redis.call('get', ARGV[3] .. idem) == ARGV[1] then
   redis.call('del', ARGV[3] .. idem)
 end
-redis.call('del', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('del', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[10])
 redis.call('zrem', KEYS[6], ARGV[1])
 redis.call('zrem', KEYS[9], ARGV[1])
 return 1

@@ -148,6 +148,7 @@ class RedisTx(RunTx):
         self._run: str | None = None
         self._nodes: dict[str, str] = {}
         self._instances: dict[str, InstanceRow] = {}
+        self._counts: dict[str, int] = {}
 
     def writes(self) -> list[list[str]]:
         """Everything this transaction wrote, as commands for the commit script. Instances go
@@ -171,6 +172,13 @@ class RedisTx(RunTx):
 
     def pin(self, pinned: bool) -> None:
         self._buffer.commands.append(["SADD" if pinned else "SREM", self._k.pinned, self._run_id])
+
+    def ended_counts(self) -> dict[str, int]:
+        return self._store.ended_counts(self._run_id) | self._counts
+
+    def count_ended(self, node_id: str, items: int) -> None:
+        self._counts[node_id] = items
+        self._buffer.hset(self._k.ended_counts(self._run_id), node_id, items)
 
     def node(self, node_id: str) -> NodeRecord:
         if node_id in self._nodes:

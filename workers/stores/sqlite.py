@@ -68,6 +68,10 @@ CREATE TABLE IF NOT EXISTS run_expiry (run_id TEXT PRIMARY KEY, at REAL NOT NULL
 CREATE INDEX IF NOT EXISTS run_expiry_at ON run_expiry (at);
 CREATE TABLE IF NOT EXISTS result_until (key TEXT PRIMARY KEY, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS result_until_at ON result_until (at);
+CREATE TABLE IF NOT EXISTS ended_counts (
+    run_id TEXT NOT NULL, node_id TEXT NOT NULL, items INTEGER NOT NULL,
+    PRIMARY KEY (run_id, node_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS run_events (
     run_id TEXT NOT NULL, id INTEGER NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (run_id, id)
 ) WITHOUT ROWID;
@@ -99,7 +103,7 @@ INSERT OR IGNORE INTO run_ended (run_id)
 #: Where a run's rows live besides ``runs``, with the column naming the run.
 _RUN_TABLES = (("run_specs", "id"), ("nodes", "run_id"),
                ("instances", "run_id"), ("outbox", "run_id"), ("run_events", "run_id"),
-               ("run_ended", "run_id"), ("run_pins", "run_id"))
+               ("run_ended", "run_id"), ("run_pins", "run_id"), ("ended_counts", "run_id"))
 
 _MIGRATE_SPECS = """
 INSERT OR IGNORE INTO run_specs (id, spec) SELECT id, spec FROM runs;
@@ -129,6 +133,14 @@ class _SqliteTx(RunTx):
         sql = "INSERT OR IGNORE INTO run_pins VALUES (?)" if pinned else \
             "DELETE FROM run_pins WHERE run_id = ?"
         self._c.execute(sql, (self._run_id,))
+
+    def ended_counts(self) -> dict[str, int]:
+        return dict(self._c.execute("SELECT node_id, items FROM ended_counts WHERE run_id = ?",
+                                    (self._run_id,)).fetchall())
+
+    def count_ended(self, node_id: str, items: int) -> None:
+        self._c.execute("INSERT OR REPLACE INTO ended_counts VALUES (?, ?, ?)",
+                        (self._run_id, node_id, items))
 
     def node(self, node_id: str) -> NodeRecord:
         row = self._c.execute(

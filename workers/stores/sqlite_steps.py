@@ -19,7 +19,6 @@ a slow property, and these steps run per instance).
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Callable
@@ -43,8 +42,9 @@ class _Run:
     cancelling: bool
     left: int  # pending_nodes
     error: str | None
+    counts_ended: bool  # the run keeps its ended nodes' output counts
     counted: bool = False  # ``left`` changed and not written yet
-    ended_items: dict[str, int] = field(default_factory=dict)  # not written yet
+    ended_counts: dict[str, int] = field(default_factory=dict)  # not written yet
 
 
 @dataclass
@@ -74,9 +74,10 @@ class Batch:
         if run_id not in self._runs:
             row = c.execute(
                 "SELECT json_extract(doc, '$.cancel_requested'), "
-                "json_extract(doc, '$.pending_nodes'), json_extract(doc, '$.error') "
-                "FROM runs WHERE id = ?", (run_id,)).fetchone()
-            self._runs[run_id] = None if row is None else _Run(bool(row[0]), row[1], row[2])
+                "json_extract(doc, '$.pending_nodes'), json_extract(doc, '$.error'), "
+                "json_extract(doc, '$.counts_ended') FROM runs WHERE id = ?", (run_id,)).fetchone()
+            self._runs[run_id] = None if row is None else _Run(bool(row[0]), row[1], row[2],
+                                                               bool(row[3]))
         return self._runs[run_id]
 
     def run_started(self, c: sqlite3.Connection, run_id: str, event: EventRecord) -> None:
@@ -103,14 +104,9 @@ class Batch:
                           "'$.status', CASE json_extract(doc, '$.status') WHEN ? THEN ? "
                           "ELSE json_extract(doc, '$.status') END) WHERE id = ?",
                           (run.left, RunStatus.PENDING, RunStatus.RUNNING, run_id))
-            if run.ended_items:
-                # A run stored before ended_items was kept has it null: its limits check
-                # reads the nodes.
-                c.execute("UPDATE runs SET doc = json_set(doc, '$.ended_items', json_patch("
-                          "json_extract(doc, '$.ended_items'), json(?))) "
-                          "WHERE id = ? AND json_type(doc, '$.ended_items') = 'object'",
-                          (json.dumps(run.ended_items), run_id))
-            run.counted, run.ended_items = False, {}
+            c.executemany("INSERT OR REPLACE INTO ended_counts VALUES (?, ?, ?)",
+                          [(run_id, node, items) for node, items in run.ended_counts.items()])
+            run.counted, run.ended_counts = False, {}
 
 
 def _update_instance(c: sqlite3.Connection, inst: InstanceRecord) -> None:
@@ -210,7 +206,8 @@ def finish(c: sqlite3.Connection, step: Finish, batch: Batch) -> FinishOutcome:
               "WHERE run_id = ? AND node_id = ?",
               (NodeStatus.SUCCEEDED, completion.outputs_json, run_id, node_id))
     run.left, run.counted = left, True
-    run.ended_items[node_id] = completion.output_count
+    if run.counts_ended:
+        run.ended_counts[node_id] = completion.output_count
     batch.event(c, run_id, completion.node_event)
     if left <= 0:
         c.execute("UPDATE runs SET doc = json_set(doc, '$.status', ?, '$.finished_at', ?) "
