@@ -289,6 +289,7 @@ def wire(
 
     fair: FairEnqueuer | RedisFairQueue | None = None
     backlog = enqueue.backlog
+    resend = None
     if fair_window is not None:
         fair = embedded = FairEnqueuer(enqueue.send_chunk, fair_window, tenant_of)
         broker.add_middleware(FairRelease(fair))
@@ -303,13 +304,15 @@ def wire(
         shared = fair = RedisFairQueue(broker.client, enqueue.send_chunk, tenant_of,
                                        prefix=shared_fair, send_many=enqueue.send_chunks)
         broker.add_middleware(RedisFairWorker(shared, ACTOR_PREFIX))
+        resend = shared.resend  # frees the lost messages' slots first
 
         def backlog(queue: str) -> int:  # waiting their turn is not lost either
             return enqueue.backlog(queue) + shared.waiting(queue)
 
     # The scheduler's committed events feed the metrics (see genloop.workers.metrics).
     metered = _metered(store, registry, lambda: scheduler)
-    scheduler = Scheduler(metered, registry, fair or enqueue, queues=queues, backlog=backlog)
+    scheduler = Scheduler(metered, registry, fair or enqueue, queues=queues, backlog=backlog,
+                          resend=resend)
     executor = Executor(
         scheduler, artifacts, registry, resources=resources, lease_ttl=lease_ttl,
         attempt_of=lambda: int(

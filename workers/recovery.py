@@ -95,7 +95,7 @@ def recover(scheduler: Scheduler, grace: float, limit: int = 1000) -> int:
     if resend:
         log.warning("re-sending %d instance(s) with no live lease for %.0fs", len(resend),
                     grace)
-        scheduler.enqueue(resend, 0.0)
+        scheduler.resend(resend, 0.0)
     scheduler.store.touch(seen + [(i.run_id, i.instance_id) for i in resend])
     return len(resend)
 

@@ -62,8 +62,8 @@ for i = 6, #ARGV, 3 do
   local tenant, member = ARGV[i], ARGV[i + 1]
   -- Sent again while its slot is taken: the sweeper re-sends only what nobody works on (a
   -- dead worker's, a lost message), so that slot is stale; it must not keep the re-sent
-  -- message waiting until it expires. (The sweeper re-sends a lost chunk's instances one by one:
-  -- those names differ from the chunk's, whose slot frees itself at its deadline.)
+  -- message waiting until it expires. (A lost chunk's slot, whose name differs from the
+  -- re-sent instances', is freed by RedisFairQueue.resend.)
   redis.call('ZREM', flight, member)
   if redis.call('SADD', held, member) == 1 then
     redis.call('HSET', payloads, member, ARGV[i + 2])
@@ -116,6 +116,12 @@ def _chunk(payload: bytes | str) -> list[InstanceRecord]:
 _CHUNK = TypeAdapter(list[InstanceRecord])
 
 
+def _held(member: str) -> list[tuple[str, str]]:
+    """The (run id, instance id) pairs a slot's :func:`~.chunks.chunk_name` names."""
+    run_id, _, ids = member.partition("|")
+    return [(run_id, i) for i in ids.split(",")]
+
+
 class RedisFairQueue:
     """``enqueue(instances, delay)`` through per-tenant lists in Redis; :meth:`finished` frees
     a slot and lets the next tenant's message in. ``flight_ttl``: seconds a slot stays taken
@@ -153,6 +159,22 @@ class RedisFairQueue:
                 chunk_name(first.run_id, [inst.instance_id for inst in chunk]), _payload(chunk)])
         for queue, triples in by_queue.items():
             self._take(queue, triples)
+
+    def resend(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
+        """Send again what the sweeper found nobody working on (its worker died, or its
+        message was lost), first freeing the slots of the messages that carried it: those are
+        stale, and would hold the window until their deadline. A message is found by its
+        instances, since the one that carried an instance may have been a chunk of many."""
+        lost: dict[str, set[tuple[str, str]]] = {}
+        for inst in instances:
+            lost.setdefault(inst.queue, set()).add((inst.run_id, inst.instance_id))
+        for queue, wanted in lost.items():
+            flight = self.key(queue, "flight")
+            stale = [m for m in self.client.zrange(flight, 0, -1)
+                     if any(held in wanted for held in _held(m.decode()))]
+            if stale:
+                self.client.zrem(flight, *stale)
+        self(instances, delay)
 
     def finished(self, queue: str, run_id: str, instance_ids: Sequence[str]) -> None:
         """A message of ``queue`` for ``instance_ids`` of ``run_id`` ended (done, failed or

@@ -111,16 +111,19 @@ class JustSent:
 
 
 class Scheduler(Transitions):
-    """Drives runs through their life. ``enqueue(instances, delay_seconds)`` sends messages."""
+    """Drives runs through their life. ``enqueue(instances, delay_seconds)`` sends messages;
+    ``resend`` (by default ``enqueue``) sends again what recovery found lost."""
 
     def __init__(
         self, store: StateStore, registry: OpRegistry, enqueue: Enqueue,
         queues: Sequence[str] | None = None, backlog: Backlog | None = None,
         complete_patience: float = 30.0, keep_sent: int = 20_000,
+        resend: Enqueue | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
         self.enqueue = enqueue
+        self.resend = resend or enqueue
         self.queues = set(queues) if queues is not None else None
         self.backlog = backlog
         self.complete_patience = complete_patience

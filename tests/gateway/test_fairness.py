@@ -182,6 +182,25 @@ def test_an_instance_sent_again_frees_the_slot_its_lost_message_held():
     client.close()
 
 
+def test_a_lost_chunks_instances_sent_again_go_in_at_once_in_the_slot_it_held():
+    sent: list[InstanceRecord] = []
+    clock = Clock()
+    client, fair = _redis_fair(sent, clock)
+    # Given one slot, taken by a chunk whose worker died (nobody reports its end), and b waiting
+    fair.join("w1", "gpu", threads=1, ttl=30)
+    fair([inst("a", i) for i in range(2 * MIN_MESSAGES)])
+    fair([inst("b", 0)])
+    assert [i.instance_id for i in sent] == ["n#0", "n#1"]
+    # When the sweeper sends its instances again, one by one, before the slot's deadline
+    clock.now += 1
+    fair.resend([inst("a", 1), inst("a", 0)])
+    # Then the slot the chunk held is free at once, not after it expires, and the next turn
+    # (b's) takes it; the window still holds one message
+    assert [(i.run_id, i.instance_id) for i in sent[2:]] == [("b", "n#0")]
+    assert fair.waiting("gpu") == MIN_MESSAGES - 1 + 2
+    client.close()
+
+
 def test_a_chunk_of_a_large_release_takes_one_slot_and_arrives_whole():
     import redis
 
