@@ -1,4 +1,5 @@
-"""Kill the embedded process mid-run with SIGKILL; ``resume`` finishes the run from the store."""
+"""Kill the embedded process mid-run with SIGKILL; ``resume``, or the home opened again, finishes
+the run from the store."""
 
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ SUBMITTER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
-def test_sigkill_mid_run_then_resume_reuses_stored_results(tmp_path, resources):
-    home, log = tmp_path / "home", tmp_path / "log"
+def _killed_mid_run(home: Path, log: Path) -> tuple[str, int]:
+    """A chain run submitted by a process SIGKILLed after three of its nodes ran: its id, and
+    how many nodes had run."""
     script = SUBMITTER.format(tests=str(Path(__file__).parent), home=str(home), log=str(log),
                               chain=CHAIN)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
@@ -49,10 +50,22 @@ def test_sigkill_mid_run_then_resume_reuses_stored_results(tmp_path, resources):
     proc.wait()
     done_before = executions(str(log))
     assert 3 <= done_before < CHAIN, "the kill should land mid-run"
+    return run_id, done_before
 
-    with Client.local(home=home, resources=resources, lease_ttl=1.0) as client:
+
+@pytest.mark.slow
+@pytest.mark.parametrize("resume", [True, False], ids=["resume", "reopened"])
+def test_sigkill_mid_run_then_resume_reuses_stored_results(tmp_path, resources, resume):
+    """Resumed, or only with its home opened again: a run stranded ``running`` by a crash would
+    otherwise hold one of its tenant's concurrent runs until someone resumed it. Reopened, the
+    sweeper finds its work abandoned (the dead process's lease, its lost messages)."""
+    home, log = tmp_path / "home", tmp_path / "log"
+    run_id, done_before = _killed_mid_run(home, log)
+
+    with Client.local(home=home, resources=resources, lease_ttl=1.0, sweep_every=0.5) as client:
         assert client.get(run_id).status().status == RunStatus.RUNNING
-        result = client.resume(run_id).wait(timeout=60)
+        run = client.resume(run_id) if resume else client.get(run_id)
+        result = run.wait(timeout=60)
 
     assert result.status == RunStatus.SUCCEEDED
     assert result.outputs[f"n{CHAIN - 1}"].items == [{"value": sum(range(CHAIN))}]
