@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from PIL import Image
 
 from genloop.sdk.errors import Permanent
+from genloop.sdk.schema import Named
 
 from .base import Evaluator, Scores, check_finite
 
@@ -51,6 +52,7 @@ class EvaluatorRegistry:
     def __init__(self, max_instances: int = MAX_INSTANCES) -> None:
         self._factories: dict[str, Factory] = {}
         self._needs: dict[str, Needs] = {}
+        self._descriptions: dict[str, str] = {}
         # An OrderedDict as the LRU: lookups and inserts already happen under our lock (the
         # per-key build locks need that), so a cache library would add nothing.
         self._instances: OrderedDict[tuple[str, str, str], Evaluator] = OrderedDict()
@@ -61,9 +63,10 @@ class EvaluatorRegistry:
         self._building: dict[tuple[str, str, str], threading.Lock] = {}
 
     def register(self, name: str, factory: Factory, *, replace: bool = False,
-                 needs: Needs = ()) -> None:
+                 needs: Needs = (), description: str | None = None) -> None:
         """Make ``factory`` reachable as ``name``; ``replace=True`` to override an existing one.
-        ``needs``: the options it cannot be built without (see :meth:`needs`)."""
+        ``needs``: the options it cannot be built without (see :meth:`needs`);
+        ``description``: what it scores (default: the factory's docstring)."""
         if not isinstance(name, str) or not name.strip():
             raise Permanent(f"evaluator name must be a non-empty string, got {name!r}")
         with self._lock:
@@ -71,6 +74,9 @@ class EvaluatorRegistry:
                 raise Permanent(f"evaluator {name!r} is already registered; pass replace=True")
             self._factories[name] = factory
             self._needs[name] = needs
+            self._descriptions.pop(name, None)
+            if description is not None:
+                self._descriptions[name] = description
             for key in [k for k in self._instances if k[0] == name]:
                 del self._instances[key]
 
@@ -79,6 +85,7 @@ class EvaluatorRegistry:
         with self._lock:
             self._factories.pop(name, None)
             self._needs.pop(name, None)
+            self._descriptions.pop(name, None)
             for key in [k for k in self._instances if k[0] == name]:
                 del self._instances[key]
 
@@ -88,10 +95,12 @@ class EvaluatorRegistry:
             return sorted(self._factories)
 
     def describe(self, name: str) -> str:
-        """The first paragraph of ``name``'s factory docstring, on one line (published in the
-        spec schema)."""
+        """The description ``name`` was registered with, else the first paragraph of its
+        factory's docstring, on one line (published in the spec schema)."""
         with self._lock:
             factory = self._factories[name]
+            if name in self._descriptions:
+                return self._descriptions[name]
         doc = getattr(getattr(factory, "func", factory), "__doc__", None) or ""
         return " ".join(doc.strip().split("\n\n")[0].split())
 
@@ -103,6 +112,11 @@ class EvaluatorRegistry:
         with self._lock:
             needs = self._needs.get(name, ())
         return list(needs() if callable(needs) else needs)
+
+    def listing(self) -> dict[str, Named]:
+        """Every name with its description and needs, as the spec schema lists them."""
+        return {name: Named(name=name, description=self.describe(name), needs=self.needs(name))
+                for name in self.names()}
 
     def get(self, name: str, device: str | None = None, **options: Any) -> Evaluator:
         """The evaluator for ``name`` on ``device``, built on first use and cached afterwards.

@@ -13,9 +13,22 @@ from genloop.sdk import Client, Graph, Permanent
 from genloop.workers.models_config import ModelsConfig, ModelsConfigError
 
 
+def write_folder(folder: Path, sample_size: int = 16, vae_blocks: int = 2) -> Path:
+    """The JSON files of a pipeline folder (no weights): enough to check and size it."""
+    index = {"_class_name": "StableDiffusionPipeline",
+             "unet": ["diffusers", "UNet2DConditionModel"], "vae": ["diffusers", "AutoencoderKL"],
+             "safety_checker": [None, None]}
+    configs = {"unet": {"sample_size": sample_size},
+               "vae": {"block_out_channels": [32] * vae_blocks}}
+    for component, config in configs.items():
+        (folder / component).mkdir(parents=True)
+        (folder / component / "config.json").write_text(json.dumps(config))
+    (folder / "model_index.json").write_text(json.dumps(index))
+    return folder
+
+
 def write_config(tmp_path: Path) -> Path:
-    (tmp_path / "weights" / "house").mkdir(parents=True)
-    (tmp_path / "weights" / "house" / "model_index.json").write_text("{}")
+    write_folder(tmp_path / "weights" / "house")
     config = tmp_path / "models.toml"
     config.write_text('[models.house]\nsource = "./weights/house"\nsteps = 12\nwidth = 256\n')
     return config
@@ -73,7 +86,8 @@ def test_a_configured_name_loads_its_source_with_its_defaults(tmp_path):
 
     assert registry.identity("house") == f"path:{fingerprint(source)}"  # by content, not path
     defaults = registry.defaults("house")
-    assert (defaults.steps, defaults.width, defaults.height) == (12, 256, 512)
+    # the configured width; the height the folder's own (unet sample 16 x vae scale 2)
+    assert (defaults.steps, defaults.width, defaults.height) == (12, 256, 32)
     assert registry.identity("tiny") == ModelRegistry(device="cpu").identity("tiny")
 
 

@@ -6,6 +6,11 @@ the entries it has no code for into stand-in specs: enough to plan instances and
 A stand-in knows the params' names, which are required and their defaults, so it fills
 defaults and shards like the real op; the types are checked by the worker that runs it (a bad
 param is a ``Permanent`` error).
+
+Evaluators are published the same way (name -> description and needs, as the worker sees
+them): an operator's own judges from the models config, and those a worker's ``--import``
+registers, are then names a client or gateway accepts without the judge's module
+(:class:`PublishedEvaluators`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from typing import Any
 import redis
 from pydantic import BaseModel, ConfigDict, create_model
 from pydantic_core import to_jsonable_python
+
+from genloop.evaluators import EvaluatorRegistry
+from genloop.sdk.schema import Named
 
 from .ops.registry import OpRegistry, OpSpec
 from .stores.redis_keys import PoolKeys
@@ -49,14 +57,24 @@ def _remote(params, inputs, ctx):  # pragma: no cover - never called in the clie
     raise RuntimeError("a remote op runs on the workers only")
 
 
+def evaluators_key(prefix: str) -> str:
+    """The hash of the evaluators a pool's workers serve (name -> JSON description, needs)."""
+    return f"{prefix}:evaluators"
+
+
 def publish(client: redis.Redis, registry: OpRegistry, queues: list[str],
-            prefix: str = "genloop", models: dict[str, str] | None = None) -> None:
-    """Record this worker's ops, the queues it consumes and its built-in models (name ->
-    description, for the spec schema a submitting client publishes)."""
+            prefix: str = "genloop", models: dict[str, str] | None = None,
+            evaluators: dict[str, Named] | None = None) -> None:
+    """Record this worker's ops, the queues it consumes, its models (name -> description) and
+    its evaluators (:meth:`~genloop.evaluators.EvaluatorRegistry.listing`), for the spec
+    schema a submitting client publishes."""
     if queues:
         client.sadd(PoolKeys(prefix).queues, *queues)
     if models:
         client.hset(PoolKeys(prefix).models, mapping=models)
+    if evaluators:
+        client.hset(evaluators_key(prefix), mapping={
+            name: named.model_dump_json() for name, named in evaluators.items()})
     client.hset(PoolKeys(prefix).ops, mapping={
         name: json.dumps({
             "queue": spec.queue, "version": spec.version, "elementwise": spec.elementwise,
@@ -69,6 +87,21 @@ def publish(client: redis.Redis, registry: OpRegistry, queues: list[str],
 
 def published_models(client: redis.Redis, prefix: str = "genloop") -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in client.hgetall(PoolKeys(prefix).models).items()}
+
+
+class PublishedEvaluators:
+    """The evaluator names a submitting client serves: its own registry's and those the pool's
+    workers published, the workers' word first (a judge's needs depend on the worker's
+    settings). Read from Redis each time it is listed: workers come and go."""
+
+    def __init__(self, client: redis.Redis, local: EvaluatorRegistry,
+                 prefix: str = "genloop") -> None:
+        self.client, self.local, self.prefix = client, local, prefix
+
+    def listing(self) -> dict[str, Named]:
+        published = {k.decode(): Named.model_validate_json(v)
+                     for k, v in self.client.hgetall(evaluators_key(self.prefix)).items()}
+        return {**self.local.listing(), **published}
 
 
 def published_queues(client: redis.Redis, prefix: str = "genloop") -> set[str]:

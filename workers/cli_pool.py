@@ -17,11 +17,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import os
 
     from . import worker_process as w
-    from .models_config import models_config
+    from .resources import Resources
     from .retention import ENV_RETENTION
 
     if args.models:
-        models_config(args.models)  # a bad file fails here, not in every worker process
+        # A bad config fails here, once, naming every problem, not in every worker process.
+        w.refuse_bad_config(Resources(allowed=w.worker_config(args.models, args.memory_budget)))
     env = dict(os.environ)
     env.update({
         w.ENV_REDIS: args.redis, w.ENV_ARTIFACTS: args.artifacts, w.ENV_QUEUES: args.queues,
@@ -30,6 +31,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         w.ENV_MODELS: str(Path(args.models).resolve()) if args.models else "",
         w.ENV_METRICS_PORT: str(args.metrics_port or ""), w.ENV_METRICS_HOST: args.metrics_host,
         w.ENV_PROCESSES: str(args.processes), w.ENV_GRACE: str(args.grace),
+        w.ENV_MEMORY_BUDGET: "" if args.memory_budget is None else str(args.memory_budget),
         **({ENV_RETENTION: str(args.retention)} if args.retention is not None else {}),
     })
     # Fair queuing lets one message per pool thread into a queue (redis_fair_queue); a process
@@ -64,7 +66,11 @@ def setup_worker(p: argparse.ArgumentParser) -> None:
                    help="module defining custom ops (repeatable)")
     p.add_argument("--preload", action="append", default=[], help="model to load at start")
     p.add_argument("--models", metavar="FILE",
-                   help="models config (TOML/JSON): the names beyond the built-ins that load")
+                   help="models config (TOML/JSON): the models beyond the built-ins that load "
+                   "and the operator's own judges (docs/own-models.md)")
+    p.add_argument("--memory-budget", type=float, metavar="GIB",
+                   help="GiB the resident models may hold in each process (default: the "
+                   "config's memory_budget_gib, else 70%% of the GPU's memory or half the RAM)")
     p.add_argument("--lease-ttl", type=float, default=15.0,
                    help="claim lease, seconds (renewed every third); a dead worker's work "
                    "is re-sent about a lease plus a sweep tick after it died")

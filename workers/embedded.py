@@ -18,7 +18,7 @@ from genloop.sdk.errors import GenloopError
 
 from .artifacts.local import LocalArtifactStore
 from .broker import DEFAULT_QUEUES, wire
-from .models_config import ModelsConfig, models_config
+from .models_config import ModelsConfig, config_problems, models_config, refuse
 from .ops.refine import RefinerRegistry
 from .ops.registry import OpRegistry, default_registry
 from .resources import Resources
@@ -65,6 +65,9 @@ class EmbeddedRuntime:
         if resources is not None and (models, evaluators, refiners) != (None, None, None):
             raise GenloopError("give models, evaluators and refiners to your Resources, not "
                                "beside it: Resources(allowed=..., evaluators=..., refiners=...)")
+        config = None if models is None else models_config(models)
+        if config is not None:  # the folders, read without torch (listing must not load it)
+            refuse(config_problems(config))
         self.home = Path(home)
         self.store = SqliteStateStore(
             self.home / "state.db",
@@ -72,8 +75,7 @@ class EmbeddedRuntime:
         self.artifacts = LocalArtifactStore(self.home / "artifacts")
         self.registry = registry if registry is not None else default_registry
         self.resources = resources if resources is not None else Resources(
-            allowed=None if models is None else models_config(models),
-            evaluators=evaluators, refiners=refiners)
+            allowed=config, evaluators=evaluators, refiners=refiners)
         self.broker = StubBroker()
         self.broker.emit_after("process_boot")
         self.wiring = wire(

@@ -4,11 +4,20 @@ A tenant names a model; the operator decides what that name loads. The config is
 JSON) file that ``genloop worker --models``, ``genloop serve --models`` and
 ``Client.local(models=...)`` read::
 
-    [models.sd15]
-    source = "/srv/models/stable-diffusion-v1-5"   # or a hub id already in the HF cache
+    memory_budget_gib = 40                    # what resident models may hold on the worker
+
+    [models.sdxl]
+    source = "/srv/models/sdxl-house"        # a pipeline folder, or a hub id in the HF cache
+    dtype = "float16"                         # float16 | bfloat16 | float32
     steps = 30
-    width = 512
-    height = 512
+    guidance = 6.0                            # width / height: omit for the native size
+    cache = "deepcache:3"                     # what a request's cache "default" runs with
+    memory_gib = 9.5                          # its share of the budget while resident
+
+Every field is described on :class:`ModelEntry`; ``docs/own-models.md`` has whole examples.
+An entry's ``pipeline`` names the diffusers class where the folder's ``model_index.json`` does
+not (a folder saved from a subclass of one). Without ``width`` / ``height`` a model draws its
+native size, read from the folder's configs (:mod:`.model_folder`).
 
 The built-in models (``tiny``, ``shapes``) are always allowed and need no entry; an entry may
 carry a ``description`` (what the model draws), published in the spec schema. Any other name
@@ -16,6 +25,11 @@ is unknown: the gateway refuses it at submit (422, listing the allowed names) an
 it as ``Permanent`` without touching the file system, so a tenant's string is never a path.
 Trusted code that wants any local path or cached hub id passes ``models=None`` to the registry
 (the behaviour of a bare ``ModelRegistry()``).
+
+A worker checks its config when it starts (:func:`config_problems`: every folder and component
+there, each size readable) and refuses to start, naming every problem at once; a tenant's spec
+never sees a path. The same file may name the operator's own judges (``[evaluators.NAME]``,
+:mod:`genloop.evaluators.config`).
 
 For load tests an entry may be ``simulated`` instead of having a ``source``: a model that sleeps
 instead of computing, so a pool of many workers and models runs on a few CPU cores
@@ -46,11 +60,15 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from genloop.evaluators.config import JudgeEntry, resolve_paths
 from genloop.sdk.errors import GenloopError
+from genloop.sdk.ops import GenerateParams
+
+from .model_folder import FolderProblem, read_folder
 
 #: Models every registry builds in code, with the defaults a request gets (steps, size).
 BUILTIN_MODELS = ("tiny", "shapes")
@@ -62,6 +80,11 @@ CONFIGURED_DESCRIPTION = "configured by the operator"
 SIMULATED_DESCRIPTION = "simulated for load tests: draws one plain colour"
 
 _Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+_GiB = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+#: A cache mode as a request may name one (which modes an architecture runs is the engine's).
+_CacheMode = Annotated[str, *GenerateParams.model_fields["cache"].metadata]
+#: Precisions a model may run in; float16 only on a GPU.
+DTYPES = ("float16", "bfloat16", "float32")
 _BatchSize = Annotated[int, Field(ge=1, le=4096)]
 
 
@@ -82,18 +105,35 @@ class SimulatedModel(BaseModel):
 
 
 class ModelEntry(BaseModel):
-    """One allowed model. Unset defaults fall back to the engine's (25 steps, 512 x 512)."""
+    """One allowed model. Unset defaults fall back to the engine's (25 steps, guidance 7.5)
+    and the size to the folder's native one."""
 
     model_config = ConfigDict(extra="forbid")
 
     source: str | None = Field(
         None, min_length=1,
-        description="local pipeline directory or hub id in the HF cache; None for a built-in",
+        description="local pipeline directory (absolute, or relative to the config file) or "
+        "hub id in the HF cache; None for a built-in",
     )
+    pipeline: str | None = Field(
+        None, pattern=r"^[A-Za-z_]\w*$",
+        description="diffusers pipeline class, where the folder's model_index.json names "
+        "none or one diffusers lacks (default: the folder's)")
+    dtype: Literal["float16", "bfloat16", "float32"] | None = Field(
+        None, description="precision of its weights and compute (default: float16 on a GPU, "
+        "float32 on a CPU; bfloat16 where float16 overflows, as Flux's and T5's do)")
+    device: str | None = Field(
+        None, pattern=r"^(cpu|cuda(:\d+)?|mps)$",
+        description="where it runs (default: the worker's device)")
     steps: int | None = Field(None, ge=1, le=200)
     guidance: float | None = Field(None, ge=0.0, le=50.0, allow_inf_nan=False)
     width: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     height: int | None = Field(None, ge=8, le=4096, multiple_of=8)
+    cache: _CacheMode | None = Field(
+        None, description="the step cache a request's cache 'default' runs with here")
+    memory_gib: _GiB | None = Field(
+        None, description="its share of the worker's memory budget while resident (default: "
+        "its weights' bytes in its dtype); more reserves room for activations")
     description: str = Field("", max_length=500,
                              description="what the model draws, for the spec schema")
     simulated: SimulatedModel | None = Field(
@@ -104,7 +144,32 @@ class ModelEntry(BaseModel):
         if self.source is not None and self.simulated is not None:
             raise ValueError("an entry is either loaded from a source or simulated; "
                              "remove source or simulated")
+        if self.simulated is not None and (self.pipeline or self.dtype or self.device):
+            raise ValueError("a simulated model loads nothing: remove pipeline, dtype, device")
         return self
+
+    @property
+    def folder(self) -> Path | None:
+        """The local folder it loads from (``None`` for a hub id, a built-in or a
+        simulation). A source that is an absolute path is a folder, never a hub id."""
+        return Path(self.source) if self.source and Path(self.source).is_absolute() else None
+
+    def size(self) -> tuple[int | None, int | None]:
+        """(width, height): as configured, else the folder's native size where it can be
+        read here, else ``None`` (the engine's default applies)."""
+        if self.width is not None and self.height is not None or self.folder is None:
+            return self.width, self.height
+        try:
+            width, height = _native_size(self.folder)
+        except FolderProblem:
+            return self.width, self.height
+        return self.width or width, self.height or height
+
+
+@functools.cache
+def _native_size(folder: Path) -> tuple[int, int]:
+    """Read once per folder: admission costs every submit with it."""
+    return read_folder(folder).native_size()
 
 
 class ModelsConfig(BaseModel):
@@ -112,7 +177,12 @@ class ModelsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    memory_budget_gib: _GiB | None = Field(
+        None, description="what resident models may hold on a worker (default: 70% of the "
+        "GPU's memory, or half the host's RAM); ``genloop worker --memory-budget`` overrides")
     models: dict[str, ModelEntry] = Field(default_factory=dict)
+    evaluators: dict[str, JudgeEntry] = Field(
+        default_factory=dict, description="the operator's own judges, by name")
 
     @model_validator(mode="after")
     def _no_simulated_builtin(self) -> ModelsConfig:
@@ -145,13 +215,54 @@ class ModelsConfig(BaseModel):
         except (OSError, ValueError, ValidationError) as exc:
             raise ModelsConfigError(f"models config {file}: {exc}") from exc
         for entry in config.models.values():
-            if entry.source and entry.source.startswith("."):
-                entry.source = str((file.parent / entry.source).resolve())
+            if entry.source and entry.source.startswith((".", "~")):
+                entry.source = str((file.parent / entry.source).expanduser().resolve())
+        resolve_paths(config.evaluators, file.parent)
         return config
 
 
 class ModelsConfigError(GenloopError, ValueError):
     """The models config file cannot be read or is invalid."""
+
+
+def config_problems(config: ModelsConfig) -> list[str]:
+    """What stops ``config``'s models from loading, one line each with its path (for the
+    operator): a folder or component missing, a size that cannot be read, a hub id not in
+    the HF cache, a model larger than the budget. Reads files only; imports no torch."""
+    problems = []
+    for name, entry in config.models.items():
+        if entry.folder is not None:
+            try:
+                folder = read_folder(entry.folder)
+                if entry.width is None or entry.height is None:
+                    folder.native_size()
+            except FolderProblem as exc:
+                problems.append(f"models.{name}: {exc}")
+        elif entry.source is not None and not _in_hub_cache(entry.source):
+            problems.append(f"models.{name}: {entry.source!r} is neither an absolute folder "
+                            "path nor a hub id in the Hugging Face cache (no downloads)")
+        budget = config.memory_budget_gib
+        if entry.memory_gib is not None and budget is not None and entry.memory_gib > budget:
+            problems.append(f"models.{name}: memory_gib {entry.memory_gib:g} is more than "
+                            f"memory_budget_gib {budget:g}")
+    return problems
+
+
+def refuse(problems: list[str]) -> None:
+    """Raise :class:`ModelsConfigError` naming every problem, if there are any."""
+    if problems:
+        raise ModelsConfigError("the models config cannot be served here:\n  "
+                                + "\n  ".join(problems))
+
+
+def _in_hub_cache(repo: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        return isinstance(try_to_load_from_cache(repo, "model_index.json"), str)
+    except HFValidationError:
+        return False
 
 
 def models_config(value: str | os.PathLike[str] | ModelsConfig | None) -> ModelsConfig:

@@ -17,7 +17,7 @@ from genloop.sdk.models import RunInfo
 
 from .artifacts import open_artifact_store
 from .broker import DEFAULT_QUEUES, submitter
-from .catalogue import published_models, published_queues, with_published
+from .catalogue import PublishedEvaluators, published_models, published_queues, with_published
 from .ops.refine import RefinerRegistry, default_refiners
 from .ops.registry import OpRegistry, default_registry
 from .pool_status import PoolStatus, RecentWorkers, pool_status, waiting_for
@@ -41,9 +41,10 @@ class RedisBackend(StoreBackend):
                  refiners: RefinerRegistry | None = None, default_model: str | None = None,
                  default_evaluator: str | None = None, fair: bool = True) -> None:
         """``registry``, ``evaluators``, ``refiners``: what this client validates specs against
-        (default: where ``@op``, ``@evaluator`` and ``@refiner`` register; the ops the workers
-        published are added). ``fair``: send through the pool's fair queue (tenants take turns;
-        see :mod:`~.redis_fair_queue`), as the pool's own workers do."""
+        (default: where ``@op``, ``@evaluator`` and ``@refiner`` register; the ops and
+        evaluators the workers published are added). ``fair``: send through the pool's fair
+        queue (tenants take turns; see :mod:`~.redis_fair_queue`), as the pool's own workers
+        do."""
         from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 
         self.client, self.prefix = redis.Redis.from_url(url), prefix
@@ -72,7 +73,9 @@ class RedisBackend(StoreBackend):
                               shared_fair=prefix if fair else None)
         super().__init__(scheduler, artifacts,
                          models=lambda: published_models(self.client, prefix),
-                         evaluators=evaluators if evaluators is not None else default_evaluators,
+                         evaluators=PublishedEvaluators(self.client, evaluators if evaluators
+                                                        is not None else default_evaluators,
+                                                        prefix),
                          refiners=refiners if refiners is not None else default_refiners,
                          default_model=default_model, default_evaluator=default_evaluator)
 

@@ -50,6 +50,10 @@ class Resources:
         self.evaluators = evaluators if evaluators is not None else default_registry
         #: Refine strategies by name, for the refine op.
         self.refiners = refiners if refiners is not None else default_refiners
+        if allowed is not None:  # the operator's own judges become names of the registry
+            from genloop.evaluators.config import register_judges
+
+            register_judges(self.evaluators, allowed.evaluators)
 
         #: Merges this process's score requests per evaluator (see genloop.evaluators.batcher).
         self.scoring = ScoreBatcher()
@@ -78,6 +82,17 @@ class Resources:
         if registry is None:
             return served_models(builtin_models(), self.allowed)
         return served_models(registry.builtin(), registry.models)
+
+    def config_problems(self) -> list[str]:
+        """Why the operator's models and judges cannot all be served here, one line each with
+        its path (empty without a config). Builds the model registry and each judge: a worker
+        runs it as it starts and refuses to start on any problem."""
+        if self.allowed is None:
+            return []
+        from genloop.evaluators.config import judge_problems
+
+        return self.models.config_problems() + judge_problems(self.evaluators,
+                                                              self.allowed.evaluators)
 
     def state(self) -> dict[str, Any]:
         """What this process holds, for its presence in the pool (:mod:`.pool_status`):

@@ -20,6 +20,8 @@ from .ops.registry import OpRegistry
 if TYPE_CHECKING:
     from genloop.evaluators import EvaluatorRegistry
 
+    from .catalogue import PublishedEvaluators
+
 #: Preferred defaults, best first; the random-weight test models come last.
 PREFERRED_MODELS = ("shapes", "tiny")
 PREFERRED_EVALUATORS = ("shapes-clip", "clip")
@@ -35,15 +37,17 @@ def _pick(choice: str | None, preferred: tuple[str, ...], names: list[str]) -> s
     return next((n for n in preferred if n in names), names[0] if names else None)
 
 
-def served(registry: OpRegistry, model_names: dict[str, str], evaluators: EvaluatorRegistry,
+def served(registry: OpRegistry, model_names: dict[str, str],
+           evaluators: EvaluatorRegistry | PublishedEvaluators,
            refiners: RefinerRegistry, default_model: str | None = None,
            default_evaluator: str | None = None) -> Served:
-    """``model_names``: the built-in models (name -> description) of the model registry."""
-    evaluator_names = evaluators.names()
+    """``model_names``: the built-in models (name -> description) of the model registry;
+    ``evaluators``: a registry, or a pool's (its workers' published names too)."""
+    listed = evaluators.listing()
+    evaluator_names = sorted(listed)
     return Served(
         models=[Named(name=n, description=d) for n, d in sorted(model_names.items())],
-        evaluators=[Named(name=n, description=evaluators.describe(n), needs=evaluators.needs(n))
-                    for n in evaluator_names],
+        evaluators=[listed[n] for n in evaluator_names],
         refiners=[Named(name=n, description=d) for n, d in sorted(refiners.describe().items())],
         ops=[Named(name=n, description=_first_line(registry[n].params.__doc__
                                                    or registry[n].fn.__doc__))

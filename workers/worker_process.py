@@ -36,7 +36,7 @@ from .broker import DEFAULT_QUEUES, wire
 from .catalogue import publish
 from .metrics import serve_metrics
 from .middleware.drain import Drain
-from .models_config import models_config
+from .models_config import ModelsConfig, models_config, refuse
 from .ops.registry import default_registry
 from .pool_status import Presence
 from .redis_backend import artifacts_key
@@ -60,6 +60,7 @@ ENV_HEARTBEAT_MS = "GENLOOP_HEARTBEAT_TIMEOUT_MS"
 ENV_MAINTENANCE = "GENLOOP_MAINTENANCE_CHANCE"
 ENV_SWEEP_EVERY = "GENLOOP_SWEEP_EVERY"
 ENV_MODELS = "GENLOOP_MODELS"
+ENV_MEMORY_BUDGET = "GENLOOP_MEMORY_BUDGET_GIB"
 ENV_METRICS_PORT = "GENLOOP_METRICS_PORT"
 ENV_METRICS_HOST = "GENLOOP_METRICS_HOST"
 ENV_PROCESSES = "GENLOOP_PROCESSES"
@@ -70,6 +71,21 @@ DEFAULT_GRACE = 30.0
 
 def _list(name: str) -> list[str]:
     return [v for v in os.environ.get(name, "").split(",") if v]
+
+
+def worker_config(path: str | None, budget_gib: float | None) -> ModelsConfig:
+    """A worker's models config: its file (``--models``) with the memory budget of
+    ``--memory-budget`` where given."""
+    config = models_config(path or None)
+    if budget_gib is not None:
+        config = config.model_copy(update={"memory_budget_gib": budget_gib})
+    return config
+
+
+def refuse_bad_config(resources: Resources) -> None:
+    """Refuse to start, naming every problem, rather than fail each request on a model or
+    judge that cannot load (each would then fail for a tenant, at the first request)."""
+    refuse(resources.config_problems())
 
 
 def build():
@@ -95,7 +111,10 @@ def build():
     queues = _list(ENV_QUEUES) or list(DEFAULT_QUEUES)
     # A pool serves whatever submits to it (a gateway's tenants included), so its models are
     # always an allow-list: the built-ins, plus the config file's names if there is one.
-    resources = Resources(allowed=models_config(os.environ.get(ENV_MODELS) or None))
+    budget = os.environ.get(ENV_MEMORY_BUDGET)
+    resources = Resources(allowed=worker_config(os.environ.get(ENV_MODELS),
+                                                float(budget) if budget else None))
+    refuse_bad_config(resources)
     # Each served model's own queue of generate work, taken by affinity (routing).
     generate_queue = default_registry["generate"].queue
     routes = {routed_queue(generate_queue, model): model for model in resources.served_models()
@@ -112,7 +131,8 @@ def build():
                                resources.state)
     broker.add_middleware(Drain(wiring.executor, float(os.environ.get(ENV_GRACE, DEFAULT_GRACE))))
     broker.add_middleware(Presence(client, prefix, wiring.executor, resources, queues))
-    publish(client, default_registry, queues, prefix, models=resources.served_models())
+    publish(client, default_registry, queues, prefix, models=resources.served_models(),
+            evaluators=resources.evaluators.listing())
     if os.environ.get(ENV_METRICS_PORT):
         port = serve_metrics(int(os.environ[ENV_METRICS_PORT]),
                              int(os.environ.get(ENV_PROCESSES, "1")),

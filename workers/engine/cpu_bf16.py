@@ -61,7 +61,11 @@ def _hook(denoiser) -> _Bf16Hook | None:
 
 def start_cpu_bf16(denoiser, num_steps: int | None) -> None:
     """Before a call: run its steps after the warm-up in bf16 (``num_steps``: the call's
-    denoising steps), or every step in fp32 (``None``). Installs the hook the first time."""
+    denoising steps), or every step in fp32 (``None``). Installs the hook the first time. A
+    denoiser whose weights are not fp32 (a model configured to run in bfloat16) gets none: it
+    computes in its own dtype, and the hook's fp32 output would not match its VAE."""
+    if denoiser.dtype != torch.float32:
+        num_steps = None
     hook = _hook(denoiser)
     if hook is None:
         if num_steps is None:

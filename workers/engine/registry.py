@@ -10,6 +10,12 @@ to a pipeline that sleeps instead of computing (:mod:`.simulated`, load tests on
 name is ``Permanent`` before the file system is touched. Without one (trusted code only), any
 other name is a diffusers model id or a local directory loaded with ``from_pretrained`` from
 local files only.
+
+A configured model loads in its entry's pipeline class, dtype and device, with its defaults
+(the folder's native size where the entry gives none). A configuration problem (a folder or
+component gone, a hub id not cached) is ``Permanent`` at once, never retried: its message
+names the model and what is wrong, for the tenant; the path goes to this worker's log.
+:meth:`ModelRegistry.config_problems` finds every such problem when a worker starts.
 The identity of a model goes into every result key, so replacing the weights behind a
 name invalidates stored results instead of silently reusing them.
 """
@@ -31,7 +37,15 @@ from genloop.sdk.errors import Permanent
 
 from ..fingerprint import fingerprint
 from ..metrics import metrics
-from ..models_config import TINY_DESCRIPTION, ModelsConfig, SimulatedModel, shipped_shapes
+from ..model_folder import FolderProblem, read_folder
+from ..models_config import (
+    TINY_DESCRIPTION,
+    ModelEntry,
+    ModelsConfig,
+    SimulatedModel,
+    config_problems,
+    shipped_shapes,
+)
 from .residency import Residency, Resident, default_budget, pipeline_bytes
 from .simulated import load_simulated, simulated_identity
 from .tiny import TINY_VERSION, build_tiny_pipeline
@@ -47,6 +61,8 @@ class ModelDefaults:
     guidance: float = 7.5
     width: int = 512
     height: int = 512
+    #: The step cache a request's cache ``"default"`` runs with.
+    cache: str = "default"
 
 
 @dataclass(frozen=True)
@@ -60,8 +76,10 @@ class BuiltinModel:
 class ModelRegistry:
     """Loads models on first use and keeps them resident, least recently used out first.
 
-    ``memory_budget`` (bytes of weights on the device; default: :func:`.residency.default_budget`)
-    bounds what stays resident. ``dtype`` defaults to float16 on CUDA and float32 on CPU.
+    ``memory_budget`` (bytes of weights on the device; default: the config's
+    ``memory_budget_gib``, else :func:`.residency.default_budget`) bounds what stays resident.
+    ``dtype`` defaults to float16 on CUDA and float32 on CPU; a configured model may set its
+    own dtype and device.
     ``engine_options`` configure :attr:`engine`, the process's batching generation engine.
     """
 
@@ -71,10 +89,12 @@ class ModelRegistry:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         on_cuda = self.device.startswith("cuda")
         self.dtype = dtype or (torch.float16 if on_cuda else torch.float32)
-        if not on_cuda and self.dtype != torch.float32:
-            raise ValueError("half precision on CPU is slow and inexact here; use float32")
+        if not on_cuda and self.dtype == torch.float16:
+            raise ValueError("float16 on CPU is slow and inexact here; use float32 or bfloat16")
         self._builtin: dict[str, BuiltinModel] = {}
-        self.residency = Residency(memory_budget or default_budget(self.device))
+        configured = models.memory_budget_gib if models is not None else None
+        self.residency = Residency(memory_budget or (int(configured * 2**30) if configured
+                                                     else default_budget(self.device)))
         self._load_lock = threading.Lock()
         self._engine_lock = threading.Lock()
         self._engine_options = engine_options
@@ -102,14 +122,66 @@ class ModelRegistry:
         """Built-in model names and their descriptions."""
         return {name: m.description for name, m in self._builtin.items()}
 
+    def _entry_of(self, name: str) -> ModelEntry | None:
+        return self.models.models.get(name) if self.models is not None else None
+
     def _source(self, name: str) -> str:
-        """Where a non-built-in ``name`` loads from; ``Permanent`` if the config lacks it."""
+        """Where a non-built-in ``name`` loads from; ``Permanent`` if the config lacks it or
+        its folder cannot be served (the tenant's message names the model, the log the path)."""
         if self.models is None:
+            if name.startswith(("/", ".")) and not Path(name).is_dir():
+                raise Permanent(f"model {name!r}: no such folder")  # trusted code's own path
             return name
         entry = self.models.models.get(name)
         if entry is None or entry.source is None:
             raise Permanent(f"unknown model {name!r}; allowed: {', '.join(self.models.names())}")
+        if entry.folder is not None:
+            try:
+                read_folder(entry.folder)
+            except FolderProblem as exc:
+                log.error("model %s cannot be loaded: %s", name, exc)
+                raise Permanent(f"model {name!r} cannot be loaded: {exc.public} (a "
+                                "configuration problem; the worker's log names the path)") from None
         return entry.source
+
+    def dtype_of(self, name: str) -> torch.dtype:
+        """The dtype ``name`` runs in: its entry's, else the registry's."""
+        entry = self._entry_of(name)
+        return getattr(torch, entry.dtype) if entry is not None and entry.dtype else self.dtype
+
+    def device_of(self, name: str) -> str:
+        """The device ``name`` runs on: its entry's, else the registry's."""
+        entry = self._entry_of(name)
+        return entry.device if entry is not None and entry.device else self.device
+
+    def config_problems(self) -> list[str]:
+        """Every reason a configured model or judge cannot be served here, one line each with
+        its path (a worker checks at start and refuses to, naming them all): those of
+        :func:`~genloop.workers.models_config.config_problems`, plus a dtype its device cannot
+        run, a pipeline class diffusers lacks, a share larger than the budget."""
+        if self.models is None:
+            return []
+        import diffusers
+
+        problems = config_problems(self.models)
+        for name, entry in self.models.models.items():
+            if entry.simulated is not None:
+                continue
+            if entry.dtype == "float16" and not self.device_of(name).startswith("cuda"):
+                problems.append(f"models.{name}: float16 needs a GPU (device "
+                                f"{self.device_of(name)}); use bfloat16 or float32")
+            if entry.memory_gib is not None and entry.memory_gib * 2**30 > self.residency.budget:
+                problems.append(f"models.{name}: memory_gib {entry.memory_gib:g} is more than "
+                                f"the memory budget, {_size(self.residency.budget)}")
+            try:
+                cls = entry.pipeline or (read_folder(entry.folder).class_name
+                                         if entry.folder is not None else None)
+            except FolderProblem:
+                continue  # already named
+            if cls is not None and not hasattr(diffusers, cls):
+                problems.append(f"models.{name}: diffusers {diffusers.__version__} has no "
+                                f"pipeline class {cls!r}; set pipeline to one it has")
+        return problems
 
     def _simulated(self, name: str) -> SimulatedModel | None:
         """The operator's simulated model called ``name``, if the config declares one."""
@@ -122,23 +194,30 @@ class ModelRegistry:
             return self._builtin[name].identity
         if (simulated := self._simulated(name)) is not None:
             return simulated_identity(simulated)
-        name = self._source(name)
-        path = Path(name)
-        if path.is_dir():
-            return f"path:{fingerprint(path)}"
-        return f"hub:{name}@{_hub_revision(name)}"
+        source = self._source(name)
+        path = Path(source)
+        weights = (f"path:{fingerprint(path)}" if path.is_dir()
+                   else f"hub:{source}@{_hub_revision(source)}")
+        entry = self._entry_of(name)
+        # What the entry changes in every image (precision, class, the default cache) is part
+        # of the identity, so changing it never reuses results made the other way.
+        settings = "".join(f";{k}={v}" for k, v in (entry.model_dump(
+            include={"pipeline", "dtype", "cache"}, exclude_none=True) if entry else {}).items())
+        return weights + settings
 
     def defaults(self, name: str) -> ModelDefaults:
         if name in self._builtin:
             return self._builtin[name].defaults
-        entry = self.models.models.get(name) if self.models is not None else None
+        entry = self._entry_of(name)
         if entry is None:
             return ModelDefaults()
         base = ModelDefaults()
+        width, height = entry.size()
         return ModelDefaults(
             steps=entry.steps or base.steps,
             guidance=base.guidance if entry.guidance is None else entry.guidance,
-            width=entry.width or base.width, height=entry.height or base.height)
+            width=width or base.width, height=height or base.height,
+            cache=entry.cache or base.cache)
 
     @property
     def engine(self) -> Any:
@@ -205,21 +284,23 @@ class ModelRegistry:
                 return entry
             started = time.perf_counter()
             pipe = self._load(name)  # built on CPU, so eviction can make room before .to()
-            nbytes = pipeline_bytes(pipe, self.dtype)  # as it will be after the cast
+            configured = self._entry_of(name)
+            nbytes = (int(configured.memory_gib * 2**30) if configured and configured.memory_gib
+                      else pipeline_bytes(pipe, self.dtype_of(name)))  # as after the cast
             if nbytes > self.residency.budget:
                 raise Permanent(
-                    f"model {name!r} needs {nbytes / 2**30:.1f} GiB, more than the memory budget "
-                    f"of {self.residency.budget / 2**30:.1f} GiB; raise memory_budget"
-                )
+                    f"model {name!r} needs {_size(nbytes)}, more than the memory budget of "
+                    f"{_size(self.residency.budget)}; raise the budget (memory_budget_gib, "
+                    "genloop worker --memory-budget)")
             self.residency.make_room(nbytes)
-            entry = self.residency.add(name, self._to_device(pipe), nbytes)
+            entry = self.residency.add(name, self._to_device(pipe, name), nbytes)
             self.residency.get(name, pin)
             took = time.perf_counter() - started
             self.loads[name] = self.loads.get(name, 0) + 1
             self.load_seconds[name] = took
             metrics().model_loaded(name, took)
             log.info("loaded model %s in %.2f s (%.0f MiB on %s)", name, took, nbytes / 2**20,
-                     self.device)
+                     self.device_of(name))
             return entry
 
     def _load(self, name: str) -> Any:
@@ -228,15 +309,19 @@ class ModelRegistry:
         elif (simulated := self._simulated(name)) is not None:
             pipe = load_simulated(simulated)
         else:
-            pipe = _from_pretrained(self._source(name), self.dtype)
+            entry = self._entry_of(name)
+            pipe = _from_pretrained(self._source(name), self.dtype_of(name),
+                                    entry.pipeline if entry is not None else None,
+                                    name if entry is not None else None)
         pipe.set_progress_bar_config(disable=True)
         return pipe
 
-    def _to_device(self, pipe: Any) -> Any:
+    def _to_device(self, pipe: Any, name: str) -> Any:
+        dtype, device = self.dtype_of(name), self.device_of(name)
         # Casting a float32 model to float32 is a no-op that diffusers warns about; skip it.
-        if self.dtype == torch.float32:
-            return pipe.to(self.device)
-        return pipe.to(self.device, self.dtype)
+        if dtype == torch.float32:
+            return pipe.to(device)
+        return pipe.to(device, dtype)
 
 
 def _register_shapes(registry: ModelRegistry) -> None:
@@ -256,22 +341,40 @@ def _register_shapes(registry: ModelRegistry) -> None:
     )
 
 
-def _from_pretrained(name: str, dtype) -> Any:
-    from diffusers import DiffusionPipeline
+def _size(nbytes: int) -> str:
+    """Bytes as GiB, or MiB below one (a tiny model is not "0.0 GiB")."""
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
 
+
+def _from_pretrained(source: str, dtype, pipeline: str | None = None,
+                     name: str | None = None) -> Any:
+    """``source`` loaded as ``pipeline`` (a diffusers class name; default: what the folder's
+    index says). ``name``: the configured model's name, for the tenant's message; the source
+    (a path) then goes only to the log."""
+    import diffusers
+
+    cls = getattr(diffusers, pipeline) if pipeline else diffusers.DiffusionPipeline
     try:
-        return DiffusionPipeline.from_pretrained(name, dtype=dtype, local_files_only=True)
+        return cls.from_pretrained(source, dtype=dtype, local_files_only=True)
     except (OSError, ValueError) as exc:
+        if name is not None:
+            log.error("model %s cannot be loaded from %s: %s", name, source, exc)
+            raise Permanent(f"model {name!r} cannot be loaded (a configuration problem; the "
+                            "worker's log says what)") from None
         raise Permanent(
-            f"model {name!r} is neither a built-in model nor a diffusers pipeline in a local "
+            f"model {source!r} is neither a built-in model nor a diffusers pipeline in a local "
             f"directory or the Hugging Face cache (downloads are off): {exc}"
         ) from exc
 
 
 def _hub_revision(name: str) -> str:
     from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
 
-    cached = try_to_load_from_cache(name, "model_index.json")
+    try:
+        cached = try_to_load_from_cache(name, "model_index.json")
+    except HFValidationError:  # not a repo id at all: a mistyped path, say
+        cached = None
     if isinstance(cached, str):
         return Path(cached).parent.name  # the snapshot's commit hash
     raise Permanent(

@@ -62,7 +62,7 @@ def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> Deferred:
         width=params.width or defaults.width,
         height=params.height or defaults.height,
         negative_prompt=params.negative_prompt,
-        cache=params.cache,
+        cache=defaults.cache if params.cache == "default" else params.cache,
     )
 
     def settings_of(r: GenerationRequest) -> ImageSettings:
