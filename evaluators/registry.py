@@ -225,6 +225,7 @@ def evaluator(
                 )
         else:
             raise Permanent(f"@evaluator({name!r}) needs an Evaluator subclass or a function")
+        factory.__doc__ = target.__doc__  # what the schema says it scores
         (registry if registry is not None else default_registry).register(name, factory)
         return target
 

@@ -172,12 +172,18 @@ def _unique(problems: list[GraphProblem]) -> list[GraphProblem]:
 
 def default_admission(ops: OpRegistry, models: ModelsConfig | None = None,
                       max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
-                      queues: Collection[str] | None = None) -> Admission:
-    """``ops`` (the back end's), the registered evaluators and refine strategies (whatever
-    was imported registers more), and ``models`` (the built-ins only by default)."""
-    from genloop.evaluators import default_registry as evaluators
+                      queues: Collection[str] | None = None,
+                      evaluators: Callable[[], Sequence[str]] | None = None) -> Admission:
+    """``ops`` (the back end's), the evaluators a tenant may name (default: the registered
+    ones a tenant can use, :mod:`.judges`), the refine strategies (whatever was imported
+    registers more), and ``models`` (the built-ins only by default)."""
+    from genloop.evaluators import default_registry
 
     from ..ops.refine import default_refiners
+    from .judges import usable
 
-    return Admission(ops, models or ModelsConfig(), lambda: evaluators.names(),
+    def registered() -> list[str]:
+        return [name for name, judge in default_registry.listing().items() if usable(judge)]
+
+    return Admission(ops, models or ModelsConfig(), evaluators or registered,
                      default_refiners.names, max_prompt_chars, queues)

@@ -43,6 +43,7 @@ from .admission import DEFAULT_MAX_PROMPT_CHARS, default_admission
 from .auth import bearer, tenant
 from .body_limit import BodyLimit
 from .errors import ApiProblem
+from .judges import TenantSchemas, judge_names
 from .limits import TenantLimits
 from .security_headers import SecurityHeaders
 from .service import Gateway, backend_ops
@@ -161,7 +162,9 @@ def create_app(backend: Backend, store: GatewayStore,
         responses=_ERRORS, lifespan=serving,
     )
     ops, queues = backend_ops(backend)
-    admission = default_admission(ops, settings.models, settings.max_prompt_chars, queues)
+    admission = default_admission(ops, settings.models, settings.max_prompt_chars, queues,
+                                  judge_names(backend))
+    schemas = TenantSchemas(backend, ops)
     policy = AddressPolicy.of(settings.webhook_allow, settings.webhook_deny,
                               settings.webhook_resolver or system_resolver)
     app.state.gateway = Gateway(backend, store, settings.limits, admission,
@@ -369,8 +372,9 @@ def create_app(backend: Backend, store: GatewayStore,
     @app.get("/v1/schema", response_model=SpecSchema, tags=["specs"])
     def schema(gateway: Gw, who: Tenant) -> SpecSchema:
         """Graph and Loop JSON Schema, ``model``/``evaluator``/``refiner``/``op`` narrowed to
-        the names this gateway serves: constrain an agent's specs to it."""
-        return gateway.backend.schema()
+        the names this gateway serves you (judges you can use): constrain an agent's specs
+        to it."""
+        return schemas.schema(gateway.limits(who).evaluators)
 
     @app.post("/v1/artifacts", response_model=Uploaded, status_code=201, tags=["artifacts"],
               openapi_extra={"requestBody": {"required": True, "content": {
