@@ -180,3 +180,42 @@ def test_trusted_codes_missing_folder_fails_once_not_through_a_hub_lookup(client
     (failure,) = result.failures
     assert (failure.error_type, failure.attempts) == ("Permanent", 1)
     assert "no such folder" in failure.message
+
+
+def test_genloop_worker_takes_its_memory_budget_from_the_flag(tmp_path, folder, capsys):
+    from genloop.workers.cli import main
+
+    # Given a model whose share (1.5 GiB) fits the config's budget but not the flag's
+    config = config_file(tmp_path, f'memory_budget_gib = 8\n\n[models.house]\nsource = '
+                         f'"{folder}"\nmemory_gib = 1.5\n')
+    code = main(["worker", "--redis", "redis://127.0.0.1:1/0", "--artifacts",
+                 f"file://{tmp_path}", "--models", str(config), "--memory-budget", "1"])
+    # Then the worker refuses to start, before any process is started
+    assert code == 1
+    assert "memory_gib 1.5 is more than memory_budget_gib 1" in capsys.readouterr().err
+
+
+def test_the_gateway_costs_a_model_at_its_native_size(tmp_path, folder):
+    from genloop.workers.gateway.admission import default_admission
+    from genloop.workers.ops.registry import default_registry
+
+    config = ModelsConfig.load(config_file(tmp_path, f'[models.house]\nsource = "{folder}"\n'))
+    size = default_admission(default_registry, config).size_of("house")
+    assert (size.width, size.height) == (32, 32)
+
+
+def test_a_share_or_a_model_larger_than_the_budget_is_said_in_units_that_show_it(
+        tmp_path, folder):
+    from genloop.sdk import Permanent
+    from genloop.workers.engine.registry import ModelRegistry
+
+    config = ModelsConfig.load(config_file(
+        tmp_path, f'[models.house]\nsource = "{folder}"\n\n'
+        f'[models.shared]\nsource = "{folder}"\nmemory_gib = 1\n'))
+    registry = ModelRegistry(device="cpu", memory_budget=2**20, models=config)
+    (problem,) = registry.config_problems()
+    assert problem == "models.shared: memory_gib 1 is more than the memory budget, 1.0 MiB"
+    # a tiny model used to be "needs 0.0 GiB, budget 0.0 GiB"
+    with pytest.raises(Permanent, match=r"needs \d+\.\d MiB, more than the memory budget of "
+                                        r"1\.0 MiB"):
+        registry.pipeline("house")

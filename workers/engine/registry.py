@@ -170,7 +170,8 @@ class ModelRegistry:
             if entry.dtype == "float16" and not self.device_of(name).startswith("cuda"):
                 problems.append(f"models.{name}: float16 needs a GPU (device "
                                 f"{self.device_of(name)}); use bfloat16 or float32")
-            if entry.memory_gib is not None and entry.memory_gib * 2**30 > self.residency.budget:
+            if (self.models.memory_budget_gib is None and entry.memory_gib is not None
+                    and entry.memory_gib * 2**30 > self.residency.budget):  # the default budget
                 problems.append(f"models.{name}: memory_gib {entry.memory_gib:g} is more than "
                                 f"the memory budget, {_size(self.residency.budget)}")
             try:

@@ -155,8 +155,9 @@ class Admission:
         base = _BUILTIN_SIZES.get(model, _ENGINE_DEFAULT)
         if entry is None:
             return base
-        return ImageSize(steps=entry.steps or base.steps, width=entry.width or base.width,
-                         height=entry.height or base.height)
+        width, height = entry.size()  # the folder's native size where the entry gives none
+        return ImageSize(steps=entry.steps or base.steps, width=width or base.width,
+                         height=height or base.height)
 
 
 def _narrow(allowed: Sequence[str], tenant: list[str] | None) -> list[str]:
