@@ -219,3 +219,23 @@ def test_a_share_or_a_model_larger_than_the_budget_is_said_in_units_that_show_it
     with pytest.raises(Permanent, match=r"needs \d+\.\d MiB, more than the memory budget of "
                                         r"1\.0 MiB"):
         registry.pipeline("house")
+
+
+def test_a_models_cache_is_what_a_requests_default_cache_runs_with(tmp_path, folder):
+    import numpy as np
+
+    # Given one folder served exact and with DeepCache by default
+    config = config_file(tmp_path, f'[models.exact]\nsource = "{folder}"\ncache = "off"\n\n'
+                         f'[models.fast]\nsource = "{folder}"\ncache = "deepcache:2"\n')
+
+    def pixels(client: Client, model: str, cache: str = "default") -> np.ndarray:
+        g = Graph()
+        g.generate("a red circle", n=1, model=model, steps=10, cache=cache, id="gen")
+        return np.asarray(drawn(client, g)[1], dtype=np.int16)
+
+    with Client.local(home=tmp_path / "home", threads=1, models=config) as client:
+        exact, fast = pixels(client, "exact"), pixels(client, "fast")
+        asked = pixels(client, "exact", cache="deepcache:2")
+    # Then each model's default is its own, and a request may still name another
+    assert np.abs(exact - fast).max() > 0
+    assert np.array_equal(fast, asked)
