@@ -35,7 +35,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .graph import PRIORITY, RETENTION, Graph, Priority, RunLimits
 from .labels import Labels
-from .ops import BACKEND_DEFAULT, MAX_CANDIDATES_PER_NODE, edit_steps, finish_strength
+from .ops import (
+    BACKEND_DEFAULT,
+    CACHE_DESCRIPTION,
+    CACHE_PATTERN,
+    MAX_CANDIDATES_PER_NODE,
+    edit_steps,
+    finish_strength,
+)
 from .webhooks import WebhookTarget
 
 #: What a model's recipe decides (see :meth:`Loop.with_recipe`). A Loop that sets any of them
@@ -108,6 +115,9 @@ class Loop(BaseModel):
     height: int | None = Field(
         None, ge=8, le=4096, multiple_of=8,
         description="Image height in pixels, a multiple of 8. Omit for the model's native size.")
+    cache: str = Field(
+        "default", pattern=CACHE_PATTERN,
+        description=CACHE_DESCRIPTION + " Applies to every image the loop makes, edits too.")
     max_retries: int | None = Field(
         None, ge=0, le=100, description="Retries of each node after a transient failure. Omit "
         "for each op's own.")
@@ -193,6 +203,8 @@ class Loop(BaseModel):
             for k, v in {
                 "steps": self.steps, "guidance": self.guidance,
                 "width": self.width, "height": self.height,
+                # unset, the nodes stay as before the field existed (the same result keys)
+                "cache": None if self.cache == "default" else self.cache,
             }.items()
             if v is not None
         }

@@ -41,6 +41,16 @@ def finish_strength(steps: int) -> float:
     return max(DRAFT_FINISH_STRENGTH, 1.5 / steps)
 
 
+#: Step-cache modes a request may name; which of them a model runs depends on its architecture
+#: (``genloop.workers.engine.capabilities``).
+CACHE_PATTERN = r"^(default|off|deepcache(:\d+)?|fbcache(:\d+(\.\d+)?)?|taylorseer)$"
+CACHE_DESCRIPTION = (
+    "Step caching, trading exactness for speed: 'default' (the model's own: DeepCache every 2 "
+    "steps on UNets for calls of 8 steps or more, First-Block Cache on Flux, TaylorSeer on "
+    "SD3), 'off' (exact), 'deepcache:N' (UNets), 'fbcache:T' (Flux), 'taylorseer' (SD3, "
+    "Flux). A mode the model cannot run is refused. Leave at 'default' unless images must be "
+    "bit-exact.")
+
 #: Said once, used by every field that names a model or an evaluator.
 BACKEND_DEFAULT = "Omit it (or null) for the back end's default; `genloop schema` lists the names."
 
@@ -106,14 +116,7 @@ class GenerateParams(_Params):
     mask: str | None = Field(
         None, description="Artifact key of a mask for init_image (white: repaint, black: "
         "keep): inpainting. Only used with init_image.")
-    cache: str = Field(
-        "default",
-        pattern=r"^(default|off|deepcache(:\d+)?|fbcache(:\d+(\.\d+)?)?|taylorseer)$",
-        description="Step caching, trading exactness for speed: 'default' (DeepCache every 2 "
-        "steps on UNets for calls of 8 steps or more, First-Block Cache on transformers), "
-        "'off' (exact), 'deepcache:N', "
-        "'fbcache:T', 'taylorseer'. Leave at 'default' unless images must be bit-exact.",
-    )
+    cache: str = Field("default", pattern=CACHE_PATTERN, description=CACHE_DESCRIPTION)
     shard_size: int = Field(
         4, ge=1, le=MAX_CANDIDATES_PER_NODE,
         description="Candidates per worker message; each shard is retried and cached on its "

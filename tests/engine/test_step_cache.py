@@ -83,8 +83,11 @@ def test_a_bad_cache_mode_is_refused_before_anything_runs(engine, mode):
     assert engine.batcher.batches == []
 
 
-def test_transformer_modes_are_refused_on_a_unet_pipeline(registry):
-    with registry.acquire("tiny") as pipe, pytest.raises(ValueError, match="transformer"):
+def test_transformer_modes_are_refused_on_a_unet_pipeline_for_good(registry):
+    from genloop.sdk.errors import Permanent
+
+    with registry.acquire("tiny") as pipe, pytest.raises(
+            Permanent, match="'fbcache' cannot run on UNet .* UNet2DConditionModel lacks"):
         prepare_step_cache(pipe, "fbcache", 4)
 
 

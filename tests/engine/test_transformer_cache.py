@@ -1,7 +1,8 @@
 """Transformer pipelines use diffusers' own caches (First-Block Cache, TaylorSeer).
 
-A tiny Flux transformer stands in for a pipeline (a full Flux pipeline needs a T5 tokenizer,
-which cannot be built offline); the engine's step-cache code path is the same.
+A tiny Flux transformer alone, in a denoising loop of its own that opens the cache contexts as
+Flux's text-to-image pipeline does; whole pipelines of every architecture, T5 tokenizer and all,
+run in test_architectures.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Optional ``torch.compile`` of a resident pipeline's denoiser, with a clean eager fallback.
 
 Regional compilation: the repeated blocks of the denoiser (diffusers' ``_repeated_blocks``, plus
-``ResnetBlock2D`` in UNets) are compiled each with ``Module.compile(dynamic=False)``, not the
+those the capability map names: ``ResnetBlock2D`` in UNets, ``JointTransformerBlock`` in SD3,
+whose transformer names none) are compiled each with ``Module.compile(dynamic=False)``, not the
 whole model. The DeepCache hooks sit on the UNet's down/mid/up blocks, above the compiled
 regions, so their Python-side state never becomes a dynamo guard.
 
@@ -39,10 +40,11 @@ from typing import Any, TypeVar
 import torch
 from diffusers.hooks import HookRegistry, ModelHook
 
+from .capabilities import denoiser_architecture
+
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
-_UNET_REGIONS = ("ResnetBlock2D",)
 _BUCKET_HOOK = "genloop.compile.batch_bucket"
 #: Arguments whose first dimension is not the batch even when it happens to equal it (Flux's
 #: position ids: one row per token, shared by the batch).
@@ -126,9 +128,10 @@ def _denoiser(pipe) -> Any:
 
 
 def _regions(model) -> list[torch.nn.Module]:
+    """The blocks compiled one by one: the model's ``_repeated_blocks`` and those its
+    architecture names (:mod:`.capabilities`; SD3's transformer names none of its own)."""
     names = set(getattr(model, "_repeated_blocks", None) or ())
-    if hasattr(model, "down_blocks"):
-        names.update(_UNET_REGIONS)
+    names.update(denoiser_architecture(model).compile_regions)
     return [m for m in model.modules() if type(m).__name__ in names]
 
 

@@ -11,6 +11,7 @@ bitwise reproducible.
 
 from __future__ import annotations
 
+import inspect
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -90,10 +91,13 @@ def call_pipeline(
         if init_images is None or len(init_images) != len(prompts):
             raise ValueError("an edit needs one init image per candidate")
         extra = {"image": list(init_images), "strength": settings.edit_strength}
+        if takes_size(pipe):
+            # Flux's img2img draws its own default size (not the init image's) unless told.
+            extra.update(width=settings.width, height=settings.height)
         if settings.kind == "inpaint":
             if masks is None or len(masks) != len(prompts):
                 raise ValueError("inpainting needs one mask per candidate")
-            extra.update(mask_image=list(masks), width=settings.width, height=settings.height)
+            extra.update(mask_image=list(masks))
     out = pipe(
         prompt=list(prompts),
         negative_prompt=negatives if any(negatives) else None,
@@ -105,6 +109,12 @@ def call_pipeline(
         **extra,
     )
     return list(out.images)
+
+
+def takes_size(pipe) -> bool:
+    """Whether ``pipe``'s call takes ``width`` and ``height`` (SD's and SDXL's img2img take the
+    init image's size instead)."""
+    return "width" in inspect.signature(type(pipe).__call__).parameters
 
 
 def edit_pipeline(pipe, kind: str):

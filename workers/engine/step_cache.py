@@ -8,9 +8,10 @@ on the host, see :mod:`.deepcache`).
 =============  ===========================================================================
 mode           meaning
 =============  ===========================================================================
-``default``    :data:`DEFAULT_CACHE`: ``deepcache`` for UNet pipelines (``off`` for calls
-               of fewer than :data:`MIN_DEFAULT_DEEPCACHE_STEPS` steps), ``fbcache`` for
-               transformer pipelines, ``off`` for anything else
+``default``    :data:`DEFAULT_CACHE`: the architecture's own mode (:mod:`.capabilities`):
+               ``deepcache`` for UNets (``off`` for calls of fewer than
+               :data:`MIN_DEFAULT_DEEPCACHE_STEPS` steps), ``fbcache`` for Flux,
+               ``taylorseer`` for SD3, ``off`` (logged once) where none runs
 ``off``        no caching; exactly the computation of an unhooked pipeline
 ``deepcache``  DeepCache on the UNet (:mod:`.deepcache`), shallowest branch, interval 2;
                ``deepcache:N`` for interval ``N`` (the first 10% of the steps, at least one,
@@ -20,7 +21,10 @@ mode           meaning
 ``taylorseer`` diffusers' TaylorSeer cache on the transformer (its default config)
 =============  ===========================================================================
 
-The transformer modes use diffusers' own ``enable_cache``; genloop does not re-implement them.
+The transformer modes are diffusers' own (``enable_cache``, or the ``apply_*`` function it calls
+where a transformer lacks it); genloop does not re-implement them, and opens the cache contexts
+they need where a pipeline does not (:mod:`.cache_context`). A mode the pipeline's architecture
+cannot run is ``Permanent``: retrying would fail the same way.
 Why interval 2 by default: on the trained shapes model (20 DDIM steps, 32 held-out prompts)
 interval 2 kept every image at PSNR >= 30.8 dB against ``off`` (median 47 dB), while interval 3
 dropped 1-3 of 32 images below 30 dB (min 16 dB: the trajectory settled on a slightly different
@@ -38,9 +42,17 @@ median 37 dB (min 31) and CLIP score -1.6%: too little speed for the drift.
 
 from __future__ import annotations
 
+import logging
 import math
+import weakref
 from dataclasses import dataclass
 
+from diffusers.hooks import HookRegistry
+
+from genloop.sdk.errors import Permanent
+
+from .cache_context import apply_cache_context, cache_context_step_end, reset_cache_context
+from .capabilities import Architecture, architecture_of
 from .compile import replays_cuda_graphs
 from .deepcache import (
     DeepCacheConfig,
@@ -50,6 +62,8 @@ from .deepcache import (
     set_deepcache,
     supports_deepcache,
 )
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CACHE = "default"
 DEFAULT_DEEPCACHE = DeepCacheConfig(interval=2, warmup=1, tail=1, branch="layer")
@@ -88,24 +102,30 @@ def parse_cache(mode: str) -> tuple[str, float | None]:
 
 
 def plan_for(pipe, mode: str, num_steps: int) -> CachePlan:
-    """Resolve ``mode`` for ``pipe`` and a call of ``num_steps``; a mode the pipeline's denoiser
-    cannot run is an error."""
+    """Resolve ``mode`` for ``pipe`` and a call of ``num_steps``; a mode the pipeline's
+    architecture cannot run (:mod:`.capabilities`) is ``Permanent``."""
     name, value = parse_cache(mode)
-    unet, transformer = getattr(pipe, "unet", None), getattr(pipe, "transformer", None)
+    arch = architecture_of(pipe)
     if name == "default":
-        if unet is not None and supports_deepcache(unet):
-            if num_steps < MIN_DEFAULT_DEEPCACHE_STEPS:
-                return CachePlan("off")
-            return CachePlan("deepcache", None)
-        if transformer is not None and hasattr(transformer, "enable_cache"):
-            return CachePlan("fbcache", None)
-        return CachePlan("off")
-    if name == "deepcache" and (unet is None or not supports_deepcache(unet)):
-        raise ValueError(f"cache mode {mode!r} needs a UNet pipeline, not {type(pipe).__name__}")
-    if name in ("fbcache", "taylorseer") and not hasattr(transformer, "enable_cache"):
-        raise ValueError(f"cache mode {mode!r} needs a transformer pipeline whose transformer "
-                         f"supports diffusers' enable_cache, not {type(pipe).__name__}")
+        if arch.default_cache == "off":
+            _log_uncached(arch, type(pipe).__name__)
+        if arch.default_cache == "deepcache" and num_steps < MIN_DEFAULT_DEEPCACHE_STEPS:
+            return CachePlan("off")
+        return CachePlan(arch.default_cache)
+    if not arch.allows(name):
+        raise Permanent(f"{arch.refusal(mode)} ({type(pipe).__name__})")
     return CachePlan(name, value)
+
+
+_logged: set[str] = set()
+
+
+def _log_uncached(arch: Architecture, pipeline: str) -> None:
+    """Say once per pipeline class why ``default`` runs it uncached."""
+    if pipeline not in _logged:
+        _logged.add(pipeline)
+        log.warning("%s (%s) runs without a step cache: %s", pipeline, arch.title,
+                    "; ".join(f"{m}: {r}" for m, r in arch.cache_refusals))
 
 
 def prepare_step_cache(pipe, mode: str, num_steps: int) -> CachePlan:
@@ -124,7 +144,7 @@ def prepare_step_cache(pipe, mode: str, num_steps: int) -> CachePlan:
         if config is not None or has_deepcache(unet):
             set_deepcache(unet, config, num_steps, copy_outputs=replays_cuda_graphs(unet))
     transformer = getattr(pipe, "transformer", None)
-    if transformer is not None and hasattr(transformer, "enable_cache"):
+    if transformer is not None:
         _set_transformer_cache(transformer, plan)
     return plan
 
@@ -135,6 +155,9 @@ def step_ended(pipe, step: int) -> None:
     unet = getattr(pipe, "unet", None)
     if unet is not None and supports_deepcache(unet):
         deepcache_step_end(unet, step)
+    transformer = getattr(pipe, "transformer", None)
+    if transformer is not None:
+        cache_context_step_end(transformer)
 
 
 def transformer_cache_config(plan: CachePlan):
@@ -149,13 +172,43 @@ def transformer_cache_config(plan: CachePlan):
     return None
 
 
+#: The config applied to a transformer without ``enable_cache`` (SD3), by transformer.
+_applied: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _set_transformer_cache(transformer, plan: CachePlan) -> None:
     config = transformer_cache_config(plan)
-    current = getattr(transformer, "_cache_config", None)
+    mixin = hasattr(transformer, "enable_cache")
+    current = getattr(transformer, "_cache_config", None) if mixin else _applied.get(transformer)
     if current is not None and current == config:
-        transformer._reset_stateful_cache()
+        reset_cache_context(transformer)
+        HookRegistry.check_if_exists_or_initialize(transformer).reset_stateful_hooks()
         return
     if current is not None:
-        transformer.disable_cache()
-    if config is not None:
+        if mixin:
+            transformer.disable_cache()
+        else:
+            _remove_taylorseer(transformer)
+    if config is None:
+        return
+    apply_cache_context(transformer)
+    reset_cache_context(transformer)
+    if mixin:
         transformer.enable_cache(config)
+    else:  # only TaylorSeer runs here (the capability map refused the rest)
+        from diffusers.hooks import apply_taylorseer_cache
+
+        apply_taylorseer_cache(transformer, config)
+        # enable_cache does this too: the hooks just added are on submodules.
+        HookRegistry.check_if_exists_or_initialize(transformer).invalidate_child_registries_cache()
+        _applied[transformer] = config
+
+
+def _remove_taylorseer(transformer) -> None:
+    """Undo ``apply_taylorseer_cache`` (what ``disable_cache`` does for a ``CacheMixin``)."""
+    from diffusers.hooks.taylorseer_cache import _TAYLORSEER_CACHE_HOOK
+
+    registry = HookRegistry.check_if_exists_or_initialize(transformer)
+    registry.remove_hook(_TAYLORSEER_CACHE_HOOK, recurse=True)
+    registry.invalidate_child_registries_cache()
+    del _applied[transformer]

@@ -1,0 +1,188 @@
+"""What the engine does with each denoiser architecture: the capability map.
+
+A pipeline's architecture is read from its denoiser (the ``unet`` or ``transformer``
+component's class; a UNet with SDXL's added time embedding is SDXL), so a team's own folder
+needs no declaration. Each :class:`Architecture` says which step-cache modes run on it, what
+``default`` resolves to, which edit pipelines diffusers derives from it, and which blocks
+``torch.compile`` compiles one by one. The step cache (:mod:`.step_cache`) and the compiler
+(:mod:`.compile`) read the map; ``docs/own-models.md`` prints it (:func:`capability_table`).
+
+Why each cache choice, measured on diffusers 0.42:
+
+* UNets (SD1.x/2.x, SDXL) run DeepCache (:mod:`.deepcache`); diffusers' transformer caches need
+  ``enable_cache``, which ``UNet2DConditionModel`` lacks.
+* Flux runs diffusers' First-Block Cache and TaylorSeer through ``enable_cache``.
+* SD3's ``SD3Transformer2DModel`` has no ``enable_cache``. TaylorSeer hooks attention modules
+  and runs on it through ``apply_taylorseer_cache`` (what ``enable_cache`` calls); First-Block
+  Cache does not: SD3's last ``JointTransformerBlock`` returns no text states, and the cache's
+  tail residual subtracts them (``TypeError``). So SD3's ``default`` is TaylorSeer.
+* Any other transformer with ``enable_cache`` gets First-Block Cache by default, as Flux does;
+  anything else runs uncached, and says why once in the log.
+
+Nothing here imports torch: the architecture of a pipeline folder is read from its JSON files
+(:func:`folder_architecture`), so a mode a model cannot run can be refused before any load.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Every cache mode a request may name (``sdk.ops.GenerateParams.cache``), parameters aside.
+CACHE_MODES = ("default", "off", "deepcache", "fbcache", "taylorseer")
+EDIT_KINDS = ("img2img", "inpaint")
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One row of the capability map."""
+
+    key: str
+    title: str
+    #: Denoiser class names that make a pipeline this architecture.
+    denoisers: tuple[str, ...]
+    #: Step-cache modes that run, besides ``off`` (which always does).
+    cache_modes: tuple[str, ...]
+    #: What ``default`` resolves to for calls long enough to cache (see :mod:`.step_cache`).
+    default_cache: str
+    #: Why each mode that does not run does not (mode -> reason).
+    cache_refusals: tuple[tuple[str, str], ...] = ()
+    #: Edit kinds diffusers derives from the text-to-image pipeline (``from_pipe``).
+    edits: tuple[str, ...] = EDIT_KINDS
+    #: Block classes compiled one by one beside the denoiser's own ``_repeated_blocks``.
+    compile_regions: tuple[str, ...] = ()
+    #: Whether requests of one size and settings share a pipeline call.
+    batching: bool = True
+
+    def allows(self, mode: str) -> bool:
+        """Whether cache ``mode`` (``"fbcache:0.1"`` counts as ``fbcache``) runs here."""
+        name = mode.partition(":")[0]
+        return name in ("default", "off") or name in self.cache_modes
+
+    def refusal(self, mode: str) -> str:
+        """Why ``mode`` does not run here, naming the modes that do."""
+        name = mode.partition(":")[0]
+        reason = dict(self.cache_refusals).get(name, f"{self.title} has no {name} cache")
+        return (f"cache mode {mode!r} cannot run on {self.title}: {reason}; use one of "
+                f"{', '.join(('default', 'off', *self.cache_modes))}")
+
+
+_UNET_REFUSALS = (
+    ("fbcache", "diffusers' First-Block Cache needs enable_cache, which UNet2DConditionModel "
+                "lacks"),
+    ("taylorseer", "diffusers' TaylorSeer needs enable_cache, which UNet2DConditionModel "
+                   "lacks"),
+)
+
+SD = Architecture(
+    "sd", "UNet (SD1.x / SD2.x)", ("UNet2DConditionModel",), ("deepcache",), "deepcache",
+    _UNET_REFUSALS, compile_regions=("ResnetBlock2D",))
+SDXL = Architecture(
+    "sdxl", "UNet (SDXL)", ("UNet2DConditionModel",), ("deepcache",), "deepcache",
+    _UNET_REFUSALS, compile_regions=("ResnetBlock2D",))
+SD3 = Architecture(
+    "sd3", "SD3 (MMDiT)", ("SD3Transformer2DModel",), ("taylorseer",), "taylorseer", (
+        ("deepcache", "DeepCache needs a UNet's down/up blocks"),
+        ("fbcache", "SD3's last JointTransformerBlock returns no text states, which "
+                    "diffusers' First-Block Cache subtracts (TypeError in diffusers 0.42)"),
+    ), compile_regions=("JointTransformerBlock",))
+FLUX = Architecture(
+    "flux", "Flux", ("FluxTransformer2DModel",), ("fbcache", "taylorseer"), "fbcache",
+    (("deepcache", "DeepCache needs a UNet's down/up blocks"),))
+#: A transformer diffusers can cache (``enable_cache``) that the map does not name.
+CACHEABLE_TRANSFORMER = Architecture(
+    "transformer", "other transformer with enable_cache", (), ("fbcache", "taylorseer"),
+    "fbcache", (("deepcache", "DeepCache needs a UNet's down/up blocks"),), edits=())
+OTHER = Architecture(
+    "other", "anything else", (), (), "off",
+    (("deepcache", "no UNet with down/up blocks"),
+     ("fbcache", "no transformer with diffusers' enable_cache"),
+     ("taylorseer", "no transformer with diffusers' enable_cache")), edits=())
+
+#: The map, in the order the docs print it.
+ARCHITECTURES = (SD, SDXL, SD3, FLUX, CACHEABLE_TRANSFORMER, OTHER)
+
+
+def architecture_named(denoiser: str | None, sdxl: bool = False,
+                       cacheable: bool = False) -> Architecture:
+    """The architecture of a pipeline whose denoiser class is ``denoiser`` (``None``: no
+    ``unet`` or ``transformer``); ``sdxl``: the UNet takes SDXL's added time embedding;
+    ``cacheable``: an unnamed transformer has diffusers' ``enable_cache``."""
+    if denoiser == "UNet2DConditionModel":
+        return SDXL if sdxl else SD
+    for arch in (SD3, FLUX):
+        if denoiser in arch.denoisers:
+            return arch
+    return CACHEABLE_TRANSFORMER if cacheable else OTHER
+
+
+def denoiser_of(pipe):
+    """The pipeline's denoiser: its ``unet`` or ``transformer``, or ``None``."""
+    unet = getattr(pipe, "unet", None)
+    return unet if unet is not None else getattr(pipe, "transformer", None)
+
+
+def architecture_of(pipe) -> Architecture:
+    """The architecture of a live pipeline (anything with a ``unet`` or ``transformer``)."""
+    model = denoiser_of(pipe)
+    return OTHER if model is None else denoiser_architecture(model)
+
+
+def denoiser_architecture(model) -> Architecture:
+    """The architecture a denoiser (a ``unet`` or ``transformer``) makes its pipeline."""
+    sdxl = getattr(getattr(model, "config", None), "addition_embed_type", None) == "text_time"
+    return architecture_named(type(model).__name__, sdxl, hasattr(model, "enable_cache"))
+
+
+def folder_architecture(path: str | Path) -> Architecture | None:
+    """The architecture of a diffusers pipeline folder, from its ``model_index.json`` and
+    denoiser config (nothing loaded); ``None`` if ``path`` holds no pipeline, or one whose
+    denoiser the map does not name (whether it can be cached is known only once loaded)."""
+    folder = Path(path)
+    try:
+        index = json.loads((folder / "model_index.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for component in ("unet", "transformer"):
+        entry = index.get(component)
+        if not (isinstance(entry, list) and len(entry) == 2 and entry[1]):
+            continue
+        sdxl = False
+        if component == "unet":
+            try:
+                config = json.loads((folder / "unet" / "config.json").read_text())
+            except (OSError, ValueError):
+                config = {}
+            sdxl = config.get("addition_embed_type") == "text_time"
+        arch = architecture_named(entry[1], sdxl)
+        return None if arch is OTHER else arch
+    return None
+
+
+def capability_table() -> str:
+    """The map as a Markdown table (what ``docs/own-models.md`` shows)."""
+    from .step_cache import MIN_DEFAULT_DEEPCACHE_STEPS
+
+    rows = ["| architecture | detected by | step cache modes | `default` | edits | batching "
+            "| compiled regions |", "|---|---|---|---|---|---|---|"]
+    for arch in ARCHITECTURES:
+        detected = ", ".join(f"`{d}`" for d in arch.denoisers) or (
+            "a transformer with `enable_cache`" if arch is CACHEABLE_TRANSFORMER else "-")
+        if arch is SDXL:
+            detected += " with `addition_embed_type = \"text_time\"`"
+        modes = ", ".join(f"`{m}`" for m in ("off", *arch.cache_modes))
+        default = f"`{arch.default_cache}`" + (
+            f" (`off` below {MIN_DEFAULT_DEEPCACHE_STEPS} steps)"
+            if arch.default_cache == "deepcache" else "")
+        edits = ", ".join(arch.edits) or "where diffusers has a counterpart"
+        regions = ", ".join(f"`{r}`" for r in arch.compile_regions) or "`_repeated_blocks`"
+        rows.append(f"| {arch.title} | {detected} | {modes} | {default} | {edits} | "
+                    f"{'yes' if arch.batching else 'no'} | {regions} |")
+    return "\n".join(rows)
+
+
+def refusal_notes() -> str:
+    """Why each mode that an architecture does not run is missing, as a Markdown list."""
+    return "\n".join(f"- {arch.title}, `{mode}`: {reason}"
+                     for arch in ARCHITECTURES for mode, reason in arch.cache_refusals)
