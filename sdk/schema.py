@@ -45,6 +45,9 @@ class Served(BaseModel):
         "per model, the settings of the best loop measured on it: a Loop that sets none of "
         "evaluator, evaluator_options, refiner, candidates, rounds, target, keep, steps, "
         "guidance, budget, draft_candidates and draft_steps runs with these"))
+    cache_modes: dict[str, list[str]] = Field(default_factory=dict, description=(
+        "per model whose architecture the back end knows, the step cache modes it runs "
+        "(`cache` of a generate node or Loop); another mode is refused"))
 
 
 class SpecSchema(BaseModel):

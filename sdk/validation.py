@@ -194,6 +194,26 @@ def name_problems(spec: Graph | Loop, served: Served) -> list[GraphProblem]:
                     found.append(_name_problem(
                         node.id, f"nodes[{i}].params.{field}", field, node.params.get(field),
                         getattr(served, kind), defaults.get(field)))
+    return [p for p in found if p is not None] + cache_problems(spec, served)
+
+
+def cache_problems(spec: Graph | Loop, served: Served) -> list[GraphProblem]:
+    """Step cache modes a spec asks of a model whose architecture cannot run them, where the
+    back end knows the model's (``served.cache_modes``)."""
+    def problem(node_id: str | None, path: str, model: Any, mode: Any) -> GraphProblem | None:
+        allowed = served.cache_modes.get(model or served.default_model or "")
+        if allowed is None or not isinstance(mode, str) or mode.partition(":")[0] in allowed:
+            return None
+        return GraphProblem(node_id=node_id, message=f"model {model!r} cannot run cache mode "
+                            f"{mode!r}; it runs {', '.join(allowed)}", path=path,
+                            received=mode, allowed=allowed)
+
+    if isinstance(spec, Loop):
+        found = [problem(None, "cache", spec.model, spec.cache)]
+    else:
+        found = [problem(node.id, f"nodes[{i}].params.cache", node.params.get("model"),
+                         node.params.get("cache", "default"))
+                 for i, node in enumerate(spec.nodes) if node.op == "generate"]
     return [p for p in found if p is not None]
 
 

@@ -106,6 +106,7 @@ class EmbeddedBackend(StoreBackend):
         resources = self.runtime.resources
         super().__init__(self.runtime.scheduler, self.runtime.artifacts,
                          models=resources.served_models,
+                         cache_modes=resources.served_cache_modes,
                          evaluators=resources.evaluators, refiners=resources.refiners,
                          default_model=default_model, default_evaluator=default_evaluator)
 

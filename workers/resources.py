@@ -83,6 +83,13 @@ class Resources:
             return served_models(builtin_models(), self.allowed)
         return served_models(registry.builtin(), registry.models)
 
+    def served_cache_modes(self) -> dict[str, list[str]]:
+        """The cache modes each configured model runs, where its folder tells its
+        architecture (:func:`~.capabilities.model_cache_modes`); read from files, no load."""
+        from .capabilities import model_cache_modes
+
+        return model_cache_modes(self.allowed)
+
     def config_problems(self) -> list[str]:
         """Why the operator's models and judges cannot all be served here, one line each with
         its path (empty without a config). Builds the model registry and each judge: a worker

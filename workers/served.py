@@ -40,7 +40,8 @@ def _pick(choice: str | None, preferred: tuple[str, ...], names: list[str]) -> s
 def served(registry: OpRegistry, model_names: dict[str, str],
            evaluators: EvaluatorRegistry | PublishedEvaluators,
            refiners: RefinerRegistry, default_model: str | None = None,
-           default_evaluator: str | None = None) -> Served:
+           default_evaluator: str | None = None,
+           cache_modes: dict[str, list[str]] | None = None) -> Served:
     """``model_names``: the built-in models (name -> description) of the model registry;
     ``evaluators``: a registry, or a pool's (its workers' published names too)."""
     listed = evaluators.listing()
@@ -55,6 +56,7 @@ def served(registry: OpRegistry, model_names: dict[str, str],
         default_model=_pick(default_model, PREFERRED_MODELS, sorted(model_names)),
         default_evaluator=_pick(default_evaluator, PREFERRED_EVALUATORS, evaluator_names),
         recipes=_recipes(model_names, evaluator_names),
+        cache_modes=cache_modes or {},
     )
 
 

@@ -37,17 +37,20 @@ class StoreBackend(Backend):
     when they are asked for: the model registry's built-ins, or what a pool's workers
     published); ``evaluators`` and ``refiners`` are the registries whose names it serves;
     ``default_model`` / ``default_evaluator`` are the
-    operator's defaults for specs that name none (see :mod:`.served`).
+    operator's defaults for specs that name none (see :mod:`.served`); ``cache_modes`` returns
+    the step cache modes of each model whose architecture is known here, refused otherwise.
     """
 
     def __init__(self, scheduler: Scheduler, artifacts: ArtifactStore, *,
                  models: Callable[[], dict[str, str]], evaluators: EvaluatorRegistry,
                  refiners: RefinerRegistry, default_model: str | None = None,
-                 default_evaluator: str | None = None) -> None:
+                 default_evaluator: str | None = None,
+                 cache_modes: Callable[[], dict[str, list[str]]] = dict) -> None:
         self.scheduler = scheduler
         self.store = scheduler.store
         self.artifacts = artifacts
         self._models = models
+        self._cache_modes = cache_modes
         self.evaluators = evaluators
         self.refiners = refiners
         self.default_model = default_model
@@ -56,7 +59,7 @@ class StoreBackend(Backend):
 
     def served(self) -> Served:
         return served(self.scheduler.registry, self._models(), self.evaluators, self.refiners,
-                      self.default_model, self.default_evaluator)
+                      self.default_model, self.default_evaluator, self._cache_modes())
 
     def schema(self) -> SpecSchema:
         """The spec schema, built again only when what is served changed (an op registered,

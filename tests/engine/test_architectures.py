@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pytest
 import torch
 from arch_util import ARCHITECTURES, NATIVE_SIZE, save_pipeline
@@ -17,7 +18,7 @@ from PIL import Image
 from genloop.sdk import Client, Loop, RunStatus
 from genloop.sdk.errors import Permanent
 from genloop.sdk.ops import GenerationRequest
-from genloop.workers.engine import capabilities
+from genloop.workers import capabilities
 from genloop.workers.engine.generate import ImageSettings
 
 EXPECTED = {"sdxl": capabilities.SDXL, "sd3": capabilities.SD3, "flux": capabilities.FLUX}
@@ -183,7 +184,7 @@ def _judges():
 
     evaluators = EvaluatorRegistry()
     evaluators.register("brightness", lambda device: FunctionEvaluator(
-        "brightness", lambda images, text: [float(sum(i.convert("L").getdata()))
+        "brightness", lambda images, text: [float(np.asarray(i.convert("L")).mean())
                                             for i in images], device=device))
     return evaluators
 
@@ -235,13 +236,37 @@ def test_a_loops_cache_reaches_every_generate_node_and_its_images(folders, tmp_p
     assert min(psnr(a, b) for a, b in zip(ours, theirs, strict=True)) >= 60.0
 
 
-def test_a_cache_mode_the_model_cannot_run_fails_once_without_retries(folders, tmp_path):
+def test_a_cache_mode_a_configured_model_cannot_run_is_refused_at_submit(folders, tmp_path):
+    from genloop.sdk import Graph, GraphError
     from genloop.workers.models_config import ModelsConfig
 
-    models = ModelsConfig.model_validate({"models": {"mine": {
-        "source": folders["sdxl"], "width": SIZE, "height": SIZE, "steps": STEPS}}})
+    models = ModelsConfig.model_validate({"models": {
+        arch: {"source": folders[arch], "width": SIZE, "height": SIZE} for arch in ARCHITECTURES}})
+    graph = Graph()
+    graph.generate("a cat", model="sd3", cache="fbcache:0.1", id="g")
     with Client.local(tmp_path / "home", models=models, evaluators=_judges()) as client:
-        result = client.submit(Loop(prompt="a cat", model="mine", candidates=1, rounds=1,
+        served = client.schema().served.cache_modes
+        with pytest.raises(GraphError) as loop_refused:
+            client.submit(Loop(prompt="a cat", model="sdxl", evaluator="brightness",
+                               cache="taylorseer"))
+        with pytest.raises(GraphError) as graph_refused:
+            client.submit(graph)
+        assert list(client.runs()) == []
+
+    assert {name: served[name] for name in ARCHITECTURES} == {
+        "sdxl": ["default", "off", "deepcache"], "sd3": ["default", "off", "taylorseer"],
+        "flux": ["default", "off", "fbcache", "taylorseer"]}
+    assert [(p.path, p.received) for p in loop_refused.value.problems] == [
+        ("cache", "taylorseer")]
+    assert [(p.path, p.allowed) for p in graph_refused.value.problems] == [
+        ("nodes[0].params.cache", ["default", "off", "taylorseer"])]
+
+
+def test_a_cache_mode_a_model_cannot_run_fails_once_without_retries(folders, tmp_path):
+    # A folder named by trusted code is loaded, not read at submit: the worker finds out.
+    with Client.local(tmp_path / "home", evaluators=_judges()) as client:
+        result = client.submit(Loop(prompt="a cat", model=folders["sdxl"], candidates=1,
+                                    rounds=1, steps=STEPS, width=SIZE, height=SIZE,
                                     evaluator="brightness", cache="taylorseer")).wait(timeout=300)
 
     assert result.status == RunStatus.FAILED

@@ -8,7 +8,7 @@ on the host, see :mod:`.deepcache`).
 =============  ===========================================================================
 mode           meaning
 =============  ===========================================================================
-``default``    :data:`DEFAULT_CACHE`: the architecture's own mode (:mod:`.capabilities`):
+``default``    :data:`DEFAULT_CACHE`: the architecture's own mode (:mod:`..capabilities`):
                ``deepcache`` for UNets (``off`` for calls of fewer than
                :data:`MIN_DEFAULT_DEEPCACHE_STEPS` steps), ``fbcache`` for Flux,
                ``taylorseer`` for SD3, ``off`` (logged once) where none runs
@@ -51,8 +51,8 @@ from diffusers.hooks import HookRegistry
 
 from genloop.sdk.errors import Permanent
 
+from ..capabilities import Architecture, architecture_of
 from .cache_context import apply_cache_context, cache_context_step_end, reset_cache_context
-from .capabilities import Architecture, architecture_of
 from .compile import replays_cuda_graphs
 from .deepcache import (
     DeepCacheConfig,
@@ -103,7 +103,7 @@ def parse_cache(mode: str) -> tuple[str, float | None]:
 
 def plan_for(pipe, mode: str, num_steps: int) -> CachePlan:
     """Resolve ``mode`` for ``pipe`` and a call of ``num_steps``; a mode the pipeline's
-    architecture cannot run (:mod:`.capabilities`) is ``Permanent``."""
+    architecture cannot run (:mod:`..capabilities`) is ``Permanent``."""
     name, value = parse_cache(mode)
     arch = architecture_of(pipe)
     if name == "default":

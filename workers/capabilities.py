@@ -4,13 +4,13 @@ A pipeline's architecture is read from its denoiser (the ``unet`` or ``transform
 component's class; a UNet with SDXL's added time embedding is SDXL), so a team's own folder
 needs no declaration. Each :class:`Architecture` says which step-cache modes run on it, what
 ``default`` resolves to, which edit pipelines diffusers derives from it, and which blocks
-``torch.compile`` compiles one by one. The step cache (:mod:`.step_cache`) and the compiler
-(:mod:`.compile`) read the map; ``docs/own-models.md`` prints it (:func:`capability_table`).
+``torch.compile`` compiles one by one. The step cache (:mod:`.engine.step_cache`) and the compiler
+(:mod:`.engine.compile`) read the map; ``docs/own-models.md`` prints it (:func:`capability_table`).
 
 Why each cache choice, measured on diffusers 0.42:
 
-* UNets (SD1.x/2.x, SDXL) run DeepCache (:mod:`.deepcache`); diffusers' transformer caches need
-  ``enable_cache``, which ``UNet2DConditionModel`` lacks.
+* UNets (SD1.x/2.x, SDXL) run DeepCache (:mod:`.engine.deepcache`); diffusers' transformer
+  caches need ``enable_cache``, which ``UNet2DConditionModel`` lacks.
 * Flux runs diffusers' First-Block Cache and TaylorSeer through ``enable_cache``.
 * SD3's ``SD3Transformer2DModel`` has no ``enable_cache``. TaylorSeer hooks attention modules
   and runs on it through ``apply_taylorseer_cache`` (what ``enable_cache`` calls); First-Block
@@ -20,7 +20,8 @@ Why each cache choice, measured on diffusers 0.42:
   anything else runs uncached, and says why once in the log.
 
 Nothing here imports torch: the architecture of a pipeline folder is read from its JSON files
-(:func:`folder_architecture`), so a mode a model cannot run can be refused before any load.
+(:func:`folder_architecture`), so a back end refuses a mode a configured model cannot run at
+submit (:func:`model_cache_modes`, published as ``Served.cache_modes``), before any load.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from .model_folder import FolderProblem, read_folder
+from .models_config import ModelsConfig
 
 #: Every cache mode a request may name (``sdk.ops.GenerateParams.cache``), parameters aside.
 CACHE_MODES = ("default", "off", "deepcache", "fbcache", "taylorseer")
@@ -92,7 +96,7 @@ FLUX = Architecture(
     (("deepcache", "DeepCache needs a UNet's down/up blocks"),))
 #: A transformer diffusers can cache (``enable_cache``) that the map does not name.
 CACHEABLE_TRANSFORMER = Architecture(
-    "transformer", "other transformer with enable_cache", (), ("fbcache", "taylorseer"),
+    "transformer", "another transformer", (), ("fbcache", "taylorseer"),
     "fbcache", (("deepcache", "DeepCache needs a UNet's down/up blocks"),), edits=())
 OTHER = Architecture(
     "other", "anything else", (), (), "off",
@@ -137,38 +141,55 @@ def denoiser_architecture(model) -> Architecture:
 
 def folder_architecture(path: str | Path) -> Architecture | None:
     """The architecture of a diffusers pipeline folder, from its ``model_index.json`` and
-    denoiser config (nothing loaded); ``None`` if ``path`` holds no pipeline, or one whose
-    denoiser the map does not name (whether it can be cached is known only once loaded)."""
-    folder = Path(path)
+    denoiser config (nothing loaded); ``None`` if ``path`` holds no readable pipeline, or one
+    whose denoiser the map does not name (whether that one can be cached is known only once
+    it is loaded)."""
     try:
-        index = json.loads((folder / "model_index.json").read_text())
-    except (OSError, ValueError):
+        folder = read_folder(path)
+    except FolderProblem:
         return None
     for component in ("unet", "transformer"):
-        entry = index.get(component)
+        entry = folder.index.get(component)
         if not (isinstance(entry, list) and len(entry) == 2 and entry[1]):
             continue
-        sdxl = False
-        if component == "unet":
-            try:
-                config = json.loads((folder / "unet" / "config.json").read_text())
-            except (OSError, ValueError):
-                config = {}
-            sdxl = config.get("addition_embed_type") == "text_time"
+        sdxl = component == "unet" and _json(folder.path / "unet" / "config.json").get(
+            "addition_embed_type") == "text_time"
         arch = architecture_named(entry[1], sdxl)
         return None if arch is OTHER else arch
     return None
 
 
+def _json(file: Path) -> dict:
+    try:
+        value = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def model_cache_modes(config: ModelsConfig | None) -> dict[str, list[str]]:
+    """The cache modes each configured model whose folder's architecture is known runs
+    (``default`` and ``off`` included): what a spec may ask of it, checked at submit."""
+    if config is None:
+        return {}
+    out = {}
+    for name, entry in config.models.items():
+        arch = folder_architecture(entry.folder) if entry.folder is not None else None
+        if arch is not None:
+            out[name] = ["default", "off", *arch.cache_modes]
+    return out
+
+
 def capability_table() -> str:
     """The map as a Markdown table (what ``docs/own-models.md`` shows)."""
-    from .step_cache import MIN_DEFAULT_DEEPCACHE_STEPS
+    from .engine.step_cache import MIN_DEFAULT_DEEPCACHE_STEPS
 
     rows = ["| architecture | detected by | step cache modes | `default` | edits | batching "
             "| compiled regions |", "|---|---|---|---|---|---|---|"]
     for arch in ARCHITECTURES:
         detected = ", ".join(f"`{d}`" for d in arch.denoisers) or (
-            "a transformer with `enable_cache`" if arch is CACHEABLE_TRANSFORMER else "-")
+            "any other denoiser with `enable_cache`" if arch is CACHEABLE_TRANSFORMER
+            else "none of the above")
         if arch is SDXL:
             detected += " with `addition_embed_type = \"text_time\"`"
         modes = ", ".join(f"`{m}`" for m in ("off", *arch.cache_modes))
@@ -176,7 +197,7 @@ def capability_table() -> str:
             f" (`off` below {MIN_DEFAULT_DEEPCACHE_STEPS} steps)"
             if arch.default_cache == "deepcache" else "")
         edits = ", ".join(arch.edits) or "where diffusers has a counterpart"
-        regions = ", ".join(f"`{r}`" for r in arch.compile_regions) or "`_repeated_blocks`"
+        regions = ", ".join(["`_repeated_blocks`", *(f"`{r}`" for r in arch.compile_regions)])
         rows.append(f"| {arch.title} | {detected} | {modes} | {default} | {edits} | "
                     f"{'yes' if arch.batching else 'no'} | {regions} |")
     return "\n".join(rows)
@@ -186,3 +207,10 @@ def refusal_notes() -> str:
     """Why each mode that an architecture does not run is missing, as a Markdown list."""
     return "\n".join(f"- {arch.title}, `{mode}`: {reason}"
                      for arch in ARCHITECTURES for mode, reason in arch.cache_refusals)
+
+
+def capability_section() -> str:
+    """What ``docs/own-models.md`` holds between its capability markers (a test keeps them
+    equal, and prints this when they differ)."""
+    return (f"{capability_table()}\n\nWhy a mode does not run (diffusers installed here):\n\n"
+            f"{refusal_notes()}")
