@@ -194,14 +194,17 @@ def name_problems(spec: Graph | Loop, served: Served) -> list[GraphProblem]:
                     found.append(_name_problem(
                         node.id, f"nodes[{i}].params.{field}", field, node.params.get(field),
                         getattr(served, kind), defaults.get(field)))
-    return [p for p in found if p is not None] + cache_problems(spec, served)
+    return [p for p in found if p is not None] + cache_problems(
+        spec, served.cache_modes, served.default_model)
 
 
-def cache_problems(spec: Graph | Loop, served: Served) -> list[GraphProblem]:
+def cache_problems(spec: Graph | Loop, cache_modes: Mapping[str, list[str]],
+                   default_model: str | None = None) -> list[GraphProblem]:
     """Step cache modes a spec asks of a model whose architecture cannot run them, where the
-    back end knows the model's (``served.cache_modes``)."""
+    back end knows the model's (``cache_modes``: model -> the modes it runs, as
+    ``Served.cache_modes``); ``default_model`` is the one a spec naming none gets."""
     def problem(node_id: str | None, path: str, model: Any, mode: Any) -> GraphProblem | None:
-        allowed = served.cache_modes.get(model or served.default_model or "")
+        allowed = cache_modes.get(model or default_model or "")
         if allowed is None or not isinstance(mode, str) or mode.partition(":")[0] in allowed:
             return None
         return GraphProblem(node_id=node_id, message=f"model {model!r} cannot run cache mode "

@@ -170,14 +170,28 @@ def _json(file: Path) -> dict:
 def model_cache_modes(config: ModelsConfig | None) -> dict[str, list[str]]:
     """The cache modes each configured model whose folder's architecture is known runs
     (``default`` and ``off`` included): what a spec may ask of it, checked at submit."""
+    return {name: ["default", "off", *arch.cache_modes]
+            for name, arch in _configured(config).items()}
+
+
+def cache_problems(config: ModelsConfig | None) -> list[str]:
+    """Configured models whose own ``cache`` (what their requests' ``default`` runs) their
+    folder's architecture cannot run, one line each: a worker refuses to start on them, since
+    every request would fail."""
+    if config is None:
+        return []
+    return [f"models.{name}: {arch.refusal(entry.cache)}"
+            for name, arch in _configured(config).items()
+            if (entry := config.models[name]).cache and not arch.allows(entry.cache)]
+
+
+def _configured(config: ModelsConfig | None) -> dict[str, Architecture]:
+    """The architecture of each configured model whose folder tells it."""
     if config is None:
         return {}
-    out = {}
-    for name, entry in config.models.items():
-        arch = folder_architecture(entry.folder) if entry.folder is not None else None
-        if arch is not None:
-            out[name] = ["default", "off", *arch.cache_modes]
-    return out
+    found = {name: folder_architecture(entry.folder) for name, entry in config.models.items()
+             if entry.folder is not None}
+    return {name: arch for name, arch in found.items() if arch is not None}
 
 
 def capability_table() -> str:

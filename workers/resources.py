@@ -98,8 +98,10 @@ class Resources:
             return []
         from genloop.evaluators.config import judge_problems
 
-        return self.models.config_problems() + judge_problems(self.evaluators,
-                                                              self.allowed.evaluators)
+        from .capabilities import cache_problems
+
+        return (self.models.config_problems() + cache_problems(self.allowed)
+                + judge_problems(self.evaluators, self.allowed.evaluators))
 
     def state(self) -> dict[str, Any]:
         """What this process holds, for its presence in the pool (:mod:`.pool_status`):

@@ -273,3 +273,34 @@ def test_a_cache_mode_a_model_cannot_run_fails_once_without_retries(folders, tmp
     assert [(f.error_type, f.attempts) for f in result.failures
             if f.node_id == "round-1/generate"] == [("Permanent", 1)]
     assert "cannot run on UNet (SDXL)" in result.failures[0].message
+
+
+def test_the_gateway_refuses_a_tenants_cache_mode_the_model_cannot_run(folders):
+    from genloop.sdk import GraphError
+    from genloop.workers import default_registry as ops
+    from genloop.workers.gateway.admission import default_admission
+    from genloop.workers.gateway.limits import TenantLimits
+    from genloop.workers.models_config import ModelsConfig
+
+    admission = default_admission(ops, ModelsConfig.model_validate(
+        {"models": {"flux": {"source": folders["flux"]}}}))
+    loop = Loop(prompt="a cat", model="flux", rounds=1, candidates=1, evaluator="clip")
+
+    admission.check(loop.model_copy(update={"cache": "fbcache:0.1"}), TenantLimits())
+    with pytest.raises(GraphError, match="model 'flux' cannot run cache mode 'deepcache:3'"):
+        admission.check(loop.model_copy(update={"cache": "deepcache:3"}), TenantLimits())
+
+
+def test_a_worker_refuses_to_start_on_a_models_own_cache_its_architecture_cannot_run(folders):
+    from genloop.workers.models_config import ModelsConfig, ModelsConfigError
+    from genloop.workers.resources import Resources
+    from genloop.workers.worker_process import refuse_bad_config
+
+    config = ModelsConfig.model_validate({"models": {
+        "sd3": {"source": folders["sd3"], "cache": "fbcache"},
+        "flux": {"source": folders["flux"], "cache": "taylorseer"}}})
+
+    with pytest.raises(ModelsConfigError) as caught:
+        refuse_bad_config(Resources(device="cpu", allowed=config))
+    assert "models.sd3: cache mode 'fbcache' cannot run on SD3 (MMDiT)" in str(caught.value)
+    assert "models.flux" not in str(caught.value)

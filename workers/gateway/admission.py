@@ -18,8 +18,9 @@ from genloop.sdk.errors import GraphError, GraphProblem
 from genloop.sdk.graph import Graph, Node, RunLimits
 from genloop.sdk.loop import Loop
 from genloop.sdk.ops import BUILTIN_PARAMS
-from genloop.sdk.validation import graph_problems, value_problems
+from genloop.sdk.validation import cache_problems, graph_problems, value_problems
 
+from ..capabilities import model_cache_modes
 from ..models_config import ModelsConfig
 from ..ops.registry import OpRegistry
 from ..planner import ImageSize, RunCost, attempts, image_cost, run_cost
@@ -63,6 +64,7 @@ class Admission:
                         node.id, node.params.get("evaluator"), node.params.get("options"),
                         f"nodes[{i}].params.options", limits))
             problems.extend(self._queue_problems(node))
+        problems.extend(cache_problems(spec, model_cache_modes(self.models)))
         if problems:
             raise GraphError(_unique(problems))
         return run_cost(graph, self.ops, self.size_of, self.score_cost)
