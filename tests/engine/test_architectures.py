@@ -304,3 +304,41 @@ def test_a_worker_refuses_to_start_on_a_models_own_cache_its_architecture_cannot
         refuse_bad_config(Resources(device="cpu", allowed=config))
     assert "models.sd3: cache mode 'fbcache' cannot run on SD3 (MMDiT)" in str(caught.value)
     assert "models.flux" not in str(caught.value)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_a_model_configured_without_a_size_draws_and_edits_at_its_native_size(arch, folders,
+                                                                              tmp_path):
+    from genloop.workers.models_config import ModelsConfig
+
+    native = NATIVE_SIZE[arch]
+    models = ModelsConfig.model_validate({"models": {"mine": {"source": folders[arch]}}})
+    mask_key: list[str] = []
+    with Client.local(tmp_path / "home", models=models, evaluators=_judges(),
+                      refiners=_edits_refiner(mask_key)) as client:
+        buf = io.BytesIO()
+        _mask(native).save(buf, format="PNG")
+        mask_key.append(client.upload(buf.getvalue()))
+        result = client.submit(Loop(prompt="a red circle", model="mine", candidates=1, rounds=2,
+                                    evaluator="brightness", refiner="edits",
+                                    steps=2)).wait(timeout=300)
+        sizes = {Image.open(io.BytesIO(client.read_artifact(c.artifact))).size
+                 for node in ("round-1/generate", "round-2/generate")
+                 for c in result.items(node)}
+
+    assert result.status == RunStatus.SUCCEEDED and not result.failures, result.failures
+    assert len(result.items("round-2/generate")) == 2 and sizes == {(native, native)}
+
+
+def test_a_pipeline_no_cache_runs_on_runs_uncached_and_says_why_once(caplog):
+    from genloop.workers.engine.step_cache import prepare_step_cache
+
+    class UnheardOfPipeline:
+        """No unet, no transformer: no row of the map but 'anything else'."""
+
+    with caplog.at_level("WARNING", logger="genloop.workers.engine.step_cache"):
+        plans = [prepare_step_cache(UnheardOfPipeline(), "default", STEPS) for _ in range(3)]
+
+    assert [p.kind for p in plans] == ["off"] * 3
+    (record,) = caplog.records
+    assert "UnheardOfPipeline (anything else) runs without a step cache" in record.message
