@@ -127,9 +127,7 @@ def _open_clip(name: str, entry: OpenClipJudge, device: str, **options: Any) -> 
     try:
         return OpenClipEvaluator(model=entry.architecture, pretrained=entry.checkpoint,
                                  device=device, **options)
-    # A state dict of another architecture fails in load_state_dict (RuntimeError) or in
-    # open_clip's own shape asserts (AssertionError); neither goes away on retry.
-    except (Permanent, RuntimeError, AssertionError, ValueError, OSError) as exc:
+    except (Permanent, OSError) as exc:  # another architecture's weights: Permanent there
         raise _unavailable(name, f"checkpoint {entry.checkpoint} does not load as "
                            f"{entry.architecture}: {exc}") from None
 

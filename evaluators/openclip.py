@@ -119,7 +119,9 @@ class OpenClipEvaluator(EmbeddingEvaluator):
                     device=self.device,
                 )
             self.tokenizer = open_clip.get_tokenizer(model)
-        except (RuntimeError, FileNotFoundError, ValueError) as exc:
+        # A checkpoint of another architecture fails open_clip's own shape asserts
+        # (AssertionError: "text pos_embed width changed!") or load_state_dict (RuntimeError).
+        except (RuntimeError, FileNotFoundError, ValueError, AssertionError) as exc:
             raise Permanent(
                 f"cannot load open_clip model {model!r} ({pretrained=}): {exc}"
             ) from exc

@@ -111,3 +111,12 @@ def test_a_judge_that_cannot_load_fails_once_naming_it_not_its_path(tmp_path, ca
     assert "judge 'wrong' cannot be loaded" in failure.message
     assert str(tmp_path) not in failure.message
     assert str(tiny) in caplog.text
+
+
+def test_trusted_codes_clip_on_a_checkpoint_of_another_architecture_is_permanent(tmp_path):
+    from genloop.sdk import Permanent
+
+    tiny = clip_checkpoint(tmp_path)
+    with pytest.raises(Permanent, match="cannot load open_clip model 'ViT-S-32'"):
+        register_builtins(EvaluatorRegistry()).get("clip", "cpu", model="ViT-S-32",
+                                                   pretrained=str(tiny))
