@@ -239,3 +239,34 @@ def test_a_models_cache_is_what_a_requests_default_cache_runs_with(tmp_path, fol
     # Then each model's default is its own, and a request may still name another
     assert np.abs(exact - fast).max() > 0
     assert np.array_equal(fast, asked)
+
+
+def test_pipeline_names_the_class_a_folder_saved_from_a_subclass_loads_as(tmp_path, folder):
+    import json
+
+    from genloop.workers.engine.registry import ModelRegistry
+
+    # Given a folder whose index names the team's own subclass, which diffusers lacks
+    house = tmp_path / "house"
+    shutil.copytree(folder, house)
+    index = json.loads((house / "model_index.json").read_text())
+    (house / "model_index.json").write_text(json.dumps({**index, "_class_name": "HousePipeline"}))
+    unnamed = ModelsConfig.load(config_file(tmp_path, f'[models.house]\nsource = "{house}"\n'))
+    named = ModelsConfig.load(config_file(
+        tmp_path, f'[models.house]\nsource = "{house}"\npipeline = "StableDiffusionPipeline"\n'))
+    # Then without pipeline the worker names the class; with it, it loads as that class
+    (problem,) = ModelRegistry(device="cpu", models=unnamed).config_problems()
+    assert "no pipeline class 'HousePipeline'; set pipeline" in problem
+    registry = ModelRegistry(device="cpu", models=named)
+    assert registry.config_problems() == []
+    assert type(registry.pipeline("house")).__name__ == "StableDiffusionPipeline"
+
+
+def test_a_models_own_device_decides_what_its_dtype_may_be(tmp_path, folder):
+    from genloop.workers.engine.registry import ModelRegistry
+
+    config = ModelsConfig.load(config_file(
+        tmp_path, f'[models.gpu]\nsource = "{folder}"\ndtype = "float16"\ndevice = "cuda:1"\n'))
+    registry = ModelRegistry(device="cpu", models=config)
+    assert (registry.device_of("gpu"), registry.dtype_of("gpu")) == ("cuda:1", torch.float16)
+    assert registry.config_problems() == []  # float16 is refused only where it runs on a CPU
