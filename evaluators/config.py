@@ -77,11 +77,13 @@ JudgeEntry = Annotated[OpenClipJudge | HFClipJudge | ModuleJudge, Field(discrimi
 
 
 def resolve_paths(judges: dict[str, Any], base: Path) -> None:
-    """Make relative checkpoint and folder paths relative to the config file's folder."""
+    """Make checkpoint and folder paths absolute: ``~`` expanded, relative ones relative to
+    the config file's folder."""
     for entry in judges.values():
         field = {"open_clip": "checkpoint", "hf_clip": "path"}.get(entry.kind)
-        if field is not None and not Path(getattr(entry, field)).is_absolute():
-            setattr(entry, field, str((base / getattr(entry, field)).resolve()))
+        if field is not None:
+            setattr(entry, field, str((base / Path(getattr(entry, field)).expanduser())
+                                      .resolve()))
 
 
 def register_judges(registry: EvaluatorRegistry, judges: dict[str, Any]) -> None:

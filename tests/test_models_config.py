@@ -153,3 +153,12 @@ def test_a_configured_model_is_accepted_by_name_at_submit(tmp_path):
     # (it used to be refused: only the registry's built-ins were listed)
     assert served["house"] == "our house style"
     assert run.id
+
+
+def test_a_folder_beside_the_config_is_a_folder_not_a_hub_id(tmp_path):
+    # "weights/house" reads like the hub id of a user "weights"; the folder beside wins
+    config = write_config(tmp_path)
+    config.write_text(config.read_text().replace('"./weights/house"', '"weights/house"'))
+    entry = ModelsConfig.load(config).models["house"]
+    assert entry.source == str((tmp_path / "weights" / "house").resolve())
+    assert entry.folder is not None

@@ -157,7 +157,7 @@ class ModelEntry(BaseModel):
     def size(self) -> tuple[int | None, int | None]:
         """(width, height): as configured, else the folder's native size where it can be
         read here, else ``None`` (the engine's default applies)."""
-        if self.width is not None and self.height is not None or self.folder is None:
+        if (self.width is not None and self.height is not None) or self.folder is None:
             return self.width, self.height
         try:
             width, height = _native_size(self.folder)
@@ -215,8 +215,11 @@ class ModelsConfig(BaseModel):
         except (OSError, ValueError, ValidationError) as exc:
             raise ModelsConfigError(f"models config {file}: {exc}") from exc
         for entry in config.models.values():
-            if entry.source and entry.source.startswith((".", "~")):
-                entry.source = str((file.parent / entry.source).expanduser().resolve())
+            # "./x", "~/x", or a folder beside the file ("weights/x", which would otherwise
+            # read as the hub id of user "weights")
+            if entry.source and (entry.source.startswith((".", "~"))
+                                 or (file.parent / entry.source).is_dir()):
+                entry.source = str((file.parent / Path(entry.source).expanduser()).resolve())
         resolve_paths(config.evaluators, file.parent)
         return config
 
