@@ -34,7 +34,7 @@ from genloop.workers.stores.records import (
     RunSpecRecord,
 )
 from genloop.workers.stores.redis import RedisStateStore
-from genloop.workers.stores.redis_scripts import Finish, ScriptedCompletion
+from genloop.workers.stores.steps import Finish, Finished, ScriptedCompletion
 
 CHUNK = 16
 
@@ -97,7 +97,7 @@ def measure(nodes: int, last: int) -> dict[str, float]:
                     before, began, counted = _aof_bytes(client), time.perf_counter(), start
                 outs = store.finish_instances([_finish(i, time.time())
                                                for i in insts[start:start + CHUNK]])
-                assert all(o.code == -5 for o in outs), outs
+                assert all(o.step is Finished.COMPLETED for o in outs), outs
             assert store.get_run("r").status == RunStatus.SUCCEEDED
             assert before is not None
             finished = nodes - counted

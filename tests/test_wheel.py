@@ -20,6 +20,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 WORKERS = ROOT / "workers"
 SHIPPED = sorted(str(p.relative_to(WORKERS)) for p in (WORKERS / "shapes" / "weights").rglob("*")
                  if p.is_file())
+#: The Redis store's scripts, read from the package at import.
+SCRIPTS = sorted(str(p.relative_to(WORKERS))
+                 for p in (WORKERS / "stores" / "scripts").glob("*.lua"))
 
 
 def test_the_build_is_warning_free(built_dist):
@@ -27,14 +30,14 @@ def test_the_build_is_warning_free(built_dist):
     assert setuptools_warnings(built_dist.log) == []
 
 
-def test_wheel_and_sdist_carry_the_shipped_weights(built_dist):
-    assert len(SHIPPED) >= 10
+def test_wheel_and_sdist_carry_the_shipped_weights_and_scripts(built_dist):
+    assert len(SHIPPED) >= 10 and len(SCRIPTS) >= 8
     wheel = set(zipfile.ZipFile(built_dist.wheel).namelist())
-    assert {f"genloop/workers/{f}" for f in SHIPPED} <= wheel
+    assert {f"genloop/workers/{f}" for f in SHIPPED + SCRIPTS} <= wheel
     assert "genloop/sdk/py.typed" in wheel
     with tarfile.open(built_dist.sdist) as sdist:
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
-    assert {f"workers/{f}" for f in SHIPPED} <= names
+    assert {f"workers/{f}" for f in SHIPPED + SCRIPTS} <= names
 
 
 def test_base_install_imports_no_torch_and_its_cli_names_missing_extras(base_venv, tmp_path):

@@ -57,6 +57,7 @@ from .scheduler import Claim, Scheduler, Succeeded
 from .stores.base import StateStore
 from .stores.holders import process_tag
 from .stores.records import InstanceRecord, ItemRef, ResultRecord
+from .stores.steps import Started
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +337,7 @@ class Executor:
                 [Claim(p.inst, attempt, p.key, owner) for p, owner in members], self.lease_ttl)
             for (prepared, owner), (outcome, lease) in zip(members, outcomes, strict=True):
                 try:
-                    if outcome == "missing":
+                    if outcome == Started.MISSING:
                         raise NotFound(f"no instance {prepared.inst.instance_id!r} in run "
                                        f"{run_id!r}")
                     if self._claimed(prepared, outcome, lease):
@@ -400,17 +401,17 @@ class Executor:
                          identity, self.scheduler.topology(run_id).graph.namespace)
         return _Prepared(inst, node, spec, params, key)
 
-    def _claimed(self, prepared: _Prepared, outcome: str, lease: float) -> bool:
+    def _claimed(self, prepared: _Prepared, outcome: Started, lease: float) -> bool:
         """Act on a claim's outcome (steps 2-3 above); True if this execution may run the body."""
         inst, key = prepared.inst, prepared.key
-        if outcome == "stored":
+        if outcome == Started.STORED:
             stored = self.store.get_result(key)
-            if stored is not None:  # results are never deleted; None only if the store lost it
+            if stored is not None:  # None: deleted since (retention), or the store lost it
                 self.scheduler.succeeded(inst.run_id, inst.instance_id, stored, cached=True,
                                          started=inst)
                 return False
-            outcome, lease = "leased", 0.0
-        if outcome == "leased":
+            outcome, lease = Started.LEASED, 0.0
+        if outcome == Started.LEASED:
             # Look again soon rather than after the whole lease: the holder usually finishes
             # long before its lease would run out, and then the stored result completes us.
             delay = min(max(lease, 0.05), LEASE_POLL_CAP)
@@ -421,7 +422,7 @@ class Executor:
             # lost.
             self.scheduler.enqueue([inst], delay)
             return False
-        return outcome == "started"
+        return outcome == Started.STARTED
 
     def _execute(self, prepared: _Prepared, attempt: int, owner: str) -> ResultRecord | None:
         """Run the body under ``owner``'s lease (kept by the caller); its result, or ``None``

@@ -2,8 +2,8 @@
 
 :class:`MeteredStore` wraps any :class:`~.stores.base.StateStore` and passes everything through;
 it reads the events a transaction writes and hands them to the metrics after the transaction
-commits (a rolled-back one counts nothing), and likewise the events of the scripted start and
-finish of an instance (a Redis store's) when the script says it wrote them.
+commits (a rolled-back one counts nothing), and likewise the events of the hot start and
+finish steps when their outcome says they were written.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from .stores.base import RunTx, StateStore, creation_events
 from .stores.records import EventRecord
-from .stores.redis_scripts import Finish, FinishOutcome, Start
+from .stores.steps import Finish, Finished, FinishOutcome, Start, Started
 
 Observe = Callable[[str, EventRecord], None]
 
@@ -40,12 +40,7 @@ class MeteredStore:
         self._store, self._observe = store, observe
 
     def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._store, name)  # AttributeError where the store has no such script
-        if name == "start_instances":
-            return self._start_instances(attr)
-        if name == "finish_instances":
-            return self._finish_instances(attr)
-        return attr
+        return getattr(self._store, name)
 
     def create_run(self, run, spec, nodes, instances):
         stored, created = self._store.create_run(run, spec, nodes, instances)
@@ -67,28 +62,21 @@ class MeteredStore:
         self._observe(run_id, event)
         return event_id
 
-    def _start_instances(self, start: Callable[..., list[tuple[str, float]]]) -> Callable:
-        def started(starts: Sequence[Start]) -> list[tuple[str, float]]:
-            outcomes = start(starts)
-            for s, (outcome, _) in zip(starts, outcomes, strict=True):
-                if outcome == "started":
-                    self._observe(s.running.run_id, s.started)
-            return outcomes
-        return started
+    def start_instances(self, starts: Sequence[Start]) -> list[tuple[Started, float]]:
+        outcomes = self._store.start_instances(starts)
+        for s, (outcome, _) in zip(starts, outcomes, strict=True):
+            if outcome == Started.STARTED:
+                self._observe(s.running.run_id, s.started)
+        return outcomes
 
-    def _finish_instances(self, finish: Callable[..., list[FinishOutcome]]) -> Callable:
-        def finished(finishes: Sequence[Finish]) -> list[FinishOutcome]:
-            outs = finish(finishes)
-            for f, out in zip(finishes, outs, strict=True):
-                # code >= 0: the instance's event written; -5: so were its node's (and the
-                # run's, if that ended it); other negatives wrote nothing (see
-                # redis_scripts.FINISH)
-                run_id = f.done.run_id
-                if out.code >= 0 or out.code == -5:
-                    self._observe(run_id, f.event)
-                if out.code == -5 and f.completion is not None:
-                    self._observe(run_id, f.completion.node_event)
-                    if out.run_ended:
-                        self._observe(run_id, f.completion.run_event)
-            return outs
-        return finished
+    def finish_instances(self, finishes: Sequence[Finish]) -> list[FinishOutcome]:
+        outs = self._store.finish_instances(finishes)
+        for f, out in zip(finishes, outs, strict=True):
+            run_id = f.done.run_id
+            if out.wrote_event:
+                self._observe(run_id, f.event)
+            if out.step is Finished.COMPLETED and f.completion is not None:
+                self._observe(run_id, f.completion.node_event)
+                if out.run_ended:
+                    self._observe(run_id, f.completion.run_event)
+        return outs

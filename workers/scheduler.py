@@ -44,7 +44,7 @@ from .stores.records import (
     RunRecord,
     RunSpecRecord,
 )
-from .stores.redis_scripts import Finish, FinishOutcome, ScriptedCompletion, Start
+from .stores.steps import Finish, Finished, FinishOutcome, ScriptedCompletion, Start, Started
 from .transitions import Transitions, instance_event, new_event, record_ended
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,6 @@ log = logging.getLogger(__name__)
 Enqueue = Callable[[Sequence[InstanceRecord], float], None]
 #: Messages waiting, not yet fetched by any worker, on a queue.
 Backlog = Callable[[str], int]
-FinishMany = Callable[[Sequence[Finish]], list[FinishOutcome]]
 T = TypeVar("T")
 _SPEC = TypeAdapter(RunSpec)
 _REFS = TypeAdapter(list[ItemRef])
@@ -110,7 +109,7 @@ class JustSent:
             return self._kept.pop((run_id, instance_id), None)
 
 
-class Scheduler(Transitions):
+class Scheduler:
     """Drives runs through their life. ``enqueue(instances, delay_seconds)`` sends messages;
     ``resend`` (by default ``enqueue``) sends again what recovery found lost."""
 
@@ -128,6 +127,7 @@ class Scheduler(Transitions):
         self.backlog = backlog
         self.complete_patience = complete_patience
         self._topologies: OrderedDict[str, Topology] = OrderedDict()
+        self.transitions = Transitions(registry, self.topology)
         #: ``keep_sent``: 0 in a process with no worker threads to take them (a gateway,
         #: ``Client.connect``), which would only fill it.
         self.just_sent = JustSent(keep_sent)
@@ -222,7 +222,7 @@ class Scheduler(Transitions):
         if inst.status.terminal:
             return None
         if run.cancel_requested:
-            self._instance_done(tx, run, inst, NodeStatus.CANCELLED)
+            self.transitions.instance_done(tx, run, inst, NodeStatus.CANCELLED)
             tx.put_run(run)
             return None
         inst.status, inst.attempts = NodeStatus.RUNNING, attempt
@@ -241,26 +241,23 @@ class Scheduler(Transitions):
         return inst
 
     def claim_and_start(self, inst: InstanceRecord, attempt: int, key: str, owner: str,
-                        ttl: float) -> tuple[str, float]:
+                        ttl: float) -> tuple[Started, float]:
         """Take the lease on ``key`` and mark ``inst`` running. Returns ``(outcome, lease)``:
-        ``started`` (``owner`` holds the lease), ``stored`` (a result is there: complete with
-        it), ``leased`` (someone else holds it, ``lease`` seconds left; the instance is
-        touched, so the sweeper leaves it alone while its delivery looks again) or ``ended``
-        (the instance must not run). On a store with scripted transitions this is one round trip."""
+        ``STARTED`` (``owner`` holds the lease), ``STORED`` (a result is there: complete with
+        it), ``LEASED`` (someone else holds it, ``lease`` seconds left; the instance is
+        touched, so the sweeper leaves it alone while its delivery looks again) or ``ENDED``
+        (the instance must not run). One store step (a round trip on Redis)."""
         outcome, lease = self.claim_and_start_many([Claim(inst, attempt, key, owner)], ttl)[0]
-        if outcome == "missing":
+        if outcome == Started.MISSING:
             raise NotFound(f"no instance {inst.instance_id!r} in run {inst.run_id!r}")
         return outcome, lease
 
     def claim_and_start_many(self, claims: Sequence[Claim],
-                             ttl: float) -> list[tuple[str, float]]:
+                             ttl: float) -> list[tuple[Started, float]]:
         """:meth:`claim_and_start` for several instances (a chunk's, :mod:`.chunks`), in one
-        store step on a store with scripted transitions; one not stored comes back ``missing``."""
-        fast = getattr(self.store, "start_instances", None)
-        if fast is None:
-            return [self._claim_and_start_tx(c, ttl) for c in claims]
+        store step; one not stored comes back ``MISSING``."""
         run_running = new_event("run.running", status="running")  # written once, if at all
-        outcomes = fast([Start(
+        outcomes = self.store.start_instances([Start(
             running=c.inst.model_copy(update={
                 "status": NodeStatus.RUNNING, "attempts": c.attempt, "result_key": c.key}),
             key=c.key, owner=c.owner, ttl=ttl,
@@ -268,23 +265,23 @@ class Scheduler(Transitions):
                               instance_id=c.inst.instance_id, attempt=c.attempt,
                               status="running"),
             run_running=run_running) for c in claims])
-        # "cancelling" takes the transaction, which cancels the instance.
-        return [self._claim_and_start_tx(c, ttl) if outcome == "cancelling" else (outcome, lease)
-                for c, (outcome, lease) in zip(claims, outcomes, strict=True)]
+        # A cancelling run takes the transaction, which cancels the instance.
+        return [self._claim_and_start_tx(c, ttl) if outcome == Started.CANCELLING
+                else (outcome, lease) for c, (outcome, lease) in zip(claims, outcomes, strict=True)]
 
-    def _claim_and_start_tx(self, claim: Claim, ttl: float) -> tuple[str, float]:
+    def _claim_and_start_tx(self, claim: Claim, ttl: float) -> tuple[Started, float]:
         inst, key, owner = claim.inst, claim.key, claim.owner
         with self.store.transaction(inst.run_id) as tx:
             if tx.get_result(key) is not None:
-                return "stored", 0.0
+                return Started.STORED, 0.0
             lease = tx.claim(key, owner, ttl)
             if not lease:
                 if self._start(tx, inst.instance_id, claim.attempt, key) is None:
                     tx.release(key, owner)
-                    return "ended", 0.0
-                return "started", 0.0
+                    return Started.ENDED, 0.0
+                return Started.STARTED, 0.0
         self.store.touch([(inst.run_id, inst.instance_id)])  # as the scripted step does
-        return "leased", lease
+        return Started.LEASED, lease
 
     def retrying(self, run_id: str, instance_id: str, attempt: int, error: BaseException) -> None:
         """An attempt failed and Dramatiq will retry the message."""
@@ -315,20 +312,14 @@ class Scheduler(Transitions):
 
     def succeeded_many(self, done: Sequence[Succeeded]) -> None:
         """:meth:`succeeded` for several started instances with new results (a chunk's), in one
-        store step on a store with scripted transitions. What follows an instance's step (a
-        node to complete, children to expand) is done for each in turn; one of those that
-        fails is logged and left to the sweeper, which finds its outbox mark."""
-        fast = getattr(self.store, "finish_instances", None)
-        if fast is None:
-            for d in done:
-                self.succeeded(d.inst.run_id, d.inst.instance_id, d.result, lease=d.lease,
-                               started=d.inst)
-            return
+        store step. What follows an instance's step (a node to complete, children to expand) is
+        done for each in turn; one of those that fails is logged and left to the sweeper, which
+        finds its outbox mark."""
         finishes = [self._scripted_finish(d.inst, d.result, False, d.lease) for d in done]
-        outs = self._patiently(lambda: fast(finishes), "a chunk")
+        outs = self._patiently(lambda: self.store.finish_instances(finishes), "a chunk")
         for d, f, out in zip(done, finishes, outs, strict=True):
             try:
-                self._after_finish(fast, d.inst, f, out)
+                self._after_finish(d.inst, f, out)
             except Exception:  # noqa: BLE001  (the others' completions must still go on)
                 log.exception("%s/%s: completing failed", d.inst.run_id, d.inst.instance_id)
 
@@ -357,10 +348,9 @@ class Scheduler(Transitions):
                        error: BaseException | None = None, attempts: int = 1,
                        lease: tuple[str, str] | None = None,
                        started: InstanceRecord | None = None) -> None:
-        fast = getattr(self.store, "finish_instances", None)
-        if fast is not None and result is not None:
+        if result is not None:
             inst = started or self.store.instance(run_id, instance_id)
-            return self._finish_scripted(fast, inst, result, cached, lease)
+            return self._finish_scripted(inst, result, cached, lease)
         with self.store.transaction(run_id) as tx:
             if lease is not None:
                 tx.release(*lease)
@@ -378,17 +368,17 @@ class Scheduler(Transitions):
                     error_type=type(error).__name__, message=str(error), attempts=attempts,
                     items=inst.expected_items,
                 )
-            released = self._instance_done(tx, run, inst, status, cached=cached)
+            released = self.transitions.instance_done(tx, run, inst, status, cached=cached)
             tx.put_run(run)
         self.flush([(run_id, i.instance_id) for i in released], released)
 
-    def _finish_scripted(self, finish: FinishMany, inst: InstanceRecord, result: ResultRecord,
-                         cached: bool, lease: tuple[str, str] | None) -> None:
+    def _finish_scripted(self, inst: InstanceRecord, result: ResultRecord, cached: bool,
+                         lease: tuple[str, str] | None) -> None:
         """A success in one scripted step (a Redis script, SQLite's few statements; see
-        ``stores/redis_scripts.py``), which also completes a node of one instance; otherwise,
+        ``stores/steps.py``), which also completes a node of one instance; otherwise,
         or for the children that became ready, a run transaction follows."""
         step = self._scripted_finish(inst, result, cached, lease)
-        self._after_finish(finish, inst, step, finish([step])[0])
+        self._after_finish(inst, step, self.store.finish_instances([step])[0])
 
     def _scripted_finish(self, inst: InstanceRecord, result: ResultRecord, cached: bool,
                          lease: tuple[str, str] | None) -> Finish:
@@ -412,17 +402,16 @@ class Scheduler(Transitions):
         return Finish(done, instance_event(done, cached), None if cached else result, lease,
                       completion)
 
-    def _after_finish(self, finish: FinishMany, inst: InstanceRecord, step: Finish,
-                      out: FinishOutcome) -> None:
+    def _after_finish(self, inst: InstanceRecord, step: Finish, out: FinishOutcome) -> None:
         """What follows a scripted finish: completing with the result stored first by another
         execution, and the node or children the step left to a run transaction."""
         run_id, node_id = inst.run_id, inst.node_id
-        if out.code == -4:  # another execution stored first: complete with its result
+        if out.step is Finished.OTHER_RESULT:  # complete with the result stored first
             stored = self.store.get_result(step.done.result_key)
-            return self._finish_scripted(finish, inst, stored, True, None)
-        if out.code == -3:
+            return self._finish_scripted(inst, stored, True, None)
+        if out.step is Finished.MISSING:
             raise NotFound(f"no instance {inst.instance_id!r} in run {run_id!r}")
-        if out.code == 0:
+        if out.step is Finished.COUNTED and out.pending == 0:
             self.finish_node(run_id, node_id)
         if out.run_ended:
             log.info("run %s %s", run_id, RunStatus.SUCCEEDED.value)
@@ -446,9 +435,9 @@ class Scheduler(Transitions):
                 if run.status == RunStatus.PENDING:
                     run.status = RunStatus.RUNNING
                 if ready:
-                    released = self._node_ready(tx, run, self.topology(run_id), node)
+                    released = self.transitions.node_ready(tx, run, self.topology(run_id), node)
                 else:
-                    released = self._node_done(tx, run, node)
+                    released = self.transitions.node_done(tx, run, node)
                 tx.put_run(run)
         self.flush([(run_id, NODE_MARK + node_id)] + [(run_id, i.instance_id) for i in released],
                    released)
@@ -483,7 +472,7 @@ class Scheduler(Transitions):
                     tx.event(new_event("node.cancelled", node_id=node_id, status="cancelled"))
                     run.pending_nodes -= 1
             if run.pending_nodes == 0:
-                self._run_ended(tx, run)
+                self.transitions.run_ended(tx, run)
             tx.put_run(run)
             return run
 

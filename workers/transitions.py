@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from genloop.sdk.models import NodeStatus, RunStatus
 
@@ -50,15 +51,13 @@ def record_ended(tx: RunTx, run: RunRecord, node: NodeRecord) -> None:
 
 
 class Transitions:
-    """The scheduler's transitions inside a transaction; it supplies ``registry`` and
-    ``topology``."""
+    """The scheduler's transitions inside a transaction, over its ops (``registry``) and its
+    runs' graphs (``topology``)."""
 
-    registry: OpRegistry
+    def __init__(self, registry: OpRegistry, topology: Callable[[str], Topology]) -> None:
+        self.registry, self.topology = registry, topology
 
-    def topology(self, run_id: str) -> Topology:
-        raise NotImplementedError
-
-    def _instance_done(self, tx: RunTx, run: RunRecord, inst: InstanceRecord,
+    def instance_done(self, tx: RunTx, run: RunRecord, inst: InstanceRecord,
                        status: NodeStatus, cached: bool = False) -> list[InstanceRecord]:
         inst.status = status
         tx.put_instance(inst)
@@ -68,9 +67,9 @@ class Transitions:
         if node.pending_instances > 0:
             tx.put_node(node)
             return []
-        return self._node_done(tx, run, node)
+        return self.node_done(tx, run, node)
 
-    def _node_done(self, tx: RunTx, run: RunRecord, node: NodeRecord) -> list[InstanceRecord]:
+    def node_done(self, tx: RunTx, run: RunRecord, node: NodeRecord) -> list[InstanceRecord]:
         """All instances of ``node`` ended: collect its output, then release its children."""
         instances = tx.instances(node.node_id)
         for inst in instances:
@@ -117,12 +116,12 @@ class Transitions:
                 if child.waiting > 0:
                     tx.put_node(child)
                 else:
-                    released.extend(self._node_ready(tx, run, topo, child))
+                    released.extend(self.node_ready(tx, run, topo, child))
         if run.pending_nodes == 0:
-            self._run_ended(tx, run)
+            self.run_ended(tx, run)
         return released
 
-    def _node_ready(self, tx: RunTx, run: RunRecord, topo: Topology,
+    def node_ready(self, tx: RunTx, run: RunRecord, topo: Topology,
                     node: NodeRecord) -> list[InstanceRecord]:
         graph_node = topo.nodes[node.node_id]
         spec = op_spec(self.registry, graph_node)
@@ -168,7 +167,7 @@ class Transitions:
             tx.event(new_event("node.skipped", node_id=nid, status="skipped", message=reason))
             run.pending_nodes -= 1
 
-    def _run_ended(self, tx: RunTx, run: RunRecord) -> None:
+    def run_ended(self, tx: RunTx, run: RunRecord) -> None:
         if run.cancel_requested:
             run.status = RunStatus.CANCELLED
         elif run.error is not None:

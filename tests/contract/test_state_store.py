@@ -19,7 +19,7 @@ from genloop.workers.stores import (
     RunRecord,
     RunSpecRecord,
 )
-from genloop.workers.stores.redis_scripts import Finish, ScriptedCompletion, Start
+from genloop.workers.stores.steps import Finish, Finished, ScriptedCompletion, Start
 
 
 def _run(run_id="r1", key=None, spec_hash="h1", nodes=1):
@@ -416,7 +416,7 @@ def test_several_starts_and_finishes_go_in_one_call_each_with_its_own_outcome(st
 
     # Then the second sees the first's write: the node counted down once, the result stored,
     # the lease dropped
-    assert [o.code for o in outs] == [1, -1]
+    assert [(o.step, o.pending) for o in outs] == [(Finished.COUNTED, 1), (Finished.ENDED, 0)]
     assert store.get_result("k0").items == [{"v": 1}]
     assert store.instance("r1", "a#0").status == NodeStatus.SUCCEEDED
     assert store.claim("k0", "someone", ttl=30)
@@ -446,8 +446,8 @@ def test_finishes_in_one_call_complete_nodes_count_the_run_down_and_end_it(store
     outs = store.finish_instances([finish("a", ["c"]), finish("b", ["c"])])
 
     # Then each completed its node, the second released c, and the run counts one node left
-    assert [(o.code, o.run_ended, o.ready) for o in outs] == [(-5, False, []),
-                                                            (-5, False, ["c"])]
+    assert [(o.step, o.run_ended, o.ready) for o in outs] == [
+        (Finished.COMPLETED, False, []), (Finished.COMPLETED, False, ["c"])]
     assert store.get_run("r1").pending_nodes == 1
     assert _counts(store, "r1") == {"a": 1, "b": 1}
     status = {n.node_id: n.status for n in store.nodes("r1")}
@@ -457,7 +457,7 @@ def test_finishes_in_one_call_complete_nodes_count_the_run_down_and_end_it(store
     [out] = store.finish_instances([finish("c", [])])
 
     # Then the run has ended, with every event numbered in order
-    assert (out.code, out.run_ended) == (-5, True)
+    assert (out.step, out.run_ended) == (Finished.COMPLETED, True)
     ended = store.get_run("r1")
     assert (ended.status, ended.pending_nodes) == (RunStatus.SUCCEEDED, 0)
     assert _counts(store, "r1") == {"a": 1, "b": 1, "c": 1}

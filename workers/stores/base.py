@@ -27,6 +27,7 @@ from .records import (
     Storage,
 )
 from .run_ends import EndWatch, Sleeping
+from .steps import Finish, FinishOutcome, Start, Started
 
 #: Seconds a finished run (and a result no kept run needs) is kept by default: a week, as a
 #: pool's operator would look back on a run; a store is given another (``retention=``).
@@ -163,6 +164,25 @@ class StateStore(ABC):
         ``shared``: a store's scripted per-instance transitions (Redis) may run alongside. The
         caller promises to write only records those cannot touch at the same time: completing
         a node all of whose instances have ended, and releasing its children."""
+
+    # -- the hot transitions, a chunk's at once (see steps.py) ------------------------------
+    @abstractmethod
+    def start_instances(self, starts: Sequence[Start]) -> list[tuple[Started, float]]:
+        """Claim each start's key for its owner and store its instance running (its node and
+        run too, at their first start), each step applied alone, all in one store call.
+        Returns each outcome and, when ``LEASED``, the seconds left on the holder's lease; a
+        leased instance is also touched (see :meth:`touch`), since its delivery looks again.
+        A reused result (``STORED``) is kept at least a retention more."""
+
+    @abstractmethod
+    def finish_instances(self, finishes: Sequence[Finish]) -> list[FinishOutcome]:
+        """Store each finish's result (unless ``None``, first wins) and instance, drop its
+        lease (whatever the outcome) and count its node down, each step applied alone, all in
+        one store call; with a ``completion``, also complete a node of one instance when
+        nothing could disagree (no run transaction in the way, the run not cancelling, no run
+        error to report); otherwise a node that is done gets an outbox mark for the caller, or
+        the sweeper, to complete in a run transaction. Children that became ready get marks
+        too."""
 
     # -- results ----------------------------------------------------------------------------
     @abstractmethod

@@ -1,16 +1,16 @@
 """Redis state store for the worker pool: every worker process on every host shares it.
 
-The hot path is one server-side script per step (``redis_scripts.py``): starting an instance,
-and completing it together with its node when the node has one instance (its outputs, its
-children's counters, the run's end), with no lock and one round trip each; a new run is one
-script too. The rest (completing a node of many instances, expanding released children,
-failures, retries, cancel) is a run transaction: it holds a per-run lock (``SET NX PX`` with a
-random token) while it reads, and buffers its writes into one commit script that applies them
-only if the lock is still its own, and drops the lock. Writes therefore land all together or
-not at all, and two workers completing the last two parents of a child at the same instant
-take turns: the second one sees the first one's counters. The scripts wait while an exclusive
-transaction holds the lock; a ``shared`` one (a node's completion) lets them start and end
-instances, since those parts cannot touch the records it writes.
+The hot path is one server-side script per step (``scripts/*.lua``, see ``redis_scripts.py``):
+starting an instance, and completing it together with its node when the node has one instance
+(its outputs, its children's counters, the run's end), with no lock and one round trip each; a
+new run is one script too. The rest (completing a node of many instances, expanding released
+children, failures, retries, cancel) is a run transaction: it holds a per-run lock (``SET NX
+PX`` with a random token) while it reads, and buffers its writes into one commit script that
+applies them only if the lock is still its own, and drops the lock. Writes therefore land all
+together or not at all, and two workers completing the last two parents of a child at the same
+instant take turns: the second one sees the first one's counters. The scripts wait while an
+exclusive transaction holds the lock; a ``shared`` one (a node's completion) lets them start and
+end instances, since those parts cannot touch the records it writes.
 
 Events are a Redis list per run: an event's id is its position, so ids increase without gaps and
 a follower resumes with ``LRANGE`` after the last id it saw. (A Stream's ids are timestamps,
@@ -54,7 +54,6 @@ from .records import (
 )
 from .redis_index import members_before
 from .redis_keys import PoolKeys
-from .redis_scripts import Finish, FinishOutcome, Start
 from .redis_tx import (
     InstanceRow,
     RedisTx,
@@ -64,6 +63,7 @@ from .redis_tx import (
     write_instances,
 )
 from .run_ends import EndWatch
+from .steps import Finish, Finished, FinishOutcome, Start, Started
 
 __all__ = ["RedisStateStore", "translate_redis_errors"]
 
@@ -85,7 +85,7 @@ def _until_not_busy(call: Callable[[], Any]) -> Any:
     delay = 0.0005
     while True:
         out = call()
-        if out not in ([-2], [b"busy", 0]):
+        if out[0] != b"busy":
             return out
         time.sleep(delay)
         delay = min(delay * 2, 0.01)
@@ -245,25 +245,19 @@ class RedisStateStore(StateStore):
 
     # -- hot transitions as scripts (see redis_scripts) --------------------------------------
     @translate_redis_errors
-    def start_instances(self, starts: Sequence[Start]) -> list[tuple[str, float]]:
-        """Claim each start's key for its owner and store its instance running, each in one
-        script, all in one round trip. Returns each outcome (``started``, ``stored``,
-        ``leased``, ``ended``, ``cancelling``, ``missing``) and, when leased, the seconds left
-        on the holder's lease; a leased outcome also touches the instance (see :meth:`touch`),
-        since its delivery will look again."""
+    def start_instances(self, starts: Sequence[Start]) -> list[tuple[Started, float]]:
+        """Each start in one script (``start.lua``), all in one round trip."""
         outs = self._pipelined([self._start_call(s) for s in starts])
-        return [(outcome.decode(), max(int(ms), 0) / 1000.0) for outcome, ms in outs]
+        return [(Started(outcome.decode()), max(int(ms), 0) / 1000.0) for outcome, ms in outs]
 
     @translate_redis_errors
     def finish_instances(self, finishes: Sequence[Finish]) -> list[FinishOutcome]:
-        """Store each finish's result (unless ``None``) and instance, count its node down and
-        drop its lease, each in one script, all in one round trip; with a ``completion``, also
-        complete a node of one instance when nothing stands in the way (see
-        ``redis_scripts.FINISH``)."""
+        """Each finish in one script (``finish.lua``), all in one round trip."""
         outs = self._pipelined([self._finish_call(f) for f in finishes])
-        return [FinishOutcome(int(out[0])) if int(out[0]) != -5 else
-                FinishOutcome(-5, run_ended=bool(out[1]), ready=[c.decode() for c in out[2:]])
-                for out in outs]
+        return [FinishOutcome(Finished.COMPLETED, run_ended=bool(n),
+                              ready=[c.decode() for c in ready])
+                if step == b"completed" else FinishOutcome(Finished(step.decode()), int(n))
+                for step, n, *ready in outs]
 
     def _pipelined(self, calls: list[tuple[Any, list, list]]) -> list[Any]:
         """Run ``(script, keys, args)`` calls, several in one pipeline of EVALSHAs (not the
@@ -280,7 +274,7 @@ class RedisStateStore(StateStore):
         for out in outs:
             if isinstance(out, Exception) and not isinstance(out, NoScriptError):
                 raise out
-        return [out if not isinstance(out, NoScriptError) and out not in ([-2], [b"busy", 0])
+        return [out if not isinstance(out, NoScriptError) and out[0] != b"busy"
                 else _until_not_busy(lambda s=script, k=keys, a=args: s(keys=k, args=a))
                 for out, (script, keys, args) in zip(outs, calls, strict=True)]
 

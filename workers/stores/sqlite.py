@@ -40,9 +40,9 @@ from .records import (
     RunSpecRecord,
     Storage,
 )
-from .redis_scripts import Finish, FinishOutcome, Start
 from .run_ends import EndWatch, LocalRunEnds
 from .sqlite_commit import GroupCommit
+from .steps import Finish, FinishOutcome, Start, Started
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, idem_key TEXT UNIQUE, doc TEXT NOT NULL);
@@ -389,8 +389,8 @@ class SqliteStateStore(StateStore):
             self._ends.announce(run_id)
 
     # -- hot transitions (see sqlite_steps) --------------------------------------------------
-    def start_instances(self, starts: Sequence[Start]) -> list[tuple[str, float]]:
-        """As :meth:`.redis.RedisStateStore.start_instances`, all in one transaction."""
+    def start_instances(self, starts: Sequence[Start]) -> list[tuple[Started, float]]:
+        """All in one transaction (see :mod:`.sqlite_steps`)."""
         with self._write() as c:
             batch = sqlite_steps.Batch()
             until = time.time() + self.retention
@@ -400,7 +400,7 @@ class SqliteStateStore(StateStore):
             return outcomes
 
     def finish_instances(self, finishes: Sequence[Finish]) -> list[FinishOutcome]:
-        """As :meth:`.redis.RedisStateStore.finish_instances`, all in one transaction."""
+        """All in one transaction (see :mod:`.sqlite_steps`)."""
         with self._write() as c:
             batch = sqlite_steps.Batch()
             outs = [sqlite_steps.finish(c, f, batch) for f in finishes]

@@ -1,5 +1,5 @@
 """The hot transitions of a node instance on SQLite: the Redis scripts' steps
-(``redis_scripts.py``: START and FINISH, with the same outcomes), as a few statements in one
+(``scripts/start.lua``, ``finish.lua``: the same outcomes, ``steps.py``), as a few statements in one
 write transaction.
 
 The generic path reads the instance, its node and the run, parses each into its pydantic model,
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from genloop.sdk.models import NodeStatus, RunStatus
 
 from .records import EventRecord, InstanceRecord
-from .redis_scripts import Finish, FinishOutcome, Start
+from .steps import Finish, Finished, FinishOutcome, Start, Started
 
 Take = Callable[[sqlite3.Connection, str, str, str, float], float]
 
@@ -118,43 +118,43 @@ def _update_instance(c: sqlite3.Connection, inst: InstanceRecord) -> None:
 
 
 def start(c: sqlite3.Connection, step: Start, batch: Batch, *, take: Take,
-          reused_until: float) -> tuple[str, float]:
+          reused_until: float) -> tuple[Started, float]:
     """START: claim the step's key for its owner and store its instance, node and run
     running. A stored result is reused, and kept at least until ``reused_until``."""
     running, key = step.running, step.key
     run_id = running.run_id
     if c.execute("SELECT 1 FROM results WHERE key = ?", (key,)).fetchone():
         c.execute("UPDATE result_until SET at = max(at, ?) WHERE key = ?", (reused_until, key))
-        return "stored", 0.0
+        return Started.STORED, 0.0
     row = c.execute("SELECT live FROM instances WHERE run_id = ? AND instance_id = ?",
                     (run_id, running.instance_id)).fetchone()
     if row is None:
-        return "missing", 0.0
+        return Started.MISSING, 0.0
     if not row[0]:
-        return "ended", 0.0
+        return Started.ENDED, 0.0
     run = batch.run(c, run_id)
     if run is None:
-        return "missing", 0.0
+        return Started.MISSING, 0.0
     if run.cancelling:
-        return "cancelling", 0.0
+        return Started.CANCELLING, 0.0
     lease = take(c, "claims", key, step.owner, step.ttl)
     if lease:  # the delivery will look again: touched, it is not taken for lost meanwhile
         c.execute("UPDATE instances SET touched = ? WHERE run_id = ? AND instance_id = ?",
                   (time.time(), run_id, running.instance_id))
-        return "leased", lease
+        return Started.LEASED, lease
     _update_instance(c, running)
     batch.event(c, run_id, step.started)
     c.execute("UPDATE nodes SET doc = json_set(doc, '$.status', ?) WHERE run_id = ? AND "
               "node_id = ? AND json_extract(doc, '$.status') <> ?",
               (NodeStatus.RUNNING, run_id, running.node_id, NodeStatus.RUNNING))
     batch.run_started(c, run_id, step.run_running)
-    return "started", 0.0
+    return Started.STARTED, 0.0
 
 
 def finish(c: sqlite3.Connection, step: Finish, batch: Batch) -> FinishOutcome:
     """FINISH: store the step's result (first wins) and instance, drop its lease, count the
-    node down; complete a node of one instance as the script does. Codes as
-    ``redis_scripts.FINISH``'s (never -2: nothing here waits on a lock)."""
+    node down; complete a node of one instance as the script does (nothing here waits on a
+    lock: the caller's transaction holds the database's)."""
     done, result, lease, completion = step.done, step.result, step.lease, step.completion
     run_id, node_id = done.run_id, done.node_id
     if lease is not None:
@@ -162,13 +162,13 @@ def finish(c: sqlite3.Connection, step: Finish, batch: Batch) -> FinishOutcome:
     row = c.execute("SELECT live FROM instances WHERE run_id = ? AND instance_id = ?",
                     (run_id, done.instance_id)).fetchone()
     if row is None:
-        return FinishOutcome(-3)
+        return FinishOutcome(Finished.MISSING)
     if not row[0]:
-        return FinishOutcome(-1)
+        return FinishOutcome(Finished.ENDED)
     if result is not None and not c.execute(
             "INSERT OR IGNORE INTO results VALUES (?, ?)",
             (result.key, result.model_dump_json())).rowcount:
-        return FinishOutcome(-4)
+        return FinishOutcome(Finished.OTHER_RESULT)
     _update_instance(c, done)
     batch.event(c, run_id, step.event)
     pending, outputs = c.execute(
@@ -177,7 +177,7 @@ def finish(c: sqlite3.Connection, step: Finish, batch: Batch) -> FinishOutcome:
         "RETURNING json_extract(doc, '$.pending_instances'), "
         "json_array_length(doc, '$.outputs')", (run_id, node_id)).fetchone()
     if pending > 0:
-        return FinishOutcome(pending)
+        return FinishOutcome(Finished.COUNTED, pending)
     now = time.time()
 
     def mark(nid: str) -> None:
@@ -187,12 +187,12 @@ def finish(c: sqlite3.Connection, step: Finish, batch: Batch) -> FinishOutcome:
             "SELECT COUNT(*) FROM instances WHERE run_id = ? AND node_id = ?",
             (run_id, node_id)).fetchone()[0] != 1:
         mark(node_id)
-        return FinishOutcome(pending)
+        return FinishOutcome(Finished.COUNTED, pending)
     run = batch.run(c, run_id)
     left = run.left - 1
     if run.cancelling or (left <= 0 and run.error is not None):
         mark(node_id)
-        return FinishOutcome(pending)
+        return FinishOutcome(Finished.COUNTED, pending)
     ready = []
     for child in completion.children:
         waiting = c.execute(
@@ -214,4 +214,4 @@ def finish(c: sqlite3.Connection, step: Finish, batch: Batch) -> FinishOutcome:
                   "WHERE id = ?", (RunStatus.SUCCEEDED, now, run_id))
         c.execute("INSERT OR IGNORE INTO run_ended VALUES (?)", (run_id,))
         batch.event(c, run_id, completion.run_event)
-    return FinishOutcome(-5, run_ended=left <= 0, ready=ready)
+    return FinishOutcome(Finished.COMPLETED, run_ended=left <= 0, ready=ready)
