@@ -21,7 +21,7 @@ own when it starts. The process-wide default (every other thread's torch work) i
 edge, once, by whatever owns the process's models (:class:`~genloop.workers.resources.Resources`):
 one thread. ``GENLOOP_TORCH_THREADS`` pins every thread to that count instead, and ``0`` there
 leaves torch's own default alone. The benchmark behind these defaults is ``benchmarks/loops.py``
-(figures in the README).
+(figures in docs/benchmarks.md).
 """
 
 from __future__ import annotations

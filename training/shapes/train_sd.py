@@ -68,8 +68,9 @@ class SDTrainConfig(BaseModel):
     vae_foreground_weight: float = 10.0
     #: Weight of an L1 loss on horizontal and vertical pixel differences (edges).
     vae_edge_weight: float = 1.0
-    #: Full CPU runs (README model card): 2,500 steps drew one-object scenes all-correct 0.76
-    #: of the time (36 min in all), 4,000 steps 0.95 (42 min, with other work beside it).
+    #: Full CPU runs (docs/shapes-model-card.md): 2,500 steps drew one-object scenes
+    #: all-correct 0.76 of the time (36 min in all), 4,000 steps 0.95 (42 min, with other
+    #: work beside it).
     unet_steps: int = 4000
     unet_batch: int = 64
     unet_lr: float = 1e-3
@@ -84,7 +85,7 @@ class SDTrainConfig(BaseModel):
     #: of 1.0 spends 84% of the steps on the noisier half, where the prompt decides what is
     #: drawn: at 2,500 steps of batch 32 all-correct went from 0.28 (uniform) to 0.44 (mean
     #: 0.5) and 0.54 (1.0), as much as uniform reached in 4,000 steps (``benchmarks/
-    #: shapes_unet.py``, README model card). Centred (mean 0) lost position (0.36): it
+    #: shapes_unet.py``, docs/shapes-model-card.md). Centred (mean 0) lost position (0.36): it
     #: rarely trains the steps near pure noise, where the zero-terminal-SNR schedule places
     #: the shape from the text alone.
     unet_timestep_logit: tuple[float, float] | None = (1.0, 1.0)

@@ -76,7 +76,7 @@ DEFAULT_GUIDANCE = 2.0
 #: :meth:`genloop.sdk.Loop.with_recipe`): 4-step drafts, 8 a round, judged by shapes-reader,
 #: stopping at the first round whose best draft the reader finds more likely right than wrong,
 #: within best-of-24's 480 denoising steps. ``benchmarks/loop_quality.py --prompts 100``
-#: (README "Loops"): ``target-drafts`` over the clause critic 0.74 against best-of-24's 0.68 by
+#: (docs/judges.md): ``target-drafts`` over the clause critic 0.74 against best-of-24's 0.68 by
 #: shapes-clip, at a quarter of its wall time; ``target-drafts-reader`` 0.77 against the
 #: critic's 0.73 in the same run (+0.04 [-0.01, +0.10], 2026-12-05).
 RECIPE: dict[str, Any] = {"evaluator": "shapes-reader", "steps": 4, "candidates": 8,
