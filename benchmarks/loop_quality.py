@@ -64,6 +64,7 @@ from genloop.sdk import Client, GenerationRequest, Loop, RefineRequest, Run, Run
 from genloop.sdk.backend import TERMINAL_EVENTS
 from genloop.sdk.ops import MAX_CANDIDATES_PER_NODE
 from genloop.workers import shapes
+from genloop.workers.metrics import metrics
 
 BASELINE = "best-of-n"
 MODES = ("default", "best-of-n", "best-of-n-critic", "best-of-n-drafts", "target", "target-drafts",
@@ -93,6 +94,8 @@ class ModeReport(BaseModel):
     draft_agreement: tuple[float, int] | None = None
     #: per prompt, whether the kept image was all-correct (for paired comparisons)
     correct: list[bool]
+    #: messages the sweeper re-sent during the mode, by reason (none is expected: nothing fails)
+    resends: dict[str, int] = {}
 
 
 def benchmark_prompts(n: int) -> list[tuple[str, str]]:
@@ -222,7 +225,7 @@ def _all_correct(client: Client, artifact: str, prompt: str) -> bool:
 def run_mode(client: Client, mode: str, prompts: list[tuple[str, str]], rounds: int,
              candidates: int, steps: int, draft_candidates: int | None = None,
              target: float = CRITIC_TARGET) -> ModeReport:
-    began = time.monotonic()
+    began, resent = time.monotonic(), _resends()
     loops = [loop_for(mode, p, rounds, candidates, steps, draft_candidates, target)
              for _, p in prompts]
     with ScriptedAgent(weakest_clause_policy) as agent:
@@ -231,7 +234,17 @@ def run_mode(client: Client, mode: str, prompts: list[tuple[str, str]], rounds: 
             agent.watch(run)
         results = [run.wait(timeout=3600) for run in runs]
     wall = time.monotonic() - began
-    return _report(client, mode, loops, prompts, results, wall)
+    report = _report(client, mode, loops, prompts, results, wall)
+    report.resends = {k: n - resent[k] for k, n in _resends().items() if n > resent[k]}
+    return report
+
+
+def _resends() -> dict[str, int]:
+    """This process's sweeper re-sends so far, by reason (``genloop_sweeper_resends_total``)."""
+    registry = metrics().registry
+    return {reason: int(registry.get_sample_value("genloop_sweeper_resends_total",
+                                                  {"reason": reason}) or 0)
+            for reason in ("outbox", "lease_ended", "message_lost")}
 
 
 def _report(client: Client, mode: str, loops: list[Loop], prompts: list[tuple[str, str]],
@@ -332,7 +345,8 @@ def _line(r: ModeReport, base: ModeReport | None) -> str:
     return (f"{r.mode:17s} {r.evaluator:13s} all-correct={r.all_correct:.3f} "
             f"[{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]{diff} ({sets}) "
             f"steps/prompt={r.steps_per_prompt:.0f} images/prompt={r.images_per_prompt:.1f} "
-            f"wall={r.wall_s:.1f}s{ratio}{agreement}")
+            f"wall={r.wall_s:.1f}s{ratio}{agreement} "
+            f"re-sends={sum(r.resends.values())}{r.resends or ''}")
 
 if __name__ == "__main__":
     main()
