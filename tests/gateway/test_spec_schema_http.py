@@ -35,6 +35,16 @@ def test_the_gateway_publishes_its_back_ends_schema(stack):
     assert httpx.get(f"{stack.url}/v1/schema").status_code == 401
 
 
+def test_a_tenant_allowed_some_judges_sees_only_those(stack):
+    from genloop.workers.gateway import TenantLimits
+
+    _, key = stack.tenant(TenantLimits(evaluators=["clip", "hf-clip"]))
+    schema = stack.client(key).schema()
+    # hf-clip stays out though allowed: a tenant can never give its path
+    assert [j.name for j in schema.served.evaluators] == ["clip"]
+    assert schema.loop["properties"]["evaluator"]["enum"] == ["clip", None]
+
+
 def test_an_invalid_spec_comes_back_as_paths_received_and_allowed(stack):
     _, key = stack.tenant()
     g = Graph()
