@@ -498,9 +498,3 @@ class Scheduler:
         self.just_sent.add(instances)
         self.enqueue(instances, 0.0)
         self.store.clear_outbox(entries)
-
-    def sweep(self, older_than: float = 10.0, grace: float | None = None) -> int:
-        """Re-send what a fault left behind (see :func:`.recovery.sweep`)."""
-        from .recovery import sweep
-
-        return sweep(self, older_than, grace)

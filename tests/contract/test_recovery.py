@@ -9,6 +9,7 @@ from wait_util import until
 
 from genloop.sdk.models import NodeStatus
 from genloop.workers.ops.registry import OpRegistry
+from genloop.workers.recovery import sweep
 from genloop.workers.scheduler import Scheduler
 from genloop.workers.stores import InstanceRecord, NodeRecord, RunRecord, RunSpecRecord
 from genloop.workers.stores.redis import RedisStateStore
@@ -78,7 +79,7 @@ def test_a_completion_between_reading_the_instance_and_its_lease_is_not_a_takeov
 
     store.lease_remaining = completed_meanwhile
     # When the sweeper looks; Then it sends nothing
-    assert scheduler.sweep(older_than=0, grace=GRACE) == 0
+    assert sweep(scheduler, older_than=0, grace=GRACE) == 0
     assert sent == []
 
 
@@ -91,13 +92,13 @@ def test_running_without_a_live_lease_is_resent_a_live_holder_is_not(store):
     assert store.claim("k0", "alive", ttl=30)  # a#1's holder died: its lease is gone
     _aged(store, "a#0", "a#1")
 
-    assert scheduler.sweep(older_than=0, grace=GRACE) == 1
+    assert sweep(scheduler, older_than=0, grace=GRACE) == 1
     assert sent == ["a#1"]
 
     store.release("k0", "alive")  # the holder ends without completing (it died, too)
     _aged(store, "a#0", "a#1")
     sent.clear()
-    scheduler.sweep(older_than=0, grace=GRACE)
+    sweep(scheduler, older_than=0, grace=GRACE)
     assert sent == ["a#0", "a#1"]
 
 
@@ -106,14 +107,14 @@ def test_queued_instances_wait_for_the_backlog_then_are_resent(store):
     waiting, sent = _scheduler(store, backlog=5)
     _aged(store, "a#0", "a#1")
 
-    assert waiting.sweep(older_than=0, grace=GRACE) == 0  # their turn has not come
+    assert sweep(waiting, older_than=0, grace=GRACE) == 0  # their turn has not come
     assert store.stale_instances(older_than=2) == []  # seen: looked at again a grace later
 
     drained, sent = _scheduler(store, backlog=0)
     _aged(store, "a#0", "a#1")
-    assert drained.sweep(older_than=0, grace=GRACE) == 2
+    assert sweep(drained, older_than=0, grace=GRACE) == 2
     assert sorted(sent) == ["a#0", "a#1"]
-    assert drained.sweep(older_than=0, grace=10) == 0  # re-sent ones wait another grace
+    assert sweep(drained, older_than=0, grace=10) == 0  # re-sent ones wait another grace
 
 
 def test_an_unreadable_record_is_quarantined_and_the_sweep_goes_on(store):
@@ -124,7 +125,7 @@ def test_an_unreadable_record_is_quarantined_and_the_sweep_goes_on(store):
         tx.add_outbox(["a#1", "a#2"])
     _aged(store, "a#0", "a#2")
 
-    scheduler.sweep(older_than=0, grace=GRACE)
+    sweep(scheduler, older_than=0, grace=GRACE)
 
     assert sorted(sent) == ["a#0", "a#2", "a#2"]  # a#2 from the outbox and as untouched
     assert store.outbox() == []
@@ -132,7 +133,7 @@ def test_an_unreadable_record_is_quarantined_and_the_sweep_goes_on(store):
     assert event.instance_id == "a#1" and "ValidationError" in event.error
     sent.clear()
     _aged(store, "a#0", "a#2")
-    scheduler.sweep(older_than=0, grace=GRACE)
+    sweep(scheduler, older_than=0, grace=GRACE)
     assert "a#1" not in sent
 
 
@@ -152,7 +153,7 @@ def test_a_record_holding_values_no_spec_may_hold_is_quarantined_like_admission_
             "UPDATE instances SET doc = ? WHERE instance_id = 'a#1'", (doc,))
     _aged(store, "a#0")
     # When the sweeper looks at it, then it is quarantined with the admission's own words
-    scheduler.sweep(older_than=0, grace=GRACE)
+    sweep(scheduler, older_than=0, grace=GRACE)
     assert sent == ["a#0"]
     (event,) = [e for e in store.events("r1") if e.type == "instance.quarantined"]
     assert event.error == "ValueError: params.threshold: inf is not a finite number"

@@ -11,26 +11,25 @@ images. Sign-in and forms: :mod:`.ui_session`.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from fastapi.templating import Jinja2Templates
 from starlette.background import BackgroundTask
 
 from genloop.sdk.errors import NotFound
 from genloop.sdk.graph import Graph
 from genloop.sdk.models import RunStatus
 
+from ..artifacts.base import CONTENT_TYPES
+from . import ui_campaigns
 from . import ui_session as session
 from .service import Gateway
 from .sse import event_stream
+from .ui_pages import HERE, page
 from .ui_views import dag, round_rows, run_rows
 
-HERE = Path(__file__).parent
-templates = Jinja2Templates(directory=HERE / "templates")
 PageTenant = Annotated[str, Depends(session.page_tenant)]
 DataTenant = Annotated[str, Depends(session.data_tenant)]
 
@@ -49,16 +48,8 @@ def run_graph(gateway: Gateway, run_id: str) -> Graph | None:
     return None if scheduler is None else scheduler.topology(run_id).graph
 
 
-def _page(request: Request, name: str, status_code: int = 200, **context: object) -> Response:
-    context.setdefault("tenant", session.tenant_or_none(request))
-    context.setdefault("token", session.form_token(request))
-    return templates.TemplateResponse(request, name, context, status_code=status_code)
-
-
 def install(app: FastAPI) -> None:
     """Serve the console on ``app`` (the gateway's)."""
-    from . import ui_campaigns  # imports this module's page helper
-
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
     app.include_router(router)
     app.include_router(ui_campaigns.router)
@@ -85,7 +76,7 @@ def _login_page(request: Request, next: str, error: str | None = None,
                 status_code: int = 200) -> Response:
     """The sign-in form, with a fresh sign-in token in its cookie and its hidden field."""
     token = session.new_login_token()
-    response = _page(request, "login.html", status_code=status_code, next=_local(next),
+    response = page(request, "login.html", status_code=status_code, next=_local(next),
                      error=error, csrf=token)
     session.set_login_token(response, token, secure=request.url.scheme == "https")
     return response
@@ -120,7 +111,7 @@ def runs_page(request: Request, gateway: Gw, who: PageTenant,
               before: Annotated[float | None, Query()] = None) -> Response:
     wanted = RunStatus(status) if status in RunStatus._value2member_map_ else None
     rows, next_before = run_rows(gateway, who, wanted, before)
-    return _page(request, "runs.html", rows=rows, status=wanted.value if wanted else "",
+    return page(request, "runs.html", rows=rows, status=wanted.value if wanted else "",
                  statuses=[s.value for s in RunStatus], next_before=next_before,
                  first_page=before is None)
 
@@ -131,12 +122,12 @@ def run_page(request: Request, run_id: str, gateway: Gw, who: PageTenant) -> Res
         info = gateway.get(who, run_id)
         result = gateway.result(who, run_id)
     except NotFound:
-        return _page(request, "missing.html", status_code=404, run_id=run_id)
+        return page(request, "missing.html", status_code=404, run_id=run_id)
     graph = run_graph(gateway, run_id)
     webhook = gateway.store.webhook(f"msg_{run_id}")
     attempts = [e for e in gateway.events(who, run_id, 0, 1000) if e.type == "webhook.attempt"
                 ] if webhook is not None else []
-    return _page(request, "run.html", info=info, result=result,
+    return page(request, "run.html", info=info, result=result,
                  dag=dag(graph, info.nodes) if graph is not None else None,
                  rounds=round_rows(result), token=session.form_token(request),
                  webhook=webhook, webhook_attempts=attempts)
@@ -147,7 +138,7 @@ def rounds_fragment(request: Request, run_id: str, gateway: Gw, who: DataTenant)
     """The rounds and the best image: what the run page re-fetches when an event says a
     node ended or an item failed."""
     result = gateway.result(who, run_id)
-    return _page(request, "_rounds.html", result=result, rounds=round_rows(result))
+    return page(request, "_rounds.html", result=result, rounds=round_rows(result))
 
 
 @router.get("/runs/{run_id}/events")
@@ -181,8 +172,6 @@ async def events(request: Request, run_id: str, gateway: Gw, who: DataTenant,
 @router.get("/artifacts/{key}")
 def artifact(key: str, gateway: Gw, who: DataTenant) -> Response:
     """An image of one of the tenant's runs, with the session's key; never public."""
-    from .app import CONTENT_TYPES
-
     data = gateway.artifact(who, key)
     media = CONTENT_TYPES.get(key.rsplit(".", 1)[-1], "application/octet-stream")
     return Response(data, media_type=media, headers={"Cache-Control": "private, max-age=3600"})

@@ -26,7 +26,7 @@ from genloop.campaign.runner import RUNS_FILE
 from . import ui_session as session
 from .errors import ApiProblem
 from .service import Gateway
-from .ui import _page
+from .ui_pages import page
 
 router = APIRouter(prefix="/ui/campaigns", include_in_schema=False)
 PageTenant = Annotated[str, Depends(session.page_tenant)]
@@ -75,7 +75,7 @@ def campaigns_page(request: Request, who: PageTenant) -> Response:
             approved = sum(1 for v in manifest.variants
                            if v.review is not None and v.review.decision == "approved")
             rows.append((manifest, approved))
-    return _page(request, "campaigns.html", rows=rows, configured=root is not None)
+    return page(request, "campaigns.html", rows=rows, configured=root is not None)
 
 
 @router.get("/{name}", response_class=HTMLResponse)
@@ -84,7 +84,7 @@ def campaign_page(request: Request, name: str, who: PageTenant) -> Response:
     product = next(iter(manifest.axes))
     groups = {value: [v for v in manifest.variants if v.values[product] == value]
               for value in manifest.axes[product]}
-    return _page(request, "campaign.html", manifest=manifest, product=product, groups=groups,
+    return page(request, "campaign.html", manifest=manifest, product=product, groups=groups,
                  token=session.form_token(request))
 
 

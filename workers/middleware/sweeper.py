@@ -39,6 +39,7 @@ from dramatiq.middleware import Middleware
 from ..artifact_gc import collect
 from ..artifacts.base import ArtifactStore
 from ..metrics import metrics
+from ..recovery import sweep
 from ..retention import retention_pass
 from ..scheduler import Scheduler
 from ..stores.holders import process_tag
@@ -96,7 +97,7 @@ class OutboxSweeper(Middleware):
     def sweep_once(self) -> int:
         try:
             if self.scheduler.store.try_lock("sweeper", self._owner, ttl=self.every * 2):
-                n = self.scheduler.sweep(older_than=self.every, grace=self.grace)
+                n = sweep(self.scheduler, older_than=self.every, grace=self.grace)
                 if n:
                     log.info("re-sent %d message(s) left behind by a fault", n)
                 self._bound_storage()
