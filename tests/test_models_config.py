@@ -162,3 +162,22 @@ def test_a_folder_beside_the_config_is_a_folder_not_a_hub_id(tmp_path):
     entry = ModelsConfig.load(config).models["house"]
     assert entry.source == str((tmp_path / "weights" / "house").resolve())
     assert entry.folder is not None
+
+
+def test_start_checks_name_an_uncached_hub_id_and_an_unreadable_size(tmp_path):
+    from genloop.workers.models_config import ModelEntry, config_problems
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "model_index.json").write_text(json.dumps({"_class_name": "HousePipeline"}))
+    config = ModelsConfig(models={
+        "hub": ModelEntry(source="nobody/no-such-model"),
+        "bare": ModelEntry(source=str(bare)),
+        "sized": ModelEntry(source=str(bare), width=64, height=64),  # needs no native size
+    })
+    problems = config_problems(config)
+    assert problems == [
+        "models.hub: 'nobody/no-such-model' is neither an absolute folder path nor a hub id "
+        "in the Hugging Face cache (no downloads)",
+        f"models.bare: {bare}: no denoiser (unet, transformer, prior) and vae to read the "
+        "native size from; set width and height"]
