@@ -155,8 +155,8 @@ class ModelRegistry:
         return entry.device if entry is not None and entry.device else self.device
 
     def config_problems(self) -> list[str]:
-        """Every reason a configured model or judge cannot be served here, one line each with
-        its path (a worker checks at start and refuses to, naming them all): those of
+        """Every reason a configured model cannot be served here, one line each with its path
+        (a worker checks at start and refuses to start, naming them all): those of
         :func:`~genloop.workers.models_config.config_problems`, plus a dtype its device cannot
         run, a pipeline class diffusers lacks, a share larger than the budget."""
         if self.models is None:
