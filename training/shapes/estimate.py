@@ -17,6 +17,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+#: Share of a training budget for the first phase (generator beside clean CLIP); mining (a
+#: fixed number of images) and the hard-negative fine-tuning share the rest.
+FIRST_PHASE_SHARE = 0.75
+
 
 class Estimate(BaseModel):
     #: CPU seconds per unit: a training step, an image rendered / encoded / generated / graded.
@@ -121,8 +125,6 @@ def estimate(device: str = "cpu", repeat: int = 2, recipe: str = "cpu",
              + stages["clip_hard_negatives"])
     steps = None
     if budget_seconds is not None:
-        from .train import FIRST_PHASE_SHARE
-
         first = FIRST_PHASE_SHARE * budget_seconds - sd.pool_size * unit["render"]
         steps = {"vae": int(train_sd.VAE_SHARE * first / unit["vae_step"]),
                  "unet": int((1 - train_sd.VAE_SHARE) * first / unit["unet_step"]),

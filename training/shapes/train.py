@@ -14,15 +14,14 @@ Writes ``DIR/shapes-sd`` and ``DIR/shapes-clip`` (drop-in replacements for the s
 ``--clip-only`` retrains shapes-clip alone (clean phase, mining, fine-tuning) against the
 generator already in ``DIR/shapes-sd`` (copy the shipped one there): a new verifier recipe for
 the same generator, without the generator's share of the run.
-``--recipe gpu`` takes :meth:`.train_sd.SDTrainConfig.gpu` (GPU-sized batches and pool, a
-wider-reaching UNet); ``--budget-seconds`` makes every training loop run as many steps as fit:
-:data:`FIRST_PHASE_SHARE` of the budget for the generator (beside clean CLIP), the rest, after
-mining, for the hard-negative fine-tuning. ``--estimate`` instead times a few steps of every
-stage at full batch size and extrapolates the full run on this machine, in CPU seconds of one
-thread (so a busy shared machine does not inflate it). Imports torch, diffusers, transformers,
-open_clip and genloop's shapes world, none of the service stack (Dramatiq, Redis, FastAPI), so
-it runs where those are not installed.
-"""
+``--recipe gpu`` takes :meth:`.train_sd.SDTrainConfig.gpu` (GPU-sized batches and pool, a wider-
+reaching UNet); ``--budget-seconds`` makes every training loop run as many steps as fit:
+:data:`.estimate.FIRST_PHASE_SHARE` of the budget for the generator (beside clean CLIP), the
+rest, after mining, for the hard-negative fine-tuning. ``--estimate`` instead times a few steps
+of every stage at full batch size and extrapolates the full run on this machine, in CPU seconds
+of one thread (so a busy shared machine does not inflate it). Imports torch, diffusers,
+transformers, open_clip and genloop's shapes world, none of the service stack (Dramatiq, Redis,
+FastAPI), so it runs where those are not installed. """
 
 from __future__ import annotations
 
@@ -38,6 +37,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel
 
+from .estimate import FIRST_PHASE_SHARE, estimate
 from .mining import Mined, MiningConfig
 from .steps import LOOPS_FILE
 from .train_clip import ClipTrainConfig
@@ -55,11 +55,6 @@ class TrainReport(BaseModel):
     #: Per training loop: steps run and, when budgeted, measured seconds per step.
     loops: dict[str, dict[str, float | None]]
     configs: dict[str, dict]
-
-
-#: Share of ``--budget-seconds`` for the first phase (generator beside clean CLIP); mining
-#: (a fixed number of images) and the hard-negative fine-tuning share the rest.
-FIRST_PHASE_SHARE = 0.75
 
 
 def _configs(smoke: bool, seed: int,
@@ -207,8 +202,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.stage:
         _run_stage(args.stage, args)
     elif args.estimate:
-        from .estimate import estimate
-
         print(estimate(args.device, recipe=args.recipe,
                        budget_seconds=args.budget_seconds).model_dump_json(indent=2))
     else:
