@@ -14,14 +14,15 @@ Writes ``DIR/shapes-sd`` and ``DIR/shapes-clip`` (drop-in replacements for the s
 ``--clip-only`` retrains shapes-clip alone (clean phase, mining, fine-tuning) against the
 generator already in ``DIR/shapes-sd`` (copy the shipped one there): a new verifier recipe for
 the same generator, without the generator's share of the run.
-``--recipe gpu`` takes :meth:`.train_sd.SDTrainConfig.gpu` (GPU-sized batches and pool, a wider-
-reaching UNet); ``--budget-seconds`` makes every training loop run as many steps as fit:
+``--recipe gpu`` takes :meth:`.train_sd.SDTrainConfig.gpu` (GPU-sized batches and pool, a
+wider-reaching UNet); ``--budget-seconds`` makes every training loop run as many steps as fit:
 :data:`.estimate.FIRST_PHASE_SHARE` of the budget for the generator (beside clean CLIP), the
 rest, after mining, for the hard-negative fine-tuning. ``--estimate`` instead times a few steps
 of every stage at full batch size and extrapolates the full run on this machine, in CPU seconds
 of one thread (so a busy shared machine does not inflate it). Imports torch, diffusers,
 transformers, open_clip and genloop's shapes world, none of the service stack (Dramatiq, Redis,
-FastAPI), so it runs where those are not installed. """
+FastAPI), so it runs where those are not installed.
+"""
 
 from __future__ import annotations
 
