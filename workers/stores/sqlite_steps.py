@@ -104,8 +104,9 @@ class Batch:
                           "'$.status', CASE json_extract(doc, '$.status') WHEN ? THEN ? "
                           "ELSE json_extract(doc, '$.status') END) WHERE id = ?",
                           (run.left, RunStatus.PENDING, RunStatus.RUNNING, run_id))
-            c.executemany("INSERT OR REPLACE INTO ended_counts VALUES (?, ?, ?)",
-                          [(run_id, node, items) for node, items in run.ended_counts.items()])
+            if run.ended_counts:
+                c.executemany("INSERT OR REPLACE INTO ended_counts VALUES (?, ?, ?)",
+                              [(run_id, node, items) for node, items in run.ended_counts.items()])
             run.counted, run.ended_counts = False, {}
 
 
