@@ -342,3 +342,16 @@ def test_a_pipeline_no_cache_runs_on_runs_uncached_and_says_why_once(caplog):
     assert [p.kind for p in plans] == ["off"] * 3
     (record,) = caplog.records
     assert "UnheardOfPipeline (anything else) runs without a step cache" in record.message
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_every_architecture_has_regions_to_compile(arch, folders, registry):
+    from genloop.workers.engine.compile import Compiler
+
+    compiler = Compiler(backend="eager")
+    with registry.acquire(folders[arch]) as pipe:
+        try:
+            # SD3's transformer names no _repeated_blocks: the map's JointTransformerBlock does
+            assert compiler.apply(pipe) and compiler.is_compiled(pipe)
+        finally:
+            compiler.remove(pipe)
