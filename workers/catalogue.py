@@ -62,12 +62,18 @@ def evaluators_key(prefix: str) -> str:
     return f"{prefix}:evaluators"
 
 
+def cache_modes_key(prefix: str) -> str:
+    """The hash of the step cache modes each configured model runs (name -> JSON list)."""
+    return f"{prefix}:cache_modes"
+
+
 def publish(client: redis.Redis, registry: OpRegistry, queues: list[str],
             prefix: str = "genloop", models: dict[str, str] | None = None,
-            evaluators: dict[str, Named] | None = None) -> None:
-    """Record this worker's ops, the queues it consumes, its models (name -> description) and
-    its evaluators (:meth:`~genloop.evaluators.EvaluatorRegistry.listing`), for the spec
-    schema a submitting client publishes."""
+            evaluators: dict[str, Named] | None = None,
+            cache_modes: dict[str, list[str]] | None = None) -> None:
+    """Record this worker's ops, the queues it consumes, its models (name -> description), its
+    evaluators (:meth:`~genloop.evaluators.EvaluatorRegistry.listing`) and the cache modes of
+    its configured models, for the spec schema a submitting client publishes (and checks)."""
     if queues:
         client.sadd(PoolKeys(prefix).queues, *queues)
     if models:
@@ -75,6 +81,9 @@ def publish(client: redis.Redis, registry: OpRegistry, queues: list[str],
     if evaluators:
         client.hset(evaluators_key(prefix), mapping={
             name: named.model_dump_json() for name, named in evaluators.items()})
+    if cache_modes:
+        client.hset(cache_modes_key(prefix), mapping={
+            name: json.dumps(modes) for name, modes in cache_modes.items()})
     client.hset(PoolKeys(prefix).ops, mapping={
         name: json.dumps({
             "queue": spec.queue, "version": spec.version, "elementwise": spec.elementwise,
@@ -102,6 +111,13 @@ class PublishedEvaluators:
         published = {k.decode(): Named.model_validate_json(v)
                      for k, v in self.client.hgetall(evaluators_key(self.prefix)).items()}
         return {**self.local.listing(), **published}
+
+
+def published_cache_modes(client: redis.Redis, prefix: str = "genloop"
+                          ) -> dict[str, list[str]]:
+    """What the pool's workers published of :func:`~.capabilities.model_cache_modes`."""
+    return {k.decode(): json.loads(v)
+            for k, v in client.hgetall(cache_modes_key(prefix)).items()}
 
 
 def published_queues(client: redis.Redis, prefix: str = "genloop") -> set[str]:

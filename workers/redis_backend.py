@@ -17,7 +17,13 @@ from genloop.sdk.models import RunInfo
 
 from .artifacts import open_artifact_store
 from .broker import DEFAULT_QUEUES, submitter
-from .catalogue import PublishedEvaluators, published_models, published_queues, with_published
+from .catalogue import (
+    PublishedEvaluators,
+    published_cache_modes,
+    published_models,
+    published_queues,
+    with_published,
+)
 from .ops.refine import RefinerRegistry, default_refiners
 from .ops.registry import OpRegistry, default_registry
 from .pool_status import PoolStatus, RecentWorkers, pool_status, waiting_for
@@ -73,6 +79,7 @@ class RedisBackend(StoreBackend):
                               shared_fair=prefix if fair else None)
         super().__init__(scheduler, artifacts,
                          models=lambda: published_models(self.client, prefix),
+                         cache_modes=lambda: published_cache_modes(self.client, prefix),
                          evaluators=PublishedEvaluators(self.client, evaluators if evaluators
                                                         is not None else default_evaluators,
                                                         prefix),

@@ -132,7 +132,8 @@ def build():
     broker.add_middleware(Drain(wiring.executor, float(os.environ.get(ENV_GRACE, DEFAULT_GRACE))))
     broker.add_middleware(Presence(client, prefix, wiring.executor, resources, queues))
     publish(client, default_registry, queues, prefix, models=resources.served_models(),
-            evaluators=resources.evaluators.listing())
+            evaluators=resources.evaluators.listing(),
+            cache_modes=resources.served_cache_modes())
     if os.environ.get(ENV_METRICS_PORT):
         port = serve_metrics(int(os.environ[ENV_METRICS_PORT]),
                              int(os.environ.get(ENV_PROCESSES, "1")),

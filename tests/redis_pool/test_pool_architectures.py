@@ -1,7 +1,8 @@
 """A draft loop on an operator's Flux folder through a pool of real ``genloop worker``
 processes: drafts, then img2img finishes, with the default step cache (First-Block Cache). Its
 finishes failed on every worker with ``No cache context is set``, retried 4x, and came out at
-Flux's 256 px default instead of the configured size."""
+Flux's 256 px default instead of the configured size. The workers publish the modes Flux runs,
+so a client refuses another at submit."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from PIL import Image
 from redis_util import POOL_DB, redis_url
 
 from genloop.evaluators.openclip import register_tiny_config
-from genloop.sdk import Client, Loop, RunStatus
+from genloop.sdk import Client, GraphError, Loop, RunStatus
 
 pytestmark = pytest.mark.slow
 
@@ -33,12 +34,17 @@ def test_a_flux_draft_loop_finishes_its_drafts_on_a_pool(pool, redis_client, tmp
     pool.wait_ready(redis_client)
 
     with Client.connect(redis_url(POOL_DB), artifacts=f"file://{tmp_path / 'artifacts'}") as c:
+        modes = c.schema().served.cache_modes
+        with pytest.raises(GraphError, match="cannot run cache mode 'deepcache'"):
+            c.submit(Loop(prompt="a cat", model="house-flux", evaluator="judge",
+                          cache="deepcache"))
         result = c.submit(Loop(prompt="a red circle", model="house-flux", evaluator="judge",
                                refiner="draft", candidates=2, rounds=2,
                                steps=8)).wait(timeout=300)
         finished = result.items("round-2/generate")
         sizes = {Image.open(io.BytesIO(c.read_artifact(f.artifact))).size for f in finished}
 
+    assert modes == {"house-flux": ["default", "off", "fbcache", "taylorseer"]}
     assert result.status == RunStatus.SUCCEEDED and not result.failures, result.failures
     assert [f.init_image is not None for f in finished] == [True, True]
     assert sizes == {(64, 64)}
