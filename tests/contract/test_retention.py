@@ -58,8 +58,10 @@ def pool(store, tmp_path):
     op("hold", output=N, registry=registry)(lambda p, inputs, ctx: gate.wait(30) and N(n=0))
     broker = StubBroker()
     broker.emit_after("process_boot")
+    # The sweeper's own retention pass (at its first tick, with the real clock) would take
+    # some of the runs these tests hand to theirs: it waits an hour here
     wiring = wire(broker, store, LocalArtifactStore(tmp_path / "art"), registry,
-                  queues=("cpu",), sweep_every=0.2, lease_ttl=30.0)
+                  queues=("cpu",), sweep_every=3600.0, lease_ttl=30.0)
     worker = dramatiq.Worker(wiring.broker, worker_threads=2, worker_timeout=50)
     worker.start()
     yield wiring.scheduler, bodies, gate
