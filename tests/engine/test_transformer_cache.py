@@ -74,3 +74,31 @@ def test_default_on_a_transformer_pipeline_is_first_block_cache(pipe):
 
     assert plan.kind == "fbcache"
     prepare_step_cache(pipe, "off", 4)
+
+
+def _call(pipe, seed: int) -> torch.Tensor:
+    """One transformer call on inputs drawn from ``seed``, outside any cache context."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        return pipe.transformer(
+            hidden_states=torch.randn(1, 16, 4, generator=g), timestep=torch.tensor([0.5]),
+            pooled_projections=torch.randn(1, 16, generator=g),
+            encoder_hidden_states=torch.randn(1, 6, 16, generator=g), txt_ids=torch.zeros(6, 3),
+            img_ids=torch.zeros(16, 3), return_dict=False)[0]
+
+
+def test_calls_a_pipeline_leaves_without_a_context_keep_a_cache_state_each(pipe):
+    from genloop.workers.engine.step_cache import step_ended
+
+    prepare_step_cache(pipe, "off", 2)
+    full = [_call(pipe, seed) for seed in (1, 2)]
+    # A threshold no change reaches: every call after the first of its context reuses
+    prepare_step_cache(pipe, "fbcache:100", 2)
+
+    first_step = [_call(pipe, seed) for seed in (1, 2)]  # "call-0", "call-1": each computes
+    step_ended(pipe, 0)
+    second_step = _call(pipe, 2)  # "call-0" again: reuses what seed 1's call left
+
+    assert all(torch.equal(a, b) for a, b in zip(first_step, full, strict=True))
+    assert not torch.equal(second_step, full[1])
+    prepare_step_cache(pipe, "off", 2)
