@@ -42,13 +42,12 @@ EDIT_KINDS = ("img2img", "inpaint")
 class Architecture:
     """One row of the capability map."""
 
-    key: str
     title: str
     #: Denoiser class names that make a pipeline this architecture.
     denoisers: tuple[str, ...]
     #: Step-cache modes that run, besides ``off`` (which always does).
     cache_modes: tuple[str, ...]
-    #: What ``default`` resolves to for calls long enough to cache (see :mod:`.step_cache`).
+    #: What ``default`` resolves to for calls long enough to cache (see :mod:`.engine.step_cache`).
     default_cache: str
     #: Why each mode that does not run does not (mode -> reason).
     cache_refusals: tuple[tuple[str, str], ...] = ()
@@ -80,26 +79,26 @@ _UNET_REFUSALS = (
 )
 
 SD = Architecture(
-    "sd", "UNet (SD1.x / SD2.x)", ("UNet2DConditionModel",), ("deepcache",), "deepcache",
+    "UNet (SD1.x / SD2.x)", ("UNet2DConditionModel",), ("deepcache",), "deepcache",
     _UNET_REFUSALS, compile_regions=("ResnetBlock2D",))
 SDXL = Architecture(
-    "sdxl", "UNet (SDXL)", ("UNet2DConditionModel",), ("deepcache",), "deepcache",
+    "UNet (SDXL)", ("UNet2DConditionModel",), ("deepcache",), "deepcache",
     _UNET_REFUSALS, compile_regions=("ResnetBlock2D",))
 SD3 = Architecture(
-    "sd3", "SD3 (MMDiT)", ("SD3Transformer2DModel",), ("taylorseer",), "taylorseer", (
+    "SD3 (MMDiT)", ("SD3Transformer2DModel",), ("taylorseer",), "taylorseer", (
         ("deepcache", "DeepCache needs a UNet's down/up blocks"),
         ("fbcache", "SD3's last JointTransformerBlock returns no text states, which "
                     "diffusers' First-Block Cache subtracts (TypeError in diffusers 0.42)"),
     ), compile_regions=("JointTransformerBlock",))
 FLUX = Architecture(
-    "flux", "Flux", ("FluxTransformer2DModel",), ("fbcache", "taylorseer"), "fbcache",
+    "Flux", ("FluxTransformer2DModel",), ("fbcache", "taylorseer"), "fbcache",
     (("deepcache", "DeepCache needs a UNet's down/up blocks"),))
 #: A transformer diffusers can cache (``enable_cache``) that the map does not name.
 CACHEABLE_TRANSFORMER = Architecture(
-    "transformer", "another transformer", (), ("fbcache", "taylorseer"),
-    "fbcache", (("deepcache", "DeepCache needs a UNet's down/up blocks"),), edits=())
+    "another transformer", (), ("fbcache", "taylorseer"), "fbcache",
+    (("deepcache", "DeepCache needs a UNet's down/up blocks"),), edits=())
 OTHER = Architecture(
-    "other", "anything else", (), (), "off",
+    "anything else", (), (), "off",
     (("deepcache", "no UNet with down/up blocks"),
      ("fbcache", "no transformer with diffusers' enable_cache"),
      ("taylorseer", "no transformer with diffusers' enable_cache")), edits=())
