@@ -50,7 +50,8 @@ def test_a_model_in_use_is_not_evicted(tiny_bytes):
 
 def test_a_model_larger_than_the_budget_is_refused_with_a_hint(tiny_bytes):
     reg = registry_for(tiny_bytes // 2)
-    with pytest.raises(Permanent, match="raise memory_budget"):
+    with pytest.raises(Permanent, match=r"raise the budget \(memory_budget_gib, genloop worker "
+                                        r"--memory-budget\)"):
         reg.pipeline("a")
 
 
