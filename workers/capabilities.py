@@ -33,6 +33,8 @@ from pathlib import Path
 from .model_folder import FolderProblem, read_folder
 from .models_config import ModelsConfig
 
+#: ``default`` runs calls of fewer denoising steps than this without DeepCache.
+MIN_DEFAULT_DEEPCACHE_STEPS = 8
 #: Every cache mode a request may name (``sdk.ops.GenerateParams.cache``), parameters aside.
 CACHE_MODES = ("default", "off", "deepcache", "fbcache", "taylorseer")
 EDIT_KINDS = ("img2img", "inpaint")
@@ -195,8 +197,6 @@ def _configured(config: ModelsConfig | None) -> dict[str, Architecture]:
 
 def capability_table() -> str:
     """The map as a Markdown table (what ``docs/own-models.md`` shows)."""
-    from .engine.step_cache import MIN_DEFAULT_DEEPCACHE_STEPS
-
     rows = ["| architecture | detected by | step cache modes | `default` | edits | batching "
             "| compiled regions |", "|---|---|---|---|---|---|---|"]
     for arch in ARCHITECTURES:

@@ -51,7 +51,7 @@ from diffusers.hooks import HookRegistry
 
 from genloop.sdk.errors import Permanent
 
-from ..capabilities import Architecture, architecture_of
+from ..capabilities import MIN_DEFAULT_DEEPCACHE_STEPS, Architecture, architecture_of
 from .cache_context import apply_cache_context, cache_context_step_end, reset_cache_context
 from .compile import replays_cuda_graphs
 from .deepcache import (
@@ -69,8 +69,6 @@ DEFAULT_CACHE = "default"
 DEFAULT_DEEPCACHE = DeepCacheConfig(interval=2, warmup=1, tail=1, branch="layer")
 #: The first 10% of the steps (at least one) are always full: they set the composition.
 WARMUP_FRACTION = 0.1
-#: ``default`` runs calls of fewer denoising steps than this without DeepCache.
-MIN_DEFAULT_DEEPCACHE_STEPS = 8
 DEFAULT_FBCACHE_THRESHOLD = 0.05
 MODES = ("default", "off", "deepcache", "fbcache", "taylorseer")
 
