@@ -57,16 +57,6 @@ def _remote(params, inputs, ctx):  # pragma: no cover - never called in the clie
     raise RuntimeError("a remote op runs on the workers only")
 
 
-def evaluators_key(prefix: str) -> str:
-    """The hash of the evaluators a pool's workers serve (name -> JSON description, needs)."""
-    return f"{prefix}:evaluators"
-
-
-def cache_modes_key(prefix: str) -> str:
-    """The hash of the step cache modes each configured model runs (name -> JSON list)."""
-    return f"{prefix}:cache_modes"
-
-
 def publish(client: redis.Redis, registry: OpRegistry, queues: list[str],
             prefix: str = "genloop", models: dict[str, str] | None = None,
             evaluators: dict[str, Named] | None = None,
@@ -79,10 +69,10 @@ def publish(client: redis.Redis, registry: OpRegistry, queues: list[str],
     if models:
         client.hset(PoolKeys(prefix).models, mapping=models)
     if evaluators:
-        client.hset(evaluators_key(prefix), mapping={
+        client.hset(PoolKeys(prefix).evaluators, mapping={
             name: named.model_dump_json() for name, named in evaluators.items()})
     if cache_modes:
-        client.hset(cache_modes_key(prefix), mapping={
+        client.hset(PoolKeys(prefix).cache_modes, mapping={
             name: json.dumps(modes) for name, modes in cache_modes.items()})
     client.hset(PoolKeys(prefix).ops, mapping={
         name: json.dumps({
@@ -109,7 +99,7 @@ class PublishedEvaluators:
 
     def listing(self) -> dict[str, Named]:
         published = {k.decode(): Named.model_validate_json(v)
-                     for k, v in self.client.hgetall(evaluators_key(self.prefix)).items()}
+                     for k, v in self.client.hgetall(PoolKeys(self.prefix).evaluators).items()}
         return {**self.local.listing(), **published}
 
 
@@ -117,7 +107,7 @@ def published_cache_modes(client: redis.Redis, prefix: str = "genloop"
                           ) -> dict[str, list[str]]:
     """What the pool's workers published of :func:`~.capabilities.model_cache_modes`."""
     return {k.decode(): json.loads(v)
-            for k, v in client.hgetall(cache_modes_key(prefix)).items()}
+            for k, v in client.hgetall(PoolKeys(prefix).cache_modes).items()}
 
 
 def published_queues(client: redis.Redis, prefix: str = "genloop") -> set[str]:

@@ -123,6 +123,16 @@ class PoolKeys:
         return f"{self.p}:models"
 
     @property
+    def evaluators(self) -> str:
+        """The evaluators the pool's workers serve (name -> JSON description and needs)."""
+        return f"{self.p}:evaluators"
+
+    @property
+    def cache_modes(self) -> str:
+        """The step cache modes each configured model runs (name -> JSON list)."""
+        return f"{self.p}:cache_modes"
+
+    @property
     def ops(self) -> str:
         return f"{self.p}:ops"
 
