@@ -270,3 +270,53 @@ def test_a_models_own_device_decides_what_its_dtype_may_be(tmp_path, folder):
     registry = ModelRegistry(device="cpu", models=config)
     assert (registry.device_of("gpu"), registry.dtype_of("gpu")) == ("cuda:1", torch.float16)
     assert registry.config_problems() == []  # float16 is refused only where it runs on a CPU
+
+
+def test_a_models_engine_table_sets_its_batch_cap_layout_bf16_and_compile(tmp_path, folder):
+    from genloop.workers.engine.engine import EngineOptions
+    from genloop.workers.engine.generate import ImageSettings
+    from genloop.workers.engine.registry import ModelRegistry
+
+    def no_compiler(gm, example_inputs):
+        raise RuntimeError("no compiler here")
+
+    # Given two models of one folder, one with its own engine settings, on a worker whose
+    # options set none of them (compile off)
+    config = ModelsConfig.load(config_file(tmp_path, (
+        f'[models.house]\nsource = "{folder}"\n[models.house.engine]\nmax_batch = 2\n'
+        'channels_last = true\ncpu_bf16 = false\ncompile = true\n'
+        f'[models.plain]\nsource = "{folder}"\n')))
+    reg = ModelRegistry("cpu", models=config, engine_options=EngineOptions(
+        window=0.0, compile_backend=no_compiler, cpu_bf16=True))
+    engine = reg.engine
+    settings = ImageSettings(steps=2, guidance=5.0, width=32, height=32, cache="off")
+    batches = engine.batcher.batches
+    try:
+        # When each draws six images in one request
+        engine.generate("house", [f"a cat {i}" for i in range(6)], list(range(6)), settings)
+        engine.generate("plain", [f"a dog {i}" for i in range(6)], list(range(6)), settings)
+        house, plain = reg.pipeline("house").unet, reg.pipeline("plain").unet
+    finally:
+        engine.close()
+
+    # Then its batches keep to its cap, its layout and compile are its own, and the worker's
+    # options hold for the other
+    assert batches == [2, 2, 2, 6]
+    assert house.conv_in.weight.is_contiguous(memory_format=torch.channels_last)
+    assert not plain.conv_in.weight.is_contiguous(memory_format=torch.channels_last)
+    assert house in engine.compiler.failed and plain not in engine.compiler.failed
+    assert (engine.cpu_bf16("house"), engine.cpu_bf16("plain")) == (False, True)
+
+
+def test_an_engine_table_is_checked_and_a_simulated_model_takes_none(tmp_path):
+    with pytest.raises(ModelsConfigError, match="max_batch"):
+        ModelsConfig.load(config_file(tmp_path, '[models.a]\nsource = "x/y"\n'
+                                      '[models.a.engine]\nmax_batch = 0\n'))
+    with pytest.raises(ModelsConfigError, match="threads"):
+        ModelsConfig.load(config_file(tmp_path, '[models.a]\nsource = "x/y"\n'
+                                      '[models.a.engine]\nthreads = 2\n'))
+    with pytest.raises(ModelsConfigError, match="remove pipeline, dtype, device, engine"):
+        ModelsConfig.load(config_file(tmp_path, (
+            '[models.s]\nsteps = 2\n[models.s.simulated]\nload_seconds = 0\n'
+            'step_seconds = { 1 = 0.01 }\nresident_bytes = 1000\n[models.s.engine]\n'
+            'max_batch = 2\n')))

@@ -13,6 +13,7 @@ JSON) file that ``genloop worker --models``, ``genloop serve --models`` and
     guidance = 6.0                            # width / height: omit for the native size
     cache = "deepcache:3"                     # what a request's cache "default" runs with
     memory_gib = 9.5                          # its share of the budget while resident
+    engine = { max_batch = 4 }                # over the worker's engine options
 
 Every field is described on :class:`ModelEntry`; ``docs/own-models.md`` has whole examples.
 An entry's ``pipeline`` names the diffusers class where the folder's ``model_index.json`` does
@@ -104,6 +105,29 @@ class SimulatedModel(BaseModel):
                                 "in the worker's memory budget like a real model's weights")
 
 
+class EngineSettings(BaseModel):
+    """How the engine runs one model, over the worker's own options (its
+    :class:`~genloop.workers.engine.engine.EngineOptions`); an unset field keeps the worker's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_batch: int | None = Field(
+        None, ge=1, le=4096, description="images per denoiser call at most (default: by "
+        "device and image size)")
+    compile: bool | None = Field(
+        None, description="torch.compile its denoiser's blocks (default: the worker's "
+        "engine options', off unless set in code)")
+    channels_last: bool | None = Field(
+        None, description="channels-last memory format (default: on a GPU)")
+    cpu_bf16: bool | None = Field(
+        None, description="bf16 autocast of the denoiser on a CPU after its first steps "
+        "(default: where the CPU computes bf16 natively)")
+
+    def overrides(self) -> dict[str, int | bool]:
+        """The fields set, by name (those of the engine's options they replace)."""
+        return self.model_dump(exclude_none=True)
+
+
 class ModelEntry(BaseModel):
     """One allowed model. Unset defaults fall back to the engine's (25 steps, guidance 7.5)
     and the size to the folder's native one."""
@@ -134,6 +158,8 @@ class ModelEntry(BaseModel):
     memory_gib: _GiB | None = Field(
         None, description="its share of the worker's memory budget while resident (default: "
         "its weights' bytes in its dtype); more reserves room for activations")
+    engine: EngineSettings | None = Field(
+        None, description="how the engine runs this model, over the worker's options")
     description: str = Field("", max_length=500,
                              description="what the model draws, for the spec schema")
     simulated: SimulatedModel | None = Field(
@@ -144,8 +170,10 @@ class ModelEntry(BaseModel):
         if self.source is not None and self.simulated is not None:
             raise ValueError("an entry is either loaded from a source or simulated; "
                              "remove source or simulated")
-        if self.simulated is not None and (self.pipeline or self.dtype or self.device):
-            raise ValueError("a simulated model loads nothing: remove pipeline, dtype, device")
+        if self.simulated is not None and (self.pipeline or self.dtype or self.device
+                                           or self.engine):
+            raise ValueError("a simulated model loads and runs nothing: remove pipeline, "
+                             "dtype, device, engine")
         return self
 
     @property

@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from genloop.sdk.errors import Transient
@@ -56,7 +56,9 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class EngineOptions:
     """How a process's engine batches and speeds up; ``None`` means "by device" (and, for
-    ``max_batch``, by image size: :func:`default_max_batch`)."""
+    ``max_batch``, by image size: :func:`default_max_batch`). A configured model may set its own
+    ``max_batch``, ``compile``, ``channels_last`` and ``cpu_bf16`` (its ``engine`` table in
+    models.toml: :meth:`GenerationEngine.options_for`)."""
 
     window: float = 0.05
     group_wait: float = 1.0
@@ -104,15 +106,10 @@ class GenerationEngine:
     def __init__(self, models: Any, options: EngineOptions | None = None) -> None:
         self.models = models
         self.options = options or EngineOptions()
-        cuda = str(models.device).startswith("cuda")
-        self.cuda = cuda
-        self.channels_last = (cuda if self.options.channels_last is None
-                              else self.options.channels_last)
-        self.cpu_bf16 = not cuda and (cpu_computes_bf16() if self.options.cpu_bf16 is None
-                                      else self.options.cpu_bf16)
+        self.cuda = str(models.device).startswith("cuda")
         self.oom = OomGuard()
-        self.compiler = (Compiler(self.options.compile_backend, self.options.compile_mode)
-                         if self.options.compile else None)
+        # One compiler for every model that compiles (it keeps its state per model)
+        self.compiler = Compiler(self.options.compile_backend, self.options.compile_mode)
         self._prepared: weakref.WeakSet = weakref.WeakSet()
         self._edit_pipes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
@@ -134,14 +131,29 @@ class GenerationEngine:
                 self._batcher.torch_threads = self.models.batch_threads
             return self._batcher
 
-    def max_batch(self, width: int, height: int) -> int:
-        """The batch cap for images of this size: configured, else :func:`default_max_batch`."""
-        return self.options.max_batch or default_max_batch(self.cuda, width, height)
+    def options_for(self, model: str) -> EngineOptions:
+        """The process's options with what ``model``'s config entry sets over them."""
+        own = self.models.engine_settings(model)
+        return replace(self.options, **own) if own else self.options
+
+    def max_batch(self, width: int, height: int, model: str | None = None) -> int:
+        """The batch cap for images of this size (of ``model``): configured, else
+        :func:`default_max_batch`."""
+        options = self.options if model is None else self.options_for(model)
+        return options.max_batch or default_max_batch(self.cuda, width, height)
+
+    def channels_last(self, model: str) -> bool:
+        option = self.options_for(model).channels_last
+        return self.cuda if option is None else option
+
+    def cpu_bf16(self, model: str) -> bool:
+        option = self.options_for(model).cpu_bf16
+        return not self.cuda and (cpu_computes_bf16() if option is None else option)
 
     def _cap(self, key: BatchKey) -> int:
         model, width, height = key[:3]
         learned = self.oom.limit((model, width, height))
-        sized = self.max_batch(width, height)
+        sized = self.max_batch(width, height, model)
         return sized if learned is None else min(learned, sized)
 
     def submit(self, model: str, prompts: Sequence[str], seeds: Sequence[int],
@@ -220,15 +232,15 @@ class GenerationEngine:
             return {"running": None, "queued": {}}
         return {"running": batcher.running, "queued": batcher.queued_images()}
 
-    def prepare(self, pipe) -> None:
+    def prepare(self, pipe, model: str) -> None:
         """Per-model speed settings, once per resident pipeline."""
         if pipe in self._prepared:
             return
         use_sdpa(pipe)
-        if self.channels_last:
+        if self.channels_last(model):
             use_channels_last(pipe)
         apply_kernels(pipe, str(self.models.device), self.options.kernels)
-        if self.compiler is not None:
+        if self.options_for(model).compile:
             self.compiler.apply(pipe)
         self._prepared.add(pipe)
 
@@ -238,7 +250,7 @@ class GenerationEngine:
                                  cache=cache, kind=kind, strength=strength)
         shape_key = (model, width, height)
         with self.models.acquire(model) as resident:
-            self.prepare(resident)
+            self.prepare(resident, model)
             pipe = self._edit_pipe(resident, kind)
 
             def run(chunk: Sequence[Slot]) -> list:
@@ -301,7 +313,7 @@ class GenerationEngine:
         def run() -> list:
             plan = prepare_step_cache(pipe, settings.cache, settings.denoised_steps)
             if denoiser is not None:
-                bf16 = self.cpu_bf16 and settings.cache == DEFAULT_CACHE
+                bf16 = self.cpu_bf16(shape_key[0]) and settings.cache == DEFAULT_CACHE
                 start_cpu_bf16(denoiser, settings.denoised_steps if bf16 else None)
             images = call_pipeline(
                 pipe, [s.prompt for s in live], [s.seed for s in live], settings,
@@ -314,7 +326,8 @@ class GenerationEngine:
 
         shape = (len(live), settings.width, settings.height)
         try:
-            images = self.compiler.call(pipe, shape, run) if self.compiler else run()
+            images = (self.compiler.call(pipe, shape, run)
+                      if self.options_for(shape_key[0]).compile else run())
         except _AllFailed:
             log.debug("batch of %d at %s abandoned: all its requests failed", len(live), shape_key)
             return [None] * len(chunk)

@@ -149,6 +149,11 @@ class ModelRegistry:
         entry = self._entry_of(name)
         return getattr(torch, entry.dtype) if entry is not None and entry.dtype else self.dtype
 
+    def engine_settings(self, name: str) -> dict[str, int | bool]:
+        """What ``name``'s entry sets of the engine's options (:class:`EngineSettings`)."""
+        entry = self._entry_of(name)
+        return entry.engine.overrides() if entry is not None and entry.engine else {}
+
     def device_of(self, name: str) -> str:
         """The device ``name`` runs on: its entry's, else the registry's."""
         entry = self._entry_of(name)
