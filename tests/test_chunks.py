@@ -11,7 +11,7 @@ from genloop_test_ops import executions
 
 from genloop.sdk import Graph, RunStatus
 from genloop.sdk.errors import StoreError
-from genloop.workers.chunks import MAX_CHUNK, MIN_MESSAGES, chunked, instances_of
+from genloop.workers.chunks import MAX_CHUNK, MIN_MESSAGES, chunked, instances_of, message_args
 from genloop.workers.executor import TOGETHER_BELOW
 from genloop.workers.stores.records import InstanceRecord
 
@@ -29,6 +29,16 @@ class MessageLog(Middleware):
 
 def _inst(run: str, i: int, queue: str = "cpu") -> InstanceRecord:
     return InstanceRecord(run_id=run, instance_id=f"n{i}#0", node_id=f"n{i}", seq=0, queue=queue)
+
+
+def test_a_message_names_one_instance_by_its_id_and_a_chunk_by_a_list():
+    one, two = ([InstanceRecord(run_id="r", node_id="n", instance_id=f"n#{i}", seq=i)
+                 for i in range(k)] for k in (1, 2))
+    # one id alone, as messages were before chunks (a worker of that version reads them)
+    assert message_args(one) == ("r", "n#0")
+    assert message_args(two) == ("r", ["n#0", "n#1"])
+    assert [instances_of(message_args(c)) for c in (one, two)] == [("r", ["n#0"]),
+                                                                   ("r", ["n#0", "n#1"])]
 
 
 def test_chunks_keep_runs_and_queues_apart_and_small_releases_whole():
