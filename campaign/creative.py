@@ -15,6 +15,7 @@ measured again on the composited image.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from statistics import median
 
@@ -170,7 +171,10 @@ class Headline:
     overlap: float  # share of the subject's pixels under the box: 0 unless nowhere was free
 
 
-def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
+
+
+def _font(size: int) -> Font:
     # Pillow ships a scalable default font (Aileron) when built with FreeType.
     return ImageFont.load_default(size=size)
 
@@ -186,11 +190,11 @@ def _wrap(text: str, font, width: int, draw: ImageDraw.ImageDraw) -> list[str]:
     return lines or [""]
 
 
-def _layouts(w: int, h: int, margin: int, line_h: int, lines_for,
+def _layouts(w: int, h: int, margin: int, line_h: int, lines_for, widest,
              halves: bool) -> list[tuple[Box, list[str]]]:
     """Where a text block may go: full-width bands at the top, middle and bottom, and on
     landscape pictures (or with ``halves``) the left and right halves at the same heights,
-    each with its text wrapped to fit."""
+    each with its text wrapped to fit (an area narrower than a word of it is left out)."""
     areas = [(margin, margin, w - margin, h - margin)]
     if w > h or halves:
         areas += [(margin, margin, w // 2 - margin // 2, h - margin),
@@ -198,6 +202,8 @@ def _layouts(w: int, h: int, margin: int, line_h: int, lines_for,
     layouts = []
     for x0, y0, x1, y1 in areas:
         lines = lines_for(x1 - x0)
+        if widest(lines) > x1 - x0 + margin:  # a word wider than the area would spill out
+            continue
         block = min(y1 - y0, line_h * len(lines) + margin)
         for top in (y0, (y0 + y1 - block) // 2, y1 - block):
             box = (x0 - margin // 2, max(0, top - margin // 2), x1 + margin // 2,
@@ -209,6 +215,10 @@ def _layouts(w: int, h: int, margin: int, line_h: int, lines_for,
 #: Type sizes tried, as shares of the first (a twelfth of the shorter side), before a headline
 #: may cover any of the subject.
 TYPE_SCALES = (1.0, 0.8, 0.64)
+#: Side, in cells, of the grid free places are searched on (:class:`_Grid`).
+GRID = 96
+#: Free places ranked by calm whose contrast is measured before one is taken or panelled.
+CHECKED = 12
 
 
 def _covered(mask: Image.Image, box: Box) -> int:
@@ -216,58 +226,168 @@ def _covered(mask: Image.Image, box: Box) -> int:
     return mask.crop(box).histogram()[255]
 
 
+class _Grid:
+    """The picture in square cells of ``cell`` pixels, for searching every place a text block
+    could go: per cell, whether any subject pixel is in it, and the mean luminance and its
+    square, each as a summed-area table, so a box's subject cells and luminance spread are
+    four look-ups. A box is tested on the cells it touches, so a box the grid finds free is
+    free of subject pixels."""
+
+    def __init__(self, image: Image.Image, mask: Image.Image) -> None:
+        self.width, self.height = w, h = image.size
+        self.cell = max(1, -(-max(w, h) // GRID))
+        self.cols, self.rows = -(-w // self.cell), -(-h // self.cell)
+        size = (self.cols, self.rows)
+        padded = Image.new("F", (self.cols * self.cell, self.rows * self.cell))
+        padded.paste(mask.convert("F"), (0, 0))
+        # Averaged as floats, a cell is above 0 when any one of its pixels is subject.
+        subject = padded.reduce(self.cell) if self.cell > 1 else padded
+        grey = image.convert("L").resize(size, Image.Resampling.BOX)
+        self.subject = self._table([1 if v > 0 else 0
+                                   for v in array("f", subject.tobytes())])
+        lum = [relative_luminance((v, v, v)) for v in range(256)]
+        values = [lum[v] for v in grey.tobytes()]
+        self.lum = self._table(values)
+        self.lum2 = self._table([v * v for v in values])
+
+    def _table(self, values: list) -> list[list[float]]:
+        table = [[0.0] * (self.cols + 1) for _ in range(self.rows + 1)]
+        for y in range(self.rows):
+            run, above, row = 0.0, table[y], table[y + 1]
+            for x in range(self.cols):
+                run += values[y * self.cols + x]
+                row[x + 1] = above[x + 1] + run
+        return table
+
+    @staticmethod
+    def _sum(table: list[list[float]], x0: int, y0: int, x1: int, y1: int) -> float:
+        return table[y1][x1] - table[y0][x1] - table[y1][x0] + table[y0][x0]
+
+    def places(self, width: int, height: int, inset: int) -> list[tuple[int, float, Box]]:
+        """Every box of ``width`` x ``height`` pixels on the cell grid, at least ``inset``
+        pixels inside the picture, as (subject cells under it, luminance spread, box)."""
+        c = self.cell
+        first = -(-inset // c)
+        wide, tall = -(-width // c), -(-height // c)
+        last_x = (self.width - inset - width) // c
+        last_y = (self.height - inset - height) // c
+        found = []
+        for y in range(first, last_y + 1):
+            for x in range(first, last_x + 1):
+                box = (x, y, x + wide, y + tall)
+                n = wide * tall
+                mean = self._sum(self.lum, *box) / n
+                spread = max(0.0, self._sum(self.lum2, *box) / n - mean * mean) ** 0.5
+                found.append((round(self._sum(self.subject, *box)), spread,
+                              (x * c, y * c, x * c + width, y * c + height)))
+        return found
+
+
+def _wrappings(text: str, cta: str | None, font: Font, width: int,
+               draw: ImageDraw.ImageDraw) -> list[list[str]]:
+    """The text wrapped at every width from ``width`` down to its longest word, once per
+    distinct wrapping, the call to action as the last line."""
+    seen: set[tuple[str, ...]] = set()
+    out = []
+    longest = max(draw.textlength(word, font=font) for word in text.split() or [""])
+    trial = float(width)
+    while trial >= longest:
+        lines = _wrap(text, font, int(trial), draw) + ([cta] if cta else [])
+        if tuple(lines) not in seen:
+            seen.add(tuple(lines))
+            out.append(lines)
+        trial = min(trial - 1, trial * 0.85)
+    return out
+
+
 def set_headline(image: Image.Image, text: str, cta: str | None = None) -> Headline:
     """``image`` with ``text`` (and ``cta`` below it) set where it reads best, never over the
     subject (:func:`~.brand.subject_mask`) while any place is free of it: the calmest free
-    place whose black or white text reaches 4.5:1, else the calmest free place on a panel;
-    halves of a portrait picture are tried after its bands, and type shrinks
-    (:data:`TYPE_SCALES`) before any subject pixel is covered, and only when no
-    size finds a free place does it go, on a panel, where it covers the least."""
+    place whose black or white text reaches 4.5:1, else the calmest free place on a panel.
+    Full-width bands come first; halves of a portrait picture after its bands; then smaller
+    type (:data:`TYPE_SCALES`); then any place clear of the subject at all (beside it, in a
+    corner, between specks), wrapped as narrow as its longest word, largest type first. Only
+    when no place at any size is clear does it go, on a panel, on the band or half that covers
+    the least."""
     out = image.convert("RGB")
     w, h = out.size
     draw = ImageDraw.Draw(out)
     mask = subject_mask(out)
     subject = max(1, mask.histogram()[255])
     margin = max(4, min(w, h) // 24)
-    for scale in TYPE_SCALES:
-        size = max(10, round(min(w, h) // 12 * scale))
-        font, cta_font = _font(size), _font(max(8, size * 3 // 4))
-        line_h = int(size * 1.25)
 
-        def lines_for(width: int, font: ImageFont.ImageFont | ImageFont.FreeTypeFont = font
-                      ) -> list[str]:
+    def fonts(scale: float) -> tuple[Font, Font, int]:
+        size = max(10, round(min(w, h) // 12 * scale))
+        return _font(size), _font(max(8, size * 3 // 4)), int(size * 1.25)
+
+    def widest(lines: list[str], scale: float) -> float:
+        font, cta_font, _ = fonts(scale)
+        return max(draw.textlength(line, font=cta_font if cta and i == len(lines) - 1
+                                   else font) for i, line in enumerate(lines))
+
+    # A place: (box, lines, type scale).
+    layouts: list[tuple[Box, list[str], float]] = []
+    free: list[tuple[Box, list[str], float]] = []
+    for scale in TYPE_SCALES:
+        font, _, line_h = fonts(scale)
+
+        def lines_for(width: int, font: Font = font) -> list[str]:
             return _wrap(text, font, width, draw) + ([cta] if cta else [])
 
         # On a portrait picture a half wraps a headline into a narrow column: only when every
         # band covers the subject.
         for halves in (False, True):
-            layouts = _layouts(w, h, margin, line_h, lines_for, halves)
+            layouts = [(box, lines, scale) for box, lines in _layouts(
+                w, h, margin, line_h, lines_for, lambda ls, s=scale: widest(ls, s), halves)]
             free = [layout for layout in layouts if not _covered(mask, layout[0])]
             if free:
                 break
         if free:
             break
-    if not free:  # nowhere clear of the subject at any size: the least covered place
-        least = min(_covered(mask, box) for box, _ in layouts)
+    ranked = False  # places found anywhere come ranked: calm, then near a corner
+    if not free:  # anywhere clear of the subject, largest type first
+        grid = _Grid(out, mask)
+        for scale in TYPE_SCALES:
+            font, _, line_h = fonts(scale)
+            clear = []
+            for lines in _wrappings(text, cta, font, w - 2 * margin, draw):
+                block = (int(widest(lines, scale)) + 1 + margin, line_h * len(lines) + margin)
+                clear += [(spread, box, lines) for n, spread, box
+                          in grid.places(*block, margin // 2) if n == 0]
+            if clear:
+                # Calmest first; among places as calm, the one nearest a corner.
+                clear.sort(key=lambda p: (round(p[0], 2), min(p[1][0], w - p[1][2])
+                                          + min(p[1][1], h - p[1][3])))
+                free, ranked = [(box, lines, scale) for _, box, lines in clear[:CHECKED]], True
+                break
+    if not free:  # nowhere clear of the subject at any size: the least covered band or half
+        if not layouts:  # a word wider than the picture: it spills past any band
+            font, _, line_h = fonts(TYPE_SCALES[-1])
+            layouts = [(box, lines, TYPE_SCALES[-1]) for box, lines in _layouts(
+                w, h, margin, line_h, lambda width: _wrap(text, font, width, draw)
+                + ([cta] if cta else []), lambda lines: 0.0, False)]
+        least = min(_covered(mask, layout[0]) for layout in layouts)
         free = [layout for layout in layouts if _covered(mask, layout[0]) == least]
-    free.sort(key=lambda layout: _luminance_spread(out, layout[0]))
+    if not ranked:
+        free.sort(key=lambda layout: _luminance_spread(out, layout[0]))
     colours: tuple[RGB, RGB] = ((255, 255, 255), (0, 0, 0))
-    chosen: tuple[Box, list[str], RGB, float] | None = None
-    for box, lines in free:  # calmest first; the first that reads well wins
+    chosen: tuple[Box, list[str], float, RGB, float] | None = None
+    for box, lines, scale in free:  # calmest first; the first that reads well wins
         colour = max(colours, key=lambda c: _worst_contrast(out, box, c))
         contrast = _worst_contrast(out, box, colour)
         if contrast >= MIN_CONTRAST:
-            chosen = (box, lines, colour, contrast)
+            chosen = (box, lines, scale, colour, contrast)
             break
     overlap = _covered(mask, free[0][0])
     panel = chosen is None or overlap > 0
     if panel:
-        box, lines = chosen[:2] if chosen else free[0]
+        box, lines, scale = chosen[:3] if chosen else free[0]
         colour = max(colours, key=lambda c: _worst_contrast(out, box, c))
         out, contrast = _panel(out, box, colour)
-        chosen = (box, lines, colour, contrast)
+        chosen = (box, lines, scale, colour, contrast)
         draw = ImageDraw.Draw(out)
-    box, lines, colour, contrast = chosen  # type: ignore[misc]
+    box, lines, scale, colour, contrast = chosen  # type: ignore[misc]
+    font, cta_font, line_h = fonts(scale)
     y = box[1] + margin // 2
     for i, line in enumerate(lines):
         line_font = cta_font if cta and i == len(lines) - 1 else font

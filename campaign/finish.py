@@ -27,8 +27,8 @@ from .spec import CampaignSpec
 Read = Callable[[str], bytes]
 #: Part of each creative's render key: changed when fitting or headline placement changes, so
 #: files an older version made are drawn again (2: headlines clear of the subject, padding
-#: mirrored).
-RENDERING = 2
+#: mirrored; 3: a headline no band or half clears goes anywhere clear of the subject).
+RENDERING = 3
 
 
 def _image(read: Read, key: str) -> Image.Image:

@@ -20,8 +20,8 @@ import math
 from pathlib import Path
 
 from genloop.sdk import Client, Graph, Run, RunResult, ScoredCandidate
-from genloop.sdk.graph import NOT_DRAWN
 
+from .keys import GRAPH_KEYED, key_fields
 from .manifest import VariantRecord
 from .runlog import RunLog
 from .spec import CampaignSpec, FormatSpec
@@ -76,8 +76,9 @@ def format_graph(spec: CampaignSpec, record: VariantRecord,
 
 def graph_key(graph: Graph) -> str:
     """Decided by what the graph draws: its labels, webhook and lane (none of them there when
-    keys of stored campaigns were made) are left out."""
-    canonical = json.dumps(graph.model_dump(mode="json", exclude=NOT_DRAWN), sort_keys=True)
+    keys of stored campaigns were made) are left out, and so are fields added to Graph since
+    while left at their defaults (:mod:`.keys`)."""
+    canonical = json.dumps(key_fields(graph, GRAPH_KEYED), sort_keys=True)
     return "campaign-formats:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 

@@ -121,7 +121,8 @@ def _row(manifest: Manifest, v: VariantRecord) -> str:
         f"{100 * v.brand_compliance:.0f}%" + ("" if v.brand_subject is None else
                                               f" of {100 * v.brand_subject:.0f}% subject"))
     cost = "" if v.status == "skipped" else (
-        f"{v.images} images" + (f", {v.steps} steps" if v.steps else ""))
+        f"{v.images} image{'' if v.images == 1 else 's'}"
+        + (f", {v.steps} steps" if v.steps else ""))
     return (f'<tr class="{v.status}" data-key="{v.key}" {attrs}>{cells}'
             f"<td>{escape(v.prompt)}{headline}</td><td>{status}</td><td>{score}</td>"
             f"<td>{brand}</td><td>{cost}</td><td>{figures}</td></tr>")

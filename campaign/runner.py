@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genloop.sdk import Client, Loop, Run, RunResult, RunStatus, ScoredCandidate
-from genloop.sdk.graph import NOT_DRAWN
 
 from . import finish, reframe
+from .keys import LOOP_KEYED, key_fields
 from .manifest import Manifest, VariantRecord, read_manifest, write_atomic, write_manifest
 from .names import check_names
 from .notice import notify_end
@@ -62,8 +62,9 @@ class Progress:
 
 def loop_key(loop: Loop) -> str:
     """The idempotency key of a variant's loop: a hash of everything that decides its images.
-    Its labels, webhook and lane do not (and keys made before they existed stay the same)."""
-    canonical = json.dumps(loop.model_dump(mode="json", exclude=NOT_DRAWN), sort_keys=True)
+    Its labels, webhook and lane do not, nor fields added to Loop later while left at their
+    defaults (so keys made before they existed stay the same)."""
+    canonical = json.dumps(key_fields(loop, LOOP_KEYED), sort_keys=True)
     return "campaign:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 

@@ -73,8 +73,10 @@ class CopySpec(_Model):
 
 
 class BrandSpec(_Model):
-    """Brand colours. Compliance is the share of an image's pixels whose dominant colour lies
-    within ``max_distance`` (CIELAB delta E) of a palette colour."""
+    """Brand colours. A variant's compliance is the share of its subject's pixels (the
+    background left out: :mod:`genloop.campaign.brand`) within ``max_distance`` (CIELAB delta E)
+    of a palette colour; with ``weight``, the loops also score the whole picture's dominant
+    colours against the palette (``brand-palette``)."""
 
     palette: list[str] = Field(min_length=1, description="colours as '#rrggbb' or CSS names")
     min_compliance: float = Field(0.0, ge=0.0, le=1.0, description="finalists below are flagged")

@@ -14,12 +14,13 @@ from genloop.evaluators.palette import palette_compliance
 
 PER_BACKGROUND = 100
 
-def labelled_set(kind: str) -> list[tuple[Image.Image, bool]]:
-    return [(rendered(i, kind, i % 2 == 0), i % 2 == 0) for i in range(PER_BACKGROUND)]
+def labelled_set(kind: str, seeds: range = range(PER_BACKGROUND)
+                 ) -> list[tuple[Image.Image, bool]]:
+    return [(rendered(i, kind, i % 2 == 0), i % 2 == 0) for i in seeds]
 
 
-def agreement(measure, kind: str) -> float:
-    verdicts = [(measure(image) >= 0.5) == label for image, label in labelled_set(kind)]
+def agreement(measure, kind: str, seeds: range = range(PER_BACKGROUND)) -> float:
+    verdicts = [(measure(image) >= 0.5) == label for image, label in labelled_set(kind, seeds)]
     return sum(verdicts) / len(verdicts)
 
 
@@ -42,3 +43,13 @@ def test_verdicts_agree_with_the_labelled_set(kind):
 def test_the_whole_picture_measure_disagrees_where_the_background_dominates():
     # Why the subject is measured: the background's pixels outvote any product.
     assert agreement(lambda im: palette_compliance(im, PALETTE), "white") < 0.75
+
+
+@pytest.mark.slow
+def test_verdicts_agree_on_fresh_noisy_pictures():
+    # 300 noisy pictures beyond the set above, where at 96 px and 10 delta E the verdicts
+    # agreed 0.927 (on-brand subjects beside blotches of nearly their colour ran into the
+    # backdrop); at 128 px and 8 delta E, 0.96. (The finer setting was then checked on 900
+    # pictures of seeds neither was chosen on: 0.977 against 0.954.)
+    assert agreement(lambda im: subject_compliance(im, PALETTE).share, "noisy",
+                     range(5000, 5300)) >= 0.95

@@ -74,6 +74,11 @@ def test_approve_two_reload_export_and_only_the_tenant_sees_it(tmp_path, gateway
         assert page.locator("article.variant").count() == 4
         widths = page.eval_on_selector_all(".previews img", "imgs => imgs.map(i => i.naturalWidth)")
         assert len(widths) == 8 and all(w > 0 for w in widths)
+        # Creatives are judged for colour on a neutral card, not on their status's badge colour
+        # (a succeeded card was painted the badge's green).
+        backgrounds = page.eval_on_selector_all(
+            "article.variant", "cards => cards.map(c => getComputedStyle(c).backgroundColor)")
+        assert set(backgrounds) <= {"rgba(0, 0, 0, 0)", "rgb(255, 255, 255)"}, backgrounds
         # Approve two, the second with a comment
         page.locator(f"#v-{chosen[0]}").get_by_role("button", name="Approve").click()
         page.wait_for_load_state("load")
@@ -86,8 +91,10 @@ def test_approve_two_reload_export_and_only_the_tenant_sees_it(tmp_path, gateway
             "article.variant[data-review='approved']", "cards => cards.map(c => c.dataset.key)")
         assert sorted(approved) == sorted(chosen)
         assert page.locator(f"#v-{chosen[1]} textarea").input_value() == "hero for the launch"
-        page.select_option("select[aria-label='filter by review']", "approved")
+        with page.expect_navigation():  # filtered on the server, over every page
+            page.select_option("select[aria-label='filter by review']", "approved")
         assert page.inner_text("#shown") == "2"
+        assert page.locator("article.variant").count() == 2
         # Click to enlarge
         page.locator(f"#v-{chosen[0]} button.enlarge").first.click()
         assert page.locator("#large").is_visible()
