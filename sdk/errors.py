@@ -90,9 +90,12 @@ class GraphProblem(BaseModel):
     def __str__(self) -> str:
         where = self.path or (f"node {self.node_id!r}" if self.node_id else "graph")
         text = f"{where}: {self.message}"
-        if self.received is not None:
+        # A name check says the name (quoted) in its message, and a gateway's the names
+        # allowed too (for agents that read only messages): each is said once
+        quoted = isinstance(self.received, str) and repr(self.received) in self.message
+        if self.received is not None and not quoted:
             text += f" (received {self.received!r})"
-        if self.allowed is not None:
+        if self.allowed is not None and "; allowed: " not in self.message:
             text += f"; allowed: {self.allowed}"
         return text
 

@@ -112,3 +112,20 @@ def test_loop_compiles_to_unrolled_rounds():
     assert g.node("round-1/refine").params["target"] == 30.0
     assert g.node("round-1/refine").min_success == 1
     assert graph_problems(g, dict(BUILTIN_PARAMS)) == []
+
+
+def test_a_problem_says_what_was_received_and_allowed_once():
+    from genloop.sdk.errors import GraphProblem
+
+    # The SDK's own checks leave both to the problem's fields; a gateway's name checks put them
+    # in the message too, for agents that read only messages
+    plain = GraphProblem(node_id="g", message="unknown model 'x'", path="nodes[0].params.model",
+                         received="x", allowed=["tiny"])
+    said = GraphProblem(node_id=None, message="unknown model 'x'; allowed: shapes, tiny",
+                        path="model", received="x", allowed=["shapes", "tiny"])
+    bare = GraphProblem(node_id="g", message="Input should be greater than or equal to 10",
+                        path="nodes[0].params.n", received=1, allowed="at least 10")
+    assert str(plain) == "nodes[0].params.model: unknown model 'x'; allowed: ['tiny']"
+    assert str(said) == "model: unknown model 'x'; allowed: shapes, tiny"
+    assert str(bare) == ("nodes[0].params.n: Input should be greater than or equal to 10 "
+                         "(received 1); allowed: at least 10")
