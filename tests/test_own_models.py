@@ -269,7 +269,10 @@ def test_a_models_own_device_decides_what_its_dtype_may_be(tmp_path, folder):
         tmp_path, f'[models.gpu]\nsource = "{folder}"\ndtype = "float16"\ndevice = "cuda:1"\n'))
     registry = ModelRegistry(device="cpu", models=config)
     assert (registry.device_of("gpu"), registry.dtype_of("gpu")) == ("cuda:1", torch.float16)
-    assert registry.config_problems() == []  # float16 is refused only where it runs on a CPU
+    # float16 is refused only where it runs on a CPU; a device this host lacks is refused
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert registry.config_problems() == ([] if gpus > 1 else [
+        f"models.gpu: device cuda:1: this host has {gpus} CUDA device(s)"])
 
 
 def test_a_models_engine_table_sets_its_batch_cap_layout_bf16_and_compile(tmp_path, folder):
@@ -320,3 +323,23 @@ def test_an_engine_table_is_checked_and_a_simulated_model_takes_none(tmp_path):
             '[models.s]\nsteps = 2\n[models.s.simulated]\nload_seconds = 0\n'
             'step_seconds = { 1 = 0.01 }\nresident_bytes = 1000\n[models.s.engine]\n'
             'max_batch = 2\n')))
+
+
+def test_client_local_refuses_at_start_what_a_worker_refuses(tmp_path, folder):
+    # Given a config with a problem a worker names at start in each of four entries (only the
+    # folders were checked by Client.local: float16 ran on the CPU, the missing class was
+    # retried, the cache failed each request, the device each load)
+    config = config_file(tmp_path, (
+        f'[models.half]\nsource = "{folder}"\ndtype = "float16"\ndevice = "cpu"\n'
+        f'[models.cls]\nsource = "{folder}"\npipeline = "NoSuchPipeline"\n'
+        f'[models.cached]\nsource = "{folder}"\ncache = "fbcache:0.1"\n'
+        f'[models.gpu]\nsource = "{folder}"\ndevice = "cuda:7"\n'))
+    # When the embedded runtime starts, then it refuses, naming all four
+    with pytest.raises(ModelsConfigError) as refused:
+        Client.local(home=tmp_path / "home", threads=1, models=config)
+    text = str(refused.value)
+    assert "models.half: float16 needs a GPU" in text
+    assert "models.cls: diffusers" in text and "NoSuchPipeline" in text
+    assert "models.cached: cache mode 'fbcache:0.1' cannot run on UNet" in text
+    assert "models.gpu: device cuda:7: this host has" in text
+    assert not (tmp_path / "home").exists()

@@ -30,3 +30,11 @@ def test_the_examples_and_the_table_show_every_field():
     assert set(ModelEntry.model_fields) - {"simulated"} <= shown
     assert set(ModelEntry.model_fields) <= tabled
     assert "memory_budget_gib" in shown
+
+
+def test_the_readmes_config_is_valid():
+    readme = DOC.parents[1] / "README.md"
+    (block,) = re.findall(r"```toml\n(.*?)```", readme.read_text(), flags=re.S)
+    config = ModelsConfig.model_validate(tomllib.loads(block))
+    assert set(config.models) == {"house-sdxl", "house-flux"}
+    assert set(config.evaluators) == {"house-clip"}

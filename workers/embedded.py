@@ -66,16 +66,19 @@ class EmbeddedRuntime:
             raise GenloopError("give models, evaluators and refiners to your Resources, not "
                                "beside it: Resources(allowed=..., evaluators=..., refiners=...)")
         config = None if models is None else models_config(models)
-        if config is not None:  # the folders, read without torch (listing must not load it)
-            refuse(config_problems(config))
+        resources = resources if resources is not None else Resources(
+            allowed=config, evaluators=evaluators, refiners=refiners)
+        # What a worker checks as it starts: this runtime is one. Without worker threads it
+        # only submits, and reads the folders alone (no torch, no judge built)
+        refuse(resources.config_problems() if threads > 0
+               else config_problems(config) if config is not None else [])
         self.home = Path(home)
         self.store = SqliteStateStore(
             self.home / "state.db",
             retention=configured_retention() if retention is None else retention)
         self.artifacts = LocalArtifactStore(self.home / "artifacts")
         self.registry = registry if registry is not None else default_registry
-        self.resources = resources if resources is not None else Resources(
-            allowed=config, evaluators=evaluators, refiners=refiners)
+        self.resources = resources
         self.broker = StubBroker()
         self.broker.emit_after("process_boot")
         self.wiring = wire(

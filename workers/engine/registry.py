@@ -172,6 +172,8 @@ class ModelRegistry:
         for name, entry in self.models.models.items():
             if entry.simulated is not None:
                 continue
+            if (missing := _device_missing(self.device_of(name))) is not None:
+                problems.append(f"models.{name}: device {self.device_of(name)}: {missing}")
             if entry.dtype == "float16" and not self.device_of(name).startswith("cuda"):
                 problems.append(f"models.{name}: float16 needs a GPU (device "
                                 f"{self.device_of(name)}); use bfloat16 or float32")
@@ -345,6 +347,18 @@ def _register_shapes(registry: ModelRegistry) -> None:
                       width=found.size, height=found.size),
         found.description,
     )
+
+
+def _device_missing(device: str) -> str | None:
+    """Why ``device`` cannot run models in this process, ``None`` if it can."""
+    kind, _, index = device.partition(":")
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if int(index or 0) >= count:
+            return f"this host has {count} CUDA device(s)"
+    if kind == "mps" and not torch.backends.mps.is_available():
+        return "MPS is not available on this host"
+    return None
 
 
 def _size(nbytes: int) -> str:
