@@ -162,3 +162,97 @@ def test_an_answer_is_costed_on_top_of_the_planned_scoring():
     # When the agent asks 3 steps an image (1 more in all): 7 fits a limit of 7, not one of 6.5
     assert answer(7.0) is None
     assert "taking the run to 7" in (answer(6.5) or "")
+
+
+# -- the run's limits as it runs, and the quorum (planner functions the scheduler calls) -------
+def _limited(**limits) -> Graph:
+    """a and b make 3 images each; c makes one per item of a's (3)."""
+    from genloop.sdk.graph import RunLimits
+
+    g = Graph()
+    a = g.generate("p", n=3, id="a", max_retries=0)
+    g.generate("p", n=3, id="b", max_retries=0)
+    g.generate(inputs=[a], id="c", max_retries=0)
+    g.limits = RunLimits(**limits)
+    return g
+
+
+def _limits_problem(g: Graph, node_id: str) -> str | None:
+    from genloop.workers.planner import limits_problem
+
+    return limits_problem(g, default_registry, g.limits, node_id, {})
+
+
+def test_a_run_may_take_exactly_its_limits():
+    g = _limited(items=3, images=9, cost=9.0, image_costs={"a": 1.0, "b": 1.0, "c": 1.0})
+    assert _limits_problem(g, "c") is None
+
+
+def test_a_node_past_its_items_is_named_and_only_that_node():
+    g = _limited(items=2, images=100)
+    assert _limits_problem(g, "c") == ("3 input items; at most 2 per node (an op upstream "
+                                       "returned more items than planned)")
+    assert _limits_problem(g, "b") is None  # c is over, b is not
+
+
+def test_a_run_past_its_images_or_cost_counts_every_node():
+    over_images = _limited(items=10, images=8)
+    over_cost = _limited(items=10, images=100, cost=8.0,
+                         image_costs={"a": 1.0, "b": 1.0, "c": 1.0})
+    assert _limits_problem(over_images, "c") == (
+        "the run would generate 9 images; at most 8 (an op upstream returned more items than "
+        "planned)")
+    assert _limits_problem(over_cost, "c") == (
+        "the run would cost 9 megapixel-steps; at most 8 (an op upstream returned more items "
+        "than planned)")
+
+
+def _quorum(min_success: int | None, map_: bool, ok: int, failed: list[tuple[str, int]]):
+    from genloop.workers.planner import quorum_problem
+    from genloop.workers.stores.records import FailedItem, ItemRef
+
+    g = Graph()
+    gen = g.generate("p", n=4, id="gen")
+    g.generate(inputs=[gen], id="next", map=map_, min_success=min_success)
+    node = g.nodes[-1]
+    return quorum_problem(node, default_registry[node.op],
+                          [ItemRef(key=f"k{i}", index=0) for i in range(ok)],
+                          [FailedItem(node_id="gen", instance_id=i, error_type="Permanent",
+                                      message="boom", items=n) for i, n in failed])
+
+
+def test_the_quorum_names_what_succeeded_of_what_was_asked_and_every_loss():
+    # a reducing node asks for every item: 1 of 4 (one lost instance held 2, another 1)
+    assert _quorum(None, False, 1, [("gen#1", 2), ("gen#3", 1)]) == (
+        "1 of 4 input items succeeded, min_success=4. Failed: gen#1: Permanent: boom; "
+        "gen#3: Permanent: boom")
+    assert _quorum(2, False, 1, [("gen#1", 1)]).startswith("1 of 2 input items succeeded, "
+                                                             "min_success=2.")
+    assert _quorum(2, False, 2, [("gen#1", 2)]) is None
+    # an element-wise node needs one: 1 of 4 runs, 0 of 2 does not
+    assert _quorum(None, True, 1, [("gen#1", 3)]) is None
+    assert _quorum(None, True, 0, [("gen#1", 2)]).startswith("0 of 2 input items succeeded, "
+                                                             "min_success=1.")
+
+
+def test_an_unknown_op_is_a_graph_problem_naming_its_node():
+    from genloop.sdk import GraphError
+    from genloop.workers.planner import op_spec
+
+    g = Graph()
+    g.add("no-such-op", id="x")
+    with pytest.raises(GraphError) as caught:
+        op_spec(default_registry, g.nodes[0])
+    (problem,) = caught.value.problems
+    assert (problem.node_id, problem.message) == ("x", "unknown op 'no-such-op'")
+
+
+def test_instances_carry_their_nodes_retry_settings_and_a_shards_own_size():
+    from genloop.workers.planner import expand
+
+    g = Graph()
+    g.generate("p", n=10, shard_size=4, id="gen", max_retries=5, min_backoff=7, max_backoff=9)
+    node = g.nodes[0]
+    instances = expand("r", node, default_registry[node.op], [])
+    assert [i.expected_items for i in instances] == [4, 4, 2]
+    assert {(i.max_retries, i.min_backoff, i.max_backoff) for i in instances} == {(5, 7, 9)}
