@@ -94,23 +94,39 @@ def test_a_worker_refuses_to_start_on_a_judge_of_the_wrong_architecture(tmp_path
         worker_process.refuse_bad_config(resources)
 
 
-def test_a_judge_that_cannot_load_fails_once_naming_it_not_its_path(tmp_path, caplog):
-    # Given Client.local (its start reads files, builds no judge) with a wrong checkpoint
+def test_client_local_refuses_a_judge_that_cannot_load_as_a_worker_does(tmp_path):
+    # Given Client.local (it runs workers, and checks what a worker checks) with a wrong
+    # checkpoint: each score failed at run time before, and open_clip's AssertionError was
+    # retried 4x before that
     tiny = clip_checkpoint(tmp_path)
     config = config_file(tmp_path, '[evaluators.wrong]\nkind = "open_clip"\n'
                          f'architecture = "ViT-S-32"\ncheckpoint = "{tiny}"\n')
-    with Client.local(home=tmp_path / "home", threads=1, models=config,
-                      evaluators=register_builtins(EvaluatorRegistry())) as client:
-        with caplog.at_level(logging.ERROR, logger="genloop.evaluators.config"):
-            run = client.submit(scored("wrong"))
-            result = run.wait(timeout=120)
-        retries = [e for e in run.events(follow=False) if e.type == "instance.retry"]
-    # Then the score failed at once (the AssertionError of open_clip was retried 4x)
-    (failure,) = result.failures
-    assert (failure.error_type, failure.attempts, retries) == ("Permanent", 1, [])
-    assert "judge 'wrong' cannot be loaded" in failure.message
-    assert str(tmp_path) not in failure.message
-    assert str(tiny) in caplog.text
+    with pytest.raises(ModelsConfigError, match="evaluators.wrong: checkpoint .* ViT-S-32"):
+        Client.local(home=tmp_path / "home", threads=1, models=config,
+                     evaluators=register_builtins(EvaluatorRegistry()))
+    assert not (tmp_path / "home").exists()
+
+
+def test_a_judge_whose_checkpoint_goes_after_start_fails_once_naming_it_not_its_path(
+        tmp_path, caplog):
+    from genloop.evaluators.config import register_judges
+    from genloop.sdk import Permanent
+    from genloop.workers.models_config import ModelsConfig
+
+    # Given a judge whose checkpoint a worker checked at start, then removed
+    tiny = clip_checkpoint(tmp_path)
+    config = ModelsConfig.load(config_file(tmp_path, '[evaluators.gone]\nkind = "open_clip"\n'
+                                           f'architecture = "ViT-S-32"\ncheckpoint = "{tiny}"\n'))
+    registry = register_builtins(EvaluatorRegistry())
+    register_judges(registry, config.evaluators)
+    tiny.unlink()
+    # When it is built for a device it was not built for, then it fails as Permanent naming
+    # the judge (never retried), and only the operator's log has the path
+    with caplog.at_level(logging.ERROR, logger="genloop.evaluators.config"):
+        with pytest.raises(Permanent) as failed:
+            registry.get("gone", device="meta")
+    assert "judge 'gone' cannot be loaded" in str(failed.value)
+    assert str(tmp_path) not in str(failed.value) and str(tiny) in caplog.text
 
 
 def test_trusted_codes_clip_on_a_checkpoint_of_another_architecture_is_permanent(tmp_path):
