@@ -45,6 +45,7 @@ class Resources:
         self._fitted = False
         self.allowed = allowed
         self._models = models
+        self._cache_modes: dict[str, list[str]] | None = None
         self._lock = threading.Lock()
         #: Evaluators by name (see :meth:`evaluator`).
         self.evaluators = evaluators if evaluators is not None else default_registry
@@ -85,10 +86,13 @@ class Resources:
 
     def served_cache_modes(self) -> dict[str, list[str]]:
         """The cache modes each configured model runs, where its folder tells its
-        architecture (:func:`~.capabilities.model_cache_modes`); read from files, no load."""
+        architecture (:func:`~.capabilities.model_cache_modes`); read from files, no load,
+        once (a back end lists them at every submit; the config is the process's)."""
         from .capabilities import model_cache_modes
 
-        return model_cache_modes(self.allowed)
+        if self._cache_modes is None:
+            self._cache_modes = model_cache_modes(self.allowed)
+        return dict(self._cache_modes)
 
     def config_problems(self) -> list[str]:
         """Why the operator's models and judges cannot all be served here, one line each with

@@ -108,6 +108,7 @@ class GenerationEngine:
         self.options = options or EngineOptions()
         self.cuda = str(models.device).startswith("cuda")
         self.oom = OomGuard()
+        self._per_model: dict[str, EngineOptions] = {}
         # One compiler for every model that compiles (it keeps its state per model)
         self.compiler = Compiler(self.options.compile_backend, self.options.compile_mode)
         self._prepared: weakref.WeakSet = weakref.WeakSet()
@@ -132,9 +133,14 @@ class GenerationEngine:
             return self._batcher
 
     def options_for(self, model: str) -> EngineOptions:
-        """The process's options with what ``model``'s config entry sets over them."""
-        own = self.models.engine_settings(model)
-        return replace(self.options, **own) if own else self.options
+        """The process's options with what ``model``'s config entry sets over them (the
+        config does not change while the engine runs: resolved once per model)."""
+        options = self._per_model.get(model)
+        if options is None:
+            own = self.models.engine_settings(model)
+            options = self._per_model[model] = (replace(self.options, **own) if own
+                                                 else self.options)
+        return options
 
     def max_batch(self, width: int, height: int, model: str | None = None) -> int:
         """The batch cap for images of this size (of ``model``): configured, else

@@ -12,6 +12,7 @@ The dtype (fp16/bf16 on CUDA, fp32 on CPU) is the registry's choice at load time
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ class KernelOptions:
         return self.int8_attention or self.fused_groupnorm_silu
 
 
+@functools.cache
 def cpu_computes_bf16() -> bool:
     """Whether this CPU has native bf16 arithmetic (Linux's CPU flags; elsewhere no), which
     :mod:`.cpu_bf16` needs to pay. torch offers no public check: oneDNN's own says yes wherever
