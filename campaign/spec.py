@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from genloop.sdk import GenloopError, Loop, Priority
+from genloop.sdk.ops import Reuse
 
 #: Placement formats most ad platforms take, as (name, width, height).
 STANDARD_FORMATS = (("1:1", 1080, 1080), ("4:5", 1080, 1350), ("9:16", 1080, 1920),
@@ -103,6 +104,10 @@ class LoopSettings(_Model):
     width: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     height: int | None = Field(None, ge=8, le=4096, multiple_of=8)
     seed: int = Field(0, ge=0)
+    reuse: Reuse = Field(
+        "auto", description="'auto': a variant's images may start from the stored latents of "
+        "a similar variant's image of the same seed, skipping its first steps (the variants of "
+        "one template differ in a clause or two); 'off': every image from its own noise")
     priority: Priority = Field(
         "batch", description="the variants' lane: 'batch' (the default) yields to agents' "
         "interactive loops on the same workers, keeping at least 1 engine batch in 4")
@@ -210,7 +215,7 @@ class CampaignSpec(_Model):
         fields: dict[str, Any] = {
             "prompt": self.prompt(values), "rounds": s.rounds, "candidates": s.candidates,
             "target": s.target, "seed": s.seed,
-            "keep": min(2, s.candidates), "priority": s.priority,
+            "keep": min(2, s.candidates), "priority": s.priority, "reuse": s.reuse,
         }
         optional = {"model": s.model, "evaluator": s.evaluator, "refiner": s.refiner,
                     "steps": s.steps, "guidance": s.guidance, "width": s.width,

@@ -40,6 +40,8 @@ from .ops import (
     CACHE_DESCRIPTION,
     CACHE_PATTERN,
     MAX_CANDIDATES_PER_NODE,
+    REUSE_DESCRIPTION,
+    Reuse,
     edit_steps,
     finish_strength,
 )
@@ -118,6 +120,10 @@ class Loop(BaseModel):
     cache: str = Field(
         "default", pattern=CACHE_PATTERN,
         description=CACHE_DESCRIPTION + " Applies to every image the loop makes, edits too.")
+    reuse: Reuse = Field(
+        "off", description=REUSE_DESCRIPTION + " Applies to every text-to-image candidate of "
+        "the loop (a refiner that keeps seeds and rewrites the prompt starts its rounds from "
+        "the earlier rounds' latents); campaigns run their loops with 'auto'.")
     max_retries: int | None = Field(
         None, ge=0, le=100, description="Retries of each node after a transient failure. Omit "
         "for each op's own.")
@@ -205,6 +211,7 @@ class Loop(BaseModel):
                 "width": self.width, "height": self.height,
                 # unset, the nodes stay as before the field existed (the same result keys)
                 "cache": None if self.cache == "default" else self.cache,
+                "reuse": None if self.reuse == "off" else self.reuse,
             }.items()
             if v is not None
         }

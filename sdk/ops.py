@@ -59,6 +59,15 @@ class _Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+Reuse = Literal["off", "auto"]
+REUSE_DESCRIPTION = (
+    "'auto': a text-to-image candidate may start from the stored intermediate latents of a "
+    "similar earlier prompt drawn with the same seed, model, size and settings (in this "
+    "namespace), skipping the first steps: faster, and slightly different from the 'off' "
+    "image; each candidate records where it started (started_from). 'off': every image from "
+    "its own noise, the same image on every run.")
+
+
 class GenerateParams(_Params):
     """``generate``: ``n`` images for one prompt; candidate ``i`` uses seed ``seed + i``.
 
@@ -117,6 +126,7 @@ class GenerateParams(_Params):
         None, description="Artifact key of a mask for init_image (white: repaint, black: "
         "keep): inpainting. Only used with init_image.")
     cache: str = Field("default", pattern=CACHE_PATTERN, description=CACHE_DESCRIPTION)
+    reuse: Reuse = Field("off", description=REUSE_DESCRIPTION)
     shard_size: int = Field(
         4, ge=1, le=MAX_CANDIDATES_PER_NODE,
         description="Candidates per worker message; each shard is retried and cached on its "
@@ -227,6 +237,15 @@ class RefineParams(_Params):
         "rules", description="Strategy 'prompt-history': the registered PromptRewriter.")
 
 
+class LatentStart(BaseModel):
+    """Where a ``reuse='auto'`` image started: after ``step`` denoising steps of ``prompt``'s
+    image of the same seed, whose text embedding is ``similarity`` (cosine) from its own."""
+
+    prompt: str
+    step: int = Field(ge=1)
+    similarity: float
+
+
 class Candidate(BaseModel):
     """One generated image."""
 
@@ -247,6 +266,9 @@ class Candidate(BaseModel):
     init_image: str | None = Field(None, description="artifact key of the image this one edits")
     mask: str | None = Field(None, description="artifact key of the inpainting mask")
     strength: float | None = Field(None, description="edit strength (None: not an edit)")
+    started_from: LatentStart | None = Field(
+        None, description="the stored latents this image started from (reuse='auto'); None: "
+        "from its own noise")
 
     @property
     def cost(self) -> int:

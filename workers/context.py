@@ -41,6 +41,8 @@ class OpContext:
     siblings: int = 1
     #: The run's lane (``Graph.priority``): a batched resource serves ``interactive`` first.
     priority: str = "interactive"
+    #: The run's namespace (``Graph.namespace``, a gateway's tenant): what it may share.
+    namespace: str | None = None
     halted: bool = False
     log: logging.LoggerAdapter = field(init=False)
     _last_progress: float = field(default=0.0, init=False)

@@ -431,12 +431,13 @@ class Executor:
         inst, spec, key = prepared.inst, prepared.spec, prepared.key
         try:
             inputs, parents = self._load_inputs(inst.inputs)
+            graph = self.scheduler.topology(inst.run_id).graph
             ctx = OpContext(
                 run_id=inst.run_id, node_id=inst.node_id, instance_id=inst.instance_id,
                 attempt=inst.attempts, store=self.store, artifacts=self.artifacts,
                 resources=self.resources,
                 siblings=_siblings(prepared.node, spec, parents) if attempt == 1 else 1,
-                priority=self.scheduler.topology(inst.run_id).graph.priority or "interactive",
+                priority=graph.priority or "interactive", namespace=graph.namespace,
             )
             output = spec.fn(prepared.params, inputs, ctx)
             if isinstance(output, Deferred):
@@ -569,17 +570,18 @@ class Executor:
         final = (isinstance(exc, Permanent) or attempt > inst.max_retries
                  or self._requeue is None)
         record_outcome(self.scheduler, inst.run_id, inst.instance_id, attempt, exc, final=final)
-        if not final and not isinstance(exc, Cancelled):
+        if not final and not isinstance(exc, Cancelled) and self._requeue is not None:
             _, backoff_ms = compute_backoff(attempt - 1, factor=int(inst.min_backoff * 1000),
                                             max_backoff=int(inst.max_backoff * 1000))
             self._requeue(inst, attempt, backoff_ms / 1000)
 
     def _record(self, spec: OpSpec, output: object, key: str, ctx: OpContext) -> ResultRecord:
-        items = output if isinstance(output, list) else [output]
-        for item in items:
+        items: list[BaseModel] = []
+        for item in output if isinstance(output, list) else [output]:
             if not isinstance(item, BaseModel):
                 raise Permanent(f"op {spec.name!r} returned {type(item).__name__}, "
                                 "expected a pydantic model or a list of them")
+            items.append(item)
         return ResultRecord(
             key=key, op=spec.name, items=[i.model_dump(mode="json") for i in items],
             output=model_path(spec.output), halt=ctx.halted, created_at=time.time(),

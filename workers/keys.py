@@ -7,7 +7,8 @@ only between runs of that namespace, so one tenant's cache hit never tells it wh
 
 Canonical params are the validated params model dumped to JSON with defaults filled in, so
 ``{"n": 1}`` and ``{}`` give the same key. ``shard_size`` only decides how candidates are split
-into messages, never what a shard produces, so it is left out.
+into messages, never what a shard produces, so it is left out. A param added after results
+were stored (``reuse``) is left out at its default, so those results keep their keys.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from .stores.records import ItemRef
 
 #: Params that change how work is split, not what an execution produces.
 _SPLIT_ONLY = frozenset({"shard_size"})
+#: Params added after results were stored without them, and their defaults.
+_ADDED_LATER = {"reuse": "off"}
 
 
 def canonical_json(value: Any) -> str:
@@ -34,7 +37,8 @@ def result_key(
     payload = {
         "op": op,
         "version": version,
-        "params": {k: v for k, v in params.items() if k not in _SPLIT_ONLY},
+        "params": {k: v for k, v in params.items()
+                   if k not in _SPLIT_ONLY and (k not in _ADDED_LATER or v != _ADDED_LATER[k])},
         "inputs": [f"{ref.key}#{ref.index}" for ref in inputs],
         "identity": identity,
     }

@@ -74,8 +74,14 @@ class Job:
     metered: bool = True
     #: The run's lane: ``batch`` work yields to ``interactive`` (see ``batch_queue.BATCH_TURN``).
     priority: str = "interactive"
+    #: Whether candidates may start from a similar prompt's stored latents (``.latent_cache``),
+    #: and the namespace whose images alone they may start from.
+    reuse: bool = False
+    namespace: str | None = None
     future: Future = field(default_factory=Future)
     images: list[Any] = field(init=False)
+    #: Per candidate, the ``latent_cache.Start`` it began from (``None``: from noise).
+    starts: list[Any] = field(init=False)
     _progress: list[int] = field(init=False)
     _reported: int = field(default=0, init=False)
     _left: int = field(init=False)
@@ -85,6 +91,7 @@ class Job:
         if not n or len(self.seeds) != n or len(self.negative_prompts) != n:
             raise ValueError("a job needs as many seeds and negative prompts as prompts (>= 1)")
         self.images = [None] * n
+        self.starts = [None] * n
         self._progress = [0] * n
         self._left = n
 

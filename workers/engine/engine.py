@@ -32,6 +32,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import torch
+
 from genloop.sdk.errors import Transient
 
 from ..metrics import metrics
@@ -40,6 +42,14 @@ from .compile import Compiler
 from .cpu_bf16 import cpu_bf16_step_end, start_cpu_bf16
 from .deepcache import deepcache_stats
 from .generate import ImageSettings, call_pipeline, edit_pipeline
+from .latent_cache import (
+    DEFAULT_MAX_BYTES,
+    LatentCache,
+    Scope,
+    Start,
+    capture_steps,
+    prompt_vectors,
+)
 from .oom import OomGuard
 from .optimize import (
     KernelOptions,
@@ -72,6 +82,9 @@ class EngineOptions:
     #: :mod:`.cpu_bf16`.
     cpu_bf16: bool | None = None
     kernels: KernelOptions = field(default_factory=KernelOptions)
+    #: Bytes of intermediate latents kept for ``reuse="auto"`` requests (0: none kept, no
+    #: reuse); see :mod:`.latent_cache`.
+    latent_cache_bytes: int = DEFAULT_MAX_BYTES
 
 
 #: Weight of a new batch in the per-model step time (:attr:`GenerationEngine.step_seconds`).
@@ -119,6 +132,9 @@ class GenerationEngine:
         #: Seconds one image's denoising step takes, per model, as measured on this process's
         #: batches (a moving average; what the pool's backlog estimate reads).
         self.step_seconds: dict[str, float] = {}
+        self.latents = LatentCache(self.options.latent_cache_bytes)
+        #: Denoising steps skipped by starting from stored latents, in this process.
+        self.steps_reused = 0
 
     @property
     def batcher(self) -> Batcher:
@@ -168,7 +184,8 @@ class GenerationEngine:
                init_images: Sequence | None = None, masks: Sequence | None = None, *,
                group: Hashable = None, group_size: int = 1,
                check: Callable[[], None] | None = None, metered: bool = True,
-               priority: str = "interactive") -> Job:
+               priority: str = "interactive", reuse: bool = False,
+               namespace: str | None = None) -> Job:
         """Queue one request; its future resolves to one PIL image per (prompt, seed).
 
         Nothing blocks: the caller attaches to ``job.future``. An edit (``settings.kind``
@@ -177,7 +194,9 @@ class GenerationEngine:
         siblings (see :mod:`.batching`); ``check()`` runs just before the request's batch
         starts and may raise (cancellation) to fail the request alone. ``metered=False``
         (a warm-up) keeps the request out of the batch and image metrics. ``priority``: the
-        run's lane, ``interactive`` or ``batch`` (see :mod:`.batching`)."""
+        run's lane, ``interactive`` or ``batch`` (see :mod:`.batching`). ``reuse``: text-to-image
+        candidates may start from the stored latents of a similar prompt of the same seed and
+        ``namespace`` (:mod:`.latent_cache`); each one's start is in ``job.starts``."""
         parse_cache(settings.cache)  # a bad mode fails here, in the caller's thread
         if (settings.kind != "text") != (init_images is not None) or (
                 (settings.kind == "inpaint") != (masks is not None)):
@@ -191,7 +210,8 @@ class GenerationEngine:
         job = Job(key, list(prompts), list(seeds), list(negatives), settings.denoised_steps,
                   on_step, init_images=init_images, masks=masks,
                   group=group, group_size=group_size, check=check, metered=metered,
-                  priority=priority)
+                  priority=priority, reuse=reuse and settings.kind == "text",
+                  namespace=namespace)
         log.debug("request of %d at %s queued", len(job.prompts), key)
         return self.batcher.submit(job)
 
@@ -295,39 +315,58 @@ class GenerationEngine:
 
     def _call(self, pipe, shape_key: tuple, live: list[Slot], settings: ImageSettings,
               chunk: Sequence[Slot]) -> list:
-        by_job: dict[int, tuple[Job, list[int]]] = {}
-        for s in live:
-            by_job.setdefault(id(s.job), (s.job, []))[1].append(s.index)
-
         denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
+        reuse = self._reuse(pipe, shape_key[0], live, settings)
+        starts = reuse.starts if reuse is not None else [None] * len(live)
 
-        def step_end(step: int) -> None:
-            if denoiser is not None:
-                cpu_bf16_step_end(denoiser, step)
-            if step == 0:
-                self.oom.check_injected(shape_key, len(live))
-            if self._closed or (self._batcher is not None and self._batcher.closed):
-                for job, _ in by_job.values():
-                    job.fail(Transient("the worker's generation engine is shutting down"))
-            for job, indices in by_job.values():
-                job.step(indices, step + 1)
-            if all(job.failed for job, _ in by_job.values()):
-                raise _AllFailed()
+        def part(members: list[int]) -> list:
+            """One pipeline call for the live slots ``members``, which share a start step."""
+            slots = [live[i] for i in members]
+            first = starts[members[0]]
+            start = first.step if first is not None else 0
+            by_job: dict[int, tuple[Job, list[int]]] = {}
+            for s in slots:
+                by_job.setdefault(id(s.job), (s.job, []))[1].append(s.index)
 
-        edit = settings.kind != "text"
+            def step_end(step: int) -> None:
+                if denoiser is not None:
+                    cpu_bf16_step_end(denoiser, step)
+                if step == 0:
+                    self.oom.check_injected(shape_key, len(live))
+                if self._closed or (self._batcher is not None and self._batcher.closed):
+                    for job, _ in by_job.values():
+                        job.fail(Transient("the worker's generation engine is shutting down"))
+                for job, indices in by_job.values():
+                    job.step(indices, start + step + 1)
+                if all(job.failed for job, _ in by_job.values()):
+                    raise _AllFailed()
 
-        def run() -> list:
-            plan = prepare_step_cache(pipe, settings.cache, settings.denoised_steps)
+            steps = settings.denoised_steps - start
+            plan = prepare_step_cache(pipe, settings.cache, steps)
             if denoiser is not None:
                 bf16 = self.cpu_bf16(shape_key[0]) and settings.cache == DEFAULT_CACHE
-                start_cpu_bf16(denoiser, settings.denoised_steps if bf16 else None)
+                start_cpu_bf16(denoiser, steps if bf16 else None)
             images = call_pipeline(
-                pipe, [s.prompt for s in live], [s.seed for s in live], settings,
-                [s.negative_prompt for s in live], step_end,
-                init_images=[s.init_image for s in live] if edit else None,
-                masks=[s.mask for s in live] if settings.kind == "inpaint" else None)
+                pipe, [s.prompt for s in slots], [s.seed for s in slots], settings,
+                [s.negative_prompt for s in slots], step_end,
+                init_images=[s.init_image for s in slots] if settings.kind != "text" else None,
+                masks=[s.mask for s in slots] if settings.kind == "inpaint" else None,
+                start=start,
+                latents=(torch.stack([starts[i].latents for i in members]) if start else None),
+                on_latents=reuse.capture(members) if reuse is not None else None)
             if plan.kind == "deepcache":
                 metrics().step_cache_skips.inc(deepcache_stats(pipe.unet)[1])
+            return images
+
+        def run() -> list:
+            images: list = [None] * len(live)
+            by_start: dict[int, list[int]] = {}
+            for i, start in enumerate(starts):
+                by_start.setdefault(start.step if start is not None else 0, []).append(i)
+            # From noise first: what the others skip is the longer call's share of the work.
+            for _, members in sorted(by_start.items()):
+                for i, image in zip(members, part(members), strict=True):
+                    images[i] = image
             return images
 
         shape = (len(live), settings.width, settings.height)
@@ -337,5 +376,54 @@ class GenerationEngine:
         except _AllFailed:
             log.debug("batch of %d at %s abandoned: all its requests failed", len(live), shape_key)
             return [None] * len(chunk)
+        if reuse is not None:
+            reuse.store(self.latents)
+            self.steps_reused += sum(s.step for s in starts if s is not None)
+            for slot, start in zip(live, starts, strict=True):
+                slot.job.starts[slot.index] = start
         out = iter(images)
         return [next(out) if s in live else None for s in chunk]
+
+    def _reuse(self, pipe, model: str, live: list[Slot],
+               settings: ImageSettings) -> _Reuse | None:
+        """The live slots' starts and the latents to keep from this call; ``None`` where the
+        call keeps none (an edit, no latent cache, a pipeline without a text encoder)."""
+        if settings.kind != "text" or not self.latents.max_bytes:
+            return None
+        vectors = prompt_vectors(pipe, [s.prompt for s in live])
+        if vectors is None:
+            return None
+        identity = self.models.identity(model)
+        scopes = [Scope(identity, settings.width, settings.height, settings.steps,
+                        settings.guidance, s.negative_prompt or "", s.seed, s.job.namespace)
+                  for s in live]
+        starts = [self.latents.find(scope, vector) if s.job.reuse else None
+                  for s, scope, vector in zip(live, scopes, vectors, strict=True)]
+        return _Reuse(live, scopes, vectors, starts, capture_steps(settings.steps))
+
+
+@dataclass
+class _Reuse:
+    """One batch's dealings with the latent cache: where each live slot starts, and the
+    latents its call produces at the steps worth keeping (stored once the batch is done, so a
+    failed batch keeps nothing)."""
+
+    live: list[Slot]
+    scopes: list[Scope]
+    vectors: torch.Tensor
+    starts: list[Start | None]
+    steps: tuple[int, ...]
+    kept: dict[int, dict[int, torch.Tensor]] = field(default_factory=dict)
+
+    def capture(self, members: list[int]) -> Callable[[int, torch.Tensor], None]:
+        def on_latents(done: int, latents: torch.Tensor) -> None:
+            if done in self.steps:
+                for row, i in zip(latents.detach().cpu(), members, strict=True):
+                    self.kept.setdefault(i, {})[done] = row.clone()
+        return on_latents
+
+    def store(self, cache: LatentCache) -> None:
+        for i, latents in self.kept.items():
+            slot = self.live[i]
+            if not slot.job.failed:
+                cache.put(self.scopes[i], slot.prompt, self.vectors[i], latents)

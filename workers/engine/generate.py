@@ -11,9 +11,11 @@ bitwise reproducible.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -65,14 +67,23 @@ def call_pipeline(
     on_step_end: Callable[[int], None] | None = None,
     init_images: Sequence | None = None,
     masks: Sequence | None = None,
+    start: int = 0,
+    latents: torch.Tensor | None = None,
+    on_latents: Callable[[int, torch.Tensor], None] | None = None,
 ) -> list:
     """PIL images for the candidates, in one pipeline call; caching as already prepared (the
     step callback tells the step cache where the call is, :func:`.step_cache.step_ended`).
 
-    ``on_step_end(step)`` runs after denoising step ``step`` (0-based) and may raise to stop.
-    Edits (``settings.kind`` img2img or inpaint) need ``pipe`` to be the matching pipeline
-    (see :func:`edit_pipeline`), one init image per candidate and, to inpaint, one mask each.
+    ``on_step_end(step)`` runs after denoising step ``step`` of this call (0-based) and may
+    raise to stop. Edits (``settings.kind`` img2img or inpaint) need ``pipe`` to be the
+    matching pipeline (see :func:`edit_pipeline`), one init image per candidate and, to
+    inpaint, one mask each. A text-to-image call may ``start`` after that many steps of the
+    schedule, from ``latents`` (the state entering that step, one per candidate: see
+    :mod:`.latent_cache`); ``on_latents(done, latents)`` sees the batch's latents after each
+    step, ``done`` counted from the schedule's start.
     """
+    if start and (settings.kind != "text" or latents is None):
+        raise ValueError("only a text-to-image call starts part-way, and it needs latents")
     if negative_prompts is None:
         negative_prompts = [settings.negative_prompt] * len(prompts)
     # diffusers treats a missing negative prompt as ""; a list needs an entry per candidate.
@@ -82,11 +93,17 @@ def call_pipeline(
         step_ended(pipe, step)
         if on_step_end is not None:
             on_step_end(step)
-        if step == settings.denoised_steps - 1:
+        if on_latents is not None:
+            on_latents(start + step + 1, kwargs["latents"])
+        if step == settings.denoised_steps - start - 1:
             check_finite(kwargs.get("latents"))
         return kwargs
 
     extra: dict = {"width": settings.width, "height": settings.height}
+    if start:
+        # The pipeline scales the latents it is given by the schedule's initial noise sigma
+        # (1 for DDIM, more for Euler); these are already at their step's noise level.
+        extra["latents"] = latents / initial_noise_sigma(pipe.scheduler, settings.steps)
     if settings.kind != "text":
         if init_images is None or len(init_images) != len(prompts):
             raise ValueError("an edit needs one init image per candidate")
@@ -98,17 +115,51 @@ def call_pipeline(
             if masks is None or len(masks) != len(prompts):
                 raise ValueError("inpainting needs one mask per candidate")
             extra.update(mask_image=list(masks))
-    out = pipe(
-        prompt=list(prompts),
-        negative_prompt=negatives if any(negatives) else None,
-        num_inference_steps=settings.steps,
-        guidance_scale=settings.guidance,
-        generator=[torch.Generator("cpu").manual_seed(s) for s in seeds],
-        output_type="pil",
-        callback_on_step_end=callback,
-        **extra,
-    )
+    with started_at(pipe.scheduler, start) if start else nullcontext():
+        out = pipe(
+            prompt=list(prompts),
+            negative_prompt=negatives if any(negatives) else None,
+            num_inference_steps=settings.steps,
+            guidance_scale=settings.guidance,
+            generator=[torch.Generator("cpu").manual_seed(s) for s in seeds],
+            output_type="pil",
+            callback_on_step_end=callback,
+            **extra,
+        )
     return list(out.images)
+
+
+@contextmanager
+def started_at(scheduler, start: int) -> Iterator[None]:
+    """While open, the schedules ``scheduler`` sets skip their first ``start`` steps.
+
+    A pipeline denoises over what ``scheduler.set_timesteps`` leaves in ``timesteps``, so the
+    tail of the usual schedule is set there; schedulers that keep a step index (Euler, DPM,
+    flow matching) are told where the tail begins (``set_begin_index``), as diffusers' own
+    img2img pipelines do. Written by hand: diffusers starts part-way only from an image it
+    re-noises, never from stored latents.
+    """
+    own = scheduler.set_timesteps
+
+    def set_timesteps(*args, **kwargs):
+        own(*args, **kwargs)
+        skip = start * scheduler.order
+        scheduler.timesteps = scheduler.timesteps[skip:]
+        if hasattr(scheduler, "set_begin_index"):
+            scheduler.set_begin_index(skip)
+
+    scheduler.set_timesteps = set_timesteps
+    try:
+        yield
+    finally:
+        del scheduler.set_timesteps
+
+
+def initial_noise_sigma(scheduler, steps: int) -> float:
+    """The factor a pipeline multiplies given latents by, for a ``steps``-step schedule."""
+    probe = copy.deepcopy(scheduler)
+    probe.set_timesteps(steps)
+    return float(probe.init_noise_sigma)
 
 
 def takes_size(pipe) -> bool:

@@ -8,7 +8,13 @@ from concurrent.futures import Future
 from dataclasses import replace
 
 from genloop.sdk.errors import NotFound, Permanent
-from genloop.sdk.ops import MAX_CANDIDATES_PER_NODE, Candidate, GenerateParams, GenerationRequest
+from genloop.sdk.ops import (
+    MAX_CANDIDATES_PER_NODE,
+    Candidate,
+    GenerateParams,
+    GenerationRequest,
+    LatentStart,
+)
 
 from ..context import OpContext
 from ..deferred import Deferred
@@ -98,21 +104,31 @@ def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> Deferred:
                    else [pictures.get(requests[i].mask, "L") for i in members]),
             group=ctx.group if n == 0 else None, group_size=ctx.siblings,
             check=ctx.check_cancelled, priority=ctx.priority,
+            reuse=params.reuse == "auto", namespace=ctx.namespace,
         )))
     cache = pictures.cache
 
     def store(images: list) -> list[Candidate]:
+        starts: list = [None] * len(requests)
+        for members, job in jobs:
+            for i, start in zip(members, job.starts, strict=True):
+                starts[i] = start
         out = []
         for i, (r, s, img) in enumerate(zip(requests, settings, images, strict=True)):
             key = ctx.artifacts.put(png_bytes(img), "png")
             if cache is not None:
                 cache.put(key, img)
+            start = starts[i]
             out.append(Candidate(
                 index=params.first + i, prompt=r.prompt, seed=r.seed, round=r.round,
                 model=params.model, artifact=key, width=s.width, height=s.height,
-                steps=s.steps, denoised_steps=None if s.kind == "text" else s.denoised_steps,
+                steps=s.steps, denoised_steps=(
+                    s.denoised_steps if s.kind != "text"
+                    else None if start is None else s.steps - start.step),
                 init_image=r.init_image, mask=r.mask,
                 strength=None if s.kind == "text" else s.strength,
+                started_from=None if start is None else LatentStart(
+                    prompt=start.source, step=start.step, similarity=round(start.similarity, 4)),
             ))
         return out
 
