@@ -26,6 +26,7 @@ from genloop.evaluators import EvaluatorRegistry
 from genloop.sdk.schema import Named
 
 from .ops.registry import OpRegistry, OpSpec
+from .redis_text import text, texts
 from .stores.redis_keys import PoolKeys
 
 
@@ -67,7 +68,9 @@ def publish(client: redis.Redis, registry: OpRegistry, queues: list[str],
     if queues:
         client.sadd(PoolKeys(prefix).queues, *queues)
     if models:
-        client.hset(PoolKeys(prefix).models, mapping=models)
+        # A comprehension, as below: redis-py's mapping type takes no dict[str, str] as it is.
+        client.hset(PoolKeys(prefix).models, mapping={
+            name: description for name, description in models.items()})
     if evaluators:
         client.hset(PoolKeys(prefix).evaluators, mapping={
             name: named.model_dump_json() for name, named in evaluators.items()})
@@ -85,7 +88,7 @@ def publish(client: redis.Redis, registry: OpRegistry, queues: list[str],
 
 
 def published_models(client: redis.Redis, prefix: str = "genloop") -> dict[str, str]:
-    return {k.decode(): v.decode() for k, v in client.hgetall(PoolKeys(prefix).models).items()}
+    return {text(k): text(v) for k, v in client.hgetall(PoolKeys(prefix).models).items()}
 
 
 class PublishedEvaluators:
@@ -98,7 +101,7 @@ class PublishedEvaluators:
         self.client, self.local, self.prefix = client, local, prefix
 
     def listing(self) -> dict[str, Named]:
-        published = {k.decode(): Named.model_validate_json(v)
+        published = {text(k): Named.model_validate_json(v)
                      for k, v in self.client.hgetall(PoolKeys(self.prefix).evaluators).items()}
         return {**self.local.listing(), **published}
 
@@ -106,12 +109,12 @@ class PublishedEvaluators:
 def published_cache_modes(client: redis.Redis, prefix: str = "genloop"
                           ) -> dict[str, list[str]]:
     """What the pool's workers published of :func:`~.capabilities.model_cache_modes`."""
-    return {k.decode(): json.loads(v)
+    return {text(k): json.loads(v)
             for k, v in client.hgetall(PoolKeys(prefix).cache_modes).items()}
 
 
 def published_queues(client: redis.Redis, prefix: str = "genloop") -> set[str]:
-    return {q.decode() for q in client.smembers(PoolKeys(prefix).queues)}
+    return set(texts(client.smembers(PoolKeys(prefix).queues)))
 
 
 def with_published(client: redis.Redis, local: OpRegistry, prefix: str = "genloop") -> OpRegistry:
@@ -119,8 +122,8 @@ def with_published(client: redis.Redis, local: OpRegistry, prefix: str = "genloo
     merged = OpRegistry()
     for spec in local.values():
         merged.register(spec)
-    for name, raw in client.hgetall(PoolKeys(prefix).ops).items():
-        name = name.decode()
+    for key, raw in client.hgetall(PoolKeys(prefix).ops).items():
+        name = text(key)
         if name not in merged:
             entry = json.loads(raw)
             params = _stand_in_params(name, entry.pop("fields", {}))

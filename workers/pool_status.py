@@ -161,7 +161,9 @@ class Presence(Middleware):
 
 def live_workers(client: redis.Redis, prefix: str) -> list[WorkerState]:
     """The workers whose presence is fresh; stale records are deleted."""
-    now, live, stale = time.time(), [], []
+    now = time.time()
+    live: list[tuple[bytes | str, WorkerState]] = []
+    stale: list[tuple[bytes | str, WorkerState]] = []
     for worker_id, raw in client.hgetall(workers_key(prefix)).items():
         state = WorkerState.model_validate_json(raw)
         (live if now - state.seen <= STALE_AFTER else stale).append((worker_id, state))

@@ -27,6 +27,7 @@ from .catalogue import (
 from .ops.refine import RefinerRegistry, default_refiners
 from .ops.registry import OpRegistry, default_registry
 from .pool_status import PoolStatus, RecentWorkers, pool_status, waiting_for
+from .redis_text import optional_text
 from .retention import configured_retention
 from .store_backend import StoreBackend
 from .stores.redis import RedisStateStore
@@ -58,7 +59,7 @@ class RedisBackend(StoreBackend):
         # streams read in loops); the presence records change every 2 s.
         self._workers = RecentWorkers(self.client, prefix)
         try:
-            uri = artifacts or (self.client.get(artifacts_key(prefix)) or b"").decode() or None
+            uri = artifacts or optional_text(self.client.get(artifacts_key(prefix))) or None
             # The workers' retention (they publish it), so what this side schedules agrees
             published = self.client.get(PoolKeys(prefix).retention_config)
         except redis.RedisError as exc:
@@ -70,14 +71,14 @@ class RedisBackend(StoreBackend):
             )
         store = RedisStateStore(client=self.client, prefix=prefix, retention=float(
             published) if published is not None else configured_retention())
-        artifacts = open_artifact_store(uri)
+        artifact_store = open_artifact_store(uri)
         registry = with_published(self.client, registry or default_registry, prefix)
         queues = sorted(set(DEFAULT_QUEUES) | {s.queue for s in registry.values()}
                         | published_queues(self.client, prefix))
         self.broker = RedisBroker(client=self.client)
         scheduler = submitter(self.broker, store, registry, queues=queues,
                               shared_fair=prefix if fair else None)
-        super().__init__(scheduler, artifacts,
+        super().__init__(scheduler, artifact_store,
                          models=lambda: published_models(self.client, prefix),
                          cache_modes=lambda: published_cache_modes(self.client, prefix),
                          evaluators=PublishedEvaluators(self.client, evaluators if evaluators

@@ -39,6 +39,7 @@ from dramatiq.middleware import Middleware
 from pydantic import TypeAdapter
 
 from .chunks import Chunk, chunk_name, chunked, instances_of
+from .redis_text import texts
 from .routing import base_queue
 from .stores.records import InstanceRecord
 
@@ -170,8 +171,8 @@ class RedisFairQueue:
             lost.setdefault(inst.queue, set()).add((inst.run_id, inst.instance_id))
         for queue, wanted in lost.items():
             flight = self.key(queue, "flight")
-            stale = [m for m in self.client.zrange(flight, 0, -1)
-                     if any(held in wanted for held in _held(m.decode()))]
+            stale = [m for m in texts(self.client.zrange(flight, 0, -1))
+                     if any(held in wanted for held in _held(m))]
             if stale:
                 self.client.zrem(flight, *stale)
         self(instances, delay)
@@ -240,7 +241,7 @@ class RedisFairWorker(Middleware):
             self.fair.leave(self.id, queue, self._threads)
 
     def before_process_message(self, broker: dramatiq.Broker,
-                               message: dramatiq.Message) -> None:
+                               message: dramatiq.MessageProxy) -> None:
         if message.actor_name.startswith(self.actor_prefix):
             queue = base_queue(q_name(message.queue_name))
             # No round trip here: the slot keeps the deadline it was taken with (flight_ttl)
@@ -248,15 +249,16 @@ class RedisFairWorker(Middleware):
             with self._lock:
                 self._running[message.message_id] = (queue, chunk_name(*instances_of(message.args)))
 
-    def after_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message, *,
-                              result: object = None, exception: BaseException | None = None
-                              ) -> None:
+    def after_process_message(self, broker: dramatiq.Broker,
+                              message: dramatiq.MessageProxy, *, result: object = None,
+                              exception: BaseException | None = None) -> None:
         self._release(message)
 
-    def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
+    def after_skip_message(self, broker: dramatiq.Broker,
+                           message: dramatiq.MessageProxy) -> None:
         self._release(message)
 
-    def _release(self, message: dramatiq.Message) -> None:
+    def _release(self, message: dramatiq.MessageProxy) -> None:
         # A retry is re-sent by Retries straight to the broker: it runs outside the window
         # (at most one extra message per failing one) rather than risk a slot never freed.
         if message.actor_name.startswith(self.actor_prefix):

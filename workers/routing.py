@@ -69,6 +69,7 @@ import redis
 from dramatiq import Message
 
 from .pool_status import HEARTBEAT, RecentWorkers
+from .redis_text import data, texts
 from .stores.redis_keys import PoolKeys
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ class Router:
     @staticmethod
     def queues(client: redis.Redis, namespace: str, queue: str) -> list[str]:
         """The routed queues of ``queue`` any sender has used."""
-        return sorted(m.decode() for m in client.smembers(routes_key(namespace, queue)))
+        return sorted(texts(client.smembers(routes_key(namespace, queue))))
 
 
 class AffinityGate:
@@ -232,7 +233,7 @@ class AffinityGate:
         raw = self.client.hget(f"{queue}.msgs", oldest) if oldest is not None else None
         if raw is None:
             return 0.0
-        return max(time.time() - Message.decode(raw).message_timestamp / 1000, 0.0)
+        return max(time.time() - Message.decode(data(raw)).message_timestamp / 1000, 0.0)
 
 
 def _held(state: dict[str, Any]) -> set[str]:

@@ -25,6 +25,7 @@ from .served import served
 if TYPE_CHECKING:
     from genloop.evaluators import EvaluatorRegistry
 
+    from .catalogue import PublishedEvaluators
     from .ops.refine import RefinerRegistry
 
 _SPEC: TypeAdapter[Any] = TypeAdapter(RunSpec)
@@ -42,7 +43,8 @@ class StoreBackend(Backend):
     """
 
     def __init__(self, scheduler: Scheduler, artifacts: ArtifactStore, *,
-                 models: Callable[[], dict[str, str]], evaluators: EvaluatorRegistry,
+                 models: Callable[[], dict[str, str]],
+                 evaluators: EvaluatorRegistry | PublishedEvaluators,
                  refiners: RefinerRegistry, default_model: str | None = None,
                  default_evaluator: str | None = None,
                  cache_modes: Callable[[], dict[str, list[str]]] = dict) -> None:

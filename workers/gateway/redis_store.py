@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 
 import redis
 
+from ..redis_text import optional_text, scored, text, texts
 from ..stores.redis import translate_redis_errors
 from ..stores.redis_index import members_before
 from ..stores.redis_keys import GatewayKeys
@@ -56,9 +57,10 @@ class RedisGatewayStore(GatewayStore):
 
     @translate_redis_errors
     def _revoke(self, key_hash: str | None, key_id: str | None) -> KeyInfo | None:
-        key_hash = key_hash or self.r.get(self.k.key_id(key_id))
+        if not key_hash and key_id is not None:
+            key_hash = optional_text(self.r.get(self.k.key_id(key_id)))
         raw = self.r.get(self.k.key(key_hash)) if key_hash else None
-        if raw is None:
+        if raw is None or not key_hash:
             return None
         info = KeyInfo.model_validate_json(raw)
         if info.revoked_at is None:
@@ -68,7 +70,7 @@ class RedisGatewayStore(GatewayStore):
 
     @translate_redis_errors
     def keys(self) -> list[KeyInfo]:
-        hashes = sorted(self.r.smembers(self.k.all_keys))
+        hashes = sorted(texts(self.r.smembers(self.k.all_keys)))
         raws = self.r.mget([self.k.key(h) for h in hashes]) if hashes else []
         infos = [KeyInfo.model_validate_json(raw) for raw in raws if raw]
         return sorted(infos, key=lambda k: k.created_at)
@@ -141,8 +143,8 @@ class RedisGatewayStore(GatewayStore):
         key = self.k.tenant_set("runs", tenant)
         if before_id is None:
             top = "+inf" if before is None else f"({before!r}"
-            return [(str(m), float(s)) for m, s in self.r.zrevrangebyscore(
-                key, top, "-inf", start=0, num=limit, withscores=True)]
+            return scored(self.r.zrevrangebyscore(key, top, "-inf", start=0, num=limit,
+                                                  withscores=True))
         return members_before(self.r, key, (before if before is not None else float("inf"),
                                             before_id), limit)
 
@@ -152,11 +154,11 @@ class RedisGatewayStore(GatewayStore):
 
     @translate_redis_errors
     def open_runs(self, tenant: str) -> list[str]:
-        return sorted(self.r.smembers(self.k.tenant_set("open", tenant)))
+        return sorted(texts(self.r.smembers(self.k.tenant_set("open", tenant))))
 
     @translate_redis_errors
     def unindexed_runs(self, tenant: str) -> list[str]:
-        return sorted(self.r.smembers(self.k.tenant_set("unindexed", tenant)))
+        return sorted(texts(self.r.smembers(self.k.tenant_set("unindexed", tenant))))
 
     def _drop(self, kind: str, run_id: str) -> None:
         tenant = self.owner(run_id)
@@ -186,13 +188,13 @@ class RedisGatewayStore(GatewayStore):
         listed = 0
         owner_key = self.k.run_owner("")
         for key in self.r.scan_iter(match=self.k.run_owner("*"), count=1000):
-            run_id, tenant = key[len(owner_key):], self.r.get(key)
+            run_id, tenant = text(key)[len(owner_key):], optional_text(self.r.get(key))
             index = self.k.tenant_set("runs", tenant or "")
             if tenant is None or self.r.zscore(index, run_id) is not None:
                 continue
             when = created_at(run_id)
-            if when is not None:
-                listed += self.r.zadd(index, {run_id: when}, nx=True)
+            if when is not None and self.r.zadd(index, {run_id: when}, nx=True):
+                listed += 1
         self.r.set(self.k.listed, "1")
         return listed
 
@@ -207,11 +209,11 @@ class RedisGatewayStore(GatewayStore):
 
     @translate_redis_errors
     def forget_run(self, run_id: str) -> None:
-        tenant, idem = self.owner(run_id), self.r.get(self.k.idem_of(run_id))
+        tenant, idem = self.owner(run_id), optional_text(self.r.get(self.k.idem_of(run_id)))
         if tenant is not None:
             self._drop_artifacts(keys=[self.k.run_artifacts(run_id),
                                        self.k.tenant_set("art-refs", tenant)])
-        webhooks = self.r.zrange(self.k.webhooks_of(run_id), 0, -1)
+        webhooks = list(texts(self.r.zrange(self.k.webhooks_of(run_id), 0, -1)))
         pipe = self.r.pipeline()
         if tenant is not None:
             for kind in ("open", "unindexed"):
@@ -285,7 +287,7 @@ class RedisGatewayStore(GatewayStore):
 
     @translate_redis_errors
     def webhooks_of(self, run_id: str) -> list[WebhookJob]:
-        ids = self.r.zrange(self.k.webhooks_of(run_id), 0, -1)
+        ids = list(texts(self.r.zrange(self.k.webhooks_of(run_id), 0, -1)))
         raws = self.r.mget([self.k.webhook(i) for i in ids]) if ids else []
         jobs = [WebhookJob.model_validate_json(raw) for raw in raws if raw is not None]
         return sorted(jobs, key=lambda j: (j.kind != "run.ended", len(j.webhook_id),
@@ -293,7 +295,8 @@ class RedisGatewayStore(GatewayStore):
 
     @translate_redis_errors
     def due_webhooks(self, now: float, limit: int = 100) -> list[WebhookJob]:
-        ids = self.r.zrangebyscore(self.k.webhooks_due, "-inf", now, start=0, num=limit)
+        ids = list(texts(self.r.zrangebyscore(self.k.webhooks_due, "-inf", now, start=0,
+                                              num=limit)))
         raws = self.r.mget([self.k.webhook(i) for i in ids]) if ids else []
         return [WebhookJob.model_validate_json(raw) for raw in raws if raw is not None]
 

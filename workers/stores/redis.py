@@ -21,6 +21,7 @@ Redis errors are translated to :class:`~genloop.sdk.errors.StoreError` where the
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -34,6 +35,7 @@ from redis.exceptions import NoScriptError
 from genloop.sdk.errors import NotFound, StoreError
 from genloop.sdk.models import Event
 
+from ..redis_text import text, texts
 from . import redis_scripts
 from .base import (
     DEFAULT_RETENTION,
@@ -89,10 +91,6 @@ def _until_not_busy(call: Callable[[], Any]) -> Any:
             return out
         time.sleep(delay)
         delay = min(delay * 2, 0.01)
-
-
-def _texts(raws: list[bytes | None]) -> Iterator[str]:
-    return (raw.decode() for raw in raws if raw is not None)
 
 
 class RedisStateStore(StateStore):
@@ -202,12 +200,12 @@ class RedisStateStore(StateStore):
     def ended_counts(self, run_id: str) -> dict[str, int]:
         """The run's ended nodes' output counts (see :meth:`RunTx.count_ended`)."""
         counts = self.client.hgetall(self.keys.ended_counts(run_id))
-        return {node.decode(): int(items) for node, items in counts.items()}
+        return {text(node): int(items) for node, items in counts.items()}
 
     @translate_redis_errors
     def node_instances(self, run_id: str, node_id: str) -> list[InstanceRecord]:
         """A node's instances, in ``seq`` order."""
-        ids = self.client.zrange(self.keys.node_instances(run_id, node_id), 0, -1)
+        ids = list(texts(self.client.zrange(self.keys.node_instances(run_id, node_id), 0, -1)))
         raws = self.client.hmget(self.keys.instances(run_id), ids) if ids else []
         return [InstanceRecord.model_validate_json(raw) for raw in raws if raw is not None]
 
@@ -275,7 +273,7 @@ class RedisStateStore(StateStore):
             if isinstance(out, Exception) and not isinstance(out, NoScriptError):
                 raise out
         return [out if not isinstance(out, NoScriptError) and out[0] != b"busy"
-                else _until_not_busy(lambda s=script, k=keys, a=args: s(keys=k, args=a))
+                else _until_not_busy(functools.partial(script, keys=keys, args=args))
                 for out, (script, keys, args) in zip(outs, calls, strict=True)]
 
     def _start_call(self, s: Start) -> tuple[Any, list, list]:
@@ -369,7 +367,8 @@ class RedisStateStore(StateStore):
     def stale_instances(self, older_than: float, limit: int = 1000) -> list[tuple[str, str]]:
         members = self.client.zrangebyscore(self.keys.live, 0, time.time() - older_than,
                                             start=0, num=limit)
-        return [tuple(m.decode().split("|", 1)) for m in members]  # type: ignore[misc]
+        pairs = (text(m).split("|", 1) for m in members)
+        return [(run_id, instance_id) for run_id, instance_id in pairs]
 
     @translate_redis_errors
     def touch(self, entries: Sequence[tuple[str, str]]) -> None:
@@ -407,7 +406,7 @@ class RedisStateStore(StateStore):
     # -- retention (see genloop.workers.retention) --------------------------------------------
     @translate_redis_errors
     def ended_runs(self, limit: int) -> list[str]:
-        return [m.decode() for m in self.client.zrange(self.keys.ended_runs, 0, limit - 1)]
+        return list(texts(self.client.zrange(self.keys.ended_runs, 0, limit - 1)))
 
     @translate_redis_errors
     def schedule_expiry(self, run_id: str, expires_at: float | None,
@@ -427,7 +426,7 @@ class RedisStateStore(StateStore):
     @translate_redis_errors
     def expire_runs(self, now: float, limit: int) -> list[str]:
         k = self.keys
-        due = [m.decode() for m in self.client.zrangebyscore(k.expiry, "-inf", now, 0, limit)]
+        due = list(texts(self.client.zrangebyscore(k.expiry, "-inf", now, 0, limit)))
         return [r for r in due if self._expire_run(
             keys=[k.run(r), k.spec(r), k.nodes(r), k.instances(r), k.events(r), k.run_index,
                   k.expiry, k.pinned, k.ended_runs, k.ended_counts(r)],
@@ -435,8 +434,8 @@ class RedisStateStore(StateStore):
 
     @translate_redis_errors
     def due_results(self, now: float, limit: int) -> list[str]:
-        return [m.decode() for m in
-                self.client.zrangebyscore(self.keys.results_until, "-inf", now, 0, limit)]
+        return list(texts(
+            self.client.zrangebyscore(self.keys.results_until, "-inf", now, 0, limit)))
 
     @translate_redis_errors
     def delete_results(self, keys: Sequence[str], now: float) -> int:
@@ -451,10 +450,10 @@ class RedisStateStore(StateStore):
             for name in self.client.scan_iter(match=pattern, count=READ_BATCH):
                 batch.append(name)
                 if len(batch) == READ_BATCH:
-                    yield from _texts(self.client.mget(batch))
+                    yield from texts(self.client.mget(batch))
                     batch = []
             if batch:
-                yield from _texts(self.client.mget(batch))
+                yield from texts(self.client.mget(batch))
 
     @translate_redis_errors
     def storage(self) -> Storage:
@@ -470,7 +469,7 @@ class RedisStateStore(StateStore):
 
     @translate_redis_errors
     def pinned_runs(self) -> list[str]:
-        return [m.decode() for m in self.client.smembers(self.keys.pinned)]
+        return list(texts(self.client.smembers(self.keys.pinned)))
 
     def close(self) -> None:
         self.client.close()
