@@ -13,7 +13,7 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
@@ -38,6 +38,8 @@ from .stores.records import InstanceRecord
 from .stores.redis_keys import PoolKeys
 
 if TYPE_CHECKING:
+    from dramatiq.brokers.redis import RedisBroker
+
     from genloop.sdk.graph import Node
 
     from .redis_fair_queue import RedisFairQueue
@@ -52,7 +54,7 @@ DEFAULT_TIME_LIMIT_MS = 60 * 60 * 1000
 PIPELINE_MESSAGES = 500
 
 
-def is_redis_broker(broker: dramatiq.Broker) -> bool:
+def is_redis_broker(broker: dramatiq.Broker) -> TypeGuard[RedisBroker]:
     """Whether ``broker`` is Dramatiq's ``RedisBroker`` (or a subclass), asked without importing
     redis: a process that never made one (the embedded runtime) saves the ~0.1 s the import
     takes, which is on the way to its first image."""
@@ -111,7 +113,7 @@ class Enqueuer:
         """One message per chunk; on Redis, in pipelines of :data:`PIPELINE_MESSAGES`."""
         if is_redis_broker(self.broker) and not delay and len(chunks) > 1:
             for start in range(0, len(chunks), PIPELINE_MESSAGES):
-                self._send_pipelined(chunks[start:start + PIPELINE_MESSAGES])
+                self._send_pipelined(self.broker, chunks[start:start + PIPELINE_MESSAGES])
             return
         for chunk in chunks:
             self.send_chunk(chunk, delay)
@@ -130,14 +132,13 @@ class Enqueuer:
         self.broker.enqueue(message, delay=int(delay * 1000) or None)
         return message.message_id
 
-    def _send_pipelined(self, chunks: Sequence[Chunk]) -> None:
+    def _send_pipelined(self, broker: RedisBroker, chunks: Sequence[Chunk]) -> None:
         """What ``RedisBroker.enqueue`` does for each message (a Redis message id of its own,
         the enqueue hooks, a call of the broker's dispatch script), with the script calls in
         one pipeline: one round trip for the batch, not one per message. A released
         10,000-item map sent its messages one round trip each. This reads two of the broker's
         private helpers (Dramatiq 2.x): the script's arguments must be the ones it builds.
         If the pipeline fails, the outbox keeps the instances and the sweeper re-sends them."""
-        broker = self.broker
         dispatch = broker.scripts["dispatch"]
         messages = [
             _message(chunk, self.route).copy(options={"redis_message_id": str(uuid.uuid4())})
@@ -164,7 +165,7 @@ class Enqueuer:
         prefetch while its threads are busy, in its delay heap, or as the later instances of a
         chunk it is running. Counting only the queue took those for lost as soon as it drained
         (a 120-draft benchmark re-sent several a run)."""
-        names = (queue, dq_name(queue))
+        names: tuple[str, ...] = (queue, dq_name(queue))
         if is_redis_broker(self.broker):
             from .routing import Router
 
@@ -241,8 +242,17 @@ def _router(broker: dramatiq.Broker, registry: OpRegistry,
     return Router(broker.client, broker.namespace, registry["generate"].queue, node_of)
 
 
+def _current_attempt() -> int:
+    """The attempt of the message this worker thread runs (``genloop_attempt``, set when a
+    message is retried); only an actor asks, while CurrentMessage holds its message."""
+    message = CurrentMessage.get_current_message()
+    if message is None:
+        raise RuntimeError("the attempt is asked for outside an actor's message")
+    return int(message.options.get("genloop_attempt", 1))
+
+
 def _metered(store: StateStore, registry: OpRegistry,
-             scheduler: Callable[[], Scheduler]) -> MeteredStore:
+             scheduler: Callable[[], Scheduler]) -> StateStore:
     """``store`` with its committed events counted in this process's metrics (see
     :mod:`genloop.workers.metrics`), each labelled with its node's op and queue."""
     meter = metrics()
@@ -254,7 +264,9 @@ def _metered(store: StateStore, registry: OpRegistry,
         spec = registry.get(node.op)
         return node.op, node.queue or (spec.queue if spec is not None else "unknown")
 
-    return MeteredStore(store, lambda run_id, event: meter.observe(run_id, event, op_of))
+    metered = MeteredStore(store, lambda run_id, event: meter.observe(run_id, event, op_of))
+    # A StateStore in all but name: it passes every method it does not wrap to ``store``.
+    return cast(StateStore, metered)
 
 
 def wire(
@@ -315,9 +327,7 @@ def wire(
                           resend=resend)
     executor = Executor(
         scheduler, artifacts, registry, resources=resources, lease_ttl=lease_ttl,
-        attempt_of=lambda: int(
-            CurrentMessage.get_current_message().options.get("genloop_attempt", 1)
-        ),
+        attempt_of=_current_attempt,
         requeue=enqueue.retry,
     )
     if not any(isinstance(m, CurrentMessage) for m in broker.middleware):
@@ -330,9 +340,10 @@ def wire(
         scheduler, every=sweep_every, grace=lease_ttl if grace is None else grace,
         artifacts=artifacts))
     for queue in queues:
+        # Decorator form: dramatiq's overloads take a function or options, not both at once.
         dramatiq.actor(
-            retry_transients(executor), actor_name=actor_name(queue), queue_name=queue,
+            actor_name=actor_name(queue), queue_name=queue,
             broker=broker, throws=(Permanent, Cancelled), time_limit=time_limit_ms,
-        )
+        )(retry_transients(executor))
     return Wiring(broker=broker, scheduler=scheduler, executor=executor, enqueue=enqueue,
                   fair=fair)

@@ -118,12 +118,13 @@ class FairRelease(Middleware):
     def __init__(self, fair: FairEnqueuer) -> None:
         self.fair = fair
 
-    def after_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message, *,
-                              result: object = None, exception: BaseException | None = None
-                              ) -> None:
+    def after_process_message(self, broker: dramatiq.Broker,
+                              message: dramatiq.MessageProxy, *, result: object = None,
+                              exception: BaseException | None = None) -> None:
         # A retry is re-sent by Retries straight to the broker: it runs outside the window
         # (at most one extra message per failing one) rather than risk a slot never freed.
         self.fair.finished(q_name(message.queue_name), message.message_id)
 
-    def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
+    def after_skip_message(self, broker: dramatiq.Broker,
+                           message: dramatiq.MessageProxy) -> None:
         self.fair.finished(q_name(message.queue_name), message.message_id)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from dramatiq.broker import Consumer
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import dq_name
 
@@ -58,7 +59,7 @@ class WakingRedisBroker(RedisBroker):
         #: :class:`~.routing.AffinityGate`); ``None``: always.
         self.gate: Callable[[str], bool] | None = None
 
-    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000):  # type: ignore[no-untyped-def]
+    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> Consumer:
         return super().consume(queue_name, prefetch, timeout=min(timeout, MAX_SLEEP_MS))
 
     def do_fetch(self, queue_name: str, prefetch: int) -> list[bytes]:
