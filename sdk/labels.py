@@ -7,6 +7,7 @@ it reuses; they are kept with the run and filter listings (``client.runs(labels=
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
@@ -57,6 +58,6 @@ def parse_label(text: str) -> tuple[str, str]:
     return key, value
 
 
-def matches(labels: dict[str, str], wanted: dict[str, str]) -> bool:
+def matches(labels: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
     """Whether ``labels`` hold every ``wanted`` key with its value."""
     return all(labels.get(k) == v for k, v in wanted.items())

@@ -41,7 +41,7 @@ def chunked(instances: Sequence[InstanceRecord]) -> list[list[InstanceRecord]]:
     groups: dict[tuple[str, str], list[InstanceRecord]] = {}
     for inst in instances:
         groups.setdefault((inst.run_id, inst.queue), []).append(inst)
-    out = []
+    out: list[list[InstanceRecord]] = []
     for group in groups.values():
         size = chunk_size(len(group))
         out.extend(group[i:i + size] for i in range(0, len(group), size))
@@ -63,4 +63,8 @@ def message_args(chunk: Chunk) -> tuple[str, str | list[str]]:
 def instances_of(args: Sequence[object]) -> tuple[str, list[str]]:
     """A message's run id and instance ids, from its arguments (:func:`message_args`)."""
     run_id, ids = args
-    return str(run_id), [ids] if isinstance(ids, str) else [str(i) for i in ids]
+    if isinstance(ids, str):
+        return str(run_id), [ids]
+    if not isinstance(ids, list | tuple):
+        raise TypeError(f"a message's instance ids are a string or a list, not {ids!r}")
+    return str(run_id), [str(i) for i in ids]

@@ -25,11 +25,12 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .artifact_gc import collect
-    from .artifacts import LocalArtifactStore, open_artifact_store
+    from .artifacts import ArtifactStore, LocalArtifactStore, open_artifact_store
     from .retention import configured_retention
     from .stores.base import StateStore
 
     state: StateStore
+    artifacts: ArtifactStore
     grace = args.grace
     if args.home is not None:
         from .stores.sqlite import SqliteStateStore

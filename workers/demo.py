@@ -10,6 +10,7 @@ import io
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 from tqdm import tqdm
@@ -53,9 +54,8 @@ def run_demo(client: Client, loop: Loop, out: Path, progress: bool = True) -> st
         for event in run.events():
             if event.type == "progress":
                 bar.set_postfix_str(f"{event.node_id} step {event.step}/{event.total}")
-            elif event.type == "node.succeeded" and event.node_id.endswith("/score"):
-                bar.update(1)
-            elif event.type == "node.skipped" and event.node_id.endswith("/score"):
+            elif (event.type in ("node.succeeded", "node.skipped")
+                  and (event.node_id or "").endswith("/score")):
                 bar.update(1)
     result = run.wait()
 
@@ -71,7 +71,7 @@ def run_demo(client: Client, loop: Loop, out: Path, progress: bool = True) -> st
             out["checker"] = {"all_correct": said.ok, "verdict": said.label}
         return out
 
-    report = {
+    report: dict[str, Any] = {
         "run_id": result.run_id,
         "status": result.status,
         "loop": loop.model_dump(mode="json"),

@@ -293,7 +293,8 @@ def _flow(graph: Graph, registry: OpRegistry, known: Mapping[str, int]
     for node_id in _topological(graph):
         node = nodes[node_id]
         spec = registry[node.op]
-        params = spec.params.model_validate(node.params)
+        # The op's own params model, known by its name only (generate's has n, select's top_k).
+        params: Any = spec.params.model_validate(node.params)
         fed = sum(items_of[p] for p in node.inputs)
         images = 0
         if node.op == "generate":

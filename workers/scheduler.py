@@ -407,7 +407,11 @@ class Scheduler:
         execution, and the node or children the step left to a run transaction."""
         run_id, node_id = inst.run_id, inst.node_id
         if out.step is Finished.OTHER_RESULT:  # complete with the result stored first
-            stored = self.store.get_result(step.done.result_key)
+            key = step.done.result_key
+            stored = self.store.get_result(key) if key is not None else None
+            if stored is None:  # a step with a result always names its key; retention lags
+                raise StoreError(f"the result {key!r} stored first for instance "
+                                 f"{inst.instance_id!r} of run {run_id!r} is gone")
             return self._finish_scripted(inst, stored, True, None)
         if out.step is Finished.MISSING:
             raise NotFound(f"no instance {inst.instance_id!r} in run {run_id!r}")

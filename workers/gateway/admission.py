@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from genloop.evaluators.options import tenant_option_problems
 from genloop.evaluators.pricing import score_cost
@@ -48,16 +49,16 @@ class Admission:
 
     def check(self, spec: Graph | Loop, limits: TenantLimits) -> RunCost:
         """The run's cost; ``GraphError`` listing every problem if the spec may not run."""
-        is_loop = isinstance(spec, Loop)
-        graph = spec.compile() if is_loop else spec
+        loop = spec if isinstance(spec, Loop) else None
+        graph = spec.compile() if isinstance(spec, Loop) else spec
         problems = graph_problems(graph, self.ops.catalogue())
-        if is_loop:  # named where the author wrote them, not in the compiled nodes
-            problems.extend(self._loop_name_problems(spec, limits))
-            problems.extend(self._option_problems(None, spec.evaluator, spec.evaluator_options,
+        if loop is not None:  # named where the author wrote them, not in the compiled nodes
+            problems.extend(self._loop_name_problems(loop, limits))
+            problems.extend(self._option_problems(None, loop.evaluator, loop.evaluator_options,
                                                   "evaluator_options", limits))
         for i, node in enumerate(graph.nodes):
             problems.extend(value_problems(node, self.max_prompt_chars))
-            if not is_loop:
+            if loop is None:
                 problems.extend(self._name_problems(i, node, limits))
                 if node.op == "score":
                     problems.extend(self._option_problems(
@@ -78,7 +79,8 @@ class Admission:
         for node in graph.nodes:
             if node.op in ("generate", "score"):
                 op = self.ops[node.op]
-                params = op.params.model_validate(node.params)
+                # The op's own params model (generate's has model and steps).
+                params: Any = op.params.model_validate(node.params)
             if node.op == "generate":
                 image_costs[node.id] = image_cost(node, op, params, self.size_of)
                 image_steps[node.id] = params.steps or self.size_of(params.model).steps

@@ -109,7 +109,8 @@ def _local(path: str) -> str:
 def runs_page(request: Request, gateway: Gw, who: PageTenant,
               status: Annotated[str | None, Query()] = None,
               before: Annotated[float | None, Query()] = None) -> Response:
-    wanted = RunStatus(status) if status in RunStatus._value2member_map_ else None
+    wanted = (RunStatus(status)
+              if status is not None and status in RunStatus._value2member_map_ else None)
     rows, next_before = run_rows(gateway, who, wanted, before)
     return page(request, "runs.html", rows=rows, status=wanted.value if wanted else "",
                  statuses=[s.value for s in RunStatus], next_before=next_before,

@@ -284,6 +284,7 @@ def refine(params: RefineParams, inputs: list,
             return _spend(requests, scored, params, ctx)
 
         return Deferred(ask(ctx, scored, params), then=answered)
+    assert strategy is not None  # checked above: only "agent" has none
     return _spend(strategy(scored, params), scored, params, ctx)
 
 

@@ -25,8 +25,8 @@ def select(params: SelectParams, inputs: list, ctx: OpContext) -> list[ScoredCan
             raise Permanent("strategy 'threshold' needs a threshold")
         chosen = select_threshold(values, params.threshold, params.top_k)
     else:
-        embeddings = [c.embedding for c in scored]
-        if any(e is None for e in embeddings):
+        embeddings = [c.embedding for c in scored if c.embedding is not None]
+        if len(embeddings) < len(scored):
             raise Permanent("top-k-diverse needs image embeddings; use a CLIP-family evaluator")
         chosen = select_top_k_diverse(values, embeddings, params.top_k, params.diversity)
     return [scored[i] for i in chosen]

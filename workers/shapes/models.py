@@ -13,7 +13,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from diffusers import AutoencoderKL, DDIMScheduler, UNet2DConditionModel
+# From their modules: diffusers' top-level names are typed as its placeholder classes (its
+# __init__ imports those first under TYPE_CHECKING), which have no tensor methods.
+from diffusers.models.autoencoders.autoencoder_kl import AutoencoderKL
+from diffusers.models.unets.unet_2d_condition import UNet2DConditionModel
+from diffusers.schedulers.scheduling_ddim import DDIMScheduler
 from pydantic import BaseModel
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 

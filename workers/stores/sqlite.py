@@ -420,7 +420,7 @@ class SqliteStateStore(StateStore):
         return ResultRecord.model_validate_json(rows[0][0]) if rows else None
 
     def get_results(self, keys: Sequence[str]) -> dict[str, ResultRecord]:
-        out = {}
+        out: dict[str, ResultRecord] = {}
         for lo in range(0, len(keys), READ_BATCH):
             part = keys[lo:lo + READ_BATCH]
             rows = self._read(f"SELECT key, doc FROM results WHERE key IN "

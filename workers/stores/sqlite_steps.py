@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from genloop.sdk.errors import StoreError
 from genloop.sdk.models import NodeStatus, RunStatus
 
 from .records import EventRecord, InstanceRecord
@@ -190,6 +191,8 @@ def finish(c: sqlite3.Connection, step: Finish, batch: Batch) -> FinishOutcome:
         mark(node_id)
         return FinishOutcome(Finished.COUNTED, pending)
     run = batch.run(c, run_id)
+    if run is None:  # rows of a run are deleted together: a live instance has its run
+        raise StoreError(f"run {run_id!r} has a live instance {done.instance_id!r} but no row")
     left = run.left - 1
     if run.cancelling or (left <= 0 and run.error is not None):
         mark(node_id)
