@@ -75,6 +75,12 @@ def _reduced(image: Image.Image, size: int) -> Image.Image:
     return rgb.filter(ImageFilter.MedianFilter(3))
 
 
+def _centre(labs: list[Lab]) -> Lab:
+    n = len(labs)
+    return (sum(c[0] for c in labs) / n, sum(c[1] for c in labs) / n,
+            sum(c[2] for c in labs) / n)
+
+
 def _labs(image: Image.Image) -> list[Lab]:
     cache: dict[RGB, Lab] = {}
     data = image.tobytes()
@@ -147,7 +153,7 @@ def _far_from_border(labs: list[Lab], w: int, h: int) -> set[int]:
         bins.setdefault((round(lab[0] / STEP), round(lab[1] / STEP), round(lab[2] / STEP)),
                         []).append(lab)
     common = [m for m in bins.values() if len(m) >= 0.15 * len(border)]
-    centres = [tuple(sum(c[k] for c in m) / len(m) for k in range(3)) for m in common]
+    centres = [_centre(m) for m in common]
     if not centres:  # a border of many colours: no backdrop colour to stand apart from
         return set()
     spread = sorted(d for lab in border

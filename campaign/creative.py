@@ -18,6 +18,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 from statistics import median
+from typing import cast
 
 from PIL import Image, ImageChops, ImageDraw, ImageFont
 
@@ -36,9 +37,13 @@ def background_colour(image: Image.Image) -> RGB:
     rgb = image.convert("RGB")
     w, h = rgb.size
     px = rgb.load()
-    border = [px[x, y] for x in range(w) for y in (0, h - 1)]
-    border += [px[x, y] for y in range(h) for x in (0, w - 1)]
-    return tuple(int(median(c[i] for c in border)) for i in range(3))  # type: ignore[return-value]
+    if px is None:
+        raise ValueError("Pillow gave no pixel access to an RGB image")
+    # An "RGB" image's pixels are (r, g, b); Pillow types any image's pixel as float | tuple.
+    border = [cast(RGB, px[x, y]) for x in range(w) for y in (0, h - 1)]
+    border += [cast(RGB, px[x, y]) for y in range(h) for x in (0, w - 1)]
+    r, g, b = (int(median(c[i] for c in border)) for i in range(3))
+    return r, g, b
 
 
 def subject_box(image: Image.Image, background: RGB | None = None) -> Box | None:

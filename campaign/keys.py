@@ -31,7 +31,7 @@ _JSON = TypeAdapter(Any)
 def key_fields(model: BaseModel, keyed: frozenset[str]) -> dict[str, Any]:
     """``model`` as JSON for its key: the ``keyed`` fields, and any other field (one added
     since) only when it is set away from its default; never a :data:`NOT_DRAWN` field."""
-    dumped = model.model_dump(mode="json", exclude=NOT_DRAWN)
+    dumped = model.model_dump(mode="json", exclude=set(NOT_DRAWN))
     fields = type(model).model_fields
     out = {}
     for name, value in dumped.items():

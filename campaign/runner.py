@@ -63,8 +63,13 @@ class Progress:
 def loop_key(loop: Loop) -> str:
     """The idempotency key of a variant's loop: a hash of everything that decides its images.
     Its labels, webhook and lane do not, nor fields added to Loop later while left at their
-    defaults (so keys made before they existed stay the same)."""
-    canonical = json.dumps(key_fields(loop, LOOP_KEYED), sort_keys=True)
+    defaults (so keys made before they existed stay the same). Nor does ``reuse``, which
+    campaigns turn on: it changes how far an image is drawn from its own noise, not which
+    variant it is, and a campaign stored before it existed keeps its keys and its reviews (the
+    images' own result keys do tell reuse apart)."""
+    fields = key_fields(loop, LOOP_KEYED)
+    fields.pop("reuse", None)
+    canonical = json.dumps(fields, sort_keys=True)
     return "campaign:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
@@ -194,13 +199,13 @@ def generated(result: RunResult) -> tuple[int, int]:
     """Images and denoising steps a run's generate nodes produced."""
     items = [item for out in result.outputs.values() if out.op == "generate"
              for item in out.items]
-    return len(items), sum(int(item.get("steps", 0)) for item in items  # type: ignore[union-attr]
-                           if isinstance(item, dict))
+    return len(items), sum(int(steps) for item in items if isinstance(item, dict)
+                           and isinstance(steps := item.get("steps", 0), int | float))
 
 
 def record_result(record: VariantRecord, result: RunResult) -> None:
     """The run's status, spend and error on the record (its pick is made by the caller)."""
-    record.status = result.status.value  # type: ignore[assignment]
+    record.status = result.status.value
     record.images, record.steps = generated(result)
     record.error = None
     if result.best is None:

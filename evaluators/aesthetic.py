@@ -54,7 +54,7 @@ def load_head(path: str | Path) -> torch.nn.Sequential:
     for key, tensor in state.items():
         prefix, _, leaf = key.rpartition(".")
         groups.setdefault(prefix, {})[leaf] = tensor
-    layers = []
+    layers: list[torch.nn.Linear] = []
     for prefix in sorted(groups, key=_natural_key):
         params = groups[prefix]
         weight = params.get("weight")
@@ -80,7 +80,7 @@ class AestheticEvaluator(Evaluator):
 
     needs_text = False
 
-    def __init__(self, backbone: EmbeddingEvaluator, head: str | Path) -> None:
+    def __init__(self, backbone: Evaluator, head: str | Path) -> None:
         if not isinstance(backbone, EmbeddingEvaluator):
             raise Permanent(f"aesthetic needs a CLIP-family backbone, got {backbone.identity}")
         self.backbone = backbone

@@ -50,7 +50,7 @@ class HFClipEvaluator(EmbeddingEvaluator):
             batch_size=batch_size,
             text_cache_size=text_cache_size,
         )
-        from transformers import CLIPModel, CLIPProcessor
+        from transformers import CLIPModel, CLIPProcessor, CLIPTextConfig
 
         started = time.perf_counter()
         try:
@@ -58,9 +58,13 @@ class HFClipEvaluator(EmbeddingEvaluator):
             self.processor = CLIPProcessor.from_pretrained(folder)
         except (OSError, ValueError) as exc:
             raise Permanent(f"hf-clip: cannot load CLIP from {str(folder)!r}: {exc}") from exc
-        self.model = model.to(self.device).eval()
-        self.embed_dim = int(model.config.projection_dim)
-        self.max_length = int(model.config.text_config.max_position_embeddings)
+        # transformers wraps ``to`` in functools.wraps(Module.to), whose type has no ``self``.
+        self.model = model.to(self.device).eval()  # type: ignore[arg-type]
+        config = model.config
+        if config.projection_dim is None or not isinstance(config.text_config, CLIPTextConfig):
+            raise Permanent(f"hf-clip: {str(folder)!r} is not a CLIP model with a projection")
+        self.embed_dim = int(config.projection_dim)
+        self.max_length = int(config.text_config.max_position_embeddings)
         self.identity = f"hf-clip:{folder.name}@{fingerprint(folder, patterns=_WEIGHT_FILES)}"
         logger.info(
             "loaded %s on %s (%s) in %.2fs",

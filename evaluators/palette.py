@@ -59,7 +59,8 @@ def dominant_colours(image: Image.Image, k: int = 8) -> list[tuple[RGB, float]]:
     total = rgb.width * rgb.height
     colours = []
     for count, index in sorted(quantised.getcolors(k) or [], reverse=True):
-        r, g, b = palette[3 * index: 3 * index + 3]
+        # A "P" image's colours are palette indices; Pillow types a band's colour as float.
+        r, g, b = palette[3 * index: 3 * index + 3]  # type: ignore[operator]
         colours.append(((r, g, b), count / total))
     return colours
 

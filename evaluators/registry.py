@@ -210,7 +210,7 @@ def evaluator(
     def register(target: T) -> T:
         factory: Factory
         if isinstance(target, type) and issubclass(target, Evaluator):
-            cls = target
+            cls: Callable[..., Evaluator] = target  # a subclass's __init__ takes the device
 
             def factory(device: str, **options: Any) -> Evaluator:
                 return cls(device=device, **options)

@@ -17,7 +17,7 @@ _PROMPT = (str, Field(min_length=1, max_length=2000, description="what the image
 _RUN_ID = (str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
                       description="from generate_images or run_loop"))
 _SEED = (int, Field(0, ge=0, le=2**31 - 1))
-_LABEL = (str | None, Field(None, min_length=1, max_length=200,
+_LABEL: tuple[Any, Any] = (str | None, Field(None, min_length=1, max_length=200,
                             description="a tag to find the run again (get_run label)"))
 _STEPS = (int | None, Field(None, ge=1, le=100, description="default: the model's"))
 
@@ -147,7 +147,7 @@ def _side(catalog: Catalog) -> tuple[Any, Any]:
 
 def argument_models(catalog: Catalog) -> dict[str, type[ToolArguments]]:
     """One argument model per tool name, with the catalog's names and limits."""
-    image = {
+    image: dict[str, Any] = {
         "model": _choice(catalog.models, "image model"),
         "evaluator": _choice(catalog.evaluators, "scorer"),
         "seed": _SEED,

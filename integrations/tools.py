@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncGenerator, Coroutine, Mapping
 from contextlib import aclosing
 from typing import Any, NamedTuple, TypeVar
 
@@ -213,7 +213,7 @@ class GenloopTools:
         meter, watch = ProgressMeter(len(info.nodes)), RefineWatch()
         last = 0
 
-        async def read(events: AsyncIterator[Event], until_paused: bool) -> None:
+        async def read(events: AsyncGenerator[Event, None], until_paused: bool) -> None:
             nonlocal last
             async with aclosing(events):
                 async for event in events:

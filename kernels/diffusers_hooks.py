@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from typing import cast
 
 import torch
 from diffusers.hooks import HookRegistry, ModelHook
@@ -70,8 +71,10 @@ def remove_int8_attention(model: torch.nn.Module) -> int:
     """Put back the processors :func:`apply_int8_attention` replaced; returns how many."""
     restored = 0
     for module in model.modules():
-        if isinstance(getattr(module, "processor", None), Int8AttnProcessor):
-            module.set_processor(module.processor.previous)
+        processor = getattr(module, "processor", None)
+        set_processor = getattr(module, "set_processor", None)
+        if isinstance(processor, Int8AttnProcessor) and set_processor is not None:
+            set_processor(processor.previous)
             restored += 1
     return restored
 
@@ -88,7 +91,8 @@ class _SiLUPassThroughHook(ModelHook):
         if self.fused_output is not None and self.fused_output() is x:
             self.fused_output = None
             return x
-        return self.fn_ref.original_forward(x)
+        # diffusers sets original_forward to None in __init__, so its declared type is None.
+        return self.fn_ref.original_forward(x)  # type: ignore[misc]
 
 
 class _FusedGroupNormSiLUHook(ModelHook):
@@ -100,8 +104,9 @@ class _FusedGroupNormSiLUHook(ModelHook):
         self.force = force
 
     def new_forward(self, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        norm = cast(torch.nn.GroupNorm, module)  # registered on GroupNorms only (_fusable_pairs)
         y = groupnorm_silu_or_torch(
-            x, module.num_groups, module.weight, module.bias, module.eps, force=self.force
+            x, norm.num_groups, norm.weight, norm.bias, norm.eps, force=self.force
         )
         self.silu_hook.fused_output = weakref.ref(y)
         return y
@@ -127,12 +132,12 @@ def apply_fused_groupnorm_silu(model: torch.nn.Module, *, force: bool = False) -
     for norm, act in _fusable_pairs(model):
         act_registry = HookRegistry.check_if_exists_or_initialize(act)
         silu_hook = act_registry.get_hook(_ACT_HOOK)
-        if silu_hook is None:
+        if not isinstance(silu_hook, _SiLUPassThroughHook):  # None: not hooked yet
             silu_hook = _SiLUPassThroughHook()
             act_registry.register_hook(silu_hook, _ACT_HOOK)
         norm_registry = HookRegistry.check_if_exists_or_initialize(norm)
         norm_hook = norm_registry.get_hook(_NORM_HOOK)
-        if norm_hook is not None:
+        if isinstance(norm_hook, _FusedGroupNormSiLUHook):  # hooked already
             norm_hook.force = force
             continue
         norm_registry.register_hook(_FusedGroupNormSiLUHook(silu_hook, force), _NORM_HOOK)

@@ -76,7 +76,8 @@ class Int8AttnProcessor:
 
     def __new__(cls, previous: Any, *, force: bool = False) -> Int8AttnProcessor:
         if cls is Int8AttnProcessor:
-            cls = _showing_signature_of(type(previous))
+            stock: type = type(previous)
+            cls = _showing_signature_of(stock)
         return super().__new__(cls)
 
     def __init__(self, previous: Any, *, force: bool = False) -> None:
@@ -110,5 +111,5 @@ def _showing_signature_of(stock: type) -> type[Int8AttnProcessor]:
     def __call__(self, *args, **kwargs):
         return Int8AttnProcessor.__call__(self, *args, **kwargs)
 
-    __call__.__signature__ = inspect.signature(stock.__call__)
+    __call__.__dict__["__signature__"] = inspect.signature(stock.__call__)
     return type(f"Int8{stock.__name__}", (Int8AttnProcessor,), {"__call__": __call__})

@@ -16,7 +16,7 @@ the event loop free while the store or Redis answers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from os import PathLike
 from typing import Self
@@ -122,7 +122,8 @@ class AsyncRun:
         self.info = await self._backend.get(self.id)
         return self.info
 
-    async def events(self, after: int = 0, *, follow: bool = True) -> AsyncIterator[Event]:
+    async def events(self, after: int = 0, *,
+                     follow: bool = True) -> AsyncGenerator[Event, None]:
         """Events after id ``after``; with ``follow`` keeps waiting until the run ends."""
         if follow:
             async for event in self._backend.follow(self.id, after, self._poll):

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
                             else (i - full) // cfg.data.draft_seeds for i in range(len(images))])
     rows = np.flatnonzero(split_images(cfg.data.prompts, list(prompt_of), cfg))
     vqa, clip = ShapesVqa(args.weights), get_evaluator("shapes-clip", "cpu")
-    scores = {"shapes-vqa": [], "shapes-clip": []}
+    scores: dict[str, list[float]] = {"shapes-vqa": [], "shapes-clip": []}
     correct = []
     for i in rows:
         image, caption = Image.fromarray(images[i]), pool.captions[i]

@@ -131,7 +131,8 @@ def train_vae(cfg: SDTrainConfig, pool: np.ndarray, device: str, seconds: float 
     :class:`SDTrainConfig`); ``seconds``: as many steps as fit.
     ``record`` gets the loop's :meth:`~.steps.StepPlan.summary` under ``"vae"``."""
     torch.manual_seed(cfg.seed)
-    vae = build_vae().to(device)
+    # diffusers wraps ``to`` in functools.wraps(Module.to), whose type has no ``self``.
+    vae = build_vae().to(device)  # type: ignore[arg-type]
     opt = adamw(vae.parameters(), cfg.vae_lr, 0.0, device)
     plan = StepPlan(cfg.vae_steps, cfg.warmup, device, seconds, min_steps=cfg.warmup)
     # The pool lives on the device and random numbers are drawn there: a step copies nothing
@@ -269,7 +270,10 @@ def train_unet(cfg: SDTrainConfig, vae, tokenizer, pool: np.ndarray, captions: l
     if seconds is not None:
         seconds -= time.monotonic() - t
     torch.manual_seed(cfg.seed + 1)
-    unet, text_encoder = build_unet(cfg.unet).to(device), build_text_encoder().to(device)
+    # diffusers and transformers wrap ``to`` in functools.wraps(Module.to), whose type has no
+    # ``self``.
+    unet = build_unet(cfg.unet).to(device)  # type: ignore[arg-type]
+    text_encoder = build_text_encoder().to(device)  # type: ignore[arg-type]
     if is_cuda(device):
         unet.to(memory_format=torch.channels_last)
     scheduler = build_scheduler()
@@ -279,7 +283,7 @@ def train_unet(cfg: SDTrainConfig, vae, tokenizer, pool: np.ndarray, captions: l
     plan = StepPlan(cfg.unet_steps, cfg.warmup, device, seconds, min_steps=cfg.warmup)
     gen = torch.Generator(device).manual_seed(cfg.seed + 2)
     alphas = scheduler.alphas_cumprod.to(device)
-    timesteps = scheduler.config.num_train_timesteps
+    timesteps = scheduler.config["num_train_timesteps"]
     sf = vae.config.scaling_factor
     start = time.monotonic()
     step = 0
