@@ -63,13 +63,13 @@ def apply_cache_context(transformer) -> None:
 def cache_context_step_end(transformer) -> None:
     """A denoising step has ended: the next call without a context is ``call-0`` again."""
     hook = HookRegistry.check_if_exists_or_initialize(transformer).get_hook(_CONTEXT_HOOK)
-    if hook is not None:
+    if isinstance(hook, _ContextHook):
         hook.calls = 0
 
 
 def reset_cache_context(transformer) -> None:
     """Before a pipeline call: no context left open by a call that raised, counting from 0."""
     hook = HookRegistry.check_if_exists_or_initialize(transformer).get_hook(_CONTEXT_HOOK)
-    if hook is not None:
+    if isinstance(hook, _ContextHook):
         _set_cache_context(transformer, None)
         hook.calls, hook.opened = 0, False

@@ -120,7 +120,7 @@ def replays_cuda_graphs(model) -> bool:
     """Whether ``model`` was compiled here in a CUDA-graph mode: its outputs live in buffers
     that its next call writes again, so what must outlive a call is copied."""
     hook = HookRegistry.check_if_exists_or_initialize(model).get_hook(_BUCKET_HOOK)
-    return hook is not None and hook.cudagraphs
+    return isinstance(hook, _BatchBucketHook) and hook.cudagraphs
 
 
 def _denoiser(pipe) -> Any:

@@ -56,7 +56,8 @@ def _float32(value):
 
 
 def _hook(denoiser) -> _Bf16Hook | None:
-    return HookRegistry.check_if_exists_or_initialize(denoiser).get_hook(_HOOK)
+    hook = HookRegistry.check_if_exists_or_initialize(denoiser).get_hook(_HOOK)
+    return hook if isinstance(hook, _Bf16Hook) else None
 
 
 def start_cpu_bf16(denoiser, num_steps: int | None) -> None:

@@ -239,7 +239,8 @@ def has_deepcache(unet) -> bool:
 
 
 def _step_hook(unet) -> _StepHook | None:
-    return HookRegistry.check_if_exists_or_initialize(unet).get_hook(_STEP_HOOK)
+    hook = HookRegistry.check_if_exists_or_initialize(unet).get_hook(_STEP_HOOK)
+    return hook if isinstance(hook, _StepHook) else None
 
 
 def _state(unet) -> _State:

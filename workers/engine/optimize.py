@@ -57,7 +57,9 @@ def use_sdpa(pipe) -> int:
             continue
         for module in model.modules():
             if isinstance(module, Attention) and type(module.processor) is AttnProcessor:
-                module.set_processor(AttnProcessor2_0())
+                # diffusers annotates the argument as AttnProcessor, though it takes any
+                # processor (its own set_default_attn_processor passes AttnProcessor2_0)
+                module.set_processor(AttnProcessor2_0())  # type: ignore[arg-type]
                 changed += 1
     return changed
 

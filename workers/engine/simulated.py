@@ -101,9 +101,12 @@ class SimulatedPipeline:
         batch = len(prompt)
         steps = num_inference_steps if image is None else edit_steps(num_inference_steps,
                                                                      strength)
-        if image is None and not (width and height):
+        if image is not None:
+            size = image[0].size
+        elif width and height:
+            size = (width, height)
+        else:
             raise ValueError("a simulated text-to-image call needs width and height")
-        size = image[0].size if image is not None else (width, height)
         per_step = batch * step_seconds_at(self.model, batch)
         for step in range(steps):
             time.sleep(per_step)
