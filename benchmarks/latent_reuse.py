@@ -1,6 +1,6 @@
 """Approximate reuse across prompts (``reuse="auto"``) against the same stream without it.
 
-Two modes, on the trained ``shapes`` model through genloop's engine (batching and step cache as
+Three modes, on the trained ``shapes`` model through genloop's engine (batching and step cache as
 shipped):
 
   stream     (default) a campaign-shaped stream: one template ("a large {colour} {shape}
@@ -10,14 +10,19 @@ shipped):
              engines: without reuse and with it (its latent cache filling as the stream goes).
              Reported: images/s of each (median of per-block ratios, and totals), denoising
              steps skipped, the checker's all-correct rate of each with the paired difference
-             and its 95% bootstrap interval over variants, per clause, and PSNR of each reused
-             image to the no-reuse image of the same seed.
+             and its 95% bootstrap interval over variants, per clause, the judge's mean score
+             (shapes-clip, each image against its prompt), and PSNR of each reused image to
+             the no-reuse image of the same seed.
+  refine     a loop's second round after 'prompt-variants': ``--prompts`` held-out prompts,
+             round 1's seeds again with a modifier appended to the prompt; round 1 is drawn
+             first (untimed) on both engines. Reported as for the stream.
   calibrate  the table behind ``latent_cache.REUSE_TABLE``: pairs of prompts that differ in one
              clause; the second starts from the first's latents after 10/25/50% of the
              schedule; all-correct of each against no reuse, with the pair's embedding
              similarity, per changed clause.
 
     python benchmarks/latent_reuse.py --prompts 200            # the stream, human-readable
+    python benchmarks/latent_reuse.py --mode refine --prompts 50 --seeds 4
     python benchmarks/latent_reuse.py --mode calibrate --json
 
 Quality is graded by the pixel checker, which neither the engine nor the cache sees. Figures
@@ -37,6 +42,7 @@ import time
 import numpy as np
 import torch
 
+from genloop.workers.engine import latent_cache
 from genloop.workers.engine.engine import EngineOptions
 from genloop.workers.engine.generate import ImageSettings, call_pipeline
 from genloop.workers.engine.latent_cache import prompt_vectors
@@ -70,65 +76,103 @@ def interval(diffs: list[float], rng: random.Random, samples: int = 5000) -> tup
     return means[int(0.025 * samples)], means[int(0.975 * samples)]
 
 
-def stream(args, rng: random.Random) -> dict:
-    scenes = variants(args.prompts, rng)
-    seeds = list(range(args.seeds))
-    engines = {name: ModelRegistry("cpu", engine_options=EngineOptions(window=0.01)).engine
-               for name in ("off", "auto")}
-    settings = {}
-    for engine in engines.values():
-        d = engine.models.defaults("shapes")
-        settings = ImageSettings(steps=d.steps, guidance=d.guidance, width=d.width,
-                                 height=d.height)
-        engine.generate("shapes", ["warm-up"], [99], settings)  # loads and warms both
+Image = tuple[Attributes, str, int, int]  # (scene, prompt, seed, variant)
+
+
+def engines() -> tuple[dict, ImageSettings]:
+    """Two engines on the shapes model, loaded and warmed: without reuse and with it."""
+    pair = {name: ModelRegistry("cpu", engine_options=EngineOptions(window=0.01)).engine
+            for name in ("off", "auto")}
+    d = pair["off"].models.defaults("shapes")
+    settings = ImageSettings(steps=d.steps, guidance=d.guidance, width=d.width, height=d.height)
+    for engine in pair.values():
+        engine.generate("shapes", ["warm-up"], [99], settings)
+    return pair, settings
+
+
+def measure(mode: str, blocks: list[list[Image]], args, rng: random.Random,
+            warm: list[list[Image]] = ()) -> dict:
+    """Each block through both engines in turn (``warm`` blocks first, untimed: what the caches
+    hold before the measured ones), graded by the checker and the judge."""
+    from genloop.evaluators import get_evaluator
+
+    pair, settings = engines()
+    judge = get_evaluator("shapes-clip")
+    for block in warm:
+        for engine in pair.values():
+            engine.generate("shapes", [b[1] for b in block], [b[2] for b in block], settings)
     seconds = {"off": 0.0, "auto": 0.0}
     ratios, rows = [], []
-    for first in range(0, len(scenes), args.batch):
-        block = scenes[first:first + args.batch]
-        prompts = [s.caption() for s in block for _ in seeds]
-        block_seeds = seeds * len(block)
-        images, took = {}, {}
-        for name, engine in engines.items():
+    for block in blocks:
+        images, took, starts = {}, {}, []
+        for name, engine in pair.items():
             began = time.perf_counter()
-            job = engine.submit("shapes", prompts, block_seeds, settings, reuse=name == "auto")
+            job = engine.submit("shapes", [b[1] for b in block], [b[2] for b in block],
+                                settings, reuse=name == "auto")
             images[name] = engine.wait(job)
             took[name] = time.perf_counter() - began
             seconds[name] += took[name]
-            if name == "auto":
-                starts = job.starts
+            starts = job.starts
         ratios.append(took["off"] / took["auto"])
-        for i, scene in enumerate(s for s in block for _ in seeds):
-            rows.append({"variant": first + i // len(seeds),
+        scores = {name: [judge.score([im], b[1]).values[0]
+                         for im, b in zip(images[name], block, strict=True)] for name in pair}
+        for i, (scene, _, _, variant) in enumerate(block):
+            rows.append({"variant": variant,
                          "off": correct(scene, images["off"][i]),
                          "auto": correct(scene, images["auto"][i]),
+                         "judge": {name: scores[name][i] for name in pair},
                          "start": starts[i].step if starts[i] is not None else 0,
                          "psnr": psnr(images["off"][i], images["auto"][i])})
+    for engine in pair.values():
+        engine.close()
     n = len(rows)
     per_variant: dict[int, list[float]] = {}
     for r in rows:
         per_variant.setdefault(r["variant"], []).append(float(r["auto"][0]) - float(r["off"][0]))
     diffs = [statistics.fmean(v) for v in per_variant.values()]
     reused = [r for r in rows if r["start"]]
-    clauses = {c: {side: statistics.fmean(r[side][1][c] for r in rows) for side in ("off", "auto")}
-               for c in rows[0]["off"][1]}
-    for engine in engines.values():
-        engine.close()
+    sides = ("off", "auto")
     return {
-        "mode": "stream", "variants": len(scenes), "images": n, "steps": settings.steps,
-        "batch": args.batch, "threads": torch.get_num_threads(),
+        "mode": mode, "table": latent_cache.REUSE_TABLE, "variants": len(per_variant),
+        "images": n, "steps": settings.steps, "threads": torch.get_num_threads(),
         "images_per_s": {k: n / v for k, v in seconds.items()},
         "speedup_total": seconds["off"] / seconds["auto"],
         "speedup_median_block": statistics.median(ratios),
         "reused_images": len(reused),
         "steps_skipped_fraction": sum(r["start"] for r in rows) / (n * settings.steps),
-        "all_correct": {side: statistics.fmean(r[side][0] for r in rows)
-                        for side in ("off", "auto")},
+        "all_correct": {side: statistics.fmean(r[side][0] for r in rows) for side in sides},
         "all_correct_diff": statistics.fmean(diffs),
         "all_correct_diff_95": interval(diffs, rng),
-        "clauses": clauses,
+        "clauses": {c: {side: statistics.fmean(r[side][1][c] for r in rows) for side in sides}
+                    for c in rows[0]["off"][1]},
+        "judge": {side: statistics.fmean(r["judge"][side] for r in rows) for side in sides},
         "psnr_reused_median": statistics.median(r["psnr"] for r in reused) if reused else None,
         "psnr_reused_min": min(r["psnr"] for r in reused) if reused else None,
     }
+
+
+def stream(args, rng: random.Random) -> dict:
+    """A campaign: one template over four axes, ``--batch`` variants a block."""
+    scenes = variants(args.prompts, rng)
+    images = [(scene, scene.caption(), seed, v)
+              for v, scene in enumerate(scenes) for seed in range(args.seeds)]
+    size = args.batch * args.seeds
+    return measure("stream", [images[i:i + size] for i in range(0, len(images), size)],
+                   args, rng)
+
+
+def refine(args, rng: random.Random) -> dict:
+    """A loop's second round after 'prompt-variants': round 1's seeds again, each prompt with a
+    modifier appended; round 1 (untimed) is what both caches hold."""
+    from genloop.workers.ops.refine import PROMPT_MODIFIERS
+    from genloop.workers.shapes import heldout_prompts
+
+    scenes = [s for s in heldout_prompts(args.prompts) if isinstance(s, Attributes)]
+    seeds = range(args.seeds)
+    first = [[(s, s.caption(), seed, v) for seed in seeds] for v, s in enumerate(scenes)]
+    second = [[(s, f"{s.caption()}, {PROMPT_MODIFIERS[(v + j) % len(PROMPT_MODIFIERS)]}", seed, v)
+               for j, seed in enumerate(seeds)] for v, s in enumerate(scenes)]
+    return measure("refine", second, args, rng, warm=first)
 
 
 def calibrate(args, rng: random.Random) -> dict:
@@ -191,16 +235,23 @@ def calibrate(args, rng: random.Random) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=["stream", "calibrate"], default="stream")
+    parser.add_argument("--mode", choices=["stream", "refine", "calibrate"], default="stream")
     parser.add_argument("--prompts", type=int, default=200, help="stream: variants")
     parser.add_argument("--seeds", type=int, default=2, help="images per variant (or pair)")
     parser.add_argument("--batch", type=int, default=4, help="stream: variants per block")
     parser.add_argument("--pairs", type=int, default=16, help="calibrate: pairs per clause")
+    parser.add_argument("--table", default=None,
+                        help="stream: a REUSE_TABLE to try instead of the shipped one, as "
+                        "'least:fraction,...' (e.g. '0.96:0.25,0.5:0.1')")
     parser.add_argument("--rng", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rng = random.Random(args.rng)
-    result = stream(args, rng) if args.mode == "stream" else calibrate(args, rng)
+    if args.table:
+        latent_cache.REUSE_TABLE = tuple(
+            (float(least), float(fraction))
+            for least, fraction in (row.split(":") for row in args.table.split(",")))
+    result = {"stream": stream, "refine": refine, "calibrate": calibrate}[args.mode](args, rng)
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()
@@ -219,8 +270,8 @@ def main() -> None:
         return
     ips = result["images_per_s"]
     lo, hi = result["all_correct_diff_95"]
-    print(f"{result['variants']} variants, {result['images']} images, {result['steps']} steps, "
-          f"{result['threads']} threads, blocks of {result['batch']} variants")
+    print(f"{result['mode']}, table {result['table']}: {result['variants']} variants, "
+          f"{result['images']} images, {result['steps']} steps, {result['threads']} threads")
     print(f"  images/s   off {ips['off']:.2f}   auto {ips['auto']:.2f}   "
           f"x{result['speedup_total']:.3f} total, x{result['speedup_median_block']:.3f} "
           "median block")
@@ -231,6 +282,8 @@ def main() -> None:
           f"[{lo:+.3f}, {hi:+.3f}] (95%)")
     for clause, v in result["clauses"].items():
         print(f"    {clause:<10} off {v['off']:.3f}  auto {v['auto']:.3f}")
+    print(f"  judge (shapes-clip) off {result['judge']['off']:.2f}  auto "
+          f"{result['judge']['auto']:.2f}")
     if result["psnr_reused_median"] is not None:
         print(f"  PSNR of reused images to no reuse: median {result['psnr_reused_median']:.1f} "
               f"dB, min {result['psnr_reused_min']:.1f} dB")

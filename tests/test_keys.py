@@ -40,3 +40,6 @@ def test_a_spec_hash_is_derived_the_same_in_every_release():
     assert spec_hash(dict(reversed(list(other.items())))) == spec_hash(spec)
     assert spec_hash({**spec, "labels": {"a": "b"}}) == (
         "cfdb225a0298c4477868146812b3abcdd754ac24929b805c427e48baa33af4d2")
+    # A Loop's reuse, added later: at "off" the hash stored before it existed; "auto" is another
+    assert spec_hash({**spec, "reuse": "off"}) == spec_hash(spec)
+    assert spec_hash({**spec, "reuse": "auto"}) != spec_hash(spec)

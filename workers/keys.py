@@ -51,5 +51,6 @@ def spec_hash(spec: dict[str, Any]) -> str:
     # A spec without labels or webhook keeps the hash it had before they existed; its lane and
     # retention are left out (a gateway fills in the tenant's, and neither changes the images)
     spec = {k: v for k, v in spec.items()
-            if k not in ("priority", "retention") and (k not in ("labels", "webhook") or v)}
+            if k not in ("priority", "retention") and (k not in ("labels", "webhook") or v)
+            and (k not in _ADDED_LATER or v != _ADDED_LATER[k])}
     return hashlib.sha256(canonical_json(spec).encode()).hexdigest()

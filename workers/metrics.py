@@ -76,6 +76,9 @@ class Metrics:
                               "(rate() is images per second)", registry=r)
         self.step_cache_skips = Counter("genloop_step_cache_skips", "UNet calls the step cache "
                                         "(DeepCache) answered from kept features", registry=r)
+        self.steps_reused = Counter("genloop_steps_reused", "Denoising steps skipped by "
+                                    "starting from a similar prompt's stored latents "
+                                    "(reuse='auto')", registry=r)
         self.lease_takeovers = Counter("genloop_lease_takeovers", "Running instances re-sent "
                                        "because their holder's lease ended", registry=r)
         self.sweeper_resends = Counter("genloop_sweeper_resends", "Messages the sweeper re-sent, "

@@ -47,6 +47,13 @@ class LaterGraph(Graph):
     sharpen: str = "default"
 
 
+def test_reuse_leaves_a_variants_key_alone():
+    # Campaigns draw with reuse="auto" since #45; variants stored before keep their keys
+    loop = SPEC.loop_for(next(iter(SPEC.variants())))
+    assert loop.reuse == "auto"
+    assert loop_key(loop.model_copy(update={"reuse": "off"})) == loop_key(loop)
+
+
 def test_a_field_added_later_changes_no_key_while_at_its_default():
     loop = SPEC.loop_for(next(iter(SPEC.variants())))
     later = LaterLoop(**loop.model_dump())

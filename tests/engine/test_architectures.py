@@ -355,3 +355,23 @@ def test_every_architecture_has_regions_to_compile(arch, folders, registry):
             assert compiler.apply(pipe) and compiler.is_compiled(pipe)
         finally:
             compiler.remove(pipe)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_reuse_starts_part_way_on_every_architecture(arch, folders, registry):
+    # Ten steps: the reuse table's 10% row skips one. Seeds 0 and 1 are stored by the first
+    # request, seed 2 is not, so the second request's batch holds two start steps (a call for
+    # each here: only Stable Diffusion pipelines join later starts into one)
+    settings = ImageSettings(steps=10, guidance=5.0, width=SIZE, height=SIZE, cache="off")
+    engine = registry.engine
+    engine.generate(folders[arch], ["a red circle", "a red circle"], [0, 1], settings)
+
+    job = engine.submit(folders[arch], ["a blue circle"] * 3, [0, 1, 2], settings, reuse=True)
+    images = engine.wait(job)
+    off = engine.generate(folders[arch], ["a blue circle"] * 3, [0, 1, 2], settings)
+
+    assert [s.step if s is not None else 0 for s in job.starts] == [1, 1, 0]
+    close = [psnr(a, b) for a, b in zip(images, off, strict=True)]
+    assert all(im.size == (SIZE, SIZE) for im in images)
+    assert all(25 < value < float("inf") for value in close[:2]), close  # 34-58 dB measured
+    assert close[2] > 40, close

@@ -58,6 +58,7 @@ from .optimize import (
     use_channels_last,
     use_sdpa,
 )
+from .resume import Joiner, joins_midway
 from .step_cache import DEFAULT_CACHE, parse_cache, prepare_step_cache
 
 log = logging.getLogger(__name__)
@@ -133,8 +134,6 @@ class GenerationEngine:
         #: batches (a moving average; what the pool's backlog estimate reads).
         self.step_seconds: dict[str, float] = {}
         self.latents = LatentCache(self.options.latent_cache_bytes)
-        #: Denoising steps skipped by starting from stored latents, in this process.
-        self.steps_reused = 0
 
     @property
     def batcher(self) -> Batcher:
@@ -319,14 +318,17 @@ class GenerationEngine:
         reuse = self._reuse(pipe, shape_key[0], live, settings)
         starts = reuse.starts if reuse is not None else [None] * len(live)
 
-        def part(members: list[int]) -> list:
-            """One pipeline call for the live slots ``members``, which share a start step."""
-            slots = [live[i] for i in members]
-            first = starts[members[0]]
-            start = first.step if first is not None else 0
-            by_job: dict[int, tuple[Job, list[int]]] = {}
-            for s in slots:
-                by_job.setdefault(id(s.job), (s.job, []))[1].append(s.index)
+        def part(call: list[tuple[int, list[int]]]) -> list:
+            """One pipeline call for live slots by start step: the first start's from there,
+            each later one joining at its step (:mod:`.resume`). Images in that order."""
+            start, members = call[0]
+            order = [i for _, m in call for i in m]
+            by_job: dict[int, tuple[Job, dict[int, list[int]]]] = {}
+            for step, m in call:
+                for i in m:
+                    job = live[i].job
+                    by_job.setdefault(id(job), (job, {}))[1].setdefault(step, []).append(
+                        live[i].index)
 
             def step_end(step: int) -> None:
                 if denoiser is not None:
@@ -336,36 +338,48 @@ class GenerationEngine:
                 if self._closed or (self._batcher is not None and self._batcher.closed):
                     for job, _ in by_job.values():
                         job.fail(Transient("the worker's generation engine is shutting down"))
-                for job, indices in by_job.values():
-                    job.step(indices, start + step + 1)
+                done = start + step + 1
+                for job, indices_by_start in by_job.values():
+                    for begins, indices in indices_by_start.items():
+                        if done > begins:
+                            job.step(indices, done)
                 if all(job.failed for job, _ in by_job.values()):
                     raise _AllFailed()
+
+            def latents_of(m: list[int]) -> torch.Tensor:
+                return torch.stack([c.latents for i in m if (c := starts[i]) is not None])
 
             steps = settings.denoised_steps - start
             plan = prepare_step_cache(pipe, settings.cache, steps)
             if denoiser is not None:
                 bf16 = self.cpu_bf16(shape_key[0]) and settings.cache == DEFAULT_CACHE
                 start_cpu_bf16(denoiser, steps if bf16 else None)
+            slots = [live[i] for i in members]
             images = call_pipeline(
                 pipe, [s.prompt for s in slots], [s.seed for s in slots], settings,
                 [s.negative_prompt for s in slots], step_end,
                 init_images=[s.init_image for s in slots] if settings.kind != "text" else None,
                 masks=[s.mask for s in slots] if settings.kind == "inpaint" else None,
-                start=start,
-                latents=(torch.stack([starts[i].latents for i in members]) if start else None),
-                on_latents=reuse.capture(members) if reuse is not None else None)
+                start=start, latents=latents_of(members) if start else None,
+                on_latents=reuse.capture(order) if reuse is not None else None,
+                joiners=[Joiner(step, latents_of(m), [live[i].prompt for i in m],
+                                [live[i].negative_prompt or "" for i in m])
+                         for step, m in call[1:]])
             if plan.kind == "deepcache":
                 metrics().step_cache_skips.inc(deepcache_stats(pipe.unet)[1])
             return images
 
         def run() -> list:
-            images: list = [None] * len(live)
             by_start: dict[int, list[int]] = {}
-            for i, start in enumerate(starts):
-                by_start.setdefault(start.step if start is not None else 0, []).append(i)
-            # From noise first: what the others skip is the longer call's share of the work.
-            for _, members in sorted(by_start.items()):
-                for i, image in zip(members, part(members), strict=True):
+            for i, begins in enumerate(starts):
+                by_start.setdefault(begins.step if begins is not None else 0, []).append(i)
+            groups = sorted(by_start.items())
+            # One call where later starts can join the running batch; else one call each.
+            calls = [groups] if len(groups) > 1 and joins_midway(pipe) else [[g] for g in groups]
+            images: list = [None] * len(live)
+            for call in calls:
+                order = [i for _, m in call for i in m]
+                for i, image in zip(order, part(call), strict=True):
                     images[i] = image
             return images
 
@@ -378,7 +392,7 @@ class GenerationEngine:
             return [None] * len(chunk)
         if reuse is not None:
             reuse.store(self.latents)
-            self.steps_reused += sum(s.step for s in starts if s is not None)
+            metrics().steps_reused.inc(sum(s.step for s in starts if s is not None))
             for slot, start in zip(live, starts, strict=True):
                 slot.job.starts[slot.index] = start
         out = iter(images)
@@ -417,8 +431,9 @@ class _Reuse:
 
     def capture(self, members: list[int]) -> Callable[[int, torch.Tensor], None]:
         def on_latents(done: int, latents: torch.Tensor) -> None:
+            # The rows are the first of ``members``: those that have joined the batch so far.
             if done in self.steps:
-                for row, i in zip(latents.detach().cpu(), members, strict=True):
+                for row, i in zip(latents.detach().cpu(), members, strict=False):
                     self.kept.setdefault(i, {})[done] = row.clone()
         return on_latents
 

@@ -11,11 +11,10 @@ bitwise reproducible.
 
 from __future__ import annotations
 
-import copy
 import inspect
 import io
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +22,7 @@ import torch
 from genloop.sdk.errors import Permanent
 from genloop.sdk.ops import edit_steps
 
+from .resume import Joiner, initial_noise_sigma, join, started_at
 from .step_cache import DEFAULT_CACHE, step_ended
 
 
@@ -70,6 +70,7 @@ def call_pipeline(
     start: int = 0,
     latents: torch.Tensor | None = None,
     on_latents: Callable[[int, torch.Tensor], None] | None = None,
+    joiners: Sequence[Joiner] = (),
 ) -> list:
     """PIL images for the candidates, in one pipeline call; caching as already prepared (the
     step callback tells the step cache where the call is, :func:`.step_cache.step_ended`).
@@ -80,10 +81,10 @@ def call_pipeline(
     inpaint, one mask each. A text-to-image call may ``start`` after that many steps of the
     schedule, from ``latents`` (the state entering that step, one per candidate: see
     :mod:`.latent_cache`); ``on_latents(done, latents)`` sees the batch's latents after each
-    step, ``done`` counted from the schedule's start.
+    step, ``done`` counted from the schedule's start. ``joiners`` (a pipeline that
+    :func:`.resume.joins_midway` only) join the batch at their later start steps; their images
+    follow the call's own, in order.
     """
-    if start and (settings.kind != "text" or latents is None):
-        raise ValueError("only a text-to-image call starts part-way, and it needs latents")
     if negative_prompts is None:
         negative_prompts = [settings.negative_prompt] * len(prompts)
     # diffusers treats a missing negative prompt as ""; a list needs an entry per candidate.
@@ -93,14 +94,22 @@ def call_pipeline(
         step_ended(pipe, step)
         if on_step_end is not None:
             on_step_end(step)
-        if on_latents is not None:
-            on_latents(start + step + 1, kwargs["latents"])
+        done = start + step + 1
+        if on_latents is not None and kwargs.get("latents") is not None:
+            on_latents(done, kwargs["latents"])
         if step == settings.denoised_steps - start - 1:
             check_finite(kwargs.get("latents"))
+        for joiner in joiners:
+            if joiner.step == done:
+                join(_pipe, kwargs, joiner)
         return kwargs
 
     extra: dict = {"width": settings.width, "height": settings.height}
+    if joiners:
+        extra["callback_on_step_end_tensor_inputs"] = ["latents", "prompt_embeds"]
     if start:
+        if settings.kind != "text" or latents is None:
+            raise ValueError("only a text-to-image call starts part-way, and it needs latents")
         # The pipeline scales the latents it is given by the schedule's initial noise sigma
         # (1 for DDIM, more for Euler); these are already at their step's noise level.
         extra["latents"] = latents / initial_noise_sigma(pipe.scheduler, settings.steps)
@@ -127,39 +136,6 @@ def call_pipeline(
             **extra,
         )
     return list(out.images)
-
-
-@contextmanager
-def started_at(scheduler, start: int) -> Iterator[None]:
-    """While open, the schedules ``scheduler`` sets skip their first ``start`` steps.
-
-    A pipeline denoises over what ``scheduler.set_timesteps`` leaves in ``timesteps``, so the
-    tail of the usual schedule is set there; schedulers that keep a step index (Euler, DPM,
-    flow matching) are told where the tail begins (``set_begin_index``), as diffusers' own
-    img2img pipelines do. Written by hand: diffusers starts part-way only from an image it
-    re-noises, never from stored latents.
-    """
-    own = scheduler.set_timesteps
-
-    def set_timesteps(*args, **kwargs):
-        own(*args, **kwargs)
-        skip = start * scheduler.order
-        scheduler.timesteps = scheduler.timesteps[skip:]
-        if hasattr(scheduler, "set_begin_index"):
-            scheduler.set_begin_index(skip)
-
-    scheduler.set_timesteps = set_timesteps
-    try:
-        yield
-    finally:
-        del scheduler.set_timesteps
-
-
-def initial_noise_sigma(scheduler, steps: int) -> float:
-    """The factor a pipeline multiplies given latents by, for a ``steps``-step schedule."""
-    probe = copy.deepcopy(scheduler)
-    probe.set_timesteps(steps)
-    return float(probe.init_noise_sigma)
 
 
 def takes_size(pipe) -> bool:

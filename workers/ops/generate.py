@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 from concurrent.futures import Future
 from dataclasses import replace
@@ -158,7 +159,7 @@ def _gather(n: int, parts: list[tuple[list[int], Future]]) -> Future:
             out.set_result(images)
 
     for members, future in parts:
-        future.add_done_callback(lambda f, m=members: done(m, f))
+        future.add_done_callback(functools.partial(done, members))
     return out
 
 
