@@ -27,14 +27,15 @@ import torch
 
 #: (least cosine similarity of the prompt embeddings, fraction of the schedule skipped), highest
 #: first; below the last row an image starts from noise. Measured on the shapes model
-#: (``python benchmarks/latent_reuse.py --mode calibrate --pairs 40 --rng 1``: 200 pairs of prompts one
-#: clause apart, 20 steps, two seeds each): skipping 10% of the schedule kept the checker's
-#: all-correct where it was (0.906 against 0.904 without reuse); skipping 25% lost the
-#: position clause (0.300 against 0.912: where a shape goes is settled in the first steps) and
-#: colour (0.675 against 0.850). The embedding does not tell which clause changed: a changed
-#: background is the most similar pair and the safest to skip past, a moved shape nearly as
-#: similar; even the pairs at >= 0.96 lost 0.014 at 25%, and a campaign-shaped stream with a
-#: (0.96, 25%) row lost 0.035 of all-correct (docs/benchmarks.md), so the table stops at 10%.
+#: (``python benchmarks/latent_reuse.py --mode calibrate --pairs 40 --rng 1``: 200 pairs of
+#: prompts one clause apart, 20 steps, two seeds each): skipping 10% of the schedule kept the
+#: checker's all-correct where it was (0.906 against 0.904 without reuse); skipping 25% lost
+#: the position clause (0.300 against 0.912: where a shape goes is settled in the first steps)
+#: and colour (0.675 against 0.850). The embedding does not tell which clause changed: a
+#: changed background is the most similar pair and the safest to skip past, a moved shape
+#: nearly as similar; even the pairs at >= 0.96 lost 0.014 at 25%, and a campaign-shaped
+#: stream with a (0.96, 25%) row lost 0.035 of all-correct (docs/benchmarks.md), so the table
+#: stops at 10%.
 REUSE_TABLE: tuple[tuple[float, float], ...] = ((0.5, 0.1),)
 
 #: Default bound of an engine's latent cache, in bytes.
