@@ -364,7 +364,7 @@ def test_reuse_starts_part_way_on_every_architecture(arch, folders, registry):
     # each here: only Stable Diffusion pipelines join later starts into one)
     settings = ImageSettings(steps=10, guidance=5.0, width=SIZE, height=SIZE, cache="off")
     engine = registry.engine
-    engine.generate(folders[arch], ["a red circle", "a red circle"], [0, 1], settings)
+    engine.wait(engine.submit(folders[arch], ["a red circle"] * 2, [0, 1], settings, reuse=True))
 
     job = engine.submit(folders[arch], ["a blue circle"] * 3, [0, 1, 2], settings, reuse=True)
     images = engine.wait(job)

@@ -102,7 +102,10 @@ def test_the_cache_is_bounded_by_bytes_oldest_out_first():
 
 
 def test_a_request_starts_from_a_similar_prompt_of_its_seed_only_when_it_asks(engine):
-    engine.wait(engine.submit("tiny", [RED, RED], [0, 1], SETTINGS))
+    # A request that asks for reuse keeps its latents for later ones (it finds none before it)
+    first = engine.submit("tiny", [RED, RED], [0, 1], SETTINGS, reuse=True)
+    engine.wait(first)
+    assert first.starts == [None, None] and len(engine.latents) == 2
     skipped = metrics().steps_reused._value.get()
 
     auto = engine.submit("tiny", [BLUE, BLUE, BLUE], [0, 1, 2], SETTINGS, reuse=True)
@@ -113,6 +116,7 @@ def test_a_request_starts_from_a_similar_prompt_of_its_seed_only_when_it_asks(en
     # Seeds 0 and 1 were drawn for the red prompt, seed 2 never
     assert [(s.source, s.step) for s in auto.starts[:2]] == [(RED, 1), (RED, 1)]
     assert auto.starts[2] is None and off.starts == [None] * 3
+    assert len(engine.latents) == 3  # seed 2's blue image is kept; the off request kept none
     assert metrics().steps_reused._value.get() - skipped == 2  # genloop_steps_reused_total
     close = [psnr(a, b) for a, b in zip(images[:2], off_images[:2], strict=True)]
     assert all(30 < value < float("inf") for value in close)  # near, and not the same image
@@ -120,7 +124,7 @@ def test_a_request_starts_from_a_similar_prompt_of_its_seed_only_when_it_asks(en
 
 
 def test_no_reuse_across_models_sizes_or_namespaces(engine):
-    engine.wait(engine.submit("tiny", [RED], [0], SETTINGS, namespace="tenant-a"))
+    engine.wait(engine.submit("tiny", [RED], [0], SETTINGS, reuse=True, namespace="tenant-a"))
     bigger = ImageSettings(steps=10, guidance=2.0, width=48, height=48, cache="off")
 
     cases = [
@@ -144,12 +148,12 @@ def test_one_batch_of_mixed_start_steps_gives_each_request_its_images(engine, jo
     # other pipelines run a call per start step. Either way each request gets its own images.
     if not joins:
         monkeypatch.setattr(engine_module, "joins_midway", lambda pipe: False)
-    engine.wait(engine.submit("tiny", [RED, RED], [0, 1], SETTINGS))
+    engine.wait(engine.submit("tiny", [RED, RED], [0, 1], SETTINGS, reuse=True))
     alone_reused = engine.submit("tiny", [BLUE, BLUE], [0, 1], SETTINGS, reuse=True)
     expected_reused = engine.wait(alone_reused)
     expected_fresh = engine.wait(engine.submit("tiny", [BLUE], [7], SETTINGS))
     engine.latents = LatentCache()
-    engine.wait(engine.submit("tiny", [RED, RED], [0, 1], SETTINGS))
+    engine.wait(engine.submit("tiny", [RED, RED], [0, 1], SETTINGS, reuse=True))
     batches = len(engine.batcher.batches)
 
     reused = engine.submit("tiny", [BLUE, BLUE], [0, 1], SETTINGS, reuse=True)
@@ -182,7 +186,7 @@ def test_a_stored_result_does_not_change_when_the_cache_is_emptied(client):
         assert result.status == "succeeded", result
         return result.items(node)
 
-    run(RED, "off")
+    run(RED, "auto")
     first = run(BLUE, "auto")
     assert [c.started_from.prompt for c in first] == [RED, RED]
     assert [c.cost for c in first] == [10 - c.started_from.step for c in first]

@@ -401,8 +401,10 @@ class GenerationEngine:
     def _reuse(self, pipe, model: str, live: list[Slot],
                settings: ImageSettings) -> _Reuse | None:
         """The live slots' starts and the latents to keep from this call; ``None`` where the
-        call keeps none (an edit, no latent cache, a pipeline without a text encoder)."""
-        if settings.kind != "text" or not self.latents.max_bytes:
+        call keeps none (no request in it asked for reuse, an edit, no latent cache, a pipeline
+        without a text encoder): requests that never reuse pay nothing for it."""
+        if (settings.kind != "text" or not self.latents.max_bytes
+                or not any(s.job.reuse for s in live)):
             return None
         vectors = prompt_vectors(pipe, [s.prompt for s in live])
         if vectors is None:

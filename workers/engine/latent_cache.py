@@ -11,10 +11,10 @@ image of the same seed is what the reused one is measured against (``benchmarks/
 
 How many steps are skipped follows from the similarity of the two prompts' text embeddings (the
 model's own text encoder: the mean of its token states, up to the end token), by
-:data:`REUSE_TABLE`. The engine stores the latents of every text-to-image candidate it draws, at
-the steps the table can skip to, in a byte-bounded LRU (:class:`LatentCache`); a request asks
-for reuse with ``reuse="auto"``. An eviction only changes where later images start: a stored
-result never depends on the cache again.
+:data:`REUSE_TABLE`. A request asks for reuse with ``reuse="auto"``; the engine stores the
+latents of its text-to-image candidates at the steps the table can skip to, in a byte-bounded
+LRU (:class:`LatentCache`), and a request that never reuses pays nothing for it. An eviction
+only changes where later images start: a stored result never depends on the cache again.
 """
 
 from __future__ import annotations
