@@ -14,6 +14,7 @@ from genloop.workers.stores import (
     EventRecord,
     IdempotencyConflict,
     InstanceRecord,
+    ItemRef,
     NodeRecord,
     ResultRecord,
     RunRecord,
@@ -518,3 +519,129 @@ def test_a_start_in_a_cancelling_run_runs_nothing(store):
     assert outcome == "cancelling"
     assert store.instance("r1", "a#0").status == NodeStatus.QUEUED
     assert store.claim("k0", "someone", ttl=30)
+
+
+def test_the_first_start_marks_its_node_and_a_pending_run_running_and_says_so_once(store):
+    # Given a pending run of two queued instances
+    _create(store)
+    assert store.get_run("r1").status == RunStatus.PENDING
+
+    # When both start in one call
+    outcomes = store.start_instances([_start("a#0", "k0"), _start("a#1", "k1")])
+
+    # Then their node and the run are running, and the run says so once, after the first start
+    assert [o for o, _ in outcomes] == ["started", "started"]
+    assert store.get_run("r1").status == RunStatus.RUNNING
+    assert [n.status for n in store.nodes("r1")] == [NodeStatus.RUNNING]
+    assert [e.type for e in store.events("r1")] == [
+        "run.submitted", "instance.started", "run.running", "instance.started"]
+    # And a started instance stays in recovery's view: if its worker dies, it is found stale
+    until(lambda: len(store.stale_instances(older_than=0.01)) == 2, "started, untouched 10 ms")
+
+
+def _done(instance_id: str, key: str) -> InstanceRecord:
+    return InstanceRecord(run_id="r1", instance_id=instance_id, node_id="a", seq=0,
+                          status=NodeStatus.SUCCEEDED, attempts=1, result_key=key, outputs=1)
+
+
+def _finish(instance_id: str, key: str, completion: ScriptedCompletion | None = None) -> Finish:
+    """Finishing ``instance_id`` of node ``a`` of run ``r1`` with a result under ``key``,
+    dropping the lease ``me/ID`` holds on it."""
+    return Finish(_done(instance_id, key), EventRecord(type="instance.succeeded", time=time.time()),
+                  ResultRecord(key=key, op="o", items=[{"v": instance_id}], created_at=time.time()),
+                  (key, f"me/{instance_id}"), completion)
+
+
+def _completion(children: list[str]) -> ScriptedCompletion:
+    return ScriptedCompletion(
+        '[{"key": "ka", "index": 0}]', 1,
+        EventRecord(type="node.succeeded", time=time.time(), node_id="a"),
+        EventRecord(type="run.succeeded", time=time.time()), children)
+
+
+def test_a_finish_of_an_unknown_instance_or_onto_another_result_writes_nothing_but_its_lease(
+        store):
+    # Given a run whose a#1 has started on k1, a result another execution stored under k1,
+    # and a lease on k9 held for an instance the run does not have
+    _create(store)
+    store.start_instances([_start("a#1", "k1")])
+    store.put_result(ResultRecord(key="k1", op="o", items=[{"v": "theirs"}],
+                                  created_at=time.time()))
+    assert store.claim("k9", "me/a#9", ttl=30)
+    before = store.events("r1")
+
+    # When a#9 and a#1 finish in one call
+    outs = store.finish_instances([_finish("a#9", "k9"), _finish("a#1", "k1")])
+
+    # Then each is told why nothing was written: no instance, another's result first
+    assert [(o.step, o.wrote_event) for o in outs] == [
+        (Finished.MISSING, False), (Finished.OTHER_RESULT, False)]
+    assert store.get_result("k9") is None
+    assert store.get_result("k1").items == [{"v": "theirs"}]
+    assert store.instance("r1", "a#1").status == NodeStatus.RUNNING
+    assert store.events("r1") == before
+    # And both leases are dropped all the same: the work they guarded is over
+    assert store.claim("k9", "someone", ttl=30) and store.claim("k1", "someone", ttl=30)
+
+
+def test_a_node_is_marked_done_only_when_its_last_instance_finishes(store):
+    # Given a node of two instances (a completion offered: a node of two is never completed
+    # in the step, whose result would miss the other instance's outputs)
+    _create(store)
+
+    # When a#0 finishes
+    [first] = store.finish_instances([_finish("a#0", "k0", _completion([]))])
+
+    # Then the node counts one instance left and is not marked done
+    assert (first.step, first.pending) == (Finished.COUNTED, 1)
+    assert ("r1", "@a") not in store.outbox()
+
+    # When a#1 finishes
+    [last] = store.finish_instances([_finish("a#1", "k1", _completion([]))])
+
+    # Then the node is left to the caller, marked done for the sweeper should the caller die
+    assert (last.step, last.pending) == (Finished.COUNTED, 0)
+    assert ("r1", "@a") in store.outbox()
+    assert store.nodes("r1")[0].status != NodeStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize("case", ["no completion", "cancelling", "run error", "node outputs"])
+def test_a_finished_node_the_step_may_not_complete_is_left_to_the_caller(store, case):
+    # Given node a of one instance with child c waiting on it, and a reason, one per case, for
+    # the step not to complete a: no completion offered, a cancelling run (a's status would be
+    # cancelled), a run error to report once its last node ends, outputs a already holds
+    run = _run(nodes=1 if case == "run error" else 2).model_copy(update={
+        "cancel_requested": case == "cancelling", "error": "boom" if case == "run error" else None})
+    outputs = [ItemRef(key="kx", index=0)] if case == "node outputs" else []
+    nodes = [NodeRecord(run_id="r1", node_id="a", pending_instances=1, outputs=outputs),
+             NodeRecord(run_id="r1", node_id="c", waiting=1)]
+    store.create_run(run, RunSpecRecord(spec={}, graph={}), nodes,
+                     [InstanceRecord(run_id="r1", instance_id="a#0", node_id="a", seq=0)])
+
+    # When a#0 finishes
+    completion = None if case == "no completion" else _completion(["c"])
+    [out] = store.finish_instances([_finish("a#0", "ka", completion)])
+
+    # Then a is counted down and marked done for the caller, and nothing past it is written
+    assert (out.step, out.pending, out.run_ended, out.ready) == (Finished.COUNTED, 0, False, [])
+    assert ("r1", "@a") in store.outbox() and ("r1", "@c") not in store.outbox()
+    a, c = sorted(store.nodes("r1"), key=lambda n: n.node_id)
+    assert (a.status, a.outputs, c.waiting) == (NodeStatus.PENDING, outputs, 1)
+    assert store.get_run("r1").pending_nodes == run.pending_nodes
+
+
+def test_a_completion_in_a_run_still_pending_makes_it_running(store):
+    # Given a pending run of two roots, nothing started (a's result was cached, say)
+    run = _run(nodes=2)
+    nodes = [NodeRecord(run_id="r1", node_id=n, pending_instances=1) for n in ("a", "b")]
+    insts = [InstanceRecord(run_id="r1", instance_id=f"{n}#0", node_id=n, seq=0)
+             for n in ("a", "b")]
+    store.create_run(run, RunSpecRecord(spec={}, graph={}), nodes, insts)
+
+    # When a finishes and the step completes its node
+    [out] = store.finish_instances([_finish("a#0", "ka", _completion([]))])
+
+    # Then the run counts one node left and is running
+    assert (out.step, out.run_ended) == (Finished.COMPLETED, False)
+    assert (store.get_run("r1").status, store.get_run("r1").pending_nodes) == (
+        RunStatus.RUNNING, 1)
