@@ -17,7 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from genloop.sdk import GenloopError, Loop, Priority
 from genloop.sdk.ops import Reuse
@@ -111,6 +118,14 @@ class LoopSettings(_Model):
     priority: Priority = Field(
         "batch", description="the variants' lane: 'batch' (the default) yields to agents' "
         "interactive loops on the same workers, keeping at least 1 engine batch in 4")
+
+    @field_validator("reuse", mode="before")
+    @classmethod
+    def _yaml_switch(cls, value: Any) -> Any:
+        """YAML reads a bare ``off`` (and ``no``, ``false``) as a boolean: take it as meant."""
+        if isinstance(value, bool):
+            return "auto" if value else "off"
+        return value
 
     @property
     def images(self) -> int:

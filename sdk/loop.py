@@ -122,8 +122,8 @@ class Loop(BaseModel):
         description=CACHE_DESCRIPTION + " Applies to every image the loop makes, edits too.")
     reuse: Reuse = Field(
         "off", description=REUSE_DESCRIPTION + " Applies to every text-to-image candidate of "
-        "the loop (a refiner that keeps seeds and rewrites the prompt starts its rounds from "
-        "the earlier rounds' latents); campaigns run their loops with 'auto'.")
+        "the loop (a refiner that keeps seeds and rewrites the prompt starts its later rounds "
+        "from the first round's latents); campaigns run their loops with 'auto'.")
     max_retries: int | None = Field(
         None, ge=0, le=100, description="Retries of each node after a transient failure. Omit "
         "for each op's own.")

@@ -62,10 +62,11 @@ class _Params(BaseModel):
 Reuse = Literal["off", "auto"]
 REUSE_DESCRIPTION = (
     "'auto': a text-to-image candidate may start from the stored intermediate latents of a "
-    "similar earlier prompt drawn with the same seed, model, size and settings (in this "
-    "namespace), skipping the first steps: faster, and slightly different from the 'off' "
-    "image; each candidate records where it started (started_from). 'off': every image from "
-    "its own noise, the same image on every run.")
+    "similar earlier prompt drawn with the same seed, model, size, steps, guidance, cache "
+    "mode and negative prompt (in this namespace), skipping its first steps (10% of them, at "
+    "least 10 steps needed): faster, and slightly different from the 'off' image; each "
+    "candidate records where it started (started_from). 'off': every image from its own "
+    "noise, the same image on every run.")
 
 
 class GenerateParams(_Params):

@@ -102,3 +102,15 @@ def test_a_brand_palette_longer_than_a_gateway_admits_is_refused_before_any_subm
     assert info.value.problems == [f"brand.palette: {MAX_PALETTE + 1} colours; at most "
                                    f"{MAX_PALETTE}"]
     assert parse_spec(dict(GOOD, brand={"palette": palette[:MAX_PALETTE]}))
+
+
+def test_reuse_is_on_by_default_and_a_bare_yaml_off_turns_it_off(tmp_path):
+    assert parse_spec(GOOD).loop_for(next(parse_spec(GOOD).variants())).reuse == "auto"
+    path = tmp_path / "spec.yaml"
+    text = "name: launch\ntemplate: '{product}'\naxes: {product: [a red sneaker]}\n"
+    for written, meant in (("off", "off"), ("no", "off"), ('"off"', "off"), ("on", "auto"),
+                           ("auto", "auto")):
+        path.write_text(text + f"loop: {{rounds: 1, reuse: {written}}}\n")
+        assert load_spec(path).loop.reuse == meant, written
+    with pytest.raises(CampaignSpecError, match="loop.reuse"):
+        parse_spec(dict(GOOD, loop={"reuse": "sometimes"}))

@@ -39,8 +39,8 @@ def empty_cache(engine):
 
 
 def scope(**changes) -> Scope:
-    base = dict(model="m", width=32, height=32, steps=10, guidance=2.0, negative_prompt="",
-                seed=0, namespace=None)
+    base = dict(model="m", width=32, height=32, steps=10, guidance=2.0, cache="default",
+                negative_prompt="", seed=0, namespace=None)
     return Scope(**{**base, **changes})
 
 
@@ -76,7 +76,8 @@ def test_a_start_is_the_furthest_step_the_nearest_prompt_holds(monkeypatch):
 
 @pytest.mark.parametrize("other", [
     {"model": "another-identity"}, {"width": 64}, {"height": 64}, {"steps": 20},
-    {"guidance": 4.0}, {"negative_prompt": "blurry"}, {"seed": 1}, {"namespace": "tenant-b"},
+    {"guidance": 4.0}, {"cache": "off"}, {"negative_prompt": "blurry"}, {"seed": 1},
+    {"namespace": "tenant-b"},
 ])
 def test_nothing_is_reused_outside_its_scope(other):
     cache = LatentCache()

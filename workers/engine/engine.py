@@ -411,7 +411,8 @@ class GenerationEngine:
             return None
         identity = self.models.identity(model)
         scopes = [Scope(identity, settings.width, settings.height, settings.steps,
-                        settings.guidance, s.negative_prompt or "", s.seed, s.job.namespace)
+                        settings.guidance, settings.cache, s.negative_prompt or "", s.seed,
+                        s.job.namespace)
                   for s in live]
         starts = [self.latents.find(scope, vector) if s.job.reuse else None
                   for s, scope, vector in zip(live, scopes, vectors, strict=True)]

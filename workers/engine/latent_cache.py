@@ -19,11 +19,14 @@ only changes where later images start: a stored result never depends on the cach
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
+
+log = logging.getLogger(__name__)
 
 #: (least cosine similarity of the prompt embeddings, fraction of the schedule skipped), highest
 #: first; below the last row an image starts from noise. Measured on the shapes model
@@ -51,6 +54,7 @@ class Scope:
     height: int
     steps: int
     guidance: float
+    cache: str  # the step-cache mode: its latents differ a little from another mode's
     negative_prompt: str
     seed: int
     namespace: str | None
@@ -149,6 +153,9 @@ class LatentCache:
         step = max((k for k in entry.latents if k <= skipped_steps(value, scope.steps)),
                    default=0)
         if step == 0:
+            # Why an image that asked for reuse started from noise (started_from says only that)
+            log.debug("no reuse for seed %d: the nearest stored prompt is %.3f similar, it "
+                      "holds steps %s", scope.seed, value, sorted(entry.latents))
             return None
         return Start(step, entry.latents[step], entry.prompt, value)
 
