@@ -630,13 +630,18 @@ def test_a_finished_node_the_step_may_not_complete_is_left_to_the_caller(store, 
     assert store.get_run("r1").pending_nodes == run.pending_nodes
 
 
-def test_a_completion_in_a_run_still_pending_makes_it_running(store):
-    # Given a pending run of two roots, nothing started (a's result was cached, say)
-    run = _run(nodes=2)
+def _two_roots(store, **update) -> None:
+    """A pending run ``r1`` of roots ``a`` and ``b``, one instance each, nothing started."""
     nodes = [NodeRecord(run_id="r1", node_id=n, pending_instances=1) for n in ("a", "b")]
     insts = [InstanceRecord(run_id="r1", instance_id=f"{n}#0", node_id=n, seq=0)
              for n in ("a", "b")]
-    store.create_run(run, RunSpecRecord(spec={}, graph={}), nodes, insts)
+    store.create_run(_run(nodes=2).model_copy(update=update), RunSpecRecord(spec={}, graph={}),
+                     nodes, insts)
+
+
+def test_a_completion_in_a_run_still_pending_makes_it_running(store):
+    # Given a pending run of two roots, nothing started (a's result was cached, say)
+    _two_roots(store)
 
     # When a finishes and the step completes its node
     [out] = store.finish_instances([_finish("a#0", "ka", _completion([]))])
@@ -645,3 +650,16 @@ def test_a_completion_in_a_run_still_pending_makes_it_running(store):
     assert (out.step, out.run_ended) == (Finished.COMPLETED, False)
     assert (store.get_run("r1").status, store.get_run("r1").pending_nodes) == (
         RunStatus.RUNNING, 1)
+
+
+def test_a_run_error_leaves_to_the_caller_only_the_completion_that_would_end_the_run(store):
+    # Given a run with an error to report (a node failed, say) and two roots left
+    _two_roots(store, error="boom")
+
+    # When a finishes: b is left, so no run error is reported yet
+    [out] = store.finish_instances([_finish("a#0", "ka", _completion([]))])
+
+    # Then the step completes a itself (the last node's completion is the caller's: see the
+    # "run error" case above)
+    assert (out.step, out.run_ended) == (Finished.COMPLETED, False)
+    assert store.get_run("r1").pending_nodes == 1
