@@ -95,7 +95,8 @@ class GraphProblem(BaseModel):
         quoted = isinstance(self.received, str) and repr(self.received) in self.message
         if self.received is not None and not quoted:
             text += f" (received {self.received!r})"
-        if self.allowed is not None and "; allowed: " not in self.message:
+        if (self.allowed is not None and "; allowed: " not in self.message
+                and str(self.allowed) not in self.message):  # pydantic's own says the choices
             text += f"; allowed: {self.allowed}"
         return text
 

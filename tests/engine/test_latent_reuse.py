@@ -10,7 +10,7 @@ import torch
 from engine_helpers import psnr
 from PIL import Image
 
-from genloop.sdk import Graph
+from genloop.sdk import Graph, GraphError
 from genloop.workers.engine import engine as engine_module
 from genloop.workers.engine import latent_cache
 from genloop.workers.engine.engine import EngineOptions
@@ -173,6 +173,18 @@ def test_reuse_is_keyed_apart_and_off_keeps_the_keys_stored_before_it():
 
     assert result_key("generate", "2", {**base, "reuse": "off"}, [], "id") == without
     assert result_key("generate", "2", {**base, "reuse": "auto"}, [], "id") != without
+
+
+def test_a_bad_reuse_mode_is_refused_naming_the_field_and_the_choices_once(client):
+    g = Graph()
+    g.generate(RED, model="tiny", reuse="sometimes")
+
+    with pytest.raises(GraphError) as caught:
+        client.submit(g)
+
+    text = str(caught.value)
+    assert "nodes[0].params.reuse" in text and "'sometimes'" in text
+    assert text.count("'off' or 'auto'") == 1
 
 
 def _pixels(client, candidate):
