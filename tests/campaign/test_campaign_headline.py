@@ -92,14 +92,21 @@ def _drawn(image: Image.Image, placed) -> tuple[int, int]:
         ImageChops.subtract(changed, within), (0, 0) + image.size)
 
 
+def _subject(size: tuple[int, int], shape: str, box: tuple[int, int, int, int],
+             colour: tuple[int, int, int]) -> tuple[Image.Image, Image.Image]:
+    """A white picture with one ``shape`` ("ellipse", "rectangle") in ``box``, and its mask."""
+    image = Image.new("RGB", size, "white")
+    mask = Image.new("L", size)
+    for target, fill in ((image, colour), (mask, 255)):
+        getattr(ImageDraw.Draw(target), shape)(box, fill=fill)
+    return image, mask
+
+
 def test_a_banner_whose_subject_fills_its_height_has_the_headline_beside_it():
     # The finding (adops-24, a large red circle on white cropped to 1.91:1): no band is free
     # and both halves cut the circle, so the headline went on a panel over 3% of it (6-13%
     # before the placement measured the subject). There is room on either side of it.
-    image = Image.new("RGB", (382, 200), "white")
-    mask = Image.new("L", image.size)
-    for target, fill in ((image, (230, 40, 40)), (mask, 255)):
-        ImageDraw.Draw(target).ellipse((115, 22, 265, 172), fill=fill)
+    image, mask = _subject((382, 200), "ellipse", (115, 22, 265, 172), (230, 40, 40))
     placed = set_headline(image, "Round, bold, and yours.", CTA)
     assert covered(mask, placed.box) == 0 and placed.overlap == 0
     assert not placed.panel  # white space beside it: black text reads without one
@@ -135,10 +142,7 @@ def test_a_word_wider_than_a_half_is_never_drawn_past_its_box():
     # A portrait whose bands all cross a tall subject leaves its halves, narrower than the
     # headline's one long word at the first size: the word went out of its box, over the
     # subject.
-    image = Image.new("RGB", (216, 384), "white")
-    mask = Image.new("L", image.size)
-    for target, fill in ((image, (40, 80, 230)), (mask, 255)):
-        ImageDraw.Draw(target).rectangle((112, 0, 128, 383), fill=fill)
+    image, mask = _subject((216, 384), "rectangle", (112, 0, 128, 383), (40, 80, 230))
     placed = set_headline(image, "Extraordinarily", CTA)
     assert covered(mask, placed.box) == 0 and placed.overlap == 0
     inside, outside = _drawn(image, placed)

@@ -7,6 +7,7 @@ import io
 
 import pytest
 import torch
+from diffusers import StableDiffusionPipeline
 from engine_helpers import psnr
 from PIL import Image
 
@@ -80,11 +81,12 @@ def test_a_start_is_the_furthest_step_the_nearest_prompt_holds(monkeypatch):
     {"namespace": "tenant-b"},
 ])
 def test_nothing_is_reused_outside_its_scope(other):
+    stored = scope(namespace="tenant-a" if "namespace" in other else None)
     cache = LatentCache()
-    cache.put(scope(namespace="tenant-a" if "namespace" in other else None), "source",
-              unit(1.0, 0.0), {1: torch.ones(4, 2, 2), 2: torch.ones(4, 2, 2)})
+    cache.put(stored, "source", unit(1.0, 0.0), {1: torch.ones(4, 2, 2), 2: torch.ones(4, 2, 2)})
 
     assert cache.find(scope(**other), unit(1.0, 0.0)) is None
+    assert cache.find(stored, unit(1.0, 0.0)) is not None  # the control: its own scope does
 
 
 def test_the_cache_is_bounded_by_bytes_oldest_out_first():
@@ -156,12 +158,21 @@ def test_one_batch_of_mixed_start_steps_gives_each_request_its_images(engine, jo
     engine.latents = LatentCache()
     engine.wait(engine.submit("tiny", [RED, RED], [0, 1], SETTINGS, reuse=True))
     batches = len(engine.batcher.batches)
+    calls: list[int] = []  # the prompts each pipeline call starts with
+    pipeline_call = StableDiffusionPipeline.__call__
 
+    def counted(pipe, *args, **kwargs):
+        calls.append(len(kwargs["prompt"]))
+        return pipeline_call(pipe, *args, **kwargs)
+
+    monkeypatch.setattr(StableDiffusionPipeline, "__call__", counted)
     reused = engine.submit("tiny", [BLUE, BLUE], [0, 1], SETTINGS, reuse=True)
     fresh = engine.submit("tiny", [BLUE], [7], SETTINGS, reuse=True)
     got_reused, got_fresh = engine.wait(reused), engine.wait(fresh)
 
-    assert engine.batcher.batches[batches:] == [3]  # one batch, two calls inside it
+    assert engine.batcher.batches[batches:] == [3]  # one batch
+    # joining: one call from noise, the reused pair joining it; else a call per start step
+    assert calls == ([1] if joins else [1, 2])
     assert [s.step for s in reused.starts] == [1, 1] and fresh.starts == [None]
     assert all(psnr(a, b) > 40 for a, b in zip(got_reused, expected_reused, strict=True))
     assert psnr(got_fresh[0], expected_fresh[0]) > 40

@@ -58,7 +58,7 @@ from .optimize import (
     use_channels_last,
     use_sdpa,
 )
-from .resume import Joiner, joins_midway
+from .resume import Joiner, calls_by_start, joins_midway
 from .step_cache import DEFAULT_CACHE, parse_cache, prepare_step_cache
 
 log = logging.getLogger(__name__)
@@ -318,11 +318,10 @@ class GenerationEngine:
         reuse = self._reuse(pipe, shape_key[0], live, settings)
         starts = reuse.starts if reuse is not None else [None] * len(live)
 
-        def part(call: list[tuple[int, list[int]]]) -> list:
+        def part(call: list[tuple[int, list[int]]], order: list[int]) -> list:
             """One pipeline call for live slots by start step: the first start's from there,
-            each later one joining at its step (:mod:`.resume`). Images in that order."""
+            each later one joining at its step (:mod:`.resume`); images in ``order``."""
             start, members = call[0]
-            order = [i for _, m in call for i in m]
             by_job: dict[int, tuple[Job, dict[int, list[int]]]] = {}
             for step, m in call:
                 for i in m:
@@ -370,16 +369,11 @@ class GenerationEngine:
             return images
 
         def run() -> list:
-            by_start: dict[int, list[int]] = {}
-            for i, begins in enumerate(starts):
-                by_start.setdefault(begins.step if begins is not None else 0, []).append(i)
-            groups = sorted(by_start.items())
-            # One call where later starts can join the running batch; else one call each.
-            calls = [groups] if len(groups) > 1 and joins_midway(pipe) else [[g] for g in groups]
             images: list = [None] * len(live)
-            for call in calls:
+            steps = [s.step if s is not None else 0 for s in starts]
+            for call in calls_by_start(steps, joins_midway(pipe)):
                 order = [i for _, m in call for i in m]
-                for i, image in zip(order, part(call), strict=True):
+                for i, image in zip(order, part(call, order), strict=True):
                     images[i] = image
             return images
 

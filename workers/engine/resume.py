@@ -43,6 +43,17 @@ def joins_midway(pipe) -> bool:
             and unet.config.time_cond_proj_dim is None)
 
 
+def calls_by_start(starts: Sequence[int], joins: bool) -> list[list[tuple[int, list[int]]]]:
+    """The pipeline calls for candidates starting after ``starts[i]`` steps: each a list of
+    ``(start step, candidate indices)``, earliest first. Where later starts can ``join`` the
+    running batch that is one call; else one call per start step."""
+    groups: dict[int, list[int]] = {}
+    for i, start in enumerate(starts):
+        groups.setdefault(start, []).append(i)
+    ordered = sorted(groups.items())
+    return [ordered] if joins else [[group] for group in ordered]
+
+
 def join(pipe, kwargs: dict, joiner: Joiner) -> None:
     """Add ``joiner``'s candidates to the loop state a step callback holds (``kwargs``, with
     ``latents`` and ``prompt_embeds``): latents after the batch's, embeddings after each half's

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..redis_text import scored
+
 #: Members read per round trip beyond the page, to step over those of the cursor's own score.
 _SLACK = 16
 
@@ -23,10 +25,9 @@ def members_before(client: Any, key: str, before: tuple[float, str] | None,
         batch = client.zrevrangebyscore(key, top, "-inf", start=offset, num=limit + _SLACK,
                                         withscores=True)
         offset += len(batch)
-        for raw, score in batch:
-            member = raw.decode() if isinstance(raw, bytes) else str(raw)
+        for member, score in scored(batch):
             if before is None or score < before[0] or member < before[1]:
-                found.append((member, float(score)))
+                found.append((member, score))
         if len(batch) < limit + _SLACK:
             break
     return found[:limit]
