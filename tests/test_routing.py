@@ -15,13 +15,16 @@ from redis_util import redis_url
 
 from genloop.sdk.graph import Node
 from genloop.workers.pool_status import WorkerState, workers_key
+from genloop.workers.redis_fair_queue import RedisFairQueue
 from genloop.workers.routing import (
     AffinityGate,
     Router,
     base_queue,
     claim_key,
+    held_since_key,
     routed_queue,
 )
+from genloop.workers.stores.records import InstanceRecord
 
 ROUTED = routed_queue("gpu", "tiny")
 
@@ -140,6 +143,30 @@ def test_copies_are_added_in_proportion_to_how_long_the_work_waits(client, prefi
     waiting(client, prefix, age=6.5)  # three loads' worth
     takers = [w for w in ("w1", "w2", "w3", "w4", "w5") if gate(client, prefix, w)(ROUTED)]
     assert takers == ["w1", "w2", "w3"]
+
+
+def test_work_held_back_by_the_fair_queue_counts_as_waiting_for_its_model(client, prefix):
+    # Given a holder, and one fresh message on its model's queue: a copy would not pay
+    presence(client, prefix, "w2", resident=["tiny"], running=("tiny", 8),
+             load_seconds={"tiny": 2.0})
+    waiting(client, prefix, age=0.1)
+    assert not gate(client, prefix, "w1")(ROUTED)
+    # When more of its work has waited 3 s behind the fair queue's window (no thread joined)
+    sent: list = []
+    fair = RedisFairQueue(client, lambda chunk, delay: sent.append(chunk) or "id",
+                          tenant_of=lambda run: run, prefix=prefix,
+                          clock=lambda: time.time() - 3.0,
+                          queue_of=lambda chunk: ROUTED if chunk[0].node_id == "draw" else "gpu")
+    fair([InstanceRecord(run_id="r", node_id=node, instance_id=f"{node}#0", seq=0, queue="gpu")
+          for node in ("draw", "pick")])
+    assert sent == [] and client.zcard(held_since_key(prefix, ROUTED)) == 1
+    # Then an idle worker takes a copy: the backlog is older than a load
+    assert gate(client, prefix, "w1")(ROUTED)
+    # And work let in through the window is no longer timed as held
+    fair.join("w9", "gpu", threads=2, ttl=30)
+    fair.pump("gpu")
+    assert len(sent) == 2 and client.zcard(held_since_key(prefix, ROUTED)) == 0
+    assert not client.exists(f"{prefix}:fair:gpu:route")
 
 
 def test_a_draining_holder_holds_nothing(client, prefix):

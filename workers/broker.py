@@ -70,6 +70,14 @@ def actor_name(queue: str) -> str:
 Route = Callable[[str, str, str, dict], str]
 
 
+def queue_of(chunk: Chunk, route: Route | None = None) -> str:
+    """The Dramatiq queue ``chunk``'s message goes to: the one ``route`` picks, else its own."""
+    first = chunk[0]
+    if route is None:
+        return first.queue
+    return route(first.queue, first.run_id, first.node_id, first.params)
+
+
 def _message(chunk: Chunk, route: Route | None = None, **options: object) -> dramatiq.Message:
     """The message for ``chunk`` (one instance or several of one run and queue; with extra
     message ``options``), as its queue's actor would send it, on the queue ``route`` picks (a
@@ -77,8 +85,7 @@ def _message(chunk: Chunk, route: Route | None = None, **options: object) -> dra
     op's failure (its instances are, one by one), so the first instance's retry policy stands
     for it."""
     first = chunk[0]
-    queue = first.queue if route is None else route(first.queue, first.run_id, first.node_id,
-                                                     first.params)
+    queue = queue_of(chunk, route)
     return dramatiq.Message(
         queue_name=queue, actor_name=actor_name(queue),
         args=message_args(chunk), kwargs={},
@@ -117,6 +124,10 @@ class Enqueuer:
             return
         for chunk in chunks:
             self.send_chunk(chunk, delay)
+
+    def queue_of(self, chunk: Chunk) -> str:
+        """The Dramatiq queue ``chunk``'s message goes to (a model's own on a routed pool)."""
+        return queue_of(chunk, self.route)
 
     def retry(self, inst: InstanceRecord, retries: int, delay: float) -> None:
         """Send ``inst`` again after ``retries`` failed attempts, as Dramatiq's Retries would."""
@@ -216,7 +227,7 @@ def submitter(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, 
         return scheduler.topology(run_id).graph.namespace or run_id
 
     fair = RedisFairQueue(broker.client, enqueue.send_chunk, tenant_of, prefix=shared_fair,
-                          send_many=enqueue.send_chunks)
+                          send_many=enqueue.send_chunks, queue_of=enqueue.queue_of)
 
     def backlog(queue: str) -> int:  # waiting their turn is not lost either
         return enqueue.backlog(queue) + fair.waiting(queue)
@@ -314,7 +325,8 @@ def wire(
         from .redis_fair_queue import RedisFairQueue, RedisFairWorker
 
         shared = fair = RedisFairQueue(broker.client, enqueue.send_chunk, tenant_of,
-                                       prefix=shared_fair, send_many=enqueue.send_chunks)
+                                       prefix=shared_fair, send_many=enqueue.send_chunks,
+                                       queue_of=enqueue.queue_of)
         broker.add_middleware(RedisFairWorker(shared, ACTOR_PREFIX))
         resend = shared.resend  # frees the lost messages' slots first
 

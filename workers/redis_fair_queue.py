@@ -12,7 +12,12 @@ Redis, for each queue:
   scored by a deadline, so a message lost with a dead process frees its slot in time, or at
   once when the sweeper sends it again);
 - ``<p>:fair:<queue>:workers``: each live worker process's threads on the queue (scored by a
-  heartbeat deadline).
+  heartbeat deadline);
+- ``<p>:fair:<queue>:since:<routed>``: the waiting messages bound for a model's own Dramatiq
+  queue (:mod:`.routing`), scored by when they began to wait, and ``<p>:fair:<queue>:route``,
+  each such message's routed queue: a worker deciding whether another copy of a model pays
+  sees how long its work has waited here, not only on the Dramatiq queue (which holds no more
+  than the window).
 
 The window, how many messages of a queue may be in the broker at once, is the live workers'
 threads on it: every thread has work, and a newcomer waits behind at most one message per
@@ -52,14 +57,15 @@ SendMany = Callable[[Sequence[Chunk], float], object]
 
 #: Take instances for free slots (lock-free for callers: the script runs atomically).
 #: ARGV: prefix, queue, now, flight ttl, the member whose message finished (or ''), then
-#: (tenant, member, payload) triples to add first. Returns the payloads taken, in turn order.
+#: (tenant, member, payload, routed queue or '') quads to add first. Returns the payloads
+#: taken, in turn order. The ``since`` key is :func:`~.routing.held_since_key`'s.
 _PUSH_AND_TAKE = """
 local p, q, now, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local base = p .. ':fair:' .. q
 local ring, held, payloads = base .. ':ring', base .. ':held', base .. ':payload'
-local flight, workers = base .. ':flight', base .. ':workers'
+local flight, workers, routes = base .. ':flight', base .. ':workers', base .. ':route'
 if ARGV[5] ~= '' then redis.call('ZREM', flight, ARGV[5]) end
-for i = 6, #ARGV, 3 do
+for i = 6, #ARGV, 4 do
   local tenant, member = ARGV[i], ARGV[i + 1]
   -- Sent again while its slot is taken: the sweeper re-sends only what nobody works on (a
   -- dead worker's, a lost message), so that slot is stale; it must not keep the re-sent
@@ -68,6 +74,10 @@ for i = 6, #ARGV, 3 do
   redis.call('ZREM', flight, member)
   if redis.call('SADD', held, member) == 1 then
     redis.call('HSET', payloads, member, ARGV[i + 2])
+    if ARGV[i + 3] ~= '' then
+      redis.call('HSET', routes, member, ARGV[i + 3])
+      redis.call('ZADD', base .. ':since:' .. ARGV[i + 3], now, member)
+    end
     if redis.call('RPUSH', base .. ':t:' .. tenant, member) == 1 then
       redis.call('LPUSH', ring, tenant)
     end
@@ -90,6 +100,11 @@ while busy < window do
     redis.call('SREM', held, member)
     out[#out + 1] = redis.call('HGET', payloads, member)
     redis.call('HDEL', payloads, member)
+    local routed = redis.call('HGET', routes, member)
+    if routed then
+      redis.call('ZREM', base .. ':since:' .. routed, member)
+      redis.call('HDEL', routes, member)
+    end
     redis.call('ZADD', flight, now + ttl, member)
     busy = busy + 1
   end
@@ -132,13 +147,17 @@ class RedisFairQueue:
     ``send_many``: sends the messages taken at once (by default ``send`` each). A slot is a
     message: one instance, or a chunk of a large release (:mod:`.chunks`). ``clock``: the
     wall-clock seconds every deadline here is scored in; all of a pool's processes share the
-    scores, so they keep ``time.time``, and a test passes one it moves by hand."""
+    scores, so they keep ``time.time``, and a test passes one it moves by hand. ``queue_of``:
+    the Dramatiq queue a chunk's message goes to, where that is a model's own (a routed pool);
+    its waiting messages are then timed per model (:func:`~.routing.held_since_key`)."""
 
     def __init__(self, client: redis.Redis, send: Send, tenant_of: Callable[[str], str], *,
                  prefix: str = "genloop", flight_ttl: float = 10.0,
                  send_many: SendMany | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 queue_of: Callable[[Chunk], str] | None = None) -> None:
         self.client, self.send, self.tenant_of = client, send, tenant_of
+        self.queue_of = queue_of
         self.send_many = send_many or (lambda chunks, delay: [send(c, delay) for c in chunks])
         self.prefix, self.flight_ttl, self.clock = prefix, flight_ttl, clock
         self._script = client.register_script(_PUSH_AND_TAKE)
@@ -152,14 +171,16 @@ class RedisFairQueue:
             for inst in instances:
                 self.send([inst], delay)
             return
-        by_queue: dict[str, list[str]] = {}
+        by_queue: dict[str, list[str]] = {}  # queue -> (tenant, member, payload, routed) quads
         for chunk in chunked(instances):
             first = chunk[0]
+            routed = self.queue_of(chunk) if self.queue_of is not None else first.queue
             by_queue.setdefault(first.queue, []).extend([
                 self.tenant_of(first.run_id),
-                chunk_name(first.run_id, [inst.instance_id for inst in chunk]), _payload(chunk)])
-        for queue, triples in by_queue.items():
-            self._take(queue, triples)
+                chunk_name(first.run_id, [inst.instance_id for inst in chunk]), _payload(chunk),
+                routed if routed != first.queue else ""])
+        for queue, quads in by_queue.items():
+            self._take(queue, quads)
 
     def resend(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
         """Send again what the sweeper found nobody working on (its worker died, or its
@@ -204,9 +225,9 @@ class RedisFairQueue:
     def leave(self, worker: str, queue: str, threads: int) -> None:
         self.client.zrem(self.key(queue, "workers"), f"{worker}:{threads}")
 
-    def _take(self, queue: str, triples: Sequence[str] = (), done: str = "") -> None:
+    def _take(self, queue: str, quads: Sequence[str] = (), done: str = "") -> None:
         taken = self._script(args=[self.prefix, queue, self.clock(), self.flight_ttl, done,
-                                   *triples])
+                                   *quads])
         if taken:
             self.send_many([_chunk(p) for p in taken], 0.0)
 

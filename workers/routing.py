@@ -22,10 +22,11 @@ How:
      worker has nothing in hand, or has but the model's oldest message has waited longer than
      a load of it takes: the worker claims it and loads it;
   3. the model is **warm elsewhere**, this worker has nothing in hand, and the model's work
-     waits longer than a load of it takes (its oldest message on the queue, or the images
-     queued in its holders' engines at their measured step time): another copy pays for its
-     load. A model has one claim for each load's worth of that wait, so copies are added in
-     proportion to the backlog, not by every idle worker at once.
+     waits longer than a load of it takes (its oldest message, on the queue or held back by
+     the fair queue's window, or the images queued in its holders' engines at their measured
+     step time): another copy pays for its load. A model has one claim for each load's worth
+     of that wait, so copies are added in proportion to the backlog, not by every idle worker
+     at once.
 
   A worker with its own model's work in hand never switches on its own accord, so no worker
   alternates loads; an idle one takes a cold model at once. A holder takes all of its model's
@@ -69,7 +70,7 @@ import redis
 from dramatiq import Message
 
 from .pool_status import HEARTBEAT, RecentWorkers
-from .redis_text import data, texts
+from .redis_text import data, scored, texts
 from .stores.redis_keys import PoolKeys
 
 if TYPE_CHECKING:
@@ -112,6 +113,14 @@ def routes_key(namespace: str, queue: str) -> str:
     """The set of routed queues senders have used for ``queue`` (the sweeper's backlog counts
     their messages)."""
     return f"{namespace}:genloop-routes:{queue}"
+
+
+def held_since_key(prefix: str, routed: str) -> str:
+    """The sorted set of the messages for ``routed`` that the pool's fair queue holds back
+    (:mod:`.redis_fair_queue`, whose script builds the same name), scored by when each began
+    to wait. The Dramatiq queue holds no more than the window (the pool's threads), so the
+    age of a model's backlog is read here."""
+    return f"{prefix}:fair:{base_queue(routed)}:since:{routed}"
 
 
 def claim_key(prefix: str, model: str, slot: int) -> str:
@@ -227,13 +236,18 @@ class AffinityGate:
         return others
 
     def _oldest_wait(self, queue_name: str) -> float:
-        """Seconds the oldest message on the queue has waited (0 if it is empty)."""
+        """Seconds the queue's oldest work has waited, on the Dramatiq queue or held back by
+        the fair queue (0 if there is none)."""
         queue = PoolKeys.dramatiq_queue(self.namespace, queue_name)
         oldest = self.client.lindex(queue, 0)
         raw = self.client.hget(f"{queue}.msgs", oldest) if oldest is not None else None
-        if raw is None:
-            return 0.0
-        return max(time.time() - Message.decode(data(raw)).message_timestamp / 1000, 0.0)
+        now = time.time()
+        since = [now]
+        if raw is not None:
+            since.append(Message.decode(data(raw)).message_timestamp / 1000)
+        held = self.client.zrange(held_since_key(self.prefix, queue_name), 0, 0, withscores=True)
+        since.extend(score for _, score in scored(held))
+        return max(now - min(since), 0.0)
 
 
 def _held(state: dict[str, Any]) -> set[str]:
