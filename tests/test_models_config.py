@@ -57,6 +57,7 @@ def test_an_invalid_config_is_a_clear_error(tmp_path, text):
 
 def test_with_a_config_a_path_like_name_is_refused_without_touching_the_file_system(
         tmp_path, monkeypatch):
+    from genloop.workers import model_identity
     from genloop.workers.engine import registry as module
 
     config = ModelsConfig.load(write_config(tmp_path))
@@ -65,9 +66,9 @@ def test_with_a_config_a_path_like_name_is_refused_without_touching_the_file_sys
     def no_file_system(*args, **kwargs):
         raise AssertionError("the file system was consulted for a tenant's string")
 
-    monkeypatch.setattr(module, "fingerprint", no_file_system)
-    monkeypatch.setattr(module.Path, "is_dir", no_file_system)
-    monkeypatch.setattr(module, "_hub_revision", no_file_system)
+    monkeypatch.setattr(model_identity, "fingerprint", no_file_system)
+    monkeypatch.setattr(model_identity.Path, "is_dir", no_file_system)
+    monkeypatch.setattr(model_identity, "_hub_revision", no_file_system)
     monkeypatch.setattr(module, "_from_pretrained", no_file_system)
     for name in ("../../", "/etc", "/no/such/dir", "org/model", "house/../house"):
         with pytest.raises(Permanent, match=r"unknown model .*; allowed: house, shapes, tiny"):
@@ -181,3 +182,35 @@ def test_start_checks_name_an_uncached_hub_id_and_an_unreadable_size(tmp_path):
         "in the Hugging Face cache (no downloads)",
         f"models.bare: {bare}: no denoiser (unet, transformer, prior) and vae to read the "
         "native size from; set width and height"]
+
+
+KEYED_WITHOUT_TORCH = """
+import json, sys
+from genloop.sdk.ops import GenerateParams
+from genloop.workers.models_config import ModelsConfig
+from genloop.workers.ops.registry import default_registry
+from genloop.workers.resources import Resources
+import genloop.workers.ops.generate  # registers generate
+
+resources = Resources(allowed=ModelsConfig.load(sys.argv[1]))
+generate = default_registry["generate"]
+keyed = {m: generate.identity(GenerateParams(prompt="x", model=m), resources)
+         for m in ("tiny", "shapes", "house", "sim")}
+torch_then = "torch" in sys.modules
+print(json.dumps([torch_then, keyed, {m: resources.models.identity(m) for m in keyed}]))
+"""
+
+
+def test_generate_work_is_keyed_without_torch_as_the_registry_keys_it(tmp_path):
+    # An executor keys an instance before any work: a stored result, or a claim taken up from
+    # a crashed process, must not wait seconds for torch.
+    config = write_config(tmp_path)
+    config.write_text(config.read_text() + "\n[models.sim]\nsteps = 4\n\n[models.sim.simulated]\n"
+                      "load_seconds = 0\nstep_seconds = { 1 = 0.01 }\nresident_bytes = 1000\n")
+    out = subprocess.run([sys.executable, "-c", KEYED_WITHOUT_TORCH, str(config)],
+                         capture_output=True, text=True, check=True).stdout
+    torch_then, keyed, registry = json.loads(out.splitlines()[-1])
+    assert not torch_then
+    assert keyed == registry
+    assert keyed["tiny"] == "tiny-v1" and keyed["shapes"].startswith("shapes:")
+    assert keyed["house"].startswith("path:") and keyed["sim"].startswith("simulated:")

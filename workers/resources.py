@@ -46,6 +46,7 @@ class Resources:
         self.allowed = allowed
         self._models = models
         self._cache_modes: dict[str, list[str]] | None = None
+        self._builtin_identities: dict[str, str] | None = None
         self._lock = threading.Lock()
         #: Evaluators by name (see :meth:`evaluator`).
         self.evaluators = evaluators if evaluators is not None else default_registry
@@ -72,6 +73,20 @@ class Resources:
                 self._models = ModelRegistry(device=self.device, models=self.allowed,
                                              batch_threads=self._engine_threads)
             return self._models
+
+    def model_identity(self, name: str) -> str:
+        """The identity of model ``name`` for result keys, without building the registry when
+        nothing has yet (it imports torch: seconds): an executor keys an instance before any
+        work, and a stored result, or a claim taken while torch loads, needs no model. Names
+        registered by code exist only once the registry does, which then answers."""
+        from .model_identity import builtin_identities, model_identity
+
+        registry = self._models
+        if registry is not None:
+            return registry.identity(name)
+        if self._builtin_identities is None:
+            self._builtin_identities = builtin_identities()
+        return model_identity(name, self.allowed, self._builtin_identities)
 
     def served_models(self) -> dict[str, str]:
         """The model names specs may use here (name -> description), without building the

@@ -28,16 +28,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from genloop.sdk.errors import Permanent
 
-from ..fingerprint import fingerprint
 from ..metrics import metrics
 from ..model_folder import FolderProblem, read_folder
+from ..model_identity import TINY_VERSION, model_identity, model_source, shapes_identity
 from ..models_config import (
     TINY_DESCRIPTION,
     ModelEntry,
@@ -47,8 +46,8 @@ from ..models_config import (
     shipped_shapes,
 )
 from .residency import Residency, Resident, default_budget, pipeline_bytes
-from .simulated import load_simulated, simulated_identity
-from .tiny import TINY_VERSION, build_tiny_pipeline
+from .simulated import load_simulated
+from .tiny import build_tiny_pipeline
 
 log = logging.getLogger(__name__)
 
@@ -125,25 +124,6 @@ class ModelRegistry:
     def _entry_of(self, name: str) -> ModelEntry | None:
         return self.models.models.get(name) if self.models is not None else None
 
-    def _source(self, name: str) -> str:
-        """Where a non-built-in ``name`` loads from; ``Permanent`` if the config lacks it or
-        its folder cannot be served (the tenant's message names the model, the log the path)."""
-        if self.models is None:
-            if name.startswith(("/", ".")) and not Path(name).is_dir():
-                raise Permanent(f"model {name!r}: no such folder")  # trusted code's own path
-            return name
-        entry = self.models.models.get(name)
-        if entry is None or entry.source is None:
-            raise Permanent(f"unknown model {name!r}; allowed: {', '.join(self.models.names())}")
-        if entry.folder is not None:
-            try:
-                read_folder(entry.folder)
-            except FolderProblem as exc:
-                log.error("model %s cannot be loaded: %s", name, exc)
-                raise Permanent(f"model {name!r} cannot be loaded: {exc.public} (a "
-                                "configuration problem; the worker's log names the path)") from None
-        return entry.source
-
     def dtype_of(self, name: str) -> torch.dtype:
         """The dtype ``name`` runs in: its entry's, else the registry's."""
         entry = self._entry_of(name)
@@ -197,21 +177,10 @@ class ModelRegistry:
         return None if entry is None else entry.simulated
 
     def identity(self, name: str) -> str:
-        """A string that changes whenever the weights behind ``name`` change."""
-        if name in self._builtin:
-            return self._builtin[name].identity
-        if (simulated := self._simulated(name)) is not None:
-            return simulated_identity(simulated)
-        source = self._source(name)
-        path = Path(source)
-        weights = (f"path:{fingerprint(path)}" if path.is_dir()
-                   else f"hub:{source}@{_hub_revision(source)}")
-        entry = self._entry_of(name)
-        # What the entry changes in every image (precision, class, the default cache) is part
-        # of the identity, so changing it never reuses results made the other way.
-        settings = "".join(f";{k}={v}" for k, v in (entry.model_dump(
-            include={"pipeline", "dtype", "cache"}, exclude_none=True) if entry else {}).items())
-        return weights + settings
+        """A string that changes whenever the weights behind ``name`` change
+        (:func:`~..model_identity.model_identity`)."""
+        return model_identity(name, self.models,
+                              {n: model.identity for n, model in self._builtin.items()})
 
     def defaults(self, name: str) -> ModelDefaults:
         if name in self._builtin:
@@ -318,7 +287,7 @@ class ModelRegistry:
             pipe = load_simulated(simulated)
         else:
             entry = self._entry_of(name)
-            pipe = _from_pretrained(self._source(name), self.dtype_of(name),
+            pipe = _from_pretrained(model_source(name, self.models), self.dtype_of(name),
                                     entry.pipeline if entry is not None else None,
                                     name if entry is not None else None)
         pipe.set_progress_bar_config(disable=True)
@@ -342,7 +311,7 @@ def _register_shapes(registry: ModelRegistry) -> None:
     registry.register(
         shapes.PIPELINE_NAME,
         lambda: _from_pretrained(str(found.path), torch.float32),
-        f"shapes:{fingerprint(found.path)}",
+        shapes_identity(found),
         ModelDefaults(steps=shapes.DEFAULT_STEPS, guidance=shapes.DEFAULT_GUIDANCE,
                       width=found.size, height=found.size),
         found.description,
@@ -385,19 +354,3 @@ def _from_pretrained(source: str, dtype, pipeline: str | None = None,
             f"model {source!r} is neither a built-in model nor a diffusers pipeline in a local "
             f"directory or the Hugging Face cache (downloads are off): {exc}"
         ) from exc
-
-
-def _hub_revision(name: str) -> str:
-    from huggingface_hub import try_to_load_from_cache
-    from huggingface_hub.errors import HFValidationError
-
-    try:
-        cached = try_to_load_from_cache(name, "model_index.json")
-    except HFValidationError:  # not a repo id at all: a mistyped path, say
-        cached = None
-    if isinstance(cached, str):
-        return Path(cached).parent.name  # the snapshot's commit hash
-    raise Permanent(
-        f"model {name!r} is not a built-in model, a local directory, or in the Hugging Face "
-        "cache; genloop does not download weights at run time"
-    )

@@ -33,9 +33,6 @@ from genloop.sdk.ops import edit_steps
 
 from ..models_config import SimulatedModel
 
-#: Bump when what a simulated model draws changes: it is part of every result key made with one.
-SIMULATED_VERSION = "simulated-v1"
-
 StepCallback = Callable[[Any, int, int, dict], dict]
 
 
@@ -49,12 +46,6 @@ def step_seconds_at(model: SimulatedModel, batch: int) -> float:
         if batch <= high:
             return at_low + (at_high - at_low) * (batch - low) / (high - low)
     return points[-1][1]
-
-
-def simulated_identity(model: SimulatedModel) -> str:
-    """Changes with any of the model's settings, so results made under others are not reused."""
-    digest = hashlib.sha256(model.model_dump_json().encode()).hexdigest()[:16]
-    return f"simulated:{SIMULATED_VERSION}:{digest}"
 
 
 def load_simulated(model: SimulatedModel) -> SimulatedPipeline:

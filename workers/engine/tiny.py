@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import torch
 
-#: Bump when the configs or the seeding change: it is part of every result key made with tiny.
-TINY_VERSION = "tiny-v1"
-
 
 def build_tiny_pipeline():
     from diffusers import (

@@ -23,7 +23,7 @@ from .registry import op
 
 
 def _identity(params: GenerateParams, resources) -> str:
-    return resources.models.identity(params.model)
+    return resources.model_identity(params.model)
 
 
 # version 2: the engine's default step cache (DeepCache) changes pixels slightly (see
