@@ -241,13 +241,11 @@ class AffinityGate:
         queue = PoolKeys.dramatiq_queue(self.namespace, queue_name)
         oldest = self.client.lindex(queue, 0)
         raw = self.client.hget(f"{queue}.msgs", oldest) if oldest is not None else None
-        now = time.time()
-        since = [now]
+        since = [score for _, score in scored(self.client.zrange(
+            held_since_key(self.prefix, queue_name), 0, 0, withscores=True))]
         if raw is not None:
             since.append(Message.decode(data(raw)).message_timestamp / 1000)
-        held = self.client.zrange(held_since_key(self.prefix, queue_name), 0, 0, withscores=True)
-        since.extend(score for _, score in scored(held))
-        return max(now - min(since), 0.0)
+        return max([0.0, *(time.time() - t for t in since)])  # 0 for a clock ahead
 
 
 def _held(state: dict[str, Any]) -> set[str]:
