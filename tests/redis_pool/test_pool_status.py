@@ -87,12 +87,14 @@ def test_pool_status_shows_workers_and_a_backlog_whose_seconds_match_the_time_it
                                         for q in idle["queues"])
     # and what the store holds: the finished run, its expiry not yet scheduled or scheduled
     assert idle["storage"]["runs"] >= 1 and idle["storage"]["bytes"] > 0
-    # and the backlog holds the workload, its seconds within 20% of the time the pool took
+    # and the backlog holds the workload, its seconds within a factor 1.4 of the time the pool
+    # took: close enough that a per-batch or per-thread slip (2x or 4x) fails, loose enough for
+    # a shared 2-core runner (20% failed there both ways: 2.46 s for 3.16 s, 2.40 s for 1.99 s)
     [tiny] = waiting["models"]
     assert (tiny["model"], tiny["images"], tiny["workers"]) == ("tiny", IMAGES, 1)
     gpu = next(q for q in waiting["queues"] if q["queue"] == "gpu")
     assert gpu["queued"] + gpu["started"] == IMAGES // 4 and gpu["workers"] == 1
-    assert abs(tiny["seconds"] - took) <= 0.2 * took, (tiny["seconds"], took)
+    assert took / 1.4 <= tiny["seconds"] <= took * 1.4, (tiny["seconds"], took)
 
 
 def test_a_pool_scaled_to_zero_shows_its_backlog_and_what_a_run_waits_for_until_one_starts(
