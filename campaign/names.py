@@ -11,32 +11,19 @@ refuses such a spec before anything is spent.
 from __future__ import annotations
 
 from genloop.sdk import Client
-from genloop.sdk.schema import Named, Served
+from genloop.sdk.schema import Served
+from genloop.sdk.validation import loop_name_problems
 
 from .spec import CampaignSpec, CampaignSpecError
 
 
-def _unknown(field: str, kind: str, name: str | None, names: list[Named],
-             default: str | None = None) -> list[str]:
-    known = [n.name for n in names]
-    if name is None:
-        if kind in ("model", "evaluator") and default is None:
-            return [f"{field}: name one; this back end has no default {kind} "
-                    f"(served: {', '.join(known) or 'none'})"]
-        return []
-    # A hub id or a path ("org/name") is for trusted callers to name; the back end loads it.
-    if name in known or (kind == "model" and "/" in name):
-        return []
-    return [f"{field}: unknown {kind} {name!r} (served: {', '.join(known) or 'none'})"]
-
-
 def name_problems(spec: CampaignSpec, served: Served) -> list[str]:
-    """Names in ``spec`` that ``served`` lacks, each as ``"field: what is wrong"``."""
+    """Names in ``spec`` that ``served`` lacks, each as ``"field: what is wrong"``: the loop's
+    by the SDK's own check, which every entry uses (:func:`loop_name_problems`)."""
     s = spec.loop
-    problems = _unknown("loop.model", "model", s.model, served.models, served.default_model)
-    problems += _unknown("loop.evaluator", "evaluator", s.evaluator, served.evaluators,
-                         served.default_evaluator)
-    problems += _unknown("loop.refiner", "refiner", s.refiner, served.refiners)
+    problems = [str(p) for p in loop_name_problems(
+        {"model": s.model, "evaluator": s.evaluator, "refiner": s.refiner}, served,
+        prefix="loop.")]
     served_evaluators = {n.name for n in served.evaluators}
     if spec.brand is not None and spec.brand.weight > 0:
         for part in ("composite", "brand-palette"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -21,7 +22,7 @@ from pydantic_core import to_jsonable_python
 from .errors import GraphError, GraphProblem
 from .graph import Graph, Node
 from .loop import Loop
-from .schema import Named, Served
+from .schema import Served
 
 #: Largest graph genloop accepts in one submission.
 MAX_NODES_PER_GRAPH = 2_000
@@ -149,53 +150,82 @@ def bad_values(value: Any, where: str = "", max_string: int | None = None
     return found
 
 
-#: Where each name lives: (op or None for a Loop, field, Served attribute).
-_NAMED_FIELDS = (
-    ("generate", "model", "models"),
-    ("score", "evaluator", "evaluators"),
-    ("refine", "strategy", "refiners"),
+@dataclass(frozen=True)
+class NamedField:
+    """A spec field that names one of what a back end serves: a row of :data:`NAMED_FIELDS`."""
+
+    op: str  #: the graph op whose params hold it
+    param: str  #: its name in those params
+    loop: str  #: its name on a Loop
+    kind: str  #: the :class:`Served` list it names one of
+    #: the :class:`Served` attribute whose name fills it when unset; ``None``: unset is the
+    #: op's own choice, never a problem
+    default: str | None = None
+    #: names of that list this field may not take
+    excluded: frozenset[str] = frozenset()
+    #: the refine strategy the field is read under (``None``: always read); under another the
+    #: field is never used, so not checked
+    strategy: str | None = None
+
+
+#: Every name a spec may hold, checked by :func:`name_problems` for every entry (the SDK's
+#: back ends, the gateway's admission narrowed to a tenant, campaigns): a new kind of name is
+#: one row here.
+NAMED_FIELDS = (
+    NamedField("generate", "model", "model", "models", default="default_model"),
+    NamedField("score", "evaluator", "evaluator", "evaluators", default="default_evaluator"),
+    NamedField("refine", "strategy", "refiner", "refiners"),
+    # decides when the agent does not answer: never the agent
+    NamedField("refine", "fallback", "fallback", "refiners", excluded=frozenset({"agent"}),
+               strategy="agent"),
 )
-_LOOP_FIELDS = (("model", "models"), ("evaluator", "evaluators"), ("refiner", "refiners"))
 
 
-def _name_problem(node_id: str | None, path: str, field: str, name: Any,
-                  names: list[Named], default: str | None) -> GraphProblem | None:
-    """``default`` is the back end's for ``field`` (None: unset is fine only for fields the
-    op defaults itself, like refine's strategy)."""
-    known = [n.name for n in names]
+def _name_problem(row: NamedField, field: str, name: Any, served: Served, trusted: bool, *,
+                  node_id: str | None, path: str) -> GraphProblem | None:
+    """``field`` is the row's name where the spec holds it (a param or a Loop field)."""
+    allowed = [n.name for n in getattr(served, row.kind) if n.name not in row.excluded]
     if name is None:
-        if field not in ("model", "evaluator") or default is not None:
+        if row.default is None or getattr(served, row.default) is not None:
             return None
         return GraphProblem(node_id=node_id, message=f"no {field} named, and this back end "
-                            f"has no default {field}", path=path, allowed=known)
-    if not isinstance(name, str) or name in known:
+                            f"has no default {field}", path=path, allowed=allowed)
+    if not isinstance(name, str) or name in allowed:
+        return None  # a value of another type is the op's params check's to report
+    # A path or a hub id ("org/name") is for trusted callers to name (Client.local, a pool's
+    # clients, workers); a tenant names only what the operator listed.
+    if trusted and row.kind == "models" and "/" in name:
         return None
-    # A path or a hub id ("org/name") is for trusted callers to name (Client.local, workers);
-    # what a back end lets tenants name is an operator's allow-list, checked where they enter.
-    if field == "model" and "/" in name:
-        return None
-    return GraphProblem(node_id=node_id, message=f"unknown {field} {name!r}", path=path,
-                        received=name, allowed=known)
+    return GraphProblem(node_id=node_id, message=f"unknown {field} {name!r}; allowed: "
+                        f"{', '.join(allowed) or 'none'}", path=path, received=name,
+                        allowed=allowed)
 
 
-def name_problems(spec: Graph | Loop, served: Served) -> list[GraphProblem]:
-    """Models, evaluators and refiners a spec names that the back end does not serve, and
-    models or evaluators left unset where the back end has no default to fill in."""
-    defaults = {"model": served.default_model, "evaluator": served.default_evaluator}
-    found: list[GraphProblem | None] = []
+def loop_name_problems(fields: Mapping[str, Any], served: Served, *, prefix: str = "",
+                       trusted: bool = True) -> list[GraphProblem]:
+    """The problems of a Loop's named fields, given as ``fields`` (Loop field -> value; a field
+    left out is unset), each path ``prefix`` + the field."""
+    found = [_name_problem(row, row.loop, fields.get(row.loop), served, trusted, node_id=None,
+                           path=prefix + row.loop) for row in NAMED_FIELDS
+             if row.strategy in (None, fields.get("refiner"))]
+    return [p for p in found if p is not None]
+
+
+def name_problems(spec: Graph | Loop, served: Served, *,
+                  trusted: bool = True) -> list[GraphProblem]:
+    """Names a spec holds that ``served`` lacks (models, evaluators, refine strategies, step
+    cache modes), and models or evaluators left unset where it has no default to fill in.
+    ``trusted`` callers may also name a model by path or hub id."""
     if isinstance(spec, Loop):
-        for field, kind in _LOOP_FIELDS:
-            found.append(_name_problem(None, field, field, getattr(spec, field),
-                                       getattr(served, kind), defaults.get(field)))
+        found = loop_name_problems({row.loop: getattr(spec, row.loop) for row in NAMED_FIELDS},
+                                   served, trusted=trusted)
     else:
-        for i, node in enumerate(spec.nodes):
-            for op, field, kind in _NAMED_FIELDS:
-                if node.op == op:
-                    found.append(_name_problem(
-                        node.id, f"nodes[{i}].params.{field}", field, node.params.get(field),
-                        getattr(served, kind), defaults.get(field)))
-    return [p for p in found if p is not None] + cache_problems(
-        spec, served.cache_modes, served.default_model)
+        found = [p for i, node in enumerate(spec.nodes) for row in NAMED_FIELDS
+                 if node.op == row.op and row.strategy in (None, node.params.get("strategy"))
+                 and (p := _name_problem(
+                     row, row.param, node.params.get(row.param), served, trusted,
+                     node_id=node.id, path=f"nodes[{i}].params.{row.param}")) is not None]
+    return found + cache_problems(spec, served.cache_modes, served.default_model)
 
 
 def cache_problems(spec: Graph | Loop, cache_modes: Mapping[str, list[str]],

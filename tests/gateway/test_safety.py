@@ -150,7 +150,8 @@ def test_path_like_and_unlisted_model_names_are_refused_at_submit(stack, model):
     start = time.monotonic()
     body = error(post(stack.url, key, g.model_dump_json()), 422, "invalid_graph")
     # One answer for every such name: it never depends on what exists on the host
-    assert messages(body) == f"params.model: unknown model {model!r}; allowed: shapes, tiny"
+    assert messages(body) == f"unknown model {model!r}; allowed: shapes, tiny"
+    assert [p["path"] for p in body.details["problems"]] == ["nodes[0].params.model"]
     assert time.monotonic() - start < 5
 
 
@@ -281,7 +282,7 @@ def test_a_models_config_file_names_what_tenants_may_use(stack, tmp_path):
         g = Graph()
         g.generate("p", model="sd", id="gen")
         body = error(post(gateway.url, key, g.model_dump_json()), 422, "invalid_graph")
-        assert messages(body) == "params.model: unknown model 'sd'; allowed: house-sd, shapes, tiny"
+        assert messages(body) == "unknown model 'sd'; allowed: house-sd, shapes, tiny"
         # And a configured one is costed with its own defaults: 64 x 64 x 10 steps x 4 attempts
         g = Graph()
         g.generate("p", model="house-sd", n=8, id="gen")
@@ -329,8 +330,8 @@ def test_an_unknown_fallback_strategy_is_refused_at_submit(stack):
     sc = g.score(g.generate("p", model="tiny", id="gen"), text="p", id="score")
     g.refine(sc, prompt="p", strategy="agent", fallback="no-such-strategy", id="refine")
     body = error(post(stack.url, key, g.model_dump_json()), 422, "invalid_graph")
-    assert messages(body) == ("params.fallback: unknown fallback 'no-such-strategy'; allowed: "
-                              + ", ".join(allowed))
+    assert messages(body) == "unknown fallback 'no-such-strategy'; allowed: " + ", ".join(allowed)
+    assert body.details["problems"][0]["path"] == "nodes[2].params.fallback"
 
 
 def test_a_fan_out_past_the_tenants_limits_fails_its_node_when_it_comes(stack, tmp_path):

@@ -18,13 +18,14 @@ from genloop.evaluators.pricing import score_cost
 from genloop.sdk.errors import GraphError, GraphProblem
 from genloop.sdk.graph import Graph, Node, RunLimits
 from genloop.sdk.loop import Loop
-from genloop.sdk.ops import BUILTIN_PARAMS
-from genloop.sdk.validation import cache_problems, graph_problems, value_problems
+from genloop.sdk.schema import Named, Served
+from genloop.sdk.validation import graph_problems, name_problems, value_problems
 
 from ..capabilities import model_cache_modes
 from ..models_config import ModelsConfig
 from ..ops.registry import OpRegistry
 from ..planner import ImageSize, RunCost, attempts, image_cost, run_cost
+from .judges import tenant_judges
 from .limits import TenantLimits
 
 #: A prompt (or any string in a spec) longer than this is refused unless the operator says.
@@ -41,34 +42,44 @@ class Admission:
 
     ops: OpRegistry
     models: ModelsConfig
-    evaluators: Callable[[], Sequence[str]]
-    strategies: Callable[[], Sequence[str]]
+    #: What the back end serves (its judges, strategies and defaults), read at each check: a
+    #: pool's workers publish theirs as they start.
+    served: Callable[[], Served]
     max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
     #: Queues some worker consumes; ``None`` when the back end cannot tell.
     queues: Collection[str] | None = None
 
     def check(self, spec: Graph | Loop, limits: TenantLimits) -> RunCost:
         """The run's cost; ``GraphError`` listing every problem if the spec may not run."""
-        loop = spec if isinstance(spec, Loop) else None
         graph = spec.compile() if isinstance(spec, Loop) else spec
         problems = graph_problems(graph, self.ops.catalogue())
-        if loop is not None:  # named where the author wrote them, not in the compiled nodes
-            problems.extend(self._loop_name_problems(loop, limits))
-            problems.extend(self._option_problems(None, loop.evaluator, loop.evaluator_options,
-                                                  "evaluator_options", limits))
+        offer = self.served_to(limits)
+        # names where the author wrote them (a Loop's own fields, not its compiled nodes')
+        problems.extend(name_problems(spec, offer, trusted=False))
+        judges = [j.name for j in offer.evaluators]
+        if isinstance(spec, Loop):
+            problems.extend(self._option_problems(None, spec.evaluator, spec.evaluator_options,
+                                                  "evaluator_options", judges))
         for i, node in enumerate(graph.nodes):
             problems.extend(value_problems(node, self.max_prompt_chars))
-            if loop is None:
-                problems.extend(self._name_problems(i, node, limits))
-                if node.op == "score":
-                    problems.extend(self._option_problems(
-                        node.id, node.params.get("evaluator"), node.params.get("options"),
-                        f"nodes[{i}].params.options", limits))
+            if node.op == "score" and not isinstance(spec, Loop):
+                problems.extend(self._option_problems(
+                    node.id, node.params.get("evaluator"), node.params.get("options"),
+                    f"nodes[{i}].params.options", judges))
             problems.extend(self._queue_problems(node))
-        problems.extend(cache_problems(spec, model_cache_modes(self.models)))
         if problems:
             raise GraphError(_unique(problems))
         return run_cost(graph, self.ops, self.size_of, self.score_cost)
+
+    def served_to(self, limits: TenantLimits) -> Served:
+        """What a tenant may name: the operator's models and the judges a tenant can use (see
+        :mod:`.judges`), each narrowed by the tenant's allow-list, and the back end's refine
+        strategies. A name left unset is the back end's default, which the operator chose."""
+        offer = self.served()
+        return offer.model_copy(update={
+            "models": [Named(name=n) for n in _narrow(self.models.names(), limits.models)],
+            "evaluators": tenant_judges(offer, limits.evaluators),
+            "cache_modes": model_cache_modes(self.models)})
 
     def run_limits(self, spec: Graph | Loop, limits: TenantLimits) -> RunLimits:
         """The tenant's per-run limits as the scheduler applies them while the run grows (a
@@ -91,53 +102,14 @@ class Admission:
                          image_costs=image_costs, image_steps=image_steps,
                          score_costs=score_costs)
 
-    def _allowed(self, field: str, limits: TenantLimits) -> list[str]:
-        if field == "model":
-            return _narrow(self.models.names(), limits.models)
-        if field == "evaluator":
-            return _narrow(self.evaluators(), limits.evaluators)
-        if field == "fallback":  # decides when the agent does not answer: not the agent
-            return [s for s in sorted(self.strategies()) if s != "agent"]
-        return sorted(self.strategies())
-
-    def _loop_name_problems(self, loop: Loop, limits: TenantLimits) -> list[GraphProblem]:
-        found = [("model", loop.model, "model"), ("evaluator", loop.evaluator, "evaluator"),
-                 ("refiner", loop.refiner, "strategy"), ("fallback", loop.fallback, "fallback")]
-        return [
-            GraphProblem(node_id=None, message=f"unknown {field} {value!r}; allowed: "
-                         f"{', '.join(allowed) or 'none'}", path=field, received=value,
-                         allowed=allowed)
-            for field, value, kind in found
-            if value is not None and value not in (allowed := self._allowed(kind, limits))
-        ]
-
-    def _name_problems(self, index: int, node: Node,
-                       limits: TenantLimits) -> list[GraphProblem]:
-        """Names outside the operator's (and the tenant's) lists. A name left out is the back
-        end's default, which the operator chose, so it needs no check here."""
-        if node.op not in BUILTIN_PARAMS:
-            return []
-        params = node.params
-        fields = {"generate": ["model"], "score": ["evaluator"],
-                  "refine": ["strategy", "fallback"]}.get(node.op, [])
-        found = [(field, params.get(field), self._allowed(field, limits)) for field in fields]
-        return [
-            GraphProblem(node_id=node.id, message=f"params.{field}: unknown {field} "
-                         f"{value!r}; allowed: {', '.join(allowed) or 'none'}",
-                         path=f"nodes[{index}].params.{field}", received=value,
-                         allowed=list(allowed))
-            for field, value, allowed in found
-            if value is not None and (not isinstance(value, str) or value not in allowed)
-        ]
-
     def _option_problems(self, node_id: str | None, evaluator: object, options: object,
-                         path: str, limits: TenantLimits) -> list[GraphProblem]:
-        """Evaluator options are data only: no paths reach a factory (see evaluators.options)."""
+                         path: str, allowed: list[str]) -> list[GraphProblem]:
+        """Evaluator options are data only: no paths reach a factory (see evaluators.options).
+        ``allowed``: the judges the tenant may name."""
         if not options:
             return []
         if not isinstance(options, dict) or not (evaluator is None or isinstance(evaluator, str)):
             return [GraphProblem(node_id=node_id, message=f"{path}: give a mapping", path=path)]
-        allowed = self._allowed("evaluator", limits)
         return [GraphProblem(node_id=node_id, message=message, path=path)
                 for message in tenant_option_problems(evaluator, options, allowed, path)]
 
@@ -178,17 +150,21 @@ def _unique(problems: list[GraphProblem]) -> list[GraphProblem]:
 def default_admission(ops: OpRegistry, models: ModelsConfig | None = None,
                       max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
                       queues: Collection[str] | None = None,
-                      evaluators: Callable[[], Sequence[str]] | None = None) -> Admission:
-    """``ops`` (the back end's), the evaluators a tenant may name (default: the registered
-    ones a tenant can use, :mod:`.judges`), the refine strategies (whatever was imported
-    registers more), and ``models`` (the built-ins only by default)."""
-    from genloop.evaluators import default_registry
+                      served: Callable[[], Served] | None = None) -> Admission:
+    """``ops`` (the back end's), ``served`` (what the back end serves; default: this process's
+    registered judges and refine strategies over ``ops``) and ``models`` (the models tenants
+    may name: the built-ins only by default)."""
+    models = models or ModelsConfig()
+    if served is None:
+        from genloop.evaluators import default_registry
 
-    from ..ops.refine import default_refiners
-    from .judges import usable
+        from ..ops.refine import default_refiners
+        from ..served import served as serving
 
-    def registered() -> list[str]:
-        return [name for name, judge in default_registry.listing().items() if usable(judge)]
+        builtins = dict.fromkeys(models.names(), "")
 
-    return Admission(ops, models or ModelsConfig(), evaluators or registered,
-                     default_refiners.names, max_prompt_chars, queues)
+        def builtin_served() -> Served:
+            return serving(ops, builtins, default_registry, default_refiners)
+
+        served = builtin_served
+    return Admission(ops, models, served, max_prompt_chars, queues)

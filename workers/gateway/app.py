@@ -43,7 +43,7 @@ from .admission import DEFAULT_MAX_PROMPT_CHARS, default_admission
 from .auth import bearer, tenant
 from .body_limit import BodyLimit
 from .errors import ApiProblem
-from .judges import TenantSchemas, judge_names
+from .judges import TenantSchemas, backend_served
 from .limits import TenantLimits
 from .security_headers import SecurityHeaders
 from .service import Gateway, backend_ops
@@ -163,7 +163,7 @@ def create_app(backend: Backend, store: GatewayStore,
     )
     ops, queues = backend_ops(backend)
     admission = default_admission(ops, settings.models, settings.max_prompt_chars, queues,
-                                  judge_names(backend))
+                                  backend_served(backend))
     schemas = TenantSchemas(backend, ops)
     policy = AddressPolicy.of(settings.webhook_allow, settings.webhook_deny,
                               settings.webhook_resolver or system_resolver)

@@ -43,7 +43,7 @@ from ..ops.registry import OpRegistry, default_registry
 from ..run_listing import RunFilter, list_page
 from ..stores.base import DEFAULT_RETENTION
 from .admission import Admission, default_admission
-from .judges import judge_names
+from .judges import backend_served
 from .limits import (
     LimitExceeded,
     TenantLimits,
@@ -103,7 +103,7 @@ class Gateway:
         self._waits = ThreadPoolExecutor(max_workers=64, thread_name_prefix="genloop-wait")
         if admission is None:
             ops, queues = backend_ops(backend)
-            admission = default_admission(ops, queues=queues, evaluators=judge_names(backend))
+            admission = default_admission(ops, queues=queues, served=backend_served(backend))
         self.admission = admission
         self.share_results = share_results
         self.store.list_earlier_runs(self._created_at)

@@ -1,0 +1,81 @@
+"""One name check for every entry: the SDK's back end, the gateway, the agent tools and campaigns
+refuse the same bad spec with the same problems (``sdk/validation.py``'s ``NAMED_FIELDS``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from genloop.integrations import Catalog, GenloopTools, ToolCallError
+from genloop.sdk import Client, Graph, GraphError, Loop
+
+
+def _refusal(client: Client, spec: Graph | Loop) -> list[tuple]:
+    with pytest.raises(GraphError) as caught:
+        client.submit(spec)
+    return [(p.node_id, p.path, p.message, p.received, p.allowed) for p in caught.value.problems]
+
+
+def _bad_graph() -> Graph:
+    g = Graph()
+    score = g.score(g.generate("p", model="tinny", id="gen"), text="p", id="score")
+    g.refine(score, prompt="p", strategy="agent", fallback="agent", id="ask")
+    g.refine(score, prompt="p", strategy="no-such-strategy", id="pick")
+    return g
+
+
+def test_the_sdk_and_the_gateway_refuse_a_bad_spec_with_the_same_problems(stack):
+    _, key = stack.tenant()
+    loop = Loop(prompt="p", rounds=2, candidates=1, model="tinny", refiner="agent",
+                fallback="agent")
+    trusted = Client(stack.backend)  # what Client.local / Client.connect submit through
+    tenant = stack.client(key)
+    for spec in (loop, _bad_graph()):
+        # Given the same spec, when it is submitted in-process and over HTTP as a tenant
+        here, there = _refusal(trusted, spec), _refusal(tenant, spec)
+        # Then both refuse it with the same problems, each naming where and what is allowed
+        assert here == there
+    refiners = [n.name for n in stack.backend.schema().served.refiners]
+    fallbacks = [n for n in refiners if n != "agent"]
+    assert here == [
+        ("gen", "nodes[0].params.model", "unknown model 'tinny'; allowed: shapes, tiny",
+         "tinny", ["shapes", "tiny"]),
+        ("ask", "nodes[2].params.fallback", "unknown fallback 'agent'; allowed: "
+         + ", ".join(fallbacks), "agent", fallbacks),
+        ("pick", "nodes[3].params.strategy", "unknown strategy 'no-such-strategy'; allowed: "
+         + ", ".join(refiners), "no-such-strategy", refiners),
+    ]
+
+
+def test_a_fallback_is_checked_only_where_the_agent_strategy_reads_it(stack):
+    _, key = stack.tenant()
+    # A loop whose refiner is not 'agent' never reads its fallback: no name of it is refused
+    loop = Loop(prompt="p", rounds=1, candidates=1, model="tiny", refiner="seed-search",
+                fallback="agent")
+    assert stack.client(key).submit(loop).wait(timeout=120).status == "succeeded"
+
+
+def test_the_tools_and_campaigns_say_the_problems_the_sdk_says(stack):
+    from genloop.campaign.names import name_problems
+    from genloop.campaign.spec import parse_spec
+
+    _, key = stack.tenant()
+    loop = Loop(prompt="a red circle", rounds=1, candidates=1, model="tinny")
+    with pytest.raises(GraphError) as refused:
+        Client(stack.backend).submit(loop)
+    said = [str(p) for p in refused.value.problems]
+    assert said == ["model: unknown model 'tinny'; allowed: shapes, tiny"]
+    # Given a tool catalog an operator wrote with a model the back end does not serve
+    tools = GenloopTools(stack.client(key), catalog=Catalog(models=("tinny", "tiny")))
+    # When an agent names it, the tool's error lists the problems the SDK raised, line by line
+    with pytest.raises(ToolCallError) as caught:
+        tools.call("run_loop", {"prompt": "a red circle", "rounds": 1, "candidates": 1,
+                                "model": "tinny"})
+    assert [f"- {line}" for line in said] == [
+        line for line in str(caught.value).splitlines() if line.startswith("- ")]
+    # and a campaign naming it is refused with the same problem, at its own field
+    spec = parse_spec({"name": "names", "template": "a red {shape}",
+                       "axes": {"shape": ["circle"]},
+                       "loop": {"model": "tinny", "rounds": 1, "candidates": 1}})
+    assert name_problems(spec, stack.backend.schema().served) == [f"loop.{line}"
+                                                                  for line in said]
+
