@@ -286,9 +286,9 @@ def test_the_gateway_refuses_a_tenants_cache_mode_the_model_cannot_run(folders):
         {"models": {"flux": {"source": folders["flux"]}}}))
     loop = Loop(prompt="a cat", model="flux", rounds=1, candidates=1, evaluator="clip")
 
-    admission.check(loop.model_copy(update={"cache": "fbcache:0.1"}), TenantLimits())
+    admission.admit(loop.model_copy(update={"cache": "fbcache:0.1"}), TenantLimits())
     with pytest.raises(GraphError, match="model 'flux' cannot run cache mode 'deepcache:3'"):
-        admission.check(loop.model_copy(update={"cache": "deepcache:3"}), TenantLimits())
+        admission.admit(loop.model_copy(update={"cache": "deepcache:3"}), TenantLimits())
 
 
 def test_a_worker_refuses_to_start_on_a_models_own_cache_its_architecture_cannot_run(folders):

@@ -270,7 +270,7 @@ def test_only_the_operator_environment_names_the_server(server, operator_env, mo
     loop = Loop(prompt="p", rounds=1, candidates=1, model="tiny", evaluator="vlm-judge",
                 evaluator_options={"base_url": "http://127.0.0.1:9/v1"})
     with pytest.raises(GraphError, match="evaluator 'vlm-judge' takes no options from a tenant"):
-        default_admission(ops).check(loop, TenantLimits())
+        default_admission(ops).admit(loop, TenantLimits())
     # When the operator has not configured it, building it says which variables to set
     monkeypatch.delenv("GENLOOP_VLM_BASE_URL")
     with pytest.raises(Permanent, match="the operator sets GENLOOP_VLM_BASE_URL"):

@@ -36,9 +36,18 @@ _ENGINE_DEFAULT = ImageSize(steps=25, width=512, height=512)
 _BUILTIN_SIZES = {"tiny": ImageSize(steps=4, width=32, height=32)}
 
 
+@dataclass(frozen=True)
+class Plan:
+    """An admitted spec: what it costs, checked against the tenant's limits before it is stored,
+    and the limits the scheduler applies while the run grows (a fan-out no plan could see)."""
+
+    cost: RunCost
+    limits: RunLimits
+
+
 @dataclass
 class Admission:
-    """The operator's names and bounds; :meth:`check` applies them and a tenant's limits."""
+    """The operator's names and bounds; :meth:`admit` applies them and a tenant's limits."""
 
     ops: OpRegistry
     models: ModelsConfig
@@ -49,8 +58,9 @@ class Admission:
     #: Queues some worker consumes; ``None`` when the back end cannot tell.
     queues: Collection[str] | None = None
 
-    def check(self, spec: Graph | Loop, limits: TenantLimits) -> RunCost:
-        """The run's cost; ``GraphError`` listing every problem if the spec may not run."""
+    def admit(self, spec: Graph | Loop, limits: TenantLimits) -> Plan:
+        """The run's plan, the spec compiled once; ``GraphError`` listing every problem if the
+        spec may not run."""
         graph = spec.compile() if isinstance(spec, Loop) else spec
         problems = graph_problems(graph, self.ops.catalogue())
         offer = self.served_to(limits)
@@ -69,7 +79,8 @@ class Admission:
             problems.extend(self._queue_problems(node))
         if problems:
             raise GraphError(_unique(problems))
-        return run_cost(graph, self.ops, self.size_of, self.score_cost)
+        return Plan(run_cost(graph, self.ops, self.size_of, self.score_cost),
+                    self._run_limits(graph, limits))
 
     def served_to(self, limits: TenantLimits) -> Served:
         """What a tenant may name: the operator's models and the judges a tenant can use (see
@@ -81,11 +92,9 @@ class Admission:
             "evaluators": tenant_judges(offer, limits.evaluators),
             "cache_modes": model_cache_modes(self.models)})
 
-    def run_limits(self, spec: Graph | Loop, limits: TenantLimits) -> RunLimits:
-        """The tenant's per-run limits as the scheduler applies them while the run grows (a
-        fan-out no plan could see), with each generate node's cost of one image. The spec must
-        have passed :meth:`check`."""
-        graph = spec.compile() if isinstance(spec, Loop) else spec
+    def _run_limits(self, graph: Graph, limits: TenantLimits) -> RunLimits:
+        """The tenant's per-run limits, with each generate node's cost of one image and steps,
+        and each score node's cost of one score."""
         image_costs, image_steps, score_costs = {}, {}, {}
         for node in graph.nodes:
             if node.op in ("generate", "score"):

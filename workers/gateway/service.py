@@ -174,7 +174,7 @@ class Gateway:
         limits = self.limits(tenant)
         spec = self._with_recipe(spec, limits)
         self._own_images(tenant, spec)
-        planned = self.admission.check(spec, limits)
+        plan = self.admission.admit(spec, limits)
         if spec.webhook is not None:
             self._check_webhook(tenant, spec.webhook.url)
         # Whatever namespace and limits the client sent are replaced: it must not read
@@ -183,7 +183,7 @@ class Gateway:
         # The gateway delivers the webhook itself (its store holds the job), not the back end
         spec = spec.model_copy(update={
             "namespace": None if self.share_results else f"tenant:{tenant}",
-            "limits": self.admission.run_limits(spec, limits), "webhook": None,
+            "limits": plan.limits, "webhook": None,
             "priority": spec.priority or limits.priority,
             # A run may shorten its tenant's retention (by default the back end's), not lengthen
             # it; a run that asks none keeps whatever the back end's is when it ends
@@ -197,9 +197,9 @@ class Gateway:
             # differs) even when the tenant is at its limit: that run is the one counted.
             if existing is None:
                 check_storage(self.store.stored_runs(tenant), limits)
-                check_run(planned, limits)
-                check_concurrency(*self._open(tenant), planned, limits)
-                cost = planned.cost
+                check_run(plan.cost, limits)
+                check_concurrency(*self._open(tenant), plan.cost, limits)
+                cost = plan.cost.cost
             try:
                 info = self.backend.submit(spec, backend_key)
             except ClientError as exc:
