@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from pydantic import TypeAdapter
 
-from genloop.sdk.errors import GraphError, GraphProblem, NotFound, StoreError
+from genloop.sdk.errors import GraphError, NotFound, StoreError
 from genloop.sdk.graph import Graph
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import NodeStatus, RunSpec, RunStatus
@@ -140,7 +140,9 @@ class Scheduler:
         spec = _SPEC.validate_python(spec)
         graph = spec.compile() if isinstance(spec, Loop) else spec
         validate_graph(graph, self.registry.catalogue())
-        self._check_queues(graph)
+        if self.queues is not None and (problems := self.registry.queue_problems(graph,
+                                                                                self.queues)):
+            raise GraphError(problems)
         spec_json = spec.model_dump(mode="json")
         run = RunRecord(
             id=uuid.uuid4().hex, spec_hash=spec_hash(spec_json), idempotency_key=idempotency_key,
@@ -176,17 +178,6 @@ class Scheduler:
             log.info("run %s submitted: %d nodes", run.id, len(nodes))
             self.flush([(run.id, i.instance_id) for i in roots], roots)
         return run
-
-    def _check_queues(self, graph: Graph) -> None:
-        if self.queues is None:
-            return
-        problems = [
-            GraphProblem(node_id=n.id, message=f"no workers consume queue {q!r}")
-            for n in graph.nodes
-            if (q := n.queue or self.registry[n.op].queue) not in self.queues
-        ]
-        if problems:
-            raise GraphError(problems)
 
     def topology(self, run_id: str) -> Topology:
         """The run's graph, indexed; cached, since a run's graph never changes. One thread

@@ -23,6 +23,17 @@ def _bad_graph() -> Graph:
     return g
 
 
+def test_a_queue_no_worker_consumes_is_refused_alike_in_process_and_over_http(stack):
+    _, key = stack.tenant()
+    g = Graph()
+    g.generate("p", model="tiny", id="gen", queue="no-such-queue")
+    here, there = _refusal(Client(stack.backend), g), _refusal(stack.client(key), g)
+    assert here == there
+    [(node_id, _, message, _, _)] = here
+    assert node_id == "gen" and message.startswith("no workers consume queue 'no-such-queue'; "
+                                                   "known: ")
+
+
 def test_the_sdk_and_the_gateway_refuse_a_bad_spec_with_the_same_problems(stack):
     _, key = stack.tenant()
     loop = Loop(prompt="p", rounds=2, candidates=1, model="tinny", refiner="agent",

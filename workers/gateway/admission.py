@@ -76,7 +76,8 @@ class Admission:
                 problems.extend(self._option_problems(
                     node.id, node.params.get("evaluator"), node.params.get("options"),
                     f"nodes[{i}].params.options", judges))
-            problems.extend(self._queue_problems(node))
+        if self.queues is not None:
+            problems.extend(self.ops.queue_problems(graph, self.queues))
         if problems:
             raise GraphError(_unique(problems))
         return Plan(run_cost(graph, self.ops, self.size_of, self.score_cost),
@@ -121,14 +122,6 @@ class Admission:
             return [GraphProblem(node_id=node_id, message=f"{path}: give a mapping", path=path)]
         return [GraphProblem(node_id=node_id, message=message, path=path)
                 for message in tenant_option_problems(evaluator, options, allowed, path)]
-
-    def _queue_problems(self, node: Node) -> list[GraphProblem]:
-        spec = self.ops.get(node.op)
-        queue = node.queue or (spec.queue if spec is not None else None)
-        if self.queues is None or queue is None or queue in self.queues:
-            return []
-        return [GraphProblem(node_id=node.id, message=f"no workers consume queue {queue!r}; "
-                             f"known: {', '.join(sorted(self.queues))}")]
 
     def score_cost(self, node: Node, params: object) -> float:
         """Megapixel-steps of scoring one image at score node ``node`` (see

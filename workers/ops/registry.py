@@ -9,13 +9,14 @@ A worker started with ``--import my.module`` imports the module, which registers
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from genloop.sdk.errors import GenloopError
+from genloop.sdk.errors import GenloopError, GraphProblem
+from genloop.sdk.graph import Graph
 
 OpFunction = Callable[..., Any]
 
@@ -73,6 +74,16 @@ class OpRegistry(Mapping[str, OpSpec]):
     def catalogue(self) -> dict[str, type[BaseModel]]:
         """Op name -> params model, as graph validation wants it."""
         return {name: spec.params for name, spec in self._ops.items()}
+
+    def queue_problems(self, graph: Graph, queues: Collection[str]) -> list[GraphProblem]:
+        """The nodes of ``graph`` bound for a queue outside ``queues`` (those some worker
+        consumes): their own ``queue``, else their op's. A node of an unknown op is graph
+        validation's to report."""
+        return [GraphProblem(node_id=node.id, message=f"no workers consume queue {queue!r}; "
+                             f"known: {', '.join(sorted(queues))}")
+                for node in graph.nodes
+                if (queue := node.queue or (self._ops[node.op].queue if node.op in self._ops
+                                            else None)) is not None and queue not in queues]
 
 
 #: Where ``@op`` registers by default; runtimes use it unless given another registry.
