@@ -1,0 +1,155 @@
+"""The one name check (``sdk/validation.NAMED_FIELDS``) and the gateway's admission over it, in
+process: each row and its rules, a tenant's narrowing, and the plan an admitted spec gets."""
+
+from __future__ import annotations
+
+import pytest
+
+from genloop.sdk import Graph, GraphError, Loop
+from genloop.sdk.schema import Named, Served
+from genloop.sdk.validation import NAMED_FIELDS, loop_name_problems, name_problems
+from genloop.workers import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
+from genloop.workers.gateway.admission import default_admission
+from genloop.workers.gateway.limits import TenantLimits
+from genloop.workers.ops.registry import default_registry
+from genloop.workers.planner import run_cost
+
+
+def _served(**changes) -> Served:
+    fields = dict(models=[Named(name="shapes"), Named(name="tiny")],
+                  evaluators=[Named(name="clip"), Named(name="shapes-clip")],
+                  refiners=[Named(name="agent"), Named(name="seed-search")], ops=[],
+                  default_model="tiny", default_evaluator="clip")
+    return Served(**{**fields, **changes})
+
+
+def _said(problems) -> list[tuple]:
+    return [(p.node_id, p.path, p.message, p.received, p.allowed) for p in problems]
+
+
+def test_each_named_field_of_a_graph_is_checked_where_it_sits():
+    g = Graph()
+    score = g.score(g.generate("p", model="sd", id="gen"), text="p", evaluator="blip",
+                    id="score")
+    g.refine(score, prompt="p", strategy="agent", fallback="rerun", id="refine")
+    assert _said(name_problems(g, _served())) == [
+        ("gen", "nodes[0].params.model", "unknown model 'sd'; allowed: shapes, tiny", "sd",
+         ["shapes", "tiny"]),
+        ("score", "nodes[1].params.evaluator", "unknown evaluator 'blip'; allowed: clip, "
+         "shapes-clip", "blip", ["clip", "shapes-clip"]),
+        ("refine", "nodes[2].params.fallback", "unknown fallback 'rerun'; allowed: seed-search",
+         "rerun", ["seed-search"]),
+    ]
+    g.nodes[2].params["strategy"] = "rewrite"
+    assert _said(name_problems(g, _served()))[2] == (
+        "refine", "nodes[2].params.strategy", "unknown strategy 'rewrite'; allowed: agent, "
+        "seed-search", "rewrite", ["agent", "seed-search"])  # and its fallback is not read
+
+
+def test_a_loop_names_each_field_by_its_own_name():
+    loop = Loop(prompt="p", model="sd", evaluator="blip", refiner="agent", fallback="agent")
+    assert [(p.path, p.message) for p in name_problems(loop, _served())] == [
+        ("model", "unknown model 'sd'; allowed: shapes, tiny"),
+        ("evaluator", "unknown evaluator 'blip'; allowed: clip, shapes-clip"),
+        ("fallback", "unknown fallback 'agent'; allowed: seed-search"),
+    ]
+    assert name_problems(loop.model_copy(update={"refiner": "seed-search"}), _served(
+        models=[Named(name="sd")], evaluators=[Named(name="blip")])) == []
+    assert _said(loop_name_problems({"refiner": "rewrite"}, _served(), prefix="loop.")) == [
+        (None, "loop.refiner", "unknown refiner 'rewrite'; allowed: agent, seed-search",
+         "rewrite", ["agent", "seed-search"])]
+
+
+def test_an_unset_name_needs_a_default_only_where_the_back_end_fills_one_in():
+    loop = Loop(prompt="p")
+    assert name_problems(loop, _served()) == []
+    bare = _served(default_model=None, default_evaluator=None, refiners=[])
+    assert _said(name_problems(loop, bare)) == [
+        (None, "model", "no model named, and this back end has no default model", None,
+         ["shapes", "tiny"]),
+        (None, "evaluator", "no evaluator named, and this back end has no default evaluator",
+         None, ["clip", "shapes-clip"]),
+        # a refiner always has a value; with none served, even the default is unknown
+        (None, "refiner", "unknown refiner 'seed-search'; allowed: none", "seed-search", []),
+    ]
+    g = Graph()
+    g.generate("p", id="gen")
+    g.add("refine", inputs=["gen"], params={"prompt": "p"})
+    assert [p.path for p in name_problems(g, bare)] == ["nodes[0].params.model"]
+
+
+def test_only_trusted_callers_name_a_model_by_path_or_hub_id():
+    for name in ("org/model", "/srv/sd15"):
+        loop = Loop(prompt="p", model=name)
+        assert name_problems(loop, _served()) == []
+        assert [p.received for p in name_problems(loop, _served(), trusted=False)] == [name]
+    # a slash lets only a model through, never another kind of name
+    assert [p.path for p in name_problems(Loop(prompt="p", evaluator="org/judge"),
+                                          _served())] == ["evaluator"]
+
+
+def test_a_value_of_another_type_is_left_to_the_params_check():
+    g = Graph()
+    g.generate("p", id="gen")
+    g.nodes[0].params["model"] = 5
+    assert name_problems(g, _served()) == []
+
+
+def test_every_row_is_checked_for_graphs_and_loops():
+    # one spec per row, naming it wrongly: a row left out of the walk leaves its problem out
+    for row in NAMED_FIELDS:
+        loop = Loop.model_validate({"prompt": "p", "refiner": "agent", row.loop: "nope"})
+        assert [p.path for p in name_problems(loop, _served())] == [row.loop], row
+        g = Graph()
+        params = {"strategy": "agent"} if row.op == "refine" else {}
+        g.add(row.op, id="n", params={**params, row.param: "nope"})
+        assert [p.path for p in name_problems(g, _served())] == [f"nodes[0].params.{row.param}"]
+
+
+def test_admission_narrows_names_to_the_operators_models_and_the_tenants_lists():
+    admission = default_admission(default_registry)
+    loop = Loop(prompt="p", rounds=1, candidates=1, model="shapes", evaluator="clip")
+    admission.admit(loop, TenantLimits())
+    with pytest.raises(GraphError) as caught:
+        admission.admit(loop, TenantLimits(models=["tiny", "sd"], evaluators=["shapes-clip"]))
+    assert [(p.path, p.message) for p in caught.value.problems] == [
+        ("model", "unknown model 'shapes'; allowed: tiny"),  # 'sd' is not the operator's
+        ("evaluator", "unknown evaluator 'clip'; allowed: shapes-clip"),
+    ]
+    with pytest.raises(GraphError) as caught:
+        admission.admit(Loop(prompt="p", model="org/model"), TenantLimits())
+    assert [p.path for p in caught.value.problems] == ["model"]
+
+
+def test_an_admitted_spec_is_planned_from_one_compile():
+    admission = default_admission(default_registry)
+    g = Graph()
+    gen = g.generate("p", model="tiny", n=3, id="gen")
+    g.score(gen, text="p", evaluator="clip", id="score")
+    limits = TenantLimits(max_candidates_per_run=40, max_cost_per_run=2.5)
+    plan = admission.admit(g, limits)
+    assert plan.cost == run_cost(g, default_registry, admission.size_of, admission.score_cost)
+    tiny = 32 * 32 / 1e6 * 4 * 4  # megapixel-steps of a tiny image, 4 attempts
+    assert (plan.limits.items, plan.limits.images, plan.limits.cost) == (40, 40, 2.5)
+    assert plan.limits.image_costs == pytest.approx({"gen": tiny})
+    assert plan.limits.image_steps == {"gen": 4}
+    assert plan.limits.score_costs == pytest.approx({"score": admission.score_cost(
+        g.nodes[1], default_registry["score"].params.model_validate(g.nodes[1].params)) * 4})
+    assert plan.cost.images == 3
+
+
+def test_admission_reports_every_kind_of_problem_once():
+    admission = default_admission(default_registry, max_prompt_chars=10, queues={"gpu"})
+    g = Graph()
+    gen = g.generate("a prompt longer than ten", model="sd", id="gen", queue="gpu")
+    g.score(gen, text="p", evaluator="clip", options={"pretrained": "/etc"}, id="score")
+    g.add("select", inputs=["score"], params={"top_k": 1}, id="pick")
+    with pytest.raises(GraphError) as caught:
+        admission.admit(g, TenantLimits())
+    said = [(p.node_id, p.message) for p in caught.value.problems]
+    assert said[0] == ("gen", "unknown model 'sd'; allowed: shapes, tiny")
+    assert ("gen", "params.prompt: 24 characters; at most 10 allowed") in said
+    assert ("pick", "no workers consume queue 'cpu'; known: gpu") in said
+    assert any(node == "score" and "takes no options from a tenant" in message
+               for node, message in said)
+    assert len(said) == len(set(said)) == 4
