@@ -234,7 +234,8 @@ def cache_problems(spec: Graph | Loop, cache_modes: Mapping[str, list[str]],
     back end knows the model's (``cache_modes``: model -> the modes it runs, as
     ``Served.cache_modes``); ``default_model`` is the one a spec naming none gets."""
     def problem(node_id: str | None, path: str, model: Any, mode: Any) -> GraphProblem | None:
-        allowed = cache_modes.get(model or default_model or "")
+        model = model or default_model  # a spec that names none runs the default
+        allowed = cache_modes.get(model or "")
         if allowed is None or not isinstance(mode, str) or mode.partition(":")[0] in allowed:
             return None
         return GraphProblem(node_id=node_id, message=f"model {model!r} cannot run cache mode "

@@ -7,7 +7,7 @@ import pytest
 
 from genloop.sdk import Graph, GraphError, Loop
 from genloop.sdk.schema import Named, Served
-from genloop.sdk.validation import NAMED_FIELDS, loop_name_problems, name_problems
+from genloop.sdk.validation import NAMED_FIELDS, graph_problems, loop_name_problems, name_problems
 from genloop.workers import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 from genloop.workers.gateway.admission import default_admission
 from genloop.workers.gateway.limits import TenantLimits
@@ -75,14 +75,20 @@ def test_an_unset_name_needs_a_default_only_where_the_back_end_fills_one_in():
     g = Graph()
     g.generate("p", id="gen")
     g.add("refine", inputs=["gen"], params={"prompt": "p"})
-    assert [p.path for p in name_problems(g, bare)] == ["nodes[0].params.model"]
+    assert [(p.node_id, p.path) for p in name_problems(g, bare)] == [
+        ("gen", "nodes[0].params.model")]
 
 
 def test_only_trusted_callers_name_a_model_by_path_or_hub_id():
     for name in ("org/model", "/srv/sd15"):
         loop = Loop(prompt="p", model=name)
         assert name_problems(loop, _served()) == []
+        assert loop_name_problems({"model": name}, _served()) == []  # a campaign's
         assert [p.received for p in name_problems(loop, _served(), trusted=False)] == [name]
+        g = Graph()
+        g.generate("p", model=name, id="gen")
+        assert name_problems(g, _served()) == []
+        assert [p.received for p in name_problems(g, _served(), trusted=False)] == [name]
     # a slash lets only a model through, never another kind of name
     assert [p.path for p in name_problems(Loop(prompt="p", evaluator="org/judge"),
                                           _served())] == ["evaluator"]
@@ -153,3 +159,105 @@ def test_admission_reports_every_kind_of_problem_once():
     assert any(node == "score" and "takes no options from a tenant" in message
                for node, message in said)
     assert len(said) == len(set(said)) == 4
+
+
+def test_a_model_is_costed_at_its_own_defaults_and_the_engines_where_it_sets_none():
+    from genloop.workers.models_config import ModelsConfig
+    from genloop.workers.planner import ImageSize
+
+    config = ModelsConfig.model_validate({"models": {
+        "house": {"source": "org/house", "steps": 10, "width": 64},  # no folder to read here
+        "bare": {"source": "org/bare"}}})
+    admission = default_admission(default_registry, config)
+    assert admission.size_of("house") == ImageSize(steps=10, width=64, height=512)
+    assert admission.size_of("bare") == ImageSize(steps=25, width=512, height=512)
+    assert admission.size_of("tiny") == ImageSize(steps=4, width=32, height=32)
+
+
+def test_scoring_is_costed_by_the_evaluator_and_options_a_node_names():
+    from genloop.evaluators.pricing import PASS_COST, score_cost
+
+    admission = default_admission(default_registry)
+    options = {"palette": ["#ff0000"] * 32}  # the most a tenant may give
+    g = Graph()
+    g.score(g.generate("p", model="tiny", id="gen"), text="p", evaluator="brand-palette",
+            options=options, id="score", max_retries=0)
+    plan = admission.admit(g, TenantLimits())
+    assert plan.limits.score_costs["score"] == pytest.approx(
+        score_cost("brand-palette", options)) != pytest.approx(PASS_COST)
+
+
+def test_evaluator_options_are_refused_where_they_sit_with_the_tenants_own_names():
+    admission = default_admission(default_registry)
+    loop = Loop(prompt="p", rounds=1, candidates=1, model="tiny", evaluator="clip",
+                evaluator_options={"pretrained": "/etc"})
+    with pytest.raises(GraphError) as caught:
+        admission.admit(loop, TenantLimits())
+    assert [(p.node_id, p.path) for p in caught.value.problems] == [
+        (None, "evaluator_options")]
+    for evaluator, options in (("clip", [1]), (5, {"weights": {}})):
+        g = Graph()
+        g.score(g.generate("p", model="tiny", id="gen"), text="p", id="score")
+        g.nodes[1].params.update(evaluator=evaluator, options=options)
+        with pytest.raises(GraphError) as caught:
+            admission.admit(g, TenantLimits())
+        assert ("score", "nodes[1].params.options", "nodes[1].params.options: give a "
+                "mapping") in [(p.node_id, p.path, p.message) for p in caught.value.problems]
+    # a composite's parts are names too: the tenant's own list applies to them
+    composite = Loop(prompt="p", rounds=1, candidates=1, model="tiny", evaluator="composite",
+                     evaluator_options={"weights": {"shapes-clip": 1.0}})
+    admission.admit(composite, TenantLimits())
+    narrow = TenantLimits(evaluators=["composite", "clip"])
+    with pytest.raises(GraphError) as caught:
+        admission.admit(composite, narrow)
+    assert "evaluator_options.weights.shapes-clip: unknown evaluator 'shapes-clip'" in str(
+        caught.value)
+    g = Graph()
+    g.score(g.generate("p", model="tiny", id="gen"), text="p", evaluator="composite",
+            options=composite.evaluator_options, id="score")
+    admission.admit(g, TenantLimits())
+    with pytest.raises(GraphError) as caught:
+        admission.admit(g, narrow)
+    assert "nodes[1].params.options.weights.shapes-clip: unknown evaluator" in str(caught.value)
+
+
+def test_a_loop_that_names_no_model_gets_the_back_ends_default():
+    plan = default_admission(default_registry).admit(
+        Loop(prompt="p", rounds=1, candidates=2), TenantLimits())
+    assert plan.cost.images == 2
+
+
+def test_a_cache_mode_is_checked_against_the_model_a_node_names_or_the_default():
+    served = _served(cache_modes={"shapes": ["default", "deepcache", "off"]},
+                     default_model="shapes")
+    g = Graph()
+    g.generate("p", model="shapes", cache="fbcache:0.1", id="named")
+    g.generate("p", cache="fbcache:0.1", id="default")
+    g.generate("p", model="tiny", cache="fbcache:0.1", id="unknown-architecture")
+    g.generate("p", model="shapes", cache="deepcache:3", id="allowed")
+    g.add("generate", params={"prompt": "p", "model": "shapes"}, id="unset")  # its 'default'
+    said = ("model 'shapes' cannot run cache mode 'fbcache:0.1'; it runs default, deepcache, "
+            "off")
+    assert [(p.node_id, p.path, p.message) for p in name_problems(g, served)] == [
+        ("named", "nodes[0].params.cache", said), ("default", "nodes[1].params.cache", said)]
+
+
+def test_an_ops_params_problem_says_where_what_was_received_and_what_is_allowed():
+    g = Graph()
+    g.add("generate", params={"prompt": "p", "n": 0, "seed": "x", "colour": "red",
+                              "negative_prompt": ["a", object()]}, id="gen")
+    g.add("score", inputs=["gen"], params={}, id="score")  # text is required
+    g.add("generate", params={"prompt": "p", "n": {1}}, id="gen")
+    problems = {(p.node_id, p.path): p for p in graph_problems(g, default_registry.catalogue())}
+    n = problems["gen", "nodes[0].params.n"]
+    assert (n.received, n.allowed) == (0, ">= 1")
+    assert problems["gen", "nodes[0].params.seed"].received == "x"
+    extra = problems["gen", "nodes[0].params.colour"]
+    assert extra.received == "red" and "prompt" in extra.allowed and "seed" in extra.allowed
+    item = problems["gen", "nodes[0].params.negative_prompt"]
+    assert item.received.startswith("['a', <object object")  # what JSON cannot carry: as text
+    missing = problems["score", "nodes[1].params.text"]
+    assert (missing.message, missing.received) == ("Field required", None)
+    assert problems["gen", "nodes[2].params.n"].received == [1]  # a set, as JSON can carry it
+    duplicate = problems["gen", "nodes[2].id"]
+    assert (duplicate.received, duplicate.allowed) == ("gen", "an id no other node has")

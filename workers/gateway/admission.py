@@ -86,12 +86,12 @@ class Admission:
     def served_to(self, limits: TenantLimits) -> Served:
         """What a tenant may name: the operator's models and the judges a tenant can use (see
         :mod:`.judges`), each narrowed by the tenant's allow-list, and the back end's refine
-        strategies. A name left unset is the back end's default, which the operator chose."""
+        strategies and cache modes. A name left unset is the back end's default, which the
+        operator chose."""
         offer = self.served()
         return offer.model_copy(update={
             "models": [Named(name=n) for n in _narrow(self.models.names(), limits.models)],
-            "evaluators": tenant_judges(offer, limits.evaluators),
-            "cache_modes": model_cache_modes(self.models)})
+            "evaluators": tenant_judges(offer, limits.evaluators)})
 
     def _run_limits(self, graph: Graph, limits: TenantLimits) -> RunLimits:
         """The tenant's per-run limits, with each generate node's cost of one image and steps,
@@ -166,7 +166,8 @@ def default_admission(ops: OpRegistry, models: ModelsConfig | None = None,
         builtins = dict.fromkeys(models.names(), "")
 
         def builtin_served() -> Served:
-            return serving(ops, builtins, default_registry, default_refiners)
+            return serving(ops, builtins, default_registry, default_refiners,
+                           cache_modes=model_cache_modes(models))
 
         served = builtin_served
     return Admission(ops, models, served, max_prompt_chars, queues)
