@@ -22,3 +22,22 @@ def test_a_local_client_that_submits_imports_no_redis(tmp_path):
                          timeout=120, check=True).stdout
     # Then redis was never imported (0.1 s of a cold start, for a broker it does not use)
     assert json.loads(out.splitlines()[-1]) == []
+
+
+def test_a_start_check_with_no_model_to_load_imports_no_torch(tmp_path):
+    # Given a fresh interpreter and a models config whose only model is simulated
+    config = tmp_path / "models.toml"
+    config.write_text('[models.sim]\nsteps = 4\n[models.sim.simulated]\n'
+                      'load_seconds = 0.1\nstep_seconds = {1 = 0.01}\nresident_bytes = 1000\n')
+    script = (
+        "import json, sys\n"
+        "from genloop.workers.models_config import ModelsConfig\n"
+        "from genloop.workers.resources import Resources\n"
+        "problems = Resources(allowed=ModelsConfig.load(sys.argv[1])).config_problems()\n"
+        "print(json.dumps([problems, 'torch' in sys.modules]))\n"
+    )
+    # When a worker's start check runs on it
+    out = subprocess.run([sys.executable, "-c", script, str(config)], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    # Then it finds nothing wrong without importing torch (2.7 s of a worker's start)
+    assert json.loads(out.splitlines()[-1]) == [[], False]
