@@ -25,11 +25,11 @@ from typing import TypeVar
 
 from pydantic import TypeAdapter
 
-from genloop.sdk.errors import GraphError, NotFound, StoreError
+from genloop.sdk.errors import GraphError, GraphProblem, NotFound, StoreError
 from genloop.sdk.graph import Graph
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import NodeStatus, RunSpec, RunStatus
-from genloop.sdk.validation import validate_graph
+from genloop.sdk.validation import graph_problems
 
 from .keys import spec_hash
 from .ops.registry import OpRegistry
@@ -139,9 +139,7 @@ class Scheduler:
         """Validate, store and start a run. Nothing is stored for an invalid spec."""
         spec = _SPEC.validate_python(spec)
         graph = spec.compile() if isinstance(spec, Loop) else spec
-        validate_graph(graph, self.registry.catalogue())
-        if self.queues is not None and (problems := self.registry.queue_problems(graph,
-                                                                                self.queues)):
+        if problems := self.graph_problems(graph):
             raise GraphError(problems)
         spec_json = spec.model_dump(mode="json")
         run = RunRecord(
@@ -178,6 +176,14 @@ class Scheduler:
             log.info("run %s submitted: %d nodes", run.id, len(nodes))
             self.flush([(run.id, i.instance_id) for i in roots], roots)
         return run
+
+    def graph_problems(self, graph: Graph) -> list[GraphProblem]:
+        """Everything that stops ``graph`` from running here: its structure, its ops' params,
+        and queues no worker consumes."""
+        problems = graph_problems(graph, self.registry.catalogue())
+        if self.queues is not None:
+            problems += self.registry.queue_problems(graph, self.queues)
+        return problems
 
     def topology(self, run_id: str) -> Topology:
         """The run's graph, indexed; cached, since a run's graph never changes. One thread

@@ -15,7 +15,7 @@ from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunPage, RunQuery, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
 from genloop.sdk.schema import Served, SpecSchema, fill_defaults, spec_schema
-from genloop.sdk.validation import graph_problems, name_problems
+from genloop.sdk.validation import name_problems
 
 from .artifacts.base import ArtifactStore
 from .results import list_runs, run_info, run_result
@@ -81,9 +81,9 @@ class StoreBackend(Backend):
             raise GraphError([GraphProblem(
                 node_id=None, path="webhook", message="webhooks are delivered by a gateway "
                 "(genloop serve); this back end has none: follow the run's events instead")])
-        if names := name_problems(spec, offer):
+        if names := name_problems(spec, offer):  # with the rest, all at once, as a gateway
             graph = spec.compile() if isinstance(spec, Loop) else spec
-            raise GraphError(names + graph_problems(graph, self.scheduler.registry.catalogue()))
+            raise GraphError(self.scheduler.graph_problems(graph) + names)
         run = self.scheduler.submit(spec, idempotency_key)  # IdempotencyConflict: a 409
         return run_info(self.store, run.id)
 

@@ -32,6 +32,12 @@ def test_a_queue_no_worker_consumes_is_refused_alike_in_process_and_over_http(st
     [(node_id, _, message, _, _)] = here
     assert node_id == "gen" and message.startswith("no workers consume queue 'no-such-queue'; "
                                                    "known: ")
+    # and beside a bad name and a graph's own problem, every problem at once, in one order
+    g.nodes[0].params["model"] = "tinny"
+    g.add("select", inputs=["gen", "nowhere"], params={"top_k": 1}, id="pick")
+    here, there = _refusal(Client(stack.backend), g), _refusal(stack.client(key), g)
+    assert here == there
+    assert [p[1] for p in here] == ["nodes[1].inputs[1]", None, "nodes[0].params.model"]
 
 
 def test_the_sdk_and_the_gateway_refuse_a_bad_spec_with_the_same_problems(stack):

@@ -62,7 +62,10 @@ class Admission:
         """The run's plan, the spec compiled once; ``GraphError`` listing every problem if the
         spec may not run."""
         graph = spec.compile() if isinstance(spec, Loop) else spec
+        # in the order a back end reports them: the graph's own, its queues, then names
         problems = graph_problems(graph, self.ops.catalogue())
+        if self.queues is not None:
+            problems.extend(self.ops.queue_problems(graph, self.queues))
         offer = self.served_to(limits)
         # names where the author wrote them (a Loop's own fields, not its compiled nodes')
         problems.extend(name_problems(spec, offer, trusted=False))
@@ -76,8 +79,6 @@ class Admission:
                 problems.extend(self._option_problems(
                     node.id, node.params.get("evaluator"), node.params.get("options"),
                     f"nodes[{i}].params.options", judges))
-        if self.queues is not None:
-            problems.extend(self.ops.queue_problems(graph, self.queues))
         if problems:
             raise GraphError(_unique(problems))
         return Plan(run_cost(graph, self.ops, self.size_of, self.score_cost),
