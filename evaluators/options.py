@@ -23,44 +23,48 @@ TENANT_OPTIONS: dict[str, frozenset[str]] = {
 MAX_PALETTE = 32
 
 
+#: A problem: the path of the option at fault (from the spec's root) and what is wrong there.
+Problem = tuple[str, str]
+
+
 def tenant_option_problems(name: str | None, options: Mapping[str, Any] | None,
-                           allowed: Collection[str], where: str = "options") -> list[str]:
-    """What is wrong with a tenant giving ``options`` to evaluator ``name``, as
-    ``"field: problem"`` lines; ``allowed`` are the evaluators the tenant may name."""
+                           allowed: Collection[str], where: str = "options") -> list[Problem]:
+    """What is wrong with a tenant giving ``options`` (at path ``where``) to evaluator
+    ``name``; ``allowed`` are the evaluators the tenant may name."""
     if not options:
         return []
     if name is None:
-        return [f"{where}: name the evaluator these options are for"]
+        return [(where, "name the evaluator these options are for")]
     takes = TENANT_OPTIONS.get(name)
     if takes is None:
-        return [f"{where}: evaluator {name!r} takes no options from a tenant (those that do: "
-                f"{', '.join(sorted(TENANT_OPTIONS))})"]
-    problems = [f"{where}.{key}: {name!r} takes no such option (it takes "
-                f"{', '.join(sorted(takes))})" for key in sorted(set(options) - takes)]
+        return [(where, f"evaluator {name!r} takes no options from a tenant (those that do: "
+                 f"{', '.join(sorted(TENANT_OPTIONS))})")]
+    problems = [(f"{where}.{key}", f"{name!r} takes no such option (it takes "
+                 f"{', '.join(sorted(takes))})") for key in sorted(set(options) - takes)]
     if name == "composite":
         problems += _composite_problems(options, allowed, where)
     if name == "brand-palette":
         palette = options.get("palette")
         if not isinstance(palette, list) or not all(isinstance(c, str) for c in palette):
-            problems.append(f"{where}.palette: give the brand's colours as a list of strings "
-                            "('#e4002b', 'rgb(10, 20, 30)', a CSS name)")
+            problems.append((f"{where}.palette", "give the brand's colours as a list of "
+                             "strings ('#e4002b', 'rgb(10, 20, 30)', a CSS name)"))
         elif not 1 <= len(palette) <= MAX_PALETTE:
-            problems.append(f"{where}.palette: {len(palette)} colours; 1 to {MAX_PALETTE} "
-                            "allowed")
+            problems.append((f"{where}.palette", f"{len(palette)} colours; 1 to {MAX_PALETTE} "
+                             "allowed"))
     return problems
 
 
 def _composite_problems(options: Mapping[str, Any], allowed: Collection[str],
-                        where: str) -> list[str]:
+                        where: str) -> list[Problem]:
     weights, parts = options.get("weights"), options.get("options") or {}
     if not isinstance(weights, Mapping) or not isinstance(parts, Mapping):
-        return [f"{where}: composite takes weights={{name: weight}} and options={{name: {{...}}}}"]
-    problems = [f"{where}.weights.{part}: unknown evaluator {part!r}; allowed: "
-                f"{', '.join(sorted(allowed))}"
+        return [(where, "composite takes weights={name: weight} and options={name: {...}}")]
+    problems = [(f"{where}.weights.{part}", f"unknown evaluator {part!r}; allowed: "
+                 f"{', '.join(sorted(allowed))}")
                 for part in weights if part not in allowed or part == "composite"]
     for part, part_options in parts.items():
         if not isinstance(part_options, Mapping):
-            problems.append(f"{where}.options.{part}: give the options as a mapping")
+            problems.append((f"{where}.options.{part}", "give the options as a mapping"))
         else:
             problems += tenant_option_problems(str(part), part_options, allowed,
                                                f"{where}.options.{part}")

@@ -120,9 +120,9 @@ class Admission:
         if not options:
             return []
         if not isinstance(options, dict) or not (evaluator is None or isinstance(evaluator, str)):
-            return [GraphProblem(node_id=node_id, message=f"{path}: give a mapping", path=path)]
-        return [GraphProblem(node_id=node_id, message=message, path=path)
-                for message in tenant_option_problems(evaluator, options, allowed, path)]
+            return [GraphProblem(node_id=node_id, message="give a mapping", path=path)]
+        return [GraphProblem(node_id=node_id, message=message, path=where)
+                for where, message in tenant_option_problems(evaluator, options, allowed, path)]
 
     def score_cost(self, node: Node, params: object) -> float:
         """Megapixel-steps of scoring one image at score node ``node`` (see
@@ -144,9 +144,9 @@ def _narrow(allowed: Sequence[str], tenant: list[str] | None) -> list[str]:
 
 
 def _unique(problems: list[GraphProblem]) -> list[GraphProblem]:
-    seen: dict[tuple[str | None, str], GraphProblem] = {}
+    seen: dict[tuple[str | None, str | None, str], GraphProblem] = {}
     for p in problems:
-        seen.setdefault((p.node_id, p.message), p)
+        seen.setdefault((p.node_id, p.path, p.message), p)
     return list(seen.values())
 
 
