@@ -272,8 +272,7 @@ def _metered(store: StateStore, registry: OpRegistry,
         node = scheduler().topology(run_id).nodes.get(node_id)
         if node is None:
             return "unknown", "unknown"
-        spec = registry.get(node.op)
-        return node.op, node.queue or (spec.queue if spec is not None else "unknown")
+        return node.op, registry.queue_of(node) or "unknown"
 
     metered = MeteredStore(store, lambda run_id, event: meter.observe(run_id, event, op_of))
     # A StateStore in all but name: it passes every method it does not wrap to ``store``.

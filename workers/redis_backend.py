@@ -104,9 +104,8 @@ class RedisBackend(StoreBackend):
 
         def needs(node_id: str) -> tuple[str, str | None]:
             node = topology.nodes[node_id]
-            spec = registry.get(node.op)
-            queue = node.queue or (spec.queue if spec is not None else "cpu")
-            return queue, node.params.get("model") if node.op == "generate" else None
+            return (registry.queue_of(node) or "cpu",
+                    node.params.get("model") if node.op == "generate" else None)
 
         info.waiting = waiting_for(self._workers, info, needs)
         return info

@@ -25,11 +25,11 @@ from typing import TypeVar
 
 from pydantic import TypeAdapter
 
+from genloop.sdk import validation
 from genloop.sdk.errors import GraphError, GraphProblem, NotFound, StoreError
 from genloop.sdk.graph import Graph
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import NodeStatus, RunSpec, RunStatus
-from genloop.sdk.validation import graph_problems
 
 from .keys import spec_hash
 from .ops.registry import OpRegistry
@@ -180,7 +180,7 @@ class Scheduler:
     def graph_problems(self, graph: Graph) -> list[GraphProblem]:
         """Everything that stops ``graph`` from running here: its structure, its ops' params,
         and queues no worker consumes."""
-        problems = graph_problems(graph, self.registry.catalogue())
+        problems = validation.graph_problems(graph, self.registry.catalogue())
         if self.queues is not None:
             problems += self.registry.queue_problems(graph, self.queues)
         return problems

@@ -9,6 +9,7 @@ is stored. The problems are reported together as one :class:`~genloop.sdk.errors
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -164,11 +165,7 @@ def default_admission(ops: OpRegistry, models: ModelsConfig | None = None,
         from ..ops.refine import default_refiners
         from ..served import served as serving
 
-        builtins = dict.fromkeys(models.names(), "")
-
-        def builtin_served() -> Served:
-            return serving(ops, builtins, default_registry, default_refiners,
-                           cache_modes=model_cache_modes(models))
-
-        served = builtin_served
+        served = functools.partial(serving, ops, dict.fromkeys(models.names(), ""),
+                                   default_registry, default_refiners,
+                                   cache_modes=model_cache_modes(models))
     return Admission(ops, models, served, max_prompt_chars, queues)

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from genloop.sdk.errors import GenloopError, GraphProblem
-from genloop.sdk.graph import Graph
+from genloop.sdk.graph import Graph, Node
 
 OpFunction = Callable[..., Any]
 
@@ -75,15 +75,19 @@ class OpRegistry(Mapping[str, OpSpec]):
         """Op name -> params model, as graph validation wants it."""
         return {name: spec.params for name, spec in self._ops.items()}
 
+    def queue_of(self, node: Node) -> str | None:
+        """The queue ``node`` runs on: its own ``queue``, else its op's (``None`` for an op not
+        registered here)."""
+        spec = self._ops.get(node.op)
+        return node.queue or (spec.queue if spec is not None else None)
+
     def queue_problems(self, graph: Graph, queues: Collection[str]) -> list[GraphProblem]:
         """The nodes of ``graph`` bound for a queue outside ``queues`` (those some worker
-        consumes): their own ``queue``, else their op's. A node of an unknown op is graph
-        validation's to report."""
+        consumes). A node of an unknown op is graph validation's to report."""
         return [GraphProblem(node_id=node.id, message=f"no workers consume queue {queue!r}; "
                              f"known: {', '.join(sorted(queues))}")
                 for node in graph.nodes
-                if (queue := node.queue or (self._ops[node.op].queue if node.op in self._ops
-                                            else None)) is not None and queue not in queues]
+                if (queue := self.queue_of(node)) is not None and queue not in queues]
 
 
 #: Where ``@op`` registers by default; runtimes use it unless given another registry.
