@@ -62,7 +62,7 @@ latest:
 	$(VENV)-latest/bin/python -m pytest -q -m "not slow"
 
 lint: install
-	$(BIN)/ruff check sdk workers kernels evaluators integrations campaign training tests benchmarks examples
+	$(BIN)/ruff check sdk workers gateway kernels evaluators integrations campaign shapes tests benchmarks examples
 	$(MAKE) --no-print-directory typecheck
 
 # mypy (with the pydantic plugin) over all of genloop. The code folders import each other as
@@ -71,7 +71,7 @@ lint: install
 # genloop itself is a namespace package (no __init__.py), as installed. The cache under out/
 # keeps a rerun to the changed modules; the report names the real files, not the symlinks.
 TYPECHECK := out/typecheck
-CODE_DIRS := sdk workers kernels evaluators campaign integrations training
+CODE_DIRS := sdk workers gateway kernels evaluators campaign integrations shapes
 typecheck: install
 	mkdir -p $(TYPECHECK)/genloop
 	for d in $(CODE_DIRS); do ln -sfn ../../../$$d $(TYPECHECK)/genloop/$$d; done
@@ -110,7 +110,7 @@ gpu-wheels:
 # mutmut runs there. Incremental: out/mutation is kept, rsync -a leaves unchanged files as they
 # were, and mutmut retests only mutants of functions whose code changed (rm -rf out/mutation for
 # a fresh run). MUTATION_REF=HEAD stages a commit instead of the working tree; MUTANTS narrows
-# the run to a glob over mutant names (MUTANTS='genloop.workers.keys.*'). Needs the test Redis
+# the run to a glob over mutant names (MUTANTS='genloop.workers.runtime.keys.*'). Needs the test Redis
 # (GENLOOP_TEST_REDIS_PORT). Survivors: cd out/mutation && ../../.venv/bin/mutmut show NAME.
 # Measured on 2 cores shared with two other engineers: keys, holders, the artifact stores and
 # three scheduler functions (483 mutants) took 8 min, stats for the whole selection included;

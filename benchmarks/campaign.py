@@ -69,7 +69,7 @@ def main() -> None:
                         help="pairs, in alternating order (by hand first, then the campaign first)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    from genloop.workers.resources import Resources
+    from genloop.workers.models.resources import Resources
 
     campaign = parse_spec(spec(args.variants))
     loops = [campaign.loop_for(values) for values in campaign.variants()][: args.variants]

@@ -80,8 +80,8 @@ def timed(code: str, *args: str) -> dict:
 
 
 def main() -> None:
-    from genloop.workers.models_config import shipped_shapes
-    from genloop.workers.shapes import DEFAULT_GUIDANCE, DEFAULT_STEPS
+    from genloop.shapes import DEFAULT_GUIDANCE, DEFAULT_STEPS
+    from genloop.workers.models.models_config import shipped_shapes
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)

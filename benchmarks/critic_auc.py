@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from loop_quality import benchmark_prompts  # noqa: E402
 
+from genloop import shapes  # noqa: E402
 from genloop.sdk import Client, Graph  # noqa: E402
-from genloop.workers import shapes  # noqa: E402
 
 JUDGES = ("shapes-clip", "shapes-critic", "shapes-vqa", "shapes-reader")
 

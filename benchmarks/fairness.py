@@ -34,10 +34,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from genloop.gateway import Gateway, SqliteGatewayStore, TenantLimits
 from genloop.sdk import Graph
 from genloop.workers import op
-from genloop.workers.embedded import EmbeddedBackend
-from genloop.workers.gateway import Gateway, SqliteGatewayStore, TenantLimits
+from genloop.workers.backends.embedded import EmbeddedBackend
 
 
 class SleepParams(BaseModel):
@@ -86,7 +86,7 @@ def redis_pool(url: str, home: Path, threads: int):
     client.flushdb()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", url,
+        [sys.executable, "-m", "genloop.workers.cli.main", "worker", "--redis", url,
          "--artifacts", f"file://{home / 'artifacts'}", "--queues", "gpu,cpu",
          "--processes", "1", "--threads", str(threads), "--import", "fairness"],
         env=env, start_new_session=True, stdout=subprocess.DEVNULL,
@@ -149,7 +149,7 @@ def measure(args: argparse.Namespace, home: Path, window: int | None
     if args.redis is None:
         backend = EmbeddedBackend(home / "home", threads=args.threads, fair_window=window)
     else:
-        from genloop.workers.redis_backend import RedisBackend
+        from genloop.workers.backends.redis_backend import RedisBackend
 
         backend = RedisBackend(args.redis, fair=window is not None)
     store = SqliteGatewayStore(home / "gateway.db")

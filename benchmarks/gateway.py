@@ -46,7 +46,7 @@ def noop(params: Salted, inputs: list, ctx) -> Nothing:
 
 
 def serve(backend: Backend, key_tenant: str = "bench"):
-    from genloop.workers.gateway import GatewaySettings, TenantLimits
+    from genloop.gateway import GatewaySettings, TenantLimits
 
     limits = TenantLimits(max_concurrent_runs=10_000)
     return serve_app(backend, GatewaySettings(limits=limits), key_tenant)
@@ -57,7 +57,7 @@ def serve_app(backend: Backend, settings, key_tenant: str = "bench"):
     ``(url, key, server, thread)``."""
     import uvicorn
 
-    from genloop.workers.gateway import SqliteGatewayStore, create_app
+    from genloop.gateway import SqliteGatewayStore, create_app
 
     store = SqliteGatewayStore(tempfile.mkdtemp(prefix="genloop-bench-gw-") + "/gateway.db")
     key = store.create_key(key_tenant)

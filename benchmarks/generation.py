@@ -69,7 +69,7 @@ SUBJECTS = ["a red circle", "a blue square", "a green triangle", "a yellow star"
 
 def prompts_for(model: str, n: int) -> list[str]:
     if model == "shapes":
-        from genloop.workers import shapes
+        from genloop import shapes
 
         pool = [a.caption() for a in shapes.heldout_prompts(n)]
     else:
@@ -116,7 +116,7 @@ def clip_scores(args, images: dict[str, list], prompts: list[str]) -> dict[str, 
     from genloop.evaluators import get_evaluator
 
     if args.model == "shapes":  # the CLIP trained on the shapes world, not a random one
-        from genloop.workers import shapes
+        from genloop import shapes
 
         judge = get_evaluator("clip", device=args.device, model=shapes.register_clip_config(),
                               pretrained=str(shapes.clip_checkpoint_path()))

@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from genloop import shapes
 from genloop.sdk import Client, Graph, Loop
-from genloop.workers import shapes
-from genloop.workers.resources import Resources
+from genloop.workers.models.resources import Resources
 
 
 def _loop(seed: int, args: argparse.Namespace) -> Loop:

@@ -35,9 +35,9 @@ from pydantic import BaseModel
 from genloop.evaluators import default_registry as default_evaluators
 from genloop.sdk.polling import WaitForEnd
 from genloop.workers.artifacts import LocalArtifactStore
+from genloop.workers.backends.store_backend import StoreBackend
 from genloop.workers.ops import default_refiners
-from genloop.workers.store_backend import StoreBackend
-from genloop.workers.waking_broker import WakingRedisBroker
+from genloop.workers.pool.waking_broker import WakingRedisBroker
 
 
 class Sleep(BaseModel):

@@ -42,14 +42,14 @@ import time
 import numpy as np
 import torch
 
+from genloop.shapes import checker
+from genloop.shapes.scene import BACKGROUNDS, COLOURS, POSITIONS, SHAPES, Attributes
 from genloop.workers.engine import latent_cache
 from genloop.workers.engine.engine import EngineOptions
 from genloop.workers.engine.generate import ImageSettings, call_pipeline
 from genloop.workers.engine.latent_cache import prompt_vectors
 from genloop.workers.engine.registry import ModelRegistry
 from genloop.workers.engine.step_cache import prepare_step_cache
-from genloop.workers.shapes import checker
-from genloop.workers.shapes.scene import BACKGROUNDS, COLOURS, POSITIONS, SHAPES, Attributes
 
 
 def variants(count: int, rng: random.Random) -> list[Attributes]:
@@ -165,8 +165,8 @@ def stream(args, rng: random.Random) -> dict:
 def refine(args, rng: random.Random) -> dict:
     """A loop's second round after 'prompt-variants': round 1's seeds again, each prompt with a
     modifier appended; round 1 (untimed) is what both caches hold."""
+    from genloop.shapes import heldout_prompts
     from genloop.workers.ops.refine import PROMPT_MODIFIERS
-    from genloop.workers.shapes import heldout_prompts
 
     scenes = [s for s in heldout_prompts(args.prompts) if isinstance(s, Attributes)]
     seeds = range(args.seeds)

@@ -60,11 +60,11 @@ from pathlib import Path
 from PIL import Image
 from pydantic import BaseModel
 
+from genloop import shapes
 from genloop.sdk import Client, GenerationRequest, Loop, RefineRequest, Run, RunResult
 from genloop.sdk.backend import TERMINAL_EVENTS
 from genloop.sdk.ops import MAX_CANDIDATES_PER_NODE
-from genloop.workers import shapes
-from genloop.workers.metrics import metrics
+from genloop.workers.metrics.prometheus import metrics
 
 BASELINE = "best-of-n"
 MODES = ("default", "best-of-n", "best-of-n-critic", "best-of-n-drafts", "target", "target-drafts",

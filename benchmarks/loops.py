@@ -46,8 +46,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from genloop import shapes
 from genloop.sdk import Client, Loop
-from genloop.workers import shapes
 
 
 class Setting(BaseModel):
@@ -289,7 +289,7 @@ class Local:
         self.n += 1
         resources = self.resources.get(setting.torch_threads)
         if resources is None:
-            from genloop.workers.resources import Resources
+            from genloop.workers.models.resources import Resources
 
             resources = self.resources[setting.torch_threads] = Resources(
                 torch_threads=setting.torch_threads)
@@ -322,7 +322,7 @@ class Pool:
         self.artifacts = f"file://{root / 'artifacts'}"
         self.redis.flushdb()
         self.worker = subprocess.Popen(
-            [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", url,
+            [sys.executable, "-m", "genloop.workers.cli.main", "worker", "--redis", url,
              "--artifacts", self.artifacts, "--threads", str(setting.worker_threads),
              "--preload", shapes.PIPELINE_NAME],
             env={**os.environ, "GENLOOP_TORCH_THREADS": str(setting.torch_threads or "")})

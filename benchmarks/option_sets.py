@@ -61,7 +61,7 @@ def serve(backend):
     thread)``. The tenant's limits let every run in (this measures memory, not limits)."""
     import uvicorn
 
-    from genloop.workers.gateway import (
+    from genloop.gateway import (
         GatewaySettings,
         SqliteGatewayStore,
         TenantLimits,
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
-    from genloop.workers.embedded import EmbeddedBackend
+    from genloop.workers.backends.embedded import EmbeddedBackend
 
     backend = EmbeddedBackend(tempfile.mkdtemp(prefix="genloop-bench-options-"),
                               threads=args.threads)

@@ -9,11 +9,11 @@ SQLite store (embedded), or with ``--redis`` a RedisBroker with the Redis store 
 fresh prefix, deleted afterwards). Raw Dramatiq sends N messages to a no-op actor and joins the
 queue. genloop submits a graph of N independent no-op nodes and waits for the run; every node
 goes through validation, the store, a claim, a result and the scheduler. Its roots, released at
-once, travel up to 16 to a message (``workers/chunks.py``); raw Dramatiq sends one per call, as
-its API does, and also as many items to a message as genloop's chunks hold (``raw, chunked``:
-the plain alternative for many tiny tasks). ``--fair`` sends genloop's messages through its fair
-queue (in memory, or in Redis with ``--redis``), the path served and pooled deployments take.
-Also: latency from submit to the first node's start (p50/p99 over single-node runs), and with
+once, travel up to 16 to a message (``workers/runtime/chunks.py``); raw Dramatiq sends one per
+call, as its API does, and also as many items to a message as genloop's chunks hold (``raw,
+chunked``: the plain alternative for many tiny tasks). ``--fair`` sends genloop's messages through
+its fair queue (in memory, or in Redis with ``--redis``), the path served and pooled deployments
+take. Also: latency from submit to the first node's start (p50/p99 over single-node runs), and with
 ``--fanout`` one run that maps a node over that many items (wall time, and Redis memory per node
 instance).
 
@@ -45,8 +45,8 @@ from pydantic import BaseModel
 from genloop.sdk import Graph
 from genloop.workers import OpRegistry, op
 from genloop.workers.artifacts import LocalArtifactStore
-from genloop.workers.broker import wire
-from genloop.workers.chunks import chunk_size, chunked
+from genloop.workers.pool.broker import wire
+from genloop.workers.runtime.chunks import chunk_size, chunked
 from genloop.workers.stores import SqliteStateStore
 from genloop.workers.stores.records import InstanceRecord
 from genloop.workers.stores.redis import RedisStateStore

@@ -70,7 +70,7 @@ from unittest.mock import patch
 import redis
 
 from genloop.sdk import Client, Graph, Loop, RunStatus
-from genloop.workers import pool_status as pool
+from genloop.workers.pool import pool_status as pool
 from genloop.workers.stores.redis import RedisStateStore
 
 MODELS = ("sim-a", "sim-b", "sim-c")
@@ -145,7 +145,7 @@ def worker_pool(url: str, home: Path, config: Path, routing: str,
     logs = home / f"workers-{routing}.log"
     with logs.open("w") as log:
         procs = [subprocess.Popen(
-            [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", url,
+            [sys.executable, "-m", "genloop.workers.cli.main", "worker", "--redis", url,
              "--artifacts", f"file://{home / 'artifacts'}", "--models", str(config),
              "--queues", "gpu,cpu", "--processes", "1", "--threads", str(args.threads),
              "--grace", "5"],

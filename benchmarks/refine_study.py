@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from loop_quality import benchmark_prompts  # noqa: E402
 
-from genloop.workers import shapes  # noqa: E402
+from genloop import shapes  # noqa: E402
 
 
 def _auc(pos: list[float], neg: list[float]) -> float:

@@ -4,10 +4,10 @@
     python3 benchmarks/shapes_gpu.py --out DIR [--budget-seconds 240] [--workers 8]
     python3 benchmarks/shapes_gpu.py --device cpu --smoke --out DIR   # the plumbing, on a CPU
 
-1. ``train``: ``python -m genloop.training.shapes.train --recipe gpu --budget-seconds S``:
+1. ``train``: ``python -m genloop.shapes.training.train --recipe gpu --budget-seconds S``:
    VAE + UNet + text encoder beside clean shapes-clip, mining, hard-negative fine-tuning,
    every loop as many steps as fit in ``S`` seconds.
-2. ``evaluate``: ``python -m genloop.training.shapes.evaluate`` on the new weights with the
+2. ``evaluate``: ``python -m genloop.shapes.training.evaluate`` on the new weights with the
    shipped ones as ``--old-weights``: generator clause rates and all-correct (one object, two
    objects, held-out combinations), CLIP true-caption-first per clause, selection AUC new vs
    old, and the VAE round trip (the generator's ceiling).
@@ -66,14 +66,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def step_commands(args: argparse.Namespace, work: Path) -> dict[str, list[str]]:
     """The command line of each step, in order."""
     weights = work / "weights"
-    train = [PYTHON, "-m", "genloop.training.shapes.train", "--out", str(weights),
+    train = [PYTHON, "-m", "genloop.shapes.training.train", "--out", str(weights),
              "--device", args.device, "--workers", str(args.workers), "--threads", "2",
              "--mining-threads", "4"]
     train += ["--smoke", "--sequential"] if args.smoke else [
         "--recipe", "gpu", "--budget-seconds", str(args.budget_seconds)]
     n = 2 if args.smoke else args.n
-    evaluate = [PYTHON, "-m", "genloop.training.shapes.evaluate", "--weights", str(weights),
-                "--old-weights", str(REPO / "workers" / "shapes" / "weights"),
+    evaluate = [PYTHON, "-m", "genloop.shapes.training.evaluate", "--weights", str(weights),
+                "--old-weights", str(REPO / "shapes" / "weights"),
                 "--device", args.device, "--workers", str(args.workers), "--threads", "4",
                 "--n", str(n), "--clip-n", str(n), "--auc-prompts", str(2 if args.smoke else 100),
                 "--auc-images", str(2 if args.smoke else 8), "--out", str(work / "figures.json")]
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     try:
-        import genloop.training  # noqa: F401
+        import genloop.shapes.training  # noqa: F401
 
         path_entry = ""
     except ImportError:

@@ -5,7 +5,7 @@
 - ``v2-run``: the step of the first v2 run (2,500 steps at batch 64 on an H200): random numbers
   from a CPU generator copied to the device five times a step (each copy waits for the GPU to
   finish the step before), diffusers' ``add_noise`` / ``get_velocity``, fp32, foreach AdamW.
-- ``gpu-efficient``: :func:`genloop.training.shapes.train_sd._unet_loss` and what
+- ``gpu-efficient``: :func:`genloop.shapes.training.train_sd._unet_loss` and what
   ``train_unet`` wraps it in: random numbers drawn on the device, bf16 autocast and
   channels-last on CUDA, fused AdamW; the same model, batch, loss and EMA.
 - ``gpu-efficient xB``: the same at ``--big-batch`` (default 256): samples/s is what counts.
@@ -26,9 +26,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from genloop.training.shapes.steps import adamw, is_cuda, synchronize, update
-from genloop.training.shapes.train_sd import SDTrainConfig, _unet_loss
-from genloop.workers.shapes.models import (
+from genloop.shapes.models import (
     CONTEXT_LENGTH,
     LATENT_CHANNELS,
     LATENT_SIZE,
@@ -37,6 +35,8 @@ from genloop.workers.shapes.models import (
     build_text_encoder,
     build_unet,
 )
+from genloop.shapes.training.steps import adamw, is_cuda, synchronize, update
+from genloop.shapes.training.train_sd import SDTrainConfig, _unet_loss
 
 
 def _models(cfg: SDTrainConfig, device: str, channels_last: bool):

@@ -3,7 +3,7 @@
     python benchmarks/shapes_unet.py --vae DIR [--variants v2-run,recipe,...] [--steps 400]
         [--batch 64] [--pool 4096] [--n 200] [--save DIR] [--json]
 
-Every variant is :class:`~genloop.training.shapes.train_sd.SDTrainConfig` with a few UNet fields
+Every variant is :class:`~genloop.shapes.training.train_sd.SDTrainConfig` with a few UNet fields
 changed, trained for the same steps on the same seeded pool, encoded by the same VAE (``--vae``:
 a folder ``benchmarks/shapes_vae.py --save`` wrote). Two measures, both on held-out seeds:
 
@@ -29,17 +29,17 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from genloop.training.shapes.evaluate import evaluate_generator, wilson
-from genloop.training.shapes.train_sd import (
+from genloop.shapes import DEFAULT_GUIDANCE, DEFAULT_STEPS, dataset
+from genloop.shapes.dataset import render_pool
+from genloop.shapes.models import UNetShape, build_scheduler, build_tokenizer
+from genloop.shapes.scene import one_attribute_variants
+from genloop.shapes.training.evaluate import evaluate_generator, wilson
+from genloop.shapes.training.train_sd import (
     SDTrainConfig,
     assemble_pipeline,
     to_pixels,
     train_unet,
 )
-from genloop.workers.shapes import DEFAULT_GUIDANCE, DEFAULT_STEPS, dataset
-from genloop.workers.shapes.dataset import render_pool
-from genloop.workers.shapes.models import UNetShape, build_scheduler, build_tokenizer
-from genloop.workers.shapes.scene import one_attribute_variants
 
 #: Name -> SDTrainConfig fields changed from the defaults (``recipe``: the defaults).
 _V2_RUN = {"unet_foreground_weight": 0.0, "unet": UNetShape()}

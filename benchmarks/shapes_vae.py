@@ -3,10 +3,10 @@
     python benchmarks/shapes_vae.py [--variants v2-run,recipe,...] [--steps 1500]
         [--pool 4096] [--n 200] [--json]
 
-Each variant is :class:`~genloop.training.shapes.train_sd.SDTrainConfig` with a few VAE fields
+Each variant is :class:`~genloop.shapes.training.train_sd.SDTrainConfig` with a few VAE fields
 changed; all train from the same seeded pool for the same steps (unless the variant sets its
 own), then encode and decode the same held-out renders
-(:func:`~genloop.training.shapes.evaluate.evaluate_vae`: the checker's clause rates, one and two
+(:func:`~genloop.shapes.training.evaluate.evaluate_vae`: the checker's clause rates, one and two
 objects). Prints, per variant, CPU minutes of training (this thread's, so a busy machine does not
 inflate them) and each clause's rate with its 95% Wilson interval and its change against the
 first variant. Run under ``nice -n 19`` on a shared machine.
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
-from genloop.training.shapes.evaluate import evaluate_vae, wilson
-from genloop.training.shapes.train_sd import SDTrainConfig, train_vae
-from genloop.workers.shapes.dataset import render_pool
+from genloop.shapes.dataset import render_pool
+from genloop.shapes.training.evaluate import evaluate_vae, wilson
+from genloop.shapes.training.train_sd import SDTrainConfig, train_vae
 
 #: Name -> SDTrainConfig fields changed from the defaults.
 VARIANTS: dict[str, dict] = {

@@ -90,7 +90,7 @@ def soak(args: argparse.Namespace, home: Path) -> dict[str, Any]:
     with redis_server(home, appendonly=True) as port:
         url = f"redis://127.0.0.1:{port}/0"
         artifacts = home / "artifacts"
-        cli = [sys.executable, "-m", "genloop.workers.cli"]
+        cli = [sys.executable, "-m", "genloop.workers.cli.main"]
         worker = subprocess.Popen(
             [*cli, "worker", "--redis", url, "--artifacts", f"file://{artifacts}", "--models",
              str(config), "--threads", "4", "--retention", f"{args.retention}s"],
@@ -138,7 +138,7 @@ def _measure(args: argparse.Namespace, home: Path, url: str, r: redis.Redis, wor
         time.sleep(SAMPLE_EVERY)
         if time.monotonic() - collected_at >= args.retention:
             collected_at = time.monotonic()
-            subprocess.run([sys.executable, "-m", "genloop.workers.cli", "gc", "--redis", url,
+            subprocess.run([sys.executable, "-m", "genloop.workers.cli.main", "gc", "--redis", url,
                             "--artifacts", f"file://{home / 'artifacts'}", "--grace",
                             f"{args.retention}s"], check=True, capture_output=True, env=env)
         art_bytes, art_files = tree_bytes(home / "artifacts")

@@ -91,9 +91,9 @@ def genloop_side(home: str, threads: int, prefix: str):
 
     from genloop.evaluators import default_registry as default_evaluators
     from genloop.workers.artifacts import LocalArtifactStore
+    from genloop.workers.backends.store_backend import StoreBackend
     from genloop.workers.ops import default_refiners
-    from genloop.workers.store_backend import StoreBackend
-    from genloop.workers.waking_broker import WakingRedisBroker
+    from genloop.workers.pool.waking_broker import WakingRedisBroker
 
     _broker, wiring, worker, *_ = build(home, threads, REDIS, prefix,
                                         broker_class=WakingRedisBroker, worker_timeout=1000)

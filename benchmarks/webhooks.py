@@ -29,7 +29,6 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gateway import serve_app  # noqa: E402
-
 from genloop.sdk import Client, Graph  # noqa: E402
 
 
@@ -59,7 +58,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    from genloop.workers.gateway import GatewaySettings, TenantLimits
+    from genloop.gateway import GatewaySettings, TenantLimits
 
     hook, arrived, rx = receiver()
     local = Client.local(tempfile.mkdtemp(prefix="genloop-bench-"), threads=4)

@@ -107,7 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def setup(parser: argparse.ArgumentParser) -> None:
-    """Add the ``campaign`` subcommands to its parser (a row of ``genloop.workers.cli``)."""
+    """Add the ``campaign`` subcommands to its parser (a row of ``genloop.workers.cli.main``)."""
     commands = parser.add_subparsers(dest="campaign_command", required=True)
 
     def command(name: str, fn, help: str) -> argparse.ArgumentParser:

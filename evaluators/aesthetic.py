@@ -22,7 +22,7 @@ import torch
 from PIL import Image
 
 from genloop.sdk.errors import Permanent
-from genloop.workers.fingerprint import fingerprint
+from genloop.workers.models.fingerprint import fingerprint
 
 from .base import Evaluator, Scores, check_finite
 from .embedding import EmbeddingEvaluator

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from PIL import Image
 
 from genloop.sdk.errors import Transient
-from genloop.workers.batch_queue import BatchQueue
+from genloop.workers.runtime.batch_queue import BatchQueue
 
 from .base import Evaluator
 

@@ -8,7 +8,7 @@ well does this caption fit, on an absolute scale?). Free text has no alternative
 are the comma- and "and"-separated parts, scored on their own.
 
 Splitters are tried in order; the first that recognises the prompt wins. The shapes splitter
-reads the caption through ``genloop.workers.shapes.parse_caption``: a one-object caption's
+reads the caption through ``genloop.shapes.parse_caption``: a one-object caption's
 clauses are its attributes, a two-object caption's are each object's size, colour and shape,
 the relation and the background (``shapes.PAIR_CLAUSES``), so a critic can say *which* object
 is wrong. Alternatives come from ``shapes.one_attribute_variants``, which leaves out a change
@@ -43,7 +43,7 @@ def shapes_clauses(prompt: str) -> list[Clause] | None:
 
     One object: one clause per attribute (``colour``, ``shape``, ...), its text the value.
     Two objects: ``first.size`` ... ``second.shape``, ``relation`` and ``background``."""
-    from genloop.workers import shapes
+    from genloop import shapes
 
     try:
         scene = shapes.parse_caption(prompt)

@@ -16,7 +16,7 @@
 
 Each becomes a name in the worker's evaluator registry that needs nothing from a spec: a
 tenant names ``house-clip`` and never sees (or gives) the path. Workers publish the names they
-serve (:mod:`genloop.workers.catalogue`), so a client or gateway that never imported
+serve (:mod:`genloop.workers.backends.catalogue`), so a client or gateway that never imported
 ``acme_judges`` still accepts it.
 
 Problems are checked when a worker starts (:func:`judge_problems`: the checkpoint builds on

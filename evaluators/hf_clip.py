@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 from genloop.sdk.errors import Permanent
-from genloop.workers.fingerprint import fingerprint
+from genloop.workers.models.fingerprint import fingerprint
 
 from .embedding import EmbeddingEvaluator, resolve_device, resolve_dtype
 

@@ -2,7 +2,7 @@
 
 A tenant chooses how much evaluator work a run does: how many score nodes, which evaluators, a
 composite's parts, a brand palette's length. The gateway counts that work against the same
-limits as generation (:func:`genloop.workers.planner.run_cost`), so one image scored by a
+limits as generation (:func:`genloop.workers.runtime.planner.run_cost`), so one image scored by a
 thousand score nodes with a thousand option sets costs a thousand scorings, not one image.
 
 One evaluator pass over one image is priced at :data:`PASS_COST`. A CLIP-class image encoder

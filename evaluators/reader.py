@@ -7,7 +7,7 @@ object" from the rest of the question). This judge reads instead: a small CNN
 (:mod:`.reader_model`) predicts the checker's reading of the image (background, object count,
 the largest object's colour, shape, size and place, the two largest objects left or top first,
 the axis they lie on) as one categorical head per slot, trained on the checker's readings of
-the generator's own images (:mod:`genloop.training.shapes.train_reader`). A caption scores 100 x
+the generator's own images (:mod:`genloop.shapes.training.train_reader`). A caption scores 100 x
 the probability that the reading matches every clause
 (:func:`.reader_model.caption_probability`), the scale of ``shapes-critic`` and ``shapes-vqa``,
 so ``target=50`` means "more likely right than wrong" on each; the critique gives every clause's
@@ -32,7 +32,7 @@ from safetensors.torch import load_file
 
 from genloop.sdk.errors import Permanent
 from genloop.sdk.ops import ClauseScore, Critique
-from genloop.workers.shapes.scene import Scene
+from genloop.shapes.scene import Scene
 
 from .base import Scores
 from .reader_model import (
@@ -50,11 +50,11 @@ COUNT_TEXT = "two objects"
 
 
 def load_net(path: Path, device: str = "cpu") -> ReaderNet:
-    """A :class:`ReaderNet` from a file :func:`~genloop.training.shapes.train_reader.save`
+    """A :class:`ReaderNet` from a file :func:`~genloop.shapes.training.train_reader.save`
     wrote."""
     if not path.is_file():
         raise Permanent(f"shapes-reader weights not found at {path}; train them with "
-                        "`python -m genloop.training.shapes.train_reader --out DIR`")
+                        "`python -m genloop.shapes.training.train_reader --out DIR`")
     with safe_open(str(path), framework="pt") as f:
         config = json.loads((f.metadata() or {}).get("config", "{}"))
     net = ReaderNet(**config)

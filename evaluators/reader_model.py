@@ -1,6 +1,6 @@
 """The ``shapes-reader`` model: what the pixel checker would read in a shapes image, per slot.
 
-The checker (:func:`genloop.workers.shapes.read`) reads an image as a background and a list of
+The checker (:func:`genloop.shapes.read`) reads an image as a background and a list of
 objects, largest first, each with a colour, a shape, a size and a centroid. This net predicts
 that reading as independent categorical heads (:data:`HEADS`): the background, how many
 objects, the largest object's colour, shape, size and position (what a one-object caption is
@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from genloop.workers.shapes.checker import Reading, scene_of
-from genloop.workers.shapes.scene import (
+from genloop.shapes.checker import Reading, scene_of
+from genloop.shapes.scene import (
     BACKGROUNDS,
     COLOURS,
     PAIR_CLAUSES,

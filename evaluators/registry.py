@@ -249,7 +249,7 @@ def _clip(device: str, **options: Any) -> Evaluator:
 
 def _shapes_clip(device: str, **options: Any) -> Evaluator:
     """open_clip trained on the shapes world (shipped): scores shapes images, about 0-40."""
-    from genloop.workers import shapes
+    from genloop import shapes
 
     from .openclip import OpenClipEvaluator
 

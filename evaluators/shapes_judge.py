@@ -14,7 +14,7 @@ from PIL import Image
 from torch import nn
 
 from genloop.sdk.errors import Permanent
-from genloop.workers.shapes.scene import Scene, parse_caption
+from genloop.shapes.scene import Scene, parse_caption
 
 from .base import Evaluator, Scores
 
@@ -47,7 +47,7 @@ class ShapesJudge(Evaluator):
 
     def shipped_weights(self) -> Path:
         """The weights shipped in the package, beside shapes-clip's."""
-        from genloop.workers import shapes
+        from genloop import shapes
 
         return shapes.weights_dir() / self.name / "model.safetensors"
 

@@ -3,7 +3,7 @@
 CLIP-family judges compare a caption with captions one clause away, and on the generator's own
 images they rank one prompt's candidates at within-prompt AUC ~0.85: they see shape worst, and
 colour-shape pairs they never saw barely at all. This judge is trained on what the pixel
-checker says about the generator's own images (:mod:`genloop.training.shapes.train_vqa`), and
+checker says about the generator's own images (:mod:`genloop.shapes.training.train_vqa`), and
 answers each clause as its own question (:mod:`.vqa_model`): is the first object's shape
 "star"? Its P(yes) per clause, multiplied, is the chance (x100) that every clause holds, the
 same scale as ``shapes-critic``'s and ``vlm-judge``'s, so ``target=50`` means "more likely right
@@ -29,7 +29,7 @@ from safetensors.torch import load_file
 
 from genloop.sdk.errors import Permanent
 from genloop.sdk.ops import ClauseScore, Critique
-from genloop.workers.shapes.scene import Scene
+from genloop.shapes.scene import Scene
 
 from .base import Scores
 from .shapes_judge import ShapesJudge
@@ -47,10 +47,10 @@ VERSION = "1"
 
 
 def load_net(path: Path, device: str = "cpu") -> VqaNet:
-    """A :class:`VqaNet` from a file :func:`~genloop.training.shapes.train_vqa.save` wrote."""
+    """A :class:`VqaNet` from a file :func:`~genloop.shapes.training.train_vqa.save` wrote."""
     if not path.is_file():
         raise Permanent(f"shapes-vqa weights not found at {path}; train them with "
-                        "`python -m genloop.training.shapes.train_vqa --out DIR`")
+                        "`python -m genloop.shapes.training.train_vqa --out DIR`")
     with safe_open(str(path), framework="pt") as f:
         config = json.loads((f.metadata() or {}).get("config", "{}"))
     net = VqaNet(**config)

@@ -22,8 +22,8 @@ import torch
 from PIL import Image
 from torch import nn
 
-from genloop.workers.shapes.dataset import IMAGE_SIZE
-from genloop.workers.shapes.scene import (
+from genloop.shapes.dataset import IMAGE_SIZE
+from genloop.shapes.scene import (
     ATTRIBUTE_NAMES,
     BACKGROUNDS,
     COLOURS,

@@ -49,16 +49,18 @@ class _ClientBase:
         """Run everything in this process: Dramatiq's StubBroker with in-process worker threads,
         a SQLite state store and artifacts under ``home``. Needs the ``workers`` extra.
 
-        ``options`` go to :class:`~genloop.workers.embedded.EmbeddedRuntime`, among them the
-        registries this runtime uses instead of the process-wide defaults: ``registry`` (ops),
+        ``options`` go to :class:`~genloop.workers.backends.embedded.EmbeddedRuntime`, among them
+        the registries this runtime uses instead of the process-wide defaults: ``registry`` (ops),
         ``evaluators`` (an ``EvaluatorRegistry``), ``refiners`` (a ``RefinerRegistry``)."""
-        embedded = _workers_module("embedded", "Client.local() runs workers in this process and")
+        embedded = _workers_module("backends.embedded",
+                                   "Client.local() runs workers in this process and")
         return cls._on_backend(embedded.EmbeddedBackend(home, threads=threads, **options))
 
     @classmethod
     def connect(cls, redis_url: str, *, artifacts: Any = None, **options: Any) -> Self:
         """Submit to a Redis worker pool (``genloop worker`` processes on any host)."""
-        module = _workers_module("redis_backend", "Client.connect() talks to Redis directly and")
+        module = _workers_module("backends.redis_backend",
+                                 "Client.connect() talks to Redis directly and")
         return cls._on_backend(module.RedisBackend(redis_url, artifacts=artifacts, **options))
 
     @classmethod

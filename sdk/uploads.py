@@ -1,7 +1,7 @@
 """Images a client uploads to edit (``Client.upload``): the bytes and the kind they are.
 
 The kind is read from the bytes' signature, not from a file name: the gateway checks the image
-again, and refuses one that is not what it says (see ``workers/gateway/uploads.py``).
+again, and refuses one that is not what it says (see ``gateway/uploads.py``).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.fixture(scope="session")
 def resources():
     """Models load once per test session, as they would once per worker process."""
-    from genloop.workers.resources import Resources
+    from genloop.workers.models.resources import Resources
 
     return Resources(device="cpu")
 

@@ -49,14 +49,14 @@ def orphaned_workers(port: int = PORT) -> list[tuple[int, int]]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         argv = _read(pid, "cmdline").split(b"\0")
-        if b"dramatiq" not in argv or b"genloop.workers.worker_main" not in argv:
+        if b"dramatiq" not in argv or b"genloop.workers.pool.worker_main" not in argv:
             continue
         if _redis_port(_read(pid, "environ")) != port:
             continue
         stat = _read(pid, "stat")
         parent = int(stat.rsplit(b")", 1)[1].split()[1]) if stat else 0
         parent_argv = _read(str(parent), "cmdline")
-        if b"genloop.workers.worker_main" in parent_argv:
+        if b"genloop.workers.pool.worker_main" in parent_argv:
             continue  # one of a pool's forked worker processes: its main one is judged
         if b"pytest" not in parent_argv:
             found.append((int(pid), parent))

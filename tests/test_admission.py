@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from genloop.gateway.admission import default_admission
+from genloop.gateway.limits import TenantLimits
 from genloop.sdk import Graph, GraphError, Loop
 from genloop.sdk.schema import Named, Served
 from genloop.sdk.validation import NAMED_FIELDS, graph_problems, loop_name_problems, name_problems
 from genloop.workers import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
-from genloop.workers.gateway.admission import default_admission
-from genloop.workers.gateway.limits import TenantLimits
 from genloop.workers.ops.registry import default_registry
-from genloop.workers.planner import run_cost
+from genloop.workers.runtime.planner import run_cost
 
 
 def _served(**changes) -> Served:
@@ -162,8 +162,8 @@ def test_admission_reports_every_kind_of_problem_once():
 
 
 def test_a_model_is_costed_at_its_own_defaults_and_the_engines_where_it_sets_none():
-    from genloop.workers.models_config import ModelsConfig
-    from genloop.workers.planner import ImageSize
+    from genloop.workers.models.models_config import ModelsConfig
+    from genloop.workers.runtime.planner import ImageSize
 
     config = ModelsConfig.model_validate({"models": {
         "house": {"source": "org/house", "steps": 10, "width": 64},  # no folder to read here

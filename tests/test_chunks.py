@@ -1,4 +1,4 @@
-"""Chunked delivery (genloop.workers.chunks): a large release travels several instances to a
+"""Chunked delivery (genloop.workers.runtime.chunks): a large release travels several instances to a
 message, and each instance keeps its own execution, retries and failure."""
 
 from __future__ import annotations
@@ -11,8 +11,14 @@ from genloop_test_ops import executions
 
 from genloop.sdk import Graph, RunStatus
 from genloop.sdk.errors import StoreError
-from genloop.workers.chunks import MAX_CHUNK, MIN_MESSAGES, chunked, instances_of, message_args
-from genloop.workers.executor import TOGETHER_BELOW
+from genloop.workers.runtime.chunks import (
+    MAX_CHUNK,
+    MIN_MESSAGES,
+    chunked,
+    instances_of,
+    message_args,
+)
+from genloop.workers.runtime.executor import TOGETHER_BELOW
 from genloop.workers.stores.records import InstanceRecord
 
 

@@ -14,7 +14,7 @@ from genloop.sdk import Graph
 
 def genloop(*args: str, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "genloop.workers.cli", *args], capture_output=True, text=True,
+        [sys.executable, "-m", "genloop.workers.cli.main", *args], capture_output=True, text=True,
         cwd=cwd, timeout=600,
     )
 
@@ -50,7 +50,7 @@ def test_run_status_and_events_from_a_json_spec(tmp_path):
 
     code = (
         f"import sys; sys.path.insert(0, {env_path!r}); import genloop_test_ops; "
-        "from genloop.workers.cli import main; sys.exit(main(sys.argv[1:]))"
+        "from genloop.workers.cli.main import main; sys.exit(main(sys.argv[1:]))"
     )
 
     def cli(*args):

@@ -8,7 +8,7 @@ import os
 import time
 
 from genloop.workers.artifacts import LocalArtifactStore
-from genloop.workers.cli import main
+from genloop.workers.cli.main import main
 from genloop.workers.stores import SqliteStateStore
 from genloop.workers.stores.records import ResultRecord
 

@@ -9,7 +9,7 @@ import redis
 from redis_util import DB, redis_url
 
 from genloop.sdk import Client, Graph, RunStatus
-from genloop.workers.broker import actor_name
+from genloop.workers.pool.broker import actor_name
 
 #: A database of its own: the test reads the broker's queue, which the store tests don't use.
 CONNECT_DB = DB + 5

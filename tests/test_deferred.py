@@ -1,4 +1,4 @@
-"""Ops that wait on a batched resource free their worker thread (genloop.workers.deferred).
+"""Ops that wait on a batched resource free their worker thread (genloop.workers.runtime.deferred).
 
 What the engine's and the score batcher's logs must show: worker threads no longer bound the
 batch size, a loop round reaches the engine as one group, score requests of two runs share one
@@ -33,7 +33,7 @@ def models():
 @pytest.fixture
 def resources(models):
     from genloop.evaluators import ScoreBatcher
-    from genloop.workers.resources import Resources
+    from genloop.workers.models.resources import Resources
 
     res = Resources(device="cpu", models=models)
     res.scoring = ScoreBatcher(window=30.0, max_images=8)
@@ -217,7 +217,7 @@ def test_a_worker_killed_while_its_work_is_in_the_engine_is_recovered_and_comple
         # Dramatiq's own requeue of a dead worker's messages is pushed out of reach (10 min
         # heartbeat), so what recovers the work is genloop's lease and sweeper.
         return subprocess.Popen(
-            [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", url,
+            [sys.executable, "-m", "genloop.workers.cli.main", "worker", "--redis", url,
              "--artifacts", artifacts, "--threads", "2", "--import", "genloop_test_ops",
              "--lease-ttl", "3", "--heartbeat-timeout-ms", "600000"],
             env=env, start_new_session=True, stdout=subprocess.DEVNULL,

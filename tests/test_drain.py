@@ -12,8 +12,8 @@ import pytest
 from genloop_test_ops import executions
 
 from genloop.sdk import Graph, RunStatus
-from genloop.workers.batch_queue import HandedBack, hand_back_all
 from genloop.workers.engine.batching import Batcher, Job
+from genloop.workers.runtime.batch_queue import HandedBack, hand_back_all
 
 KEY = ("m", 8, 8, 1, 1.0, "off", "text", 1.0)
 

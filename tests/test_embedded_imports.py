@@ -31,8 +31,8 @@ def test_a_start_check_with_no_model_to_load_imports_no_torch(tmp_path):
                       'load_seconds = 0.1\nstep_seconds = {1 = 0.01}\nresident_bytes = 1000\n')
     script = (
         "import json, sys\n"
-        "from genloop.workers.models_config import ModelsConfig\n"
-        "from genloop.workers.resources import Resources\n"
+        "from genloop.workers.models.models_config import ModelsConfig\n"
+        "from genloop.workers.models.resources import Resources\n"
         "problems = Resources(allowed=ModelsConfig.load(sys.argv[1])).config_problems()\n"
         "print(json.dumps([problems, 'torch' in sys.modules]))\n"
     )

@@ -14,7 +14,7 @@ import pytest
 import redis
 from dramatiq.brokers.stub import StubBroker
 
-from genloop.workers.redis_fair_queue import RedisFairQueue, RedisFairWorker
+from genloop.workers.pool.redis_fair_queue import RedisFairQueue, RedisFairWorker
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from genloop.sdk import Permanent
-from genloop.workers import fingerprint as fp
+from genloop.workers.models import fingerprint as fp
 
 
 def _tree(root, files):

@@ -38,7 +38,7 @@ def unbatched_client(tmp_path):
     from genloop.sdk import Client
     from genloop.workers.engine.engine import EngineOptions
     from genloop.workers.engine.registry import ModelRegistry
-    from genloop.workers.resources import Resources
+    from genloop.workers.models.resources import Resources
 
     models = ModelRegistry("cpu", engine_options=EngineOptions(max_batch=1))
     with Client.local(home=tmp_path / "home", threads=4, resources=Resources(models=models),

@@ -66,7 +66,7 @@ def test_a_section_without_json_says_why(check, rc, cause):
 
 def test_the_checkout_becomes_importable_as_genloop(check, tmp_path):
     farm = Path(check.genloop_path(tmp_path))
-    for name in ("sdk", "workers", "kernels", "evaluators", "training"):
+    for name in ("sdk", "workers", "gateway", "kernels", "evaluators", "shapes"):
         assert (farm / "genloop" / name).resolve() == (BENCHMARKS.parent / name).resolve()
 
 

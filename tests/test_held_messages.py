@@ -11,8 +11,8 @@ from genloop_test_ops import executions
 from wait_util import until
 
 from genloop.sdk import Client, Graph, NodeStatus, RunStatus
-from genloop.workers.metrics import metrics
-from genloop.workers.recovery import recover
+from genloop.workers.metrics.prometheus import metrics
+from genloop.workers.runtime.recovery import recover
 
 
 def _lost() -> float:
@@ -28,7 +28,7 @@ def test_a_queued_instance_held_by_busy_threads_is_not_resent(tmp_path, resource
     g = Graph()
     for i, sleep in enumerate((3.0, 0.0, 0.0)):
         g.add("test-count", id=f"n{i}", params={"log": log, "value": i, "sleep": sleep})
-    caplog.set_level(logging.WARNING, logger="genloop.workers.recovery")
+    caplog.set_level(logging.WARNING, logger="genloop.workers.runtime.recovery")
     before = _lost()
     with Client.local(home=tmp_path / "home", resources=resources, threads=1, lease_ttl=1.0,
                       sweep_every=0.1, fair_window=fair_window) as client:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from genloop.workers.executor import InputResults
+from genloop.workers.runtime.executor import InputResults
 from genloop.workers.stores import SqliteStateStore
 from genloop.workers.stores.records import ResultRecord
 

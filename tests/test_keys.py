@@ -5,7 +5,7 @@ resubmitted spec is taken for a new one. These pin the derivation to fixed value
 
 from __future__ import annotations
 
-from genloop.workers.keys import result_key, spec_hash
+from genloop.workers.runtime.keys import result_key, spec_hash
 from genloop.workers.stores.records import ItemRef
 
 _INPUTS = [ItemRef(key="k1", index=0), ItemRef(key="k2", index=3)]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from genloop.sdk import Client, Graph, Permanent
-from genloop.workers.models_config import ModelsConfig, ModelsConfigError
+from genloop.workers.models.models_config import ModelsConfig, ModelsConfigError
 
 
 def write_folder(folder: Path, sample_size: int = 16, vae_blocks: int = 2) -> Path:
@@ -57,8 +57,8 @@ def test_an_invalid_config_is_a_clear_error(tmp_path, text):
 
 def test_with_a_config_a_path_like_name_is_refused_without_touching_the_file_system(
         tmp_path, monkeypatch):
-    from genloop.workers import model_identity
     from genloop.workers.engine import registry as module
+    from genloop.workers.models import model_identity
 
     config = ModelsConfig.load(write_config(tmp_path))
     registry = module.ModelRegistry(device="cpu", models=config)
@@ -83,7 +83,7 @@ def test_a_configured_name_loads_its_source_with_its_defaults(tmp_path):
     config = ModelsConfig.load(write_config(tmp_path))
     registry = ModelRegistry(device="cpu", models=config)
     source = tmp_path / "weights" / "house"
-    from genloop.workers.fingerprint import fingerprint
+    from genloop.workers.models.fingerprint import fingerprint
 
     assert registry.identity("house") == f"path:{fingerprint(source)}"  # by content, not path
     defaults = registry.defaults("house")
@@ -128,8 +128,8 @@ def test_listing_the_served_models_imports_no_diffusers(tmp_path):
 
 def test_the_torch_free_listing_says_what_a_registry_registers(tmp_path):
     from genloop.workers.engine.registry import ModelRegistry
-    from genloop.workers.models_config import builtin_models
-    from genloop.workers.resources import Resources
+    from genloop.workers.models.models_config import builtin_models
+    from genloop.workers.models.resources import Resources
 
     # Given a fresh registry; Then the listing read without one matches it
     assert builtin_models() == ModelRegistry(device="cpu").builtin()
@@ -166,7 +166,7 @@ def test_a_folder_beside_the_config_is_a_folder_not_a_hub_id(tmp_path):
 
 
 def test_start_checks_name_an_uncached_hub_id_and_an_unreadable_size(tmp_path):
-    from genloop.workers.models_config import ModelEntry, config_problems
+    from genloop.workers.models.models_config import ModelEntry, config_problems
 
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -187,9 +187,9 @@ def test_start_checks_name_an_uncached_hub_id_and_an_unreadable_size(tmp_path):
 KEYED_WITHOUT_TORCH = """
 import json, sys
 from genloop.sdk.ops import GenerateParams
-from genloop.workers.models_config import ModelsConfig
+from genloop.workers.models.models_config import ModelsConfig
 from genloop.workers.ops.registry import default_registry
-from genloop.workers.resources import Resources
+from genloop.workers.models.resources import Resources
 import genloop.workers.ops.generate  # registers generate
 
 resources = Resources(allowed=ModelsConfig.load(sys.argv[1]))

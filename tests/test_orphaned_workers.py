@@ -12,7 +12,7 @@ from redis_util import PORT, orphaned_workers, redis_url
 
 #: Looks like `genloop worker`'s Dramatiq main process to /proc, and only sleeps.
 POSING = [sys.executable, "-c", "import time; time.sleep(60)", "-m", "dramatiq",
-          "genloop.workers.worker_main", "--processes", "1"]
+          "genloop.workers.pool.worker_main", "--processes", "1"]
 
 
 def spawn(parent_is_pytest: bool) -> int:

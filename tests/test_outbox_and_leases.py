@@ -66,7 +66,7 @@ def test_a_run_waiting_on_a_leased_key_is_not_resent_as_lost(tmp_path, resources
     log = str(tmp_path / "log")
     g = Graph()
     g.add("test-count", id="a", params={"log": log, "value": 7, "sleep": 4.0})
-    caplog.set_level(logging.WARNING, logger="genloop.workers.recovery")
+    caplog.set_level(logging.WARNING, logger="genloop.workers.runtime.recovery")
     # A short lease (renewed while the holder runs) makes the grace period short too.
     with Client.local(home=tmp_path / "home", resources=resources, lease_ttl=1.0,
                       sweep_every=0.1) as client:

@@ -17,7 +17,7 @@ from genloop.evaluators.config import judge_problems
 from genloop.evaluators.openclip import register_tiny_config
 from genloop.evaluators.registry import register_builtins
 from genloop.sdk import Client, Graph, RunStatus
-from genloop.workers.models_config import ModelsConfig, ModelsConfigError
+from genloop.workers.models.models_config import ModelsConfig, ModelsConfigError
 
 
 def clip_checkpoint(folder: Path, architecture: str = "tiny-clip-v1") -> Path:
@@ -83,8 +83,8 @@ def test_every_judge_problem_is_named_with_its_path(tmp_path):
 
 
 def test_a_worker_refuses_to_start_on_a_judge_of_the_wrong_architecture(tmp_path):
-    from genloop.workers import worker_process
-    from genloop.workers.resources import Resources
+    from genloop.workers.models.resources import Resources
+    from genloop.workers.pool import worker_process
 
     config = config_file(tmp_path, '[evaluators.wrong]\nkind = "open_clip"\n'
                          f'architecture = "ViT-S-32"\ncheckpoint = "{clip_checkpoint(tmp_path)}"\n')
@@ -111,7 +111,7 @@ def test_a_judge_whose_checkpoint_goes_after_start_fails_once_naming_it_not_its_
         tmp_path, caplog):
     from genloop.evaluators.config import register_judges
     from genloop.sdk import Permanent
-    from genloop.workers.models_config import ModelsConfig
+    from genloop.workers.models.models_config import ModelsConfig
 
     # Given a judge whose checkpoint a worker checked at start, then removed
     tiny = clip_checkpoint(tmp_path)

@@ -14,7 +14,7 @@ from PIL import Image
 
 from genloop.sdk import Client, Graph, RunStatus
 from genloop.sdk.ops import Candidate
-from genloop.workers.models_config import ModelsConfig, ModelsConfigError
+from genloop.workers.models.models_config import ModelsConfig, ModelsConfigError
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +103,8 @@ def test_every_invalid_field_is_named_at_once(tmp_path):
 
 
 def test_a_worker_refuses_to_start_naming_every_folder_problem(tmp_path, folder):
-    from genloop.workers import worker_process
-    from genloop.workers.resources import Resources
+    from genloop.workers.models.resources import Resources
+    from genloop.workers.pool import worker_process
 
     # Given a folder that does not exist, one missing its vae, one of a class diffusers lacks
     no_vae, odd = tmp_path / "no-vae", tmp_path / "odd"
@@ -129,8 +129,8 @@ def test_a_worker_refuses_to_start_naming_every_folder_problem(tmp_path, folder)
 
 
 def test_the_memory_budget_flag_overrides_the_config(tmp_path, folder):
-    from genloop.workers import worker_process
-    from genloop.workers.resources import Resources
+    from genloop.workers.models.resources import Resources
+    from genloop.workers.pool import worker_process
 
     config = config_file(tmp_path, f'memory_budget_gib = 8\n\n[models.house]\nsource = '
                          f'"{folder}"\nmemory_gib = 1.5\n')
@@ -183,7 +183,7 @@ def test_trusted_codes_missing_folder_fails_once_not_through_a_hub_lookup(client
 
 
 def test_genloop_worker_takes_its_memory_budget_from_the_flag(tmp_path, folder, capsys):
-    from genloop.workers.cli import main
+    from genloop.workers.cli.main import main
 
     # Given a model whose share (1.5 GiB) fits the config's budget but not the flag's
     config = config_file(tmp_path, f'memory_budget_gib = 8\n\n[models.house]\nsource = '
@@ -196,7 +196,7 @@ def test_genloop_worker_takes_its_memory_budget_from_the_flag(tmp_path, folder, 
 
 
 def test_the_gateway_costs_a_model_at_its_native_size(tmp_path, folder):
-    from genloop.workers.gateway.admission import default_admission
+    from genloop.gateway.admission import default_admission
     from genloop.workers.ops.registry import default_registry
 
     config = ModelsConfig.load(config_file(tmp_path, f'[models.house]\nsource = "{folder}"\n'))

@@ -7,7 +7,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from genloop.workers.models_config import ModelEntry, ModelsConfig
+from genloop.workers.models.models_config import ModelEntry, ModelsConfig
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "own-models.md"
 

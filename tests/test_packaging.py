@@ -21,7 +21,7 @@ def test_sdk_import_loads_no_heavy_dependency():
 
 @pytest.mark.parametrize("package", [
     "genloop.sdk", "genloop.workers", "genloop.workers.stores", "genloop.workers.artifacts",
-    "genloop.workers.ops", "genloop.workers.engine", "genloop.workers.gateway",
+    "genloop.workers.ops", "genloop.workers.engine", "genloop.gateway",
     "genloop.workers.middleware", "genloop.evaluators", "genloop.kernels",
 ])
 def test_all_lists_exactly_the_public_names(package):

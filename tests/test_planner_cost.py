@@ -8,7 +8,7 @@ import pytest
 from genloop.sdk import Graph, Loop
 from genloop.workers import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 from genloop.workers.ops.registry import OpRegistry, default_registry, op
-from genloop.workers.planner import ImageSize, run_cost
+from genloop.workers.runtime.planner import ImageSize, run_cost
 
 SIZE = ImageSize(steps=10, width=100, height=100)  # 0.01 megapixels, 0.1 megapixel-steps
 
@@ -126,7 +126,7 @@ def test_score_nodes_cost_the_items_they_score_when_scoring_is_priced():
 
 def test_the_run_limits_count_scoring_when_a_fan_out_grows_the_run():
     from genloop.sdk.graph import RunLimits
-    from genloop.workers.planner import limits_problem
+    from genloop.workers.runtime.planner import limits_problem
 
     # Given a run planned at 3 images, each scored at 1 megapixel-step, within a cost of 5
     g = Graph()
@@ -144,7 +144,7 @@ def test_the_run_limits_count_scoring_when_a_fan_out_grows_the_run():
 def test_an_answer_is_costed_on_top_of_the_planned_scoring():
     from genloop.sdk import GenerationRequest
     from genloop.sdk.graph import RunLimits
-    from genloop.workers.planner import answer_cost_problem
+    from genloop.workers.runtime.planner import answer_cost_problem
 
     # Given a 2x2 loop planned at 4 images of 1 (2 steps each) and 4 scorings of 0.5: 6
     graph = Loop(prompt="p", candidates=2, rounds=2, steps=2, refiner="agent").compile()
@@ -178,7 +178,7 @@ def _limited(**limits) -> Graph:
 
 
 def _limits_problem(g: Graph, node_id: str) -> str | None:
-    from genloop.workers.planner import limits_problem
+    from genloop.workers.runtime.planner import limits_problem
 
     return limits_problem(g, default_registry, g.limits, node_id, {})
 
@@ -208,7 +208,7 @@ def test_a_run_past_its_images_or_cost_counts_every_node():
 
 
 def _quorum(min_success: int | None, map_: bool, ok: int, failed: list[tuple[str, int]]):
-    from genloop.workers.planner import quorum_problem
+    from genloop.workers.runtime.planner import quorum_problem
     from genloop.workers.stores.records import FailedItem, ItemRef
 
     g = Graph()
@@ -237,7 +237,7 @@ def test_the_quorum_names_what_succeeded_of_what_was_asked_and_every_loss():
 
 def test_an_unknown_op_is_a_graph_problem_naming_its_node():
     from genloop.sdk import GraphError
-    from genloop.workers.planner import op_spec
+    from genloop.workers.runtime.planner import op_spec
 
     g = Graph()
     g.add("no-such-op", id="x")
@@ -248,7 +248,7 @@ def test_an_unknown_op_is_a_graph_problem_naming_its_node():
 
 
 def test_instances_carry_their_nodes_retry_settings_and_a_shards_own_size():
-    from genloop.workers.planner import expand
+    from genloop.workers.runtime.planner import expand
 
     g = Graph()
     g.generate("p", n=10, shard_size=4, id="gen", max_retries=5, min_backoff=7, max_backoff=9)

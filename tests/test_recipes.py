@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from genloop import shapes
 from genloop.sdk import Loop
 from genloop.sdk.loop import RECIPE_FIELDS
 from genloop.sdk.ops import ScoredCandidate
-from genloop.workers import shapes
 
 CAPTION = "a large red circle in the centre, black background"
 

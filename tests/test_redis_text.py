@@ -1,4 +1,4 @@
-"""Redis replies as text (genloop.workers.redis_text): what a client without
+"""Redis replies as text (genloop.workers.stores.redis_text): what a client without
 ``decode_responses`` returns (bytes) and what one with it returns (str) read the same, and a
 reply of another shape is refused rather than turned into text."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from genloop.workers.redis_text import data, optional_text, scored, text, texts
+from genloop.workers.stores.redis_text import data, optional_text, scored, text, texts
 
 
 def test_bytes_and_str_replies_read_as_the_same_text():

@@ -10,9 +10,9 @@ import pytest
 import redis
 from redis_util import redis_url
 
-from genloop.workers.redis_backend import RedisBackend
-from genloop.workers.retention import configured_retention, duration
+from genloop.workers.backends.redis_backend import RedisBackend
 from genloop.workers.stores.redis_keys import PoolKeys
+from genloop.workers.stores.retention import configured_retention, duration
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("7d", 604_800), ("12h", 43_200), ("30m", 1_800),

@@ -1,4 +1,4 @@
-"""Model-aware routing's parts on the test Redis (workers/routing.py): which queue a sender
+"""Model-aware routing's parts on the test Redis (workers/pool/routing.py): which queue a sender
 puts work on, and when a worker's gate lets it fetch from a model's queue; the pool's behaviour
 with real worker processes is in tests/redis_pool/test_pool_routing.py."""
 
@@ -14,9 +14,9 @@ from dramatiq.brokers.redis import RedisBroker
 from redis_util import redis_url
 
 from genloop.sdk.graph import Node
-from genloop.workers.pool_status import WorkerState, workers_key
-from genloop.workers.redis_fair_queue import RedisFairQueue
-from genloop.workers.routing import (
+from genloop.workers.pool.pool_status import WorkerState, workers_key
+from genloop.workers.pool.redis_fair_queue import RedisFairQueue
+from genloop.workers.pool.routing import (
     AffinityGate,
     Router,
     base_queue,

@@ -4,7 +4,7 @@ the run, and a spec without labels keeping the idempotency hash it had before la
 from __future__ import annotations
 
 from genloop.sdk import Graph, Loop
-from genloop.workers.keys import spec_hash
+from genloop.workers.runtime.keys import spec_hash
 
 
 def test_a_local_client_lists_its_runs_by_label_and_status(client):

@@ -8,9 +8,9 @@ import io
 import pytest
 from PIL import Image
 
+from genloop import shapes
 from genloop.evaluators import get_evaluator
 from genloop.sdk import Loop, RunStatus
-from genloop.workers import shapes
 
 pytestmark = pytest.mark.skipif(
     not shapes.clip_checkpoint_path().exists() or not shapes.pipeline_path().exists(),

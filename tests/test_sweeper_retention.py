@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from genloop.sdk import Client, Graph, NotFound
 from genloop.workers import OpRegistry, op
-from genloop.workers.metrics import metrics
+from genloop.workers.metrics.prometheus import metrics
 from genloop.workers.middleware import sweeper
 
 

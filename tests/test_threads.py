@@ -1,4 +1,4 @@
-"""A worker process's torch threads fit its cores (genloop.workers.threads)."""
+"""A worker process's torch threads fit its cores (genloop.workers.models.threads)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from genloop.workers.threads import (
+from genloop.workers.models.threads import (
     SCORER_THREADS,
     available_cores,
     engine_threads,
@@ -25,7 +25,7 @@ def torch_default():
 
 def test_the_engine_takes_every_core_and_the_scorer_one_unless_pinned(monkeypatch,
                                                                      torch_default):
-    from genloop.workers.resources import Resources
+    from genloop.workers.models.resources import Resources
 
     monkeypatch.setenv("GENLOOP_TORCH_THREADS", "")
     res = Resources(device="cpu")

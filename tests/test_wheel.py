@@ -17,12 +17,12 @@ from wheel_util import ROOT, run_in, setuptools_warnings
 # Building the venvs dominates (see wheel_util); the first test to ask for one pays for it.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-WORKERS = ROOT / "workers"
-SHIPPED = sorted(str(p.relative_to(WORKERS)) for p in (WORKERS / "shapes" / "weights").rglob("*")
+#: Files of the checkout the wheel ships as package data: the shapes weights, and the Redis
+#: store's scripts (read from the package at import).
+SHIPPED = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "shapes" / "weights").rglob("*")
                  if p.is_file())
-#: The Redis store's scripts, read from the package at import.
-SCRIPTS = sorted(str(p.relative_to(WORKERS))
-                 for p in (WORKERS / "stores" / "scripts").glob("*.lua"))
+SCRIPTS = sorted(str(p.relative_to(ROOT))
+                 for p in (ROOT / "workers" / "stores" / "scripts").glob("*.lua"))
 
 
 def test_the_build_is_warning_free(built_dist):
@@ -33,15 +33,15 @@ def test_the_build_is_warning_free(built_dist):
 def test_wheel_and_sdist_carry_the_shipped_weights_and_scripts(built_dist):
     assert len(SHIPPED) >= 10 and len(SCRIPTS) >= 8
     wheel = set(zipfile.ZipFile(built_dist.wheel).namelist())
-    assert {f"genloop/workers/{f}" for f in SHIPPED + SCRIPTS} <= wheel
+    assert {f"genloop/{f}" for f in SHIPPED + SCRIPTS} <= wheel
     assert "genloop/sdk/py.typed" in wheel
     with tarfile.open(built_dist.sdist) as sdist:
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
-    assert {f"workers/{f}" for f in SHIPPED + SCRIPTS} <= names
+    assert set(SHIPPED + SCRIPTS) <= names
 
 
 def test_base_install_imports_no_torch_and_its_cli_names_missing_extras(base_venv, tmp_path):
-    code = ("import sys, genloop.sdk, genloop.workers.cli; "
+    code = ("import sys, genloop.sdk, genloop.workers.cli.main; "
             "print(sorted(m for m in ('torch', 'fastapi', 'dramatiq', 'PIL') if m in sys.modules))"
             "; print(genloop.sdk.__file__)")
     out = run_in(base_venv, "python", "-c", code, cwd=tmp_path)
@@ -81,5 +81,5 @@ def test_workers_install_generates_a_shapes_image(workers_venv, tmp_path):
     image = Image.open(tmp_path / "image.png")
     assert image.size == (candidate["width"], candidate["height"])
     weights = run_in(workers_venv, "python", "-c",
-                     "import genloop.workers.shapes as s; print(s.weights_dir())", cwd=tmp_path)
+                     "import genloop.shapes as s; print(s.weights_dir())", cwd=tmp_path)
     assert weights.stdout.strip().startswith(str(workers_venv)), weights.stdout

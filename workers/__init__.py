@@ -4,13 +4,11 @@ Register custom ops with :func:`op` (and refine strategies with :func:`refiner`)
 registries, or give a runtime registries of its own (``Client.local(registry=..., refiners=...)``,
 ``evaluators=...``); raise :class:`Permanent` for failures a retry cannot fix
 and :class:`Transient` for ones it can. An op that hands its work to a batched resource returns
-a :class:`Deferred` instead of waiting for it (see :mod:`genloop.workers.deferred`).
+a :class:`Deferred` instead of waiting for it (see :mod:`genloop.workers.runtime.deferred`).
 """
 
 from genloop.sdk.errors import Cancelled, Permanent, Transient
 
-from .context import OpContext
-from .deferred import Deferred
 from .ops import (
     OpRegistry,
     OpSpec,
@@ -20,6 +18,8 @@ from .ops import (
     op,
     refiner,
 )
+from .runtime.context import OpContext
+from .runtime.deferred import Deferred
 
 __all__ = [
     "Cancelled",

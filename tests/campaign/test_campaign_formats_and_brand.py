@@ -161,7 +161,7 @@ def test_a_pick_is_read_once_for_its_brand_and_all_its_formats(tmp_path, local):
 
 
 def test_status_counts_the_format_runs_beside_the_loop_runs(tmp_path, local, capsys):
-    from genloop.workers.cli import main
+    from genloop.workers.cli.main import main
 
     # Given a campaign whose two variants each had a loop run and a format run
     run(parse_spec(SPEC), local, out=tmp_path / "out")

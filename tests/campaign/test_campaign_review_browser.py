@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
 
 from server import LiveServer, console_sign_in  # noqa: E402
 
-from genloop.workers.gateway import GatewaySettings, SqliteGatewayStore, create_app  # noqa: E402
+from genloop.gateway import GatewaySettings, SqliteGatewayStore, create_app  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ SPEC = {
 
 @pytest.fixture
 def gateway(tmp_path, resources):
-    from genloop.workers.embedded import EmbeddedBackend
+    from genloop.workers.backends.embedded import EmbeddedBackend
 
     backend = EmbeddedBackend(tmp_path / "home", threads=2, resources=resources, lease_ttl=5.0)
     store = SqliteGatewayStore(tmp_path / "gateway.db")

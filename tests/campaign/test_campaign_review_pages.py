@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
 
 from server import LiveServer, console_sign_in  # noqa: E402
 
-from genloop.workers.gateway import GatewaySettings, SqliteGatewayStore, create_app  # noqa: E402
-from genloop.workers.gateway.ui_campaigns import PAGE  # noqa: E402
+from genloop.gateway import GatewaySettings, SqliteGatewayStore, create_app  # noqa: E402
+from genloop.gateway.ui_campaigns import PAGE  # noqa: E402
 
 PRODUCTS, PLACES = 40, 30
 
@@ -50,7 +50,7 @@ def big_campaign(folder: Path) -> list:
 
 @pytest.fixture
 def console(tmp_path, resources):
-    from genloop.workers.embedded import EmbeddedBackend
+    from genloop.workers.backends.embedded import EmbeddedBackend
 
     backend = EmbeddedBackend(tmp_path / "home", threads=1, resources=resources)
     store = SqliteGatewayStore(tmp_path / "gateway.db")

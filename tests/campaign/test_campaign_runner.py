@@ -129,7 +129,7 @@ def test_report_rebuilds_the_folder_from_stored_runs(tmp_path, local):
 def test_a_killed_runner_resumes_without_losing_or_repeating_work(tmp_path):
     spec = dict(SPEC, loop=dict(SPEC["loop"], rounds=2, candidates=4, steps=6))
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
-    argv = [sys.executable, "-m", "genloop.workers.cli", "campaign", "run",
+    argv = [sys.executable, "-m", "genloop.workers.cli.main", "campaign", "run",
             str(tmp_path / "spec.yaml"), "--local", str(tmp_path / "home"),
             "--out", str(tmp_path / "out"), "--quiet"]
     runs_file = tmp_path / "out/sneakers/runs.jsonl"

@@ -84,7 +84,7 @@ def test_the_cli_refuses_a_bad_spec_and_submits_nothing(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("name: launch\naxes: {product: []}\ntemplate: '{product}'\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "genloop.workers.cli", "campaign", "run", str(path),
+        [sys.executable, "-m", "genloop.workers.cli.main", "campaign", "run", str(path),
          "--local", str(tmp_path / "home"), "--out", str(tmp_path / "out")],
         capture_output=True, text=True, timeout=120,
     )

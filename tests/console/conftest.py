@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
 
 from server import LiveServer  # noqa: E402
 
-from genloop.workers.gateway import GatewaySettings, SqliteGatewayStore, create_app  # noqa: E402
+from genloop.gateway import GatewaySettings, SqliteGatewayStore, create_app  # noqa: E402
 
 
 @dataclass
@@ -29,7 +29,7 @@ class Console:
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory, resources) -> Iterator[Console]:
-    from genloop.workers.embedded import EmbeddedBackend
+    from genloop.workers.backends.embedded import EmbeddedBackend
 
     tmp = tmp_path_factory.mktemp("console")
     backend = EmbeddedBackend(tmp / "home", threads=2, resources=resources, lease_ttl=5.0)

@@ -7,16 +7,16 @@ import time
 
 import pytest
 
+from genloop.gateway import SqliteGatewayStore
+from genloop.gateway.service import Gateway
+from genloop.gateway.ui_views import run_rows
 from genloop.sdk import Graph, RunStatus
-from genloop.workers.gateway import SqliteGatewayStore
-from genloop.workers.gateway.service import Gateway
-from genloop.workers.gateway.ui_views import run_rows
 
 
 @pytest.fixture
 def counted(tmp_path, resources):
     """A gateway over the embedded back end, counting the whole results it reads."""
-    from genloop.workers.embedded import EmbeddedBackend
+    from genloop.workers.backends.embedded import EmbeddedBackend
 
     class ResultsCounted(EmbeddedBackend):
         results = 0

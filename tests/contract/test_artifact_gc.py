@@ -9,8 +9,8 @@ import time
 import uuid
 
 from genloop.sdk import Graph
-from genloop.workers.artifact_gc import collect
 from genloop.workers.artifacts import LocalArtifactStore
+from genloop.workers.artifacts.gc import collect
 from genloop.workers.stores.records import ResultRecord, RunRecord, RunSpecRecord
 
 GRACE = 3600.0

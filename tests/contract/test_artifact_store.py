@@ -63,8 +63,8 @@ def test_concurrent_writers_of_one_image_leave_it_whole(artifacts):
 
 
 def test_one_key_pattern_and_media_type_table_serve_stores_and_gateway():
+    from genloop.gateway import app, service
     from genloop.workers.artifacts.base import ARTIFACT_KEY, CONTENT_TYPES, content_type
-    from genloop.workers.gateway import app, service
 
     key = artifact_key(b"bytes", "png")
     assert ARTIFACT_KEY.match(key) and not ARTIFACT_KEY.match("../" + key)

@@ -8,10 +8,10 @@ import time
 from wait_util import until
 
 from genloop.sdk.models import NodeStatus
-from genloop.workers.metrics import metrics
+from genloop.workers.metrics.prometheus import metrics
 from genloop.workers.ops.registry import OpRegistry
-from genloop.workers.recovery import sweep
-from genloop.workers.scheduler import Scheduler
+from genloop.workers.runtime.recovery import sweep
+from genloop.workers.runtime.scheduler import Scheduler
 from genloop.workers.stores import InstanceRecord, NodeRecord, RunRecord, RunSpecRecord
 from genloop.workers.stores.redis import RedisStateStore
 

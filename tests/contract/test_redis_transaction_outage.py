@@ -11,8 +11,8 @@ import pytest
 import redis
 from redis_util import redis_url
 
+from genloop.gateway.errors import to_problem
 from genloop.sdk.errors import StoreError
-from genloop.workers.gateway.errors import to_problem
 from genloop.workers.stores import InstanceRecord, NodeRecord, RunRecord, RunSpecRecord
 from genloop.workers.stores.redis import RedisStateStore
 

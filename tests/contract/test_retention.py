@@ -17,8 +17,8 @@ from genloop.sdk.errors import NotFound
 from genloop.sdk.graph import RunLimits
 from genloop.workers import OpRegistry, op
 from genloop.workers.artifacts import LocalArtifactStore
-from genloop.workers.broker import wire
-from genloop.workers.retention import referenced_keys, retention_pass
+from genloop.workers.pool.broker import wire
+from genloop.workers.stores.retention import referenced_keys, retention_pass
 
 DAY = 24 * 3600.0
 WEEK = 7 * DAY  # the stores' default retention, which a start that reuses a result extends it by

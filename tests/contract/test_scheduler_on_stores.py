@@ -20,7 +20,7 @@ from genloop.sdk.graph import RunLimits
 from genloop.sdk.models import NodeStatus
 from genloop.workers import OpRegistry, op
 from genloop.workers.artifacts import LocalArtifactStore
-from genloop.workers.broker import wire
+from genloop.workers.pool.broker import wire
 
 
 class N(BaseModel):

@@ -18,8 +18,8 @@ from PIL import Image
 from genloop.sdk import Client, Loop, RunStatus
 from genloop.sdk.errors import Permanent
 from genloop.sdk.ops import GenerationRequest
-from genloop.workers import capabilities
 from genloop.workers.engine.generate import ImageSettings
+from genloop.workers.models import capabilities
 
 EXPECTED = {"sdxl": capabilities.SDXL, "sd3": capabilities.SD3, "flux": capabilities.FLUX}
 SIZE = 64
@@ -191,7 +191,7 @@ def _judges():
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_a_loop_draws_edits_and_inpaints_with_the_default_cache(arch, folders, tmp_path):
-    from genloop.workers.models_config import ModelsConfig
+    from genloop.workers.models.models_config import ModelsConfig
 
     models = ModelsConfig.model_validate({"models": {"mine": {
         "source": folders[arch], "width": SIZE, "height": SIZE, "steps": STEPS}}})
@@ -222,7 +222,7 @@ def test_a_loops_cache_reaches_every_generate_node_and_its_images(folders, tmp_p
     assert all("cache" not in n.params
                for n in loop.model_copy(update={"cache": "default"}).compile().nodes)
 
-    from genloop.workers.models_config import ModelsConfig
+    from genloop.workers.models.models_config import ModelsConfig
 
     models = ModelsConfig.model_validate({"models": {"mine": {
         "source": folders["flux"], "width": SIZE, "height": SIZE, "steps": STEPS}}})
@@ -238,7 +238,7 @@ def test_a_loops_cache_reaches_every_generate_node_and_its_images(folders, tmp_p
 
 def test_a_cache_mode_a_configured_model_cannot_run_is_refused_at_submit(folders, tmp_path):
     from genloop.sdk import Graph, GraphError
-    from genloop.workers.models_config import ModelsConfig
+    from genloop.workers.models.models_config import ModelsConfig
 
     models = ModelsConfig.model_validate({"models": {
         arch: {"source": folders[arch], "width": SIZE, "height": SIZE} for arch in ARCHITECTURES}})
@@ -276,11 +276,11 @@ def test_a_cache_mode_a_model_cannot_run_fails_once_without_retries(folders, tmp
 
 
 def test_the_gateway_refuses_a_tenants_cache_mode_the_model_cannot_run(folders):
+    from genloop.gateway.admission import default_admission
+    from genloop.gateway.limits import TenantLimits
     from genloop.sdk import GraphError
     from genloop.workers import default_registry as ops
-    from genloop.workers.gateway.admission import default_admission
-    from genloop.workers.gateway.limits import TenantLimits
-    from genloop.workers.models_config import ModelsConfig
+    from genloop.workers.models.models_config import ModelsConfig
 
     admission = default_admission(ops, ModelsConfig.model_validate(
         {"models": {"flux": {"source": folders["flux"]}}}))
@@ -292,9 +292,9 @@ def test_the_gateway_refuses_a_tenants_cache_mode_the_model_cannot_run(folders):
 
 
 def test_a_worker_refuses_to_start_on_a_models_own_cache_its_architecture_cannot_run(folders):
-    from genloop.workers.models_config import ModelsConfig, ModelsConfigError
-    from genloop.workers.resources import Resources
-    from genloop.workers.worker_process import refuse_bad_config
+    from genloop.workers.models.models_config import ModelsConfig, ModelsConfigError
+    from genloop.workers.models.resources import Resources
+    from genloop.workers.pool.worker_process import refuse_bad_config
 
     config = ModelsConfig.model_validate({"models": {
         "sd3": {"source": folders["sd3"], "cache": "fbcache"},
@@ -309,7 +309,7 @@ def test_a_worker_refuses_to_start_on_a_models_own_cache_its_architecture_cannot
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_a_model_configured_without_a_size_draws_and_edits_at_its_native_size(arch, folders,
                                                                               tmp_path):
-    from genloop.workers.models_config import ModelsConfig
+    from genloop.workers.models.models_config import ModelsConfig
 
     native = NATIVE_SIZE[arch]
     models = ModelsConfig.model_validate({"models": {"mine": {"source": folders[arch]}}})

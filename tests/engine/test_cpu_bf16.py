@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from genloop.workers import shapes
+from genloop import shapes
 from genloop.workers.engine.generate import ImageSettings
 
 PROMPTS = ["a small yellow circle above a large green triangle, black background"] * 4

@@ -9,8 +9,8 @@ import threading
 
 from lanes_util import check_loop_overtakes_backlog
 
-from genloop.workers.batch_queue import BATCH_TURN
 from genloop.workers.engine.batching import BATCH_SPLIT, Batcher, Job
+from genloop.workers.runtime.batch_queue import BATCH_TURN
 
 KEY = ("m", 8, 8)
 

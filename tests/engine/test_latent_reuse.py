@@ -18,8 +18,8 @@ from genloop.workers.engine.engine import EngineOptions
 from genloop.workers.engine.generate import ImageSettings
 from genloop.workers.engine.latent_cache import LatentCache, Scope, skipped_steps
 from genloop.workers.engine.registry import ModelRegistry
-from genloop.workers.keys import result_key
-from genloop.workers.metrics import metrics
+from genloop.workers.metrics.prometheus import metrics
+from genloop.workers.runtime.keys import result_key
 
 RED = "a large red circle in the centre, black background"
 BLUE = "a large blue circle in the centre, black background"

@@ -99,7 +99,7 @@ def test_threads_asking_for_the_models_at_once_share_one_registry(monkeypatch):
     import time
 
     from genloop.workers.engine import registry as registry_module
-    from genloop.workers.resources import Resources
+    from genloop.workers.models.resources import Resources
 
     # Given a registry that takes a while to build (loading, as on a real worker)
     built = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from genloop.workers import shapes
+from genloop import shapes
 from genloop.workers.engine.generate import ImageSettings
 from genloop.workers.engine.registry import ModelRegistry
 from genloop.workers.engine.tiny import build_tiny_pipeline

@@ -16,7 +16,7 @@ from genloop.sdk import Client, Graph, Permanent, RunStatus
 from genloop.workers.engine.generate import ImageSettings
 from genloop.workers.engine.registry import ModelRegistry
 from genloop.workers.engine.simulated import step_seconds_at
-from genloop.workers.models_config import (
+from genloop.workers.models.models_config import (
     SIMULATED_DESCRIPTION,
     ModelsConfig,
     ModelsConfigError,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from genloop.evaluators import EvaluatorRegistry
 from genloop.evaluators.config import judge_problems, register_judges
 from genloop.evaluators.registry import register_builtins
-from genloop.workers.models_config import ModelsConfig
+from genloop.workers.models.models_config import ModelsConfig
 
 
 def test_an_hf_clip_folder_is_a_judge_that_needs_no_path(tmp_path, hf_clip_dir, images):

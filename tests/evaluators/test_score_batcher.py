@@ -53,7 +53,7 @@ def test_a_bad_request_fails_alone_and_a_cancelled_one_is_dropped(batcher, clip_
 
 def test_an_image_from_memory_scores_as_its_png_does(clip_judge, images):
     # The image cache skips a PNG round trip; PNG is lossless, so the score cannot move.
-    from genloop.workers.image_cache import ImageCache
+    from genloop.workers.models.image_cache import ImageCache
 
     cache = ImageCache(maxsize=1)
     buf = io.BytesIO()

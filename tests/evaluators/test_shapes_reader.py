@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from genloop import shapes
 from genloop.evaluators import get_evaluator
 from genloop.evaluators.reader import ShapesReader
 from genloop.evaluators.reader_model import (
@@ -23,9 +24,8 @@ from genloop.evaluators.reader_model import (
     targets,
 )
 from genloop.sdk import Loop, RunStatus
-from genloop.training.shapes.train_reader import save
-from genloop.workers import shapes
-from genloop.workers.shapes import dataset
+from genloop.shapes import dataset
+from genloop.shapes.training.train_reader import save
 
 PAIR = "a large red circle left of a small blue square, white background"
 #: Floors for the shipped weights on the generator's images, well below what they measured:

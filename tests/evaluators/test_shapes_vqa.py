@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
+from genloop import shapes
 from genloop.evaluators import get_evaluator
 from genloop.evaluators.vqa import ShapesVqa
 from genloop.evaluators.vqa_model import VqaNet, clause_names, encode_question
 from genloop.sdk import Loop, RunStatus
-from genloop.training.shapes.train_vqa import save
-from genloop.training.shapes.vqa_data import image_questions
-from genloop.workers import shapes
-from genloop.workers.shapes import dataset
+from genloop.shapes import dataset
+from genloop.shapes.training.train_vqa import save
+from genloop.shapes.training.vqa_data import image_questions
 
 PAIR = "a large red circle left of a small blue square, white background"
 #: Balanced accuracy (mean of the yes and the no questions' accuracy) the shipped weights must

@@ -262,10 +262,10 @@ def test_only_the_operator_environment_names_the_server(server, operator_env, mo
         with pytest.raises(Permanent, match=r"takes no option .*GENLOOP_VLM_BASE_URL"):
             registry.get("vlm-judge", "cpu", **{option: "http://127.0.0.1:9/v1"})
     # And a tenant's spec may give vlm-judge no options at all (the gateway's admission)
+    from genloop.gateway.admission import default_admission
+    from genloop.gateway.limits import TenantLimits
     from genloop.sdk import Loop
     from genloop.workers import default_registry as ops
-    from genloop.workers.gateway.admission import default_admission
-    from genloop.workers.gateway.limits import TenantLimits
 
     loop = Loop(prompt="p", rounds=1, candidates=1, model="tiny", evaluator="vlm-judge",
                 evaluator_options={"base_url": "http://127.0.0.1:9/v1"})
@@ -280,7 +280,7 @@ def test_only_the_operator_environment_names_the_server(server, operator_env, mo
 
 def test_a_loop_runs_with_vlm_judge(operator_env, resources, tmp_path):
     from genloop.sdk import Client, Loop, RunStatus
-    from genloop.workers.resources import Resources
+    from genloop.workers.models.resources import Resources
 
     # Given a server fairly sure every image shows the prompt
     operator_env.answer = lambda seen: Reply(completion("Yes", top={"Yes": 0.75, "No": 0.25}))

@@ -1,7 +1,7 @@
 """The gateway suite: a real uvicorn server on a loopback port over each back end.
 
 Every test gets fresh tenants (``stack.tenant()``), so tests share one server per back end yet
-cannot see each other's runs. The Redis variant runs when ``genloop.workers.redis_backend``
+cannot see each other's runs. The Redis variant runs when ``genloop.workers.backends.redis_backend``
 exists: a ``genloop worker`` pool on a database of its own executes the runs.
 """
 
@@ -32,15 +32,15 @@ from gateway_settings import (  # noqa: E402,F401
 )
 from server import LiveServer  # noqa: E402
 
-from genloop.sdk import Backend, Client  # noqa: E402
-from genloop.sdk.aio import AsyncClient  # noqa: E402
-from genloop.workers.gateway import (  # noqa: E402
+from genloop.gateway import (  # noqa: E402
     GatewaySettings,
     GatewayStore,
     SqliteGatewayStore,
     TenantLimits,
     create_app,
 )
+from genloop.sdk import Backend, Client  # noqa: E402
+from genloop.sdk.aio import AsyncClient  # noqa: E402
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,7 @@ class Stack:
 def _redis_pool(tmp: Path) -> Iterator[Backend]:
     import redis
 
-    from genloop.workers.redis_backend import RedisBackend
+    from genloop.workers.backends.redis_backend import RedisBackend
 
     url = redis_url(REDIS_DB)
     redis.Redis.from_url(url).flushdb()
@@ -84,7 +84,7 @@ def _redis_pool(tmp: Path) -> Iterator[Backend]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(Path(__file__).parent)])}
     log = (tmp / "pool.log").open("w")  # the workers' own log, for a failing test's reader
     proc = subprocess.Popen(
-        [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", url,
+        [sys.executable, "-m", "genloop.workers.cli.main", "worker", "--redis", url,
          "--artifacts", artifacts, "--queues", "gpu,cpu", "--processes", "1", "--threads", "4",
          "--import", "genloop_test_ops", "--import", "gateway_ops"],
         env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=log,
@@ -112,7 +112,7 @@ def _redis_pool(tmp: Path) -> Iterator[Backend]:
 def stack(request, tmp_path_factory, resources) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp(f"gateway-{request.param}")
     if request.param == "embedded":
-        from genloop.workers.embedded import EmbeddedBackend
+        from genloop.workers.backends.embedded import EmbeddedBackend
 
         backends: Iterator[Backend] = iter(
             [EmbeddedBackend(tmp / "home", threads=4, resources=resources, lease_ttl=5.0,
@@ -120,9 +120,9 @@ def stack(request, tmp_path_factory, resources) -> Iterator[Stack]:
         )
         store: GatewayStore = SqliteGatewayStore(tmp / "gateway.db")
     else:
-        if importlib.util.find_spec("genloop.workers.redis_backend") is None:
-            pytest.skip("no Redis back end in this tree (genloop.workers.redis_backend)")
-        from genloop.workers.gateway.redis_store import RedisGatewayStore
+        if importlib.util.find_spec("genloop.workers.backends.redis_backend") is None:
+            pytest.skip("no Redis back end in this tree (genloop.workers.backends.redis_backend)")
+        from genloop.gateway.redis_store import RedisGatewayStore
 
         backends = _redis_pool(tmp)
         store = RedisGatewayStore(redis_url(REDIS_DB), prefix="gwtest")

@@ -7,9 +7,9 @@ import time
 import httpx
 import pytest
 
+from genloop.gateway import TenantLimits
 from genloop.sdk import ClientError, Graph, GraphError, IdempotencyConflict, Loop, NotFound
 from genloop.sdk.wire import ApiError
-from genloop.workers.gateway import TenantLimits
 
 
 def wait_graph(label: str, sleep: float = 0.0) -> Graph:

@@ -12,9 +12,9 @@ from gateway_settings import redis_url
 
 from genloop.sdk import Graph
 from genloop.sdk.models import NodeStatus
-from genloop.workers.chunks import MIN_MESSAGES
-from genloop.workers.fair_queue import FairEnqueuer
-from genloop.workers.redis_fair_queue import RedisFairQueue
+from genloop.workers.pool.fair_queue import FairEnqueuer
+from genloop.workers.pool.redis_fair_queue import RedisFairQueue
+from genloop.workers.runtime.chunks import MIN_MESSAGES
 from genloop.workers.stores.records import InstanceRecord
 
 
@@ -222,7 +222,7 @@ def test_a_chunk_of_a_large_release_takes_one_slot_and_arrives_whole():
 
 
 def test_a_member_written_before_chunks_still_comes_out_as_its_instance():
-    from genloop.workers.redis_fair_queue import _chunk
+    from genloop.workers.pool.redis_fair_queue import _chunk
 
     one = inst("a", 7)
     assert _chunk(one.model_dump_json().encode()) == [one]

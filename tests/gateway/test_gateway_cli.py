@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 from server import console_sign_in
 
-from genloop.workers.cli import main
-from genloop.workers.gateway import SqliteGatewayStore
+from genloop.gateway import SqliteGatewayStore
+from genloop.workers.cli.main import main
 
 
 def test_keys_create_list_revoke(tmp_path, capsys):
@@ -49,7 +49,7 @@ def test_serve_local_answers_with_the_keys_made_by_keys_create(tmp_path, capsys)
     key = capsys.readouterr().out.strip()
     port, metrics_port = free_port(), free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "genloop.workers.cli", "serve", "--local", home, "--port",
+        [sys.executable, "-m", "genloop.workers.cli.main", "serve", "--local", home, "--port",
          str(port), "--threads", "1", "--log-level", "warning",
          "--metrics-port", str(metrics_port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from genloop import shapes
+from genloop.gateway import TenantLimits
 from genloop.sdk import Loop
-from genloop.workers import shapes
-from genloop.workers.gateway import TenantLimits
 
 CAPTION = "a large red circle in the centre, black background"
 

@@ -10,8 +10,8 @@ import httpx
 from test_safety import error, messages
 
 from genloop.evaluators.pricing import PASS_COST
+from genloop.gateway import TenantLimits
 from genloop.sdk import Loop, RefineRequest, RunStatus
-from genloop.workers.gateway import TenantLimits
 
 #: Megapixel-steps of one tiny 2-step image with its 3 retries: what the plan counts.
 TINY = 32 * 32 / 1e6 * 2 * 4

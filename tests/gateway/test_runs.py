@@ -7,8 +7,8 @@ import asyncio
 
 import httpx
 
+from genloop.gateway import TenantLimits
 from genloop.sdk import Graph, NodeStatus, RunStatus
-from genloop.workers.gateway import TenantLimits
 
 
 def chain(label: str, sleep: float = 0.0) -> Graph:

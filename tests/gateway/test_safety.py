@@ -10,10 +10,10 @@ import httpx
 import pytest
 from server import LiveServer
 
+from genloop.gateway import GatewaySettings, TenantLimits, create_app
 from genloop.sdk import Graph, Loop
 from genloop.sdk.wire import ApiError
-from genloop.workers.gateway import GatewaySettings, TenantLimits, create_app
-from genloop.workers.models_config import ModelsConfig
+from genloop.workers.models.models_config import ModelsConfig
 
 
 def post(url: str, key: str, body: bytes | str, **headers: str) -> httpx.Response:

@@ -12,9 +12,9 @@ import httpx
 import pytest
 from test_safety import error
 
+from genloop.gateway import TenantLimits
 from genloop.sdk import Graph, Loop
 from genloop.sdk.wire import ApiError
-from genloop.workers.gateway import TenantLimits
 
 
 def auth(key: str) -> dict[str, str]:

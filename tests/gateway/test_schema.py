@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from server import LiveServer
 
+from genloop.gateway import GatewaySettings, SqliteGatewayStore, create_app
 from genloop.workers import OpRegistry, default_registry
-from genloop.workers.embedded import EmbeddedBackend
-from genloop.workers.gateway import GatewaySettings, SqliteGatewayStore, create_app
+from genloop.workers.backends.embedded import EmbeddedBackend
 
 #: Generated requests per operation; bounded so the suite stays quick.
 EXAMPLES = 25

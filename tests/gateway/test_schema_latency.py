@@ -12,8 +12,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from genloop.workers import OpRegistry, default_registry
-from genloop.workers import store_backend as store_backend_module
-from genloop.workers.embedded import EmbeddedBackend
+from genloop.workers.backends import store_backend as store_backend_module
+from genloop.workers.backends.embedded import EmbeddedBackend
 from genloop.workers.ops.registry import OpSpec
 
 HERE = Path(__file__).resolve().parent
@@ -24,8 +24,8 @@ import json, sys, tempfile, time
 from pathlib import Path
 import httpx
 from server import LiveServer
-from genloop.workers.embedded import EmbeddedBackend
-from genloop.workers.gateway import GatewaySettings, SqliteGatewayStore, create_app
+from genloop.workers.backends.embedded import EmbeddedBackend
+from genloop.gateway import GatewaySettings, SqliteGatewayStore, create_app
 tmp = Path(tempfile.mkdtemp())
 backend = EmbeddedBackend(tmp / "home", threads=1)
 store = SqliteGatewayStore(tmp / "gateway.db")

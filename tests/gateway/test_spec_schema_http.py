@@ -36,7 +36,7 @@ def test_the_gateway_publishes_its_back_ends_schema(stack):
 
 
 def test_a_tenant_allowed_some_judges_sees_only_those(stack):
-    from genloop.workers.gateway import TenantLimits
+    from genloop.gateway import TenantLimits
 
     _, key = stack.tenant(TenantLimits(evaluators=["clip", "hf-clip"]))
     schema = stack.client(key).schema()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+from genloop.gateway.sse import event_stream
 from genloop.sdk.errors import StoreError
 from genloop.sdk.models import Event
-from genloop.workers.gateway.sse import event_stream
 
 
 def test_a_store_outage_ends_the_stream_with_a_reconnect_comment():

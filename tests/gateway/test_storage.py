@@ -11,13 +11,13 @@ import pytest
 from pydantic import BaseModel
 from redis_util import redis_url
 
+from genloop.gateway import Gateway, LimitExceeded, SqliteGatewayStore, TenantLimits
+from genloop.gateway.redis_store import RedisGatewayStore
+from genloop.gateway.service import scoped_key
 from genloop.sdk import Graph, NotFound
 from genloop.workers import OpRegistry, op
-from genloop.workers.embedded import EmbeddedBackend
-from genloop.workers.gateway import Gateway, LimitExceeded, SqliteGatewayStore, TenantLimits
-from genloop.workers.gateway.redis_store import RedisGatewayStore
-from genloop.workers.gateway.service import scoped_key
-from genloop.workers.retention import retention_pass
+from genloop.workers.backends.embedded import EmbeddedBackend
+from genloop.workers.stores.retention import retention_pass
 
 
 class N(BaseModel):
@@ -105,8 +105,8 @@ def test_a_tenant_past_its_stored_runs_quota_gets_429_until_one_is_forgotten(gat
 def test_a_served_gateway_forgets_on_its_own_what_the_retention_deleted(tmp_path, monkeypatch):
     from server import LiveServer
 
+    from genloop.gateway import create_app, service
     from genloop.sdk import Client
-    from genloop.workers.gateway import create_app, service
     from genloop.workers.middleware import sweeper
 
     for module, name in ((service, "FORGET_EVERY"), (sweeper, "RETENTION_EVERY")):

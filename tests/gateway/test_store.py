@@ -9,9 +9,9 @@ import redis
 from gateway_settings import STORE_DB, redis_url
 from wait_util import until
 
-from genloop.workers.gateway import SqliteGatewayStore, TenantLimits
-from genloop.workers.gateway.redis_store import RedisGatewayStore
-from genloop.workers.gateway.store import RunSummary, hash_key
+from genloop.gateway import SqliteGatewayStore, TenantLimits
+from genloop.gateway.redis_store import RedisGatewayStore
+from genloop.gateway.store import RunSummary, hash_key
 
 
 @pytest.fixture(params=["sqlite", "redis"])

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from genloop.gateway.limits import TenantLimits
 from genloop.sdk import Graph, Loop
-from genloop.workers.gateway.limits import TenantLimits
 
 
 def _lane(stack, run_id: str) -> str | None:

@@ -139,7 +139,7 @@ def test_an_upload_is_stored_re_encoded_without_trailing_bytes_or_metadata(stack
 
 
 def test_uploads_have_per_tenant_quotas_and_a_rate_answered_429_with_retry_after(stack):
-    from genloop.workers.gateway import TenantLimits
+    from genloop.gateway import TenantLimits
 
     _, few = stack.tenant(TenantLimits(max_uploads=2))
     _, small = stack.tenant(TenantLimits(max_upload_bytes=200))

@@ -15,12 +15,12 @@ import pytest
 from test_webhooks import quick, with_secret
 from webhook_receiver import Receiver
 
+from genloop.gateway import SqliteGatewayStore
+from genloop.gateway.store import WebhookJob
+from genloop.gateway.webhook_addresses import AddressPolicy, WebhookRefused
+from genloop.gateway.webhooks import EXCERPT, WebhookDeliverer
 from genloop.sdk import Graph
 from genloop.sdk.webhooks import WebhookVerificationError, verify
-from genloop.workers.gateway import SqliteGatewayStore
-from genloop.workers.gateway.store import WebhookJob
-from genloop.workers.gateway.webhook_addresses import AddressPolicy, WebhookRefused
-from genloop.workers.gateway.webhooks import EXCERPT, WebhookDeliverer
 
 LOOPBACK = AddressPolicy.of(["127.0.0.1/32"])
 

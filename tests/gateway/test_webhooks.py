@@ -12,12 +12,12 @@ import pytest
 from server import console_sign_in
 from webhook_receiver import Receiver
 
+from genloop.gateway import SqliteGatewayStore
+from genloop.gateway.store import WebhookJob
+from genloop.gateway.webhook_addresses import AddressPolicy
+from genloop.gateway.webhooks import WebhookDeliverer
 from genloop.sdk import Graph, GraphError, Loop
 from genloop.sdk.webhooks import WebhookVerificationError, new_secret, verify
-from genloop.workers.gateway import SqliteGatewayStore
-from genloop.workers.gateway.store import WebhookJob
-from genloop.workers.gateway.webhook_addresses import AddressPolicy
-from genloop.workers.gateway.webhooks import WebhookDeliverer
 
 
 @pytest.fixture
@@ -235,7 +235,7 @@ def test_a_loop_reports_its_pause_and_rounds_when_asked(stack, receiver):
 
 
 def test_delivery_attempts_are_the_tenants_and_stop_at_its_quota_until_the_next_minute(stack):
-    from genloop.workers.gateway import TenantLimits
+    from genloop.gateway import TenantLimits
 
     if time.time() % 60 > 50:  # the quota is per minute: start well inside one
         time.sleep(61 - time.time() % 60)

@@ -21,14 +21,14 @@ from webhook_receiver import Receiver
 
 from genloop.sdk import Graph
 from genloop.sdk.webhooks import verify
-from genloop.workers.cli import main
+from genloop.workers.cli.main import main
 
 pytestmark = pytest.mark.slow
 
 
 def serve(where: list[str], port: int) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "genloop.workers.cli", "serve", *where, "--port",
+        [sys.executable, "-m", "genloop.workers.cli.main", "serve", *where, "--port",
          str(port), "--threads", "2", "--log-level", "warning",
          "--webhook-allow", "127.0.0.1/32", "--webhook-backoff", "0.3"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -56,7 +56,7 @@ def back_end(kind: str, tmp_path: Path) -> Iterator[list[str]]:
     artifacts = f"file://{tmp_path / 'artifacts'}"
     log = (tmp_path / "pool.log").open("w")
     pool = subprocess.Popen(
-        [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", url, "--artifacts",
+        [sys.executable, "-m", "genloop.workers.cli.main", "worker", "--redis", url, "--artifacts",
          artifacts, "--queues", "gpu,cpu", "--processes", "1", "--threads", "2"],
         start_new_session=True, stdout=subprocess.DEVNULL, stderr=log)
     try:

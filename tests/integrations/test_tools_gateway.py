@@ -19,8 +19,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def gateway(tmp_path_factory, resources):
     from gateway.server import LiveServer
 
-    from genloop.workers.embedded import EmbeddedBackend
-    from genloop.workers.gateway import SqliteGatewayStore, create_app
+    from genloop.gateway import SqliteGatewayStore, create_app
+    from genloop.workers.backends.embedded import EmbeddedBackend
 
     tmp = tmp_path_factory.mktemp("integrations-gateway")
     backend = EmbeddedBackend(tmp / "home", threads=4, resources=resources, lease_ttl=5.0)

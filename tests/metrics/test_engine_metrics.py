@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from genloop.workers.engine.generate import ImageSettings
-from genloop.workers.metrics import metrics
+from genloop.workers.metrics.prometheus import metrics
 
 
 def sample(metric, suffix: str, **labels: str) -> float:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from metrics_util import label_problems, moved, scrape, value
 
+from genloop.gateway import GatewaySettings, SqliteGatewayStore, create_app
 from genloop.sdk import Client, Graph, RunStatus
-from genloop.workers.gateway import GatewaySettings, SqliteGatewayStore, create_app
-from genloop.workers.metrics import MAX_ERROR_TYPES, Metrics
+from genloop.workers.metrics.prometheus import MAX_ERROR_TYPES, Metrics
 from genloop.workers.stores.records import EventRecord
 
 TOKEN = "operator-only"
@@ -21,7 +21,7 @@ from server import LiveServer  # noqa: E402
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory, resources):
-    from genloop.workers.embedded import EmbeddedBackend
+    from genloop.workers.backends.embedded import EmbeddedBackend
 
     tmp = tmp_path_factory.mktemp("metrics")
     backend = EmbeddedBackend(tmp / "home", threads=2, resources=resources, lease_ttl=5.0)
@@ -111,7 +111,7 @@ def test_metrics_answer_only_the_operators_token_and_are_off_without_one(gateway
                                                                           tmp_path):
     import httpx
 
-    from genloop.workers.embedded import EmbeddedBackend
+    from genloop.workers.backends.embedded import EmbeddedBackend
 
     url, store = gateway
     tenant_key = store.create_key("curious")

@@ -11,11 +11,11 @@ import redis
 from metrics_util import moved, scrape
 from redis_util import redis_url
 
+from genloop.gateway import GatewaySettings, SqliteGatewayStore, create_app
 from genloop.sdk import Client, Graph
-from genloop.workers.catalogue import publish
-from genloop.workers.gateway import GatewaySettings, SqliteGatewayStore, create_app
+from genloop.workers.backends.catalogue import publish
+from genloop.workers.backends.redis_backend import RedisBackend
 from genloop.workers.ops.registry import default_registry
-from genloop.workers.redis_backend import RedisBackend
 
 TOKEN = "operator-only"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))

@@ -16,10 +16,10 @@ from redis_util import redis_url
 
 from genloop.sdk import Client, Graph, RunStatus
 from genloop.workers.artifacts.local import LocalArtifactStore
-from genloop.workers.broker import wire
-from genloop.workers.metrics import metrics
+from genloop.workers.backends.store_backend import StoreBackend
+from genloop.workers.metrics.prometheus import metrics
 from genloop.workers.ops.registry import default_registry
-from genloop.workers.store_backend import StoreBackend
+from genloop.workers.pool.broker import wire
 from genloop.workers.stores.redis import RedisStateStore
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

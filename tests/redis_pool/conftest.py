@@ -37,7 +37,7 @@ class Pool:
         full_env = {**os.environ, "PYTHONPATH": str(TESTS), "GENLOOP_MAINTENANCE_CHANCE": "1000000",
                     "GENLOOP_SWEEP_EVERY": "1", **(env or {})}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "genloop.workers.cli", "worker", "--redis", self.url,
+            [sys.executable, "-m", "genloop.workers.cli.main", "worker", "--redis", self.url,
              "--artifacts", self.artifacts, "--queues", queues, "--processes", str(processes),
              "--threads", str(threads), "--import", "genloop_test_ops",
              "--heartbeat-timeout-ms", str(heartbeat_ms), "--lease-ttl", str(lease_ttl),

@@ -14,8 +14,8 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 from redis_util import redis_url
 
-from genloop.workers.broker import PIPELINE_MESSAGES, Enqueuer
-from genloop.workers.chunks import MAX_CHUNK, MIN_MESSAGES, instances_of
+from genloop.workers.pool.broker import PIPELINE_MESSAGES, Enqueuer
+from genloop.workers.runtime.chunks import MAX_CHUNK, MIN_MESSAGES, instances_of
 from genloop.workers.stores.records import InstanceRecord
 from genloop.workers.stores.redis_keys import PoolKeys
 

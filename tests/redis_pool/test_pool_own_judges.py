@@ -55,8 +55,8 @@ def scored(evaluator: str) -> Graph:
 
 def test_judges_from_the_workers_config_reach_a_client_and_gateway_that_never_imported_them(
         pool, redis_client, judges_config, tmp_path):
-    from genloop.workers.gateway import SqliteGatewayStore, create_app
-    from genloop.workers.redis_backend import RedisBackend
+    from genloop.gateway import SqliteGatewayStore, create_app
+    from genloop.workers.backends.redis_backend import RedisBackend
 
     config, modules = judges_config
     # Given a pool started on the config, its judge module on the workers' path only

@@ -1,5 +1,5 @@
-"""Model-aware routing on a pool of real ``genloop worker`` processes (workers/routing.py): each
-model's work goes to the worker that holds it, and a second copy is loaded only for a backlog
+"""Model-aware routing on a pool of real ``genloop worker`` processes (workers/pool/routing.py):
+each model's work goes to the worker that holds it, and a second copy is loaded only for a backlog
 that waited longer than a load takes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from redis_util import POOL_DB, redis_url
 
 from genloop.sdk import Client, Graph, RunStatus
-from genloop.workers.pool_status import WorkerState, live_workers
+from genloop.workers.pool.pool_status import WorkerState, live_workers
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""What an operator and an autoscaler read of a Redis pool (workers/pool_status.py): live
+"""What an operator and an autoscaler read of a Redis pool (workers/pool/pool_status.py): live
 workers with what they hold, the backlog per queue and per model, and its seconds of work,
 through ``genloop pool status`` and ``genloop pool exporter`` on real worker processes."""
 
@@ -23,7 +23,7 @@ IMAGES, STEPS = 16, 16
 
 
 def _pool_status(url: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "genloop.workers.cli", "pool", "status",
+    out = subprocess.run([sys.executable, "-m", "genloop.workers.cli.main", "pool", "status",
                           "--redis", url, "--json"], capture_output=True, text=True, timeout=60,
                          check=True)
     return json.loads(out.stdout)
@@ -33,7 +33,7 @@ def _pool_status_here(url: str) -> dict:
     """What ``genloop pool status --json`` prints, read by this process."""
     import redis
 
-    from genloop.workers.pool_status import pool_status
+    from genloop.workers.pool.pool_status import pool_status
     from genloop.workers.stores.redis import RedisStateStore
 
     client = redis.Redis.from_url(url)
@@ -109,7 +109,7 @@ def test_a_pool_scaled_to_zero_shows_its_backlog_and_what_a_run_waits_for_until_
         run = client.submit(_draw(seed=0))
         waiting = run.status().waiting
         port = free_ports(1)
-        exporter = subprocess.Popen([sys.executable, "-m", "genloop.workers.cli", "pool",
+        exporter = subprocess.Popen([sys.executable, "-m", "genloop.workers.cli.main", "pool",
                                      "exporter", "--redis", url, "--port", str(port)],
                                     stdout=subprocess.PIPE, text=True)
         try:

@@ -12,7 +12,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import dq_name
 from redis_util import redis_url
 
-from genloop.workers.waking_broker import IDLE_WAIT, WakingRedisBroker
+from genloop.workers.pool.waking_broker import IDLE_WAIT, WakingRedisBroker
 
 
 @pytest.fixture(params=[WakingRedisBroker, RedisBroker], ids=["waking", "dramatiq"])

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from genloop import shapes
 from genloop.evaluators import get_evaluator
 from genloop.evaluators.clauses import free_text_clauses, split_clauses
 from genloop.sdk import Loop, RunStatus
-from genloop.workers import shapes
 
 CAPTION = "a small green star on the left, gray background"
 
 
 def _shipped_render(attrs):
     """``attrs`` drawn, unjittered, in the world the shipped shapes-clip was trained on."""
-    from genloop.workers.shapes import dataset
+    from genloop.shapes import dataset
 
     return dataset.render(attrs)
 

@@ -6,11 +6,11 @@ import io
 
 import numpy as np
 
+from genloop import shapes
 from genloop.sdk import ScoredCandidate
 from genloop.sdk.models import RoundSummary
-from genloop.workers import shapes
-from genloop.workers.contact_sheet import RIGHT, WRONG, contact_sheet
-from genloop.workers.demo import shapes_verdict
+from genloop.workers.cli.contact_sheet import RIGHT, WRONG, contact_sheet
+from genloop.workers.cli.demo import shapes_verdict
 
 CAPTION = "a large red circle in the centre, black background"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from benchmark_util import load_benchmark
 
+from genloop import shapes
 from genloop.sdk import Loop, RunStatus
-from genloop.workers import shapes
 
 
 def test_the_scripted_agent_answers_with_the_weakest_clause_emphasised(client):

@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 from PIL import Image
 
-from genloop.workers.shapes import check, compare, dataset, grade, read
-from genloop.workers.shapes.scene import Pair, Thing
+from genloop.shapes import check, compare, dataset, grade, read
+from genloop.shapes.scene import Pair, Thing
 
 
 def _failures(objects: int, n: int) -> tuple[Counter, int]:
@@ -92,7 +92,7 @@ def _v1_render(colour: str, shape: str, size: str, position: str, background: st
     world the shipped generator draws."""
     import numpy as np
 
-    from genloop.workers.shapes.scene import BACKGROUNDS, COLOURS
+    from genloop.shapes.scene import BACKGROUNDS, COLOURS
 
     dx, dy = {"centre": (0, 0), "left": (-1, 0), "right": (1, 0), "top": (0, -1),
               "bottom": (0, 1)}[position]
@@ -105,7 +105,7 @@ def _v1_render(colour: str, shape: str, size: str, position: str, background: st
 @pytest.mark.parametrize("size", ["small", "large"])
 @pytest.mark.parametrize("shape", ["circle", "square", "triangle", "star"])
 def test_the_v1_world_is_read_with_its_own_sizes(shape: str, size: str) -> None:
-    from genloop.workers.shapes.scene import Attributes
+    from genloop.shapes.scene import Attributes
 
     for position in ("centre", "left", "top"):
         wanted = Attributes(colour="red", shape=shape, size=size, position=position,

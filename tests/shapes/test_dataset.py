@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from genloop.workers.shapes import dataset
-from genloop.workers.shapes.scene import Pair, Thing
+from genloop.shapes import dataset
+from genloop.shapes.scene import Pair, Thing
 
 
 def test_same_seed_gives_same_sample() -> None:

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from genloop.training.shapes.mining import MiningConfig, mine, mining_scenes, verdict
-from genloop.workers.shapes import dataset, grade
+from genloop.shapes import dataset, grade
+from genloop.shapes.training.mining import MiningConfig, mine, mining_scenes, verdict
 
 
 class RecordingPipeline:

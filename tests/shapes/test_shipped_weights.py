@@ -7,13 +7,13 @@ import os
 import subprocess
 import sys
 
-from genloop.workers import shapes
+from genloop import shapes
 
 # Runs in a fresh interpreter so HF_HUB_OFFLINE=1 is in force before huggingface_hub is imported.
 _LOAD_AND_DRAW = """
 import json, torch, open_clip
 from diffusers import StableDiffusionPipeline
-import genloop.workers.shapes as shapes
+import genloop.shapes as shapes
 torch.set_num_threads(1)
 pipe = StableDiffusionPipeline.from_pretrained(str(shapes.pipeline_path()))
 pipe.set_progress_bar_config(disable=True)
@@ -83,7 +83,7 @@ def test_all_is_true() -> None:
 def test_registering_the_shipped_clip_config_replaces_one_training_registered(tmp_path) -> None:
     import open_clip
 
-    from genloop.workers.shapes.models import CLIP_CONFIG, register_clip_config
+    from genloop.shapes.models import CLIP_CONFIG, register_clip_config
 
     # Given a training run registered its own (other-sized) shapes-clip config in this process
     other = dict(CLIP_CONFIG, embed_dim=CLIP_CONFIG["embed_dim"] * 2)
@@ -97,7 +97,7 @@ def test_registering_the_shipped_clip_config_replaces_one_training_registered(tm
 
 
 def test_shipped_clip_ranks_the_true_caption_first_on_held_out_renders() -> None:
-    from genloop.training.shapes.evaluate import ClipModel, evaluate_clip
+    from genloop.shapes.training.evaluate import ClipModel, evaluate_clip
 
     # When the shipped shapes-clip ranks each held-out clean render's caption against every
     # caption with one clause changed (for two objects: which shape, colour, size is which)

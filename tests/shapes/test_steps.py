@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from genloop.training.shapes.steps import SETTLE_STEPS, TIMED_STEPS, StepPlan
+from genloop.shapes.training.steps import SETTLE_STEPS, TIMED_STEPS, StepPlan
 
 
 class FakeClock:

@@ -9,12 +9,12 @@ import json
 import numpy as np
 from PIL import Image
 
+from genloop import shapes
 from genloop.evaluators.reader import ShapesReader
 from genloop.evaluators.reader_model import HEAD_NAMES, targets
-from genloop.training.shapes.train_reader import ReaderTrainConfig, label, run
-from genloop.workers import shapes
-from genloop.workers.shapes import dataset
-from genloop.workers.shapes.scene import SHAPES
+from genloop.shapes import dataset
+from genloop.shapes.scene import SHAPES
+from genloop.shapes.training.train_reader import ReaderTrainConfig, label, run
 
 CAPTION = "a large red circle in the centre, black background"
 

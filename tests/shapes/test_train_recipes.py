@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from genloop.training.shapes import train
-from genloop.training.shapes.train_sd import SDTrainConfig
-from genloop.workers.shapes.models import build_unet
+from genloop.shapes.models import build_unet
+from genloop.shapes.training import train
+from genloop.shapes.training.train_sd import SDTrainConfig
 
 
 def test_the_gpu_recipe_fills_a_gpu_and_lets_text_reach_the_16x16_level() -> None:
@@ -34,7 +34,7 @@ def test_the_cpu_recipe_stays_the_default() -> None:
 def test_the_caption_can_reach_every_block_through_the_timestep_embedding() -> None:
     import torch
 
-    from genloop.workers.shapes.models import (
+    from genloop.shapes.models import (
         CONTEXT_LENGTH,
         LATENT_CHANNELS,
         LATENT_SIZE,

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from genloop.workers import shapes
+from genloop import shapes
 
 _STANDALONE = """
 import sys
-import genloop.training.shapes.train, genloop.training.shapes.evaluate
-import genloop.training.shapes.estimate
+import genloop.shapes.training.train, genloop.shapes.training.evaluate
+import genloop.shapes.training.estimate
 service = {"dramatiq", "redis", "fastapi", "starlette", "uvicorn"}
 # boto3 by genloop's S3 store only: accelerate (diffusers') imports it by itself when present
-ours = {"genloop.workers.artifacts.s3", "genloop.workers.gateway", "genloop.workers.broker"}
+ours = {"genloop.workers.artifacts.s3", "genloop.gateway", "genloop.workers.pool.broker"}
 print(sorted(({m.split(".")[0] for m in sys.modules} & service) | (set(sys.modules) & ours)))
 """
 
@@ -30,8 +30,8 @@ def test_training_smoke_writes_loadable_models_and_figures(tmp_path: Path) -> No
     from diffusers import StableDiffusionPipeline
     from PIL import Image
 
-    from genloop.training.shapes import evaluate, train
-    from genloop.workers.shapes.models import register_clip_config
+    from genloop.shapes.models import register_clip_config
+    from genloop.shapes.training import evaluate, train
 
     threads = torch.get_num_threads()
     try:
@@ -90,7 +90,7 @@ def test_clip_only_retrains_the_verifier_against_the_generator_already_there(
 
     import torch
 
-    from genloop.training.shapes import train
+    from genloop.shapes.training import train
 
     shutil.copytree(shapes.weights_dir() / "shapes-sd", tmp_path / "shapes-sd")
     unet = tmp_path / "shapes-sd" / "unet" / "diffusion_pytorch_model.safetensors"
@@ -112,7 +112,7 @@ def test_clip_only_retrains_the_verifier_against_the_generator_already_there(
 
 def test_clip_only_without_a_generator_says_where_to_put_one(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from genloop.training.shapes import train
+    from genloop.shapes.training import train
 
     # When --clip-only finds no generator to mine
     with pytest.raises(SystemExit):

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
+from genloop import shapes
 from genloop.evaluators.vqa import ShapesVqa
 from genloop.evaluators.vqa_model import CLAUSES, QUESTION_SIZE, encode_question
-from genloop.training.shapes.train_vqa import VqaTrainConfig, run
-from genloop.training.shapes.vqa_data import image_questions
-from genloop.workers import shapes
-from genloop.workers.shapes import dataset
+from genloop.shapes import dataset
+from genloop.shapes.training.train_vqa import VqaTrainConfig, run
+from genloop.shapes.training.vqa_data import image_questions
 
 CAPTION = "a large red circle in the centre, black background"
 

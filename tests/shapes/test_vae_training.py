@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from genloop.training.shapes.train_sd import (
+from genloop.shapes import dataset
+from genloop.shapes.scene import Attributes
+from genloop.shapes.training.train_sd import (
     SDTrainConfig,
     crops_around,
     latent_weights,
@@ -15,8 +17,6 @@ from genloop.training.shapes.train_sd import (
     to_pixels,
     training_timesteps,
 )
-from genloop.workers.shapes import dataset
-from genloop.workers.shapes.scene import Attributes
 
 
 def _render(position: str, size: str = "small") -> np.ndarray:
@@ -82,8 +82,8 @@ def test_unet_latent_weights_mark_the_cells_under_the_shape_and_only_those() -> 
 def _one_unet_step(tmp_path):
     """``trained(**fields)``: the UNet's weights after one seeded step on four renders, with
     those SDTrainConfig fields."""
-    from genloop.training.shapes.train_sd import train_unet
-    from genloop.workers.shapes.models import build_tokenizer, build_vae
+    from genloop.shapes.models import build_tokenizer, build_vae
+    from genloop.shapes.training.train_sd import train_unet
 
     pool = np.stack([_render(p) for p in ("left", "top", "centre", "right")])
     captions = [f"a small red star {p}, white background"

@@ -54,7 +54,7 @@ class ArtifactStore(ABC):
 
     def put(self, data: bytes, ext: str = "png") -> str:
         """Store ``data`` and return its key. Bytes already stored are marked written now, so
-        the collector (``genloop.workers.artifact_gc``) leaves them its grace period again:
+        the collector (``genloop.workers.artifacts.gc``) leaves them its grace period again:
         an op that puts an old image and stores a result naming it moments later never finds
         it collected in between."""
         key = artifact_key(data, ext)

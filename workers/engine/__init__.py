@@ -8,7 +8,7 @@ One module per concern:
 * :mod:`.batching`: merges concurrent requests with compatible settings into one call.
 * :mod:`.generate`: one diffusers call with a generator per candidate.
 * :mod:`.step_cache` / :mod:`.deepcache`: per-request cache modes, resolved per architecture
-  (:mod:`genloop.workers.capabilities`); DeepCache as diffusers hooks; :mod:`.cache_context`
+  (:mod:`genloop.workers.models.capabilities`); DeepCache as diffusers hooks; :mod:`.cache_context`
   opens the cache contexts diffusers' caches need where a pipeline does not.
 * :mod:`.oom`: split-and-retry on out-of-memory, learned batch caps.
 * :mod:`.compile` / :mod:`.optimize`: optional ``torch.compile``, SDPA, channels_last, kernels.

@@ -1,12 +1,12 @@
 """Cross-request batching: candidates of concurrent requests merged into shared pipeline calls.
 
 Ops :meth:`Batcher.submit` a :class:`Job` (one generate shard: prompts, seeds, the settings)
-and return; its future resolves later (no thread waits on it, see ``genloop.workers.deferred``).
-One executor thread per batcher takes the oldest waiting candidate, waits up to ``window``
-seconds for more candidates with the same :data:`BatchKey` (model, size, steps, guidance, cache
-mode, edit kind and strength; prompts, negative prompts, seeds and init images may differ), and
-hands up to ``limit(key)`` of them to ``run_batch``. Candidates that arrive while a batch runs are
-merged into the next one, so under load the window costs nothing.
+and return; its future resolves later (no thread waits on it, see
+``genloop.workers.runtime.deferred``). One executor thread per batcher takes the oldest waiting
+candidate, waits up to ``window`` seconds for more candidates with the same :data:`BatchKey`
+(model, size, steps, guidance, cache mode, edit kind and strength; prompts, negative prompts, seeds
+and init images may differ), and hands up to ``limit(key)`` of them to ``run_batch``. Candidates
+that arrive while a batch runs are merged into the next one, so under load the window costs nothing.
 
 A job is in a lane, its run's ``priority``: the thread builds each batch around the oldest
 ``interactive`` candidate, and around the oldest ``batch`` one only when no interactive one
@@ -42,7 +42,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..batch_queue import BatchQueue
+from ..runtime.batch_queue import BatchQueue
 
 log = logging.getLogger(__name__)
 

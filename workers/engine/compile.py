@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 import torch
 from diffusers.hooks import HookRegistry, ModelHook
 
-from ..capabilities import denoiser_architecture
+from ..models.capabilities import denoiser_architecture
 
 log = logging.getLogger(__name__)
 

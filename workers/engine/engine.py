@@ -36,7 +36,7 @@ import torch
 
 from genloop.sdk.errors import Transient
 
-from ..metrics import metrics
+from ..metrics.prometheus import metrics
 from .batching import Batcher, BatchKey, Job, Slot
 from .compile import Compiler
 from .cpu_bf16 import cpu_bf16_step_end, start_cpu_bf16

@@ -4,7 +4,7 @@ Pipelines stay resident in an LRU within a memory budget (:mod:`.residency`); ``
 and warms one up before the first request (``genloop worker --preload NAME``).
 
 ``tiny`` (and other built-in names, registered by code) are built in-process. With a
-:class:`~genloop.workers.models_config.ModelsConfig` (what ``genloop worker`` and the gateway
+:class:`~genloop.workers.models.models_config.ModelsConfig` (what ``genloop worker`` and the gateway
 pass), only the configured names resolve, each to its ``source`` or, for a ``simulated`` entry,
 to a pipeline that sleeps instead of computing (:mod:`.simulated`, load tests only); any other
 name is ``Permanent`` before the file system is touched. Without one (trusted code only), any
@@ -34,10 +34,10 @@ import torch
 
 from genloop.sdk.errors import Permanent
 
-from ..metrics import metrics
-from ..model_folder import FolderProblem, read_folder
-from ..model_identity import TINY_VERSION, model_identity, model_source, shapes_identity
-from ..models_config import (
+from ..metrics.prometheus import metrics
+from ..models.model_folder import FolderProblem, read_folder
+from ..models.model_identity import TINY_VERSION, model_identity, model_source, shapes_identity
+from ..models.models_config import (
     TINY_DESCRIPTION,
     ModelEntry,
     ModelsConfig,
@@ -104,7 +104,7 @@ class ModelRegistry:
         self.loads: dict[str, int] = {}
         self.load_seconds: dict[str, float] = {}
         #: torch threads of the engine's batch thread (``None``: the process's; see
-        #: ``workers/threads.py``).
+        #: ``workers/models/threads.py``).
         self.batch_threads = batch_threads
         self.register("tiny", build_tiny_pipeline, TINY_VERSION,
                       ModelDefaults(steps=4, guidance=5.0, width=32, height=32), TINY_DESCRIPTION)
@@ -142,8 +142,8 @@ class ModelRegistry:
     def config_problems(self) -> list[str]:
         """Every reason a configured model cannot be served here, one line each with its path
         (a worker checks at start and refuses to start, naming them all): those of
-        :func:`~genloop.workers.models_config.config_problems`, plus a dtype its device cannot
-        run, a pipeline class diffusers lacks, a share larger than the budget."""
+        :func:`~genloop.workers.models.models_config.config_problems`, plus a dtype its device
+        cannot run, a pipeline class diffusers lacks, a share larger than the budget."""
         if self.models is None:
             return []
         import diffusers
@@ -306,7 +306,7 @@ def _register_shapes(registry: ModelRegistry) -> None:
     found = shipped_shapes()
     if found is None:
         return
-    from genloop.workers import shapes
+    from genloop import shapes
 
     registry.register(
         shapes.PIPELINE_NAME,

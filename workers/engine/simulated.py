@@ -31,7 +31,7 @@ from PIL import Image
 
 from genloop.sdk.ops import edit_steps
 
-from ..models_config import SimulatedModel
+from ..models.models_config import SimulatedModel
 
 StepCallback = Callable[[Any, int, int, dict], dict]
 

@@ -51,7 +51,7 @@ from diffusers.hooks import HookRegistry
 
 from genloop.sdk.errors import Permanent
 
-from ..capabilities import MIN_DEFAULT_DEEPCACHE_STEPS, Architecture, architecture_of
+from ..models.capabilities import MIN_DEFAULT_DEEPCACHE_STEPS, Architecture, architecture_of
 from .cache_context import apply_cache_context, cache_context_step_end, reset_cache_context
 from .compile import replays_cuda_graphs
 from .deepcache import (

@@ -22,8 +22,8 @@ from dramatiq.middleware import Middleware
 
 from genloop.sdk.errors import Cancelled, Transient
 
-from ..chunks import instances_of
-from ..scheduler import Scheduler
+from ..runtime.chunks import instances_of
+from ..runtime.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 

@@ -2,10 +2,10 @@
 
 Dramatiq's shutdown lets each worker thread finish the message it holds and puts the messages it
 prefetched back on their queues. What it cannot see is genloop's deferred work (see
-:mod:`genloop.workers.deferred`): acked messages whose instances wait in this process's engine or
-scorer under a lease, which a plain exit leaves to lease expiry (a lease ttl plus a sweep tick,
-about 20 s with the pool's defaults). Here, when the shutdown begins, the executor hands back the
-requests its resources have not started (lease released, instance re-sent at the same attempt),
+:mod:`genloop.workers.runtime.deferred`): acked messages whose instances wait in this process's
+engine or scorer under a lease, which a plain exit leaves to lease expiry (a lease ttl plus a sweep
+tick, about 20 s with the pool's defaults). Here, when the shutdown begins, the executor hands back
+the requests its resources have not started (lease released, instance re-sent at the same attempt),
 and so does every deferral a worker thread makes until the threads stop. What is running may
 finish until the grace, less :data:`EXIT_RESERVE`, has passed since the shutdown began; what is
 unfinished then is handed back too, and the process exits. A SIGKILL still falls back to lease
@@ -19,7 +19,7 @@ import time
 import dramatiq
 from dramatiq.middleware import Middleware
 
-from ..executor import Executor
+from ..runtime.executor import Executor
 
 #: Seconds of a worker's grace kept for what follows the drain: Dramatiq notices the signal
 #: within a second, the engine stops its running batch at the next step, the interpreter exits.

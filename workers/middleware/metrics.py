@@ -7,7 +7,7 @@ import time
 from dramatiq.common import q_name
 from dramatiq.middleware import Middleware
 
-from ..metrics import Metrics
+from ..metrics.prometheus import Metrics
 
 
 class QueueWait(Middleware):

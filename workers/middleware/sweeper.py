@@ -3,7 +3,7 @@
 Every worker process runs this sweeper thread, but only the one holding the store's ``sweeper``
 lock acts on a tick, so work is not re-sent by every process at once. (Re-sending twice would be
 harmless anyway: claims make the second delivery a no-op.) Each tick
-(:func:`genloop.workers.recovery.sweep`):
+(:func:`genloop.workers.runtime.recovery.sweep`):
 
 - enqueues outbox entries a worker left when it died between committing a completion and
   enqueuing the children it released;
@@ -21,10 +21,10 @@ and 25 s. Dramatiq's own heartbeat requeue is no longer needed for recovery.
 A record that cannot be read is quarantined with an ``instance.quarantined`` event and an error
 log, and the tick goes on with the rest.
 
-The lock's holder also runs the retention pass (:mod:`genloop.workers.retention`) once every
+The lock's holder also runs the retention pass (:mod:`genloop.workers.stores.retention`) once every
 ``RETENTION_EVERY`` seconds (expired runs and results go, in passes of a bounded size) and,
 given the artifact store, collects the artifacts nothing kept names once every
-``COLLECT_EVERY`` seconds (:mod:`genloop.workers.artifact_gc`; grace: the retention).
+``COLLECT_EVERY`` seconds (:mod:`genloop.workers.artifacts.gc`; grace: the retention).
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ import uuid
 
 from dramatiq.middleware import Middleware
 
-from ..artifact_gc import collect
 from ..artifacts.base import ArtifactStore
-from ..metrics import metrics
-from ..recovery import sweep
-from ..retention import retention_pass
-from ..scheduler import Scheduler
+from ..artifacts.gc import collect
+from ..metrics.prometheus import metrics
+from ..runtime.recovery import sweep
+from ..runtime.scheduler import Scheduler
 from ..stores.holders import process_tag
+from ..stores.retention import retention_pass
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from genloop.sdk.ops import (
     LatentStart,
 )
 
-from ..context import OpContext
-from ..deferred import Deferred
+from ..runtime.context import OpContext
+from ..runtime.deferred import Deferred
 from .registry import op
 
 
@@ -38,7 +38,7 @@ def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> Deferred:
     with other shards of the same model and settings (see ``genloop.workers.engine``), and
     with its siblings (the node's other shards, a loop round's other images); edits batch with
     edits of the same kind and strength. The op returns at once
-    (:class:`~genloop.workers.deferred.Deferred`); the images become PNG artifacts when the
+    (:class:`~genloop.workers.runtime.deferred.Deferred`); the images become PNG artifacts when the
     batch is done, and stay in the process's image cache for scoring. Progress is reported
     per step (throttled by ``ctx``), and a cancelled run stops the shard between two denoising
     steps, or when its batch forms.

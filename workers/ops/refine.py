@@ -21,7 +21,7 @@ Strategies are pluggable: ``@refiner("name")`` registers ``fn(scored, params) ->
   clause the critic found weakest and why; on free text the weak clause is repeated at the end
   of the prompt for emphasis (a grammar-bound prompt, like a shapes caption, is kept as it is).
   The other half are fresh seeds, as ``seed-search`` draws them.
-- ``agent``: the loop pauses and an agent answers (see :mod:`genloop.workers.agent_refine`);
+- ``agent``: the loop pauses and an agent answers (see :mod:`genloop.workers.runtime.agent_refine`);
   with no answer within ``timeout`` s, ``fallback`` decides.
 When a score reaches ``target``, or ``budget`` (denoising steps) leaves room for no request,
 refine halts the loop: nodes downstream are skipped. Otherwise the requests are cut, in the
@@ -42,8 +42,8 @@ from genloop.sdk.ops import (
     finish_strength,
 )
 
-from ..context import OpContext
-from ..deferred import Deferred
+from ..runtime.context import OpContext
+from ..runtime.deferred import Deferred
 from .registry import op
 
 Refiner = Callable[[list[ScoredCandidate], RefineParams], list[GenerationRequest]]
@@ -273,7 +273,7 @@ def refine(params: RefineParams, inputs: list,
         ctx.halt()
         return []
     if params.strategy == "agent":
-        from ..agent_refine import ask
+        from ..runtime.agent_refine import ask
 
         def answered(requests: list[GenerationRequest] | None) -> list[GenerationRequest]:
             if requests is None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from genloop.sdk.errors import Permanent
 from genloop.sdk.ops import Candidate, ScoredCandidate, ScoreParams
 
-from ..context import OpContext
-from ..deferred import Deferred
+from ..runtime.context import OpContext
+from ..runtime.deferred import Deferred
 from .registry import op
 
 
@@ -19,8 +19,8 @@ def _identity(params: ScoreParams, resources) -> str:
 def score(params: ScoreParams, inputs: list, ctx: OpContext) -> Deferred | list:
     """Scores the candidates through the process's score batcher, which merges requests of
     many nodes and runs per evaluator; returns at once (a
-    :class:`~genloop.workers.deferred.Deferred`). Images this process generated come from its
-    image cache; only the others are read and decoded from the artifact store."""
+    :class:`~genloop.workers.runtime.deferred.Deferred`). Images this process generated come from
+    its image cache; only the others are read and decoded from the artifact store."""
     from genloop.evaluators import load_image
 
     try:

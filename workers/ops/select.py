@@ -5,7 +5,7 @@ from __future__ import annotations
 from genloop.sdk.errors import Permanent
 from genloop.sdk.ops import ScoredCandidate, SelectParams
 
-from ..context import OpContext
+from ..runtime.context import OpContext
 from .registry import op
 
 

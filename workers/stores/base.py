@@ -115,7 +115,7 @@ class RunTx(ABC):
 class StateStore(ABC):
     """Where runs live. Thread-safe; every method may be called from any worker thread."""
 
-    #: Seconds a finished run is kept (see :mod:`genloop.workers.retention`).
+    #: Seconds a finished run is kept (see :mod:`genloop.workers.stores.retention`).
     retention: float = DEFAULT_RETENTION
 
     # -- runs -------------------------------------------------------------------------------
@@ -249,7 +249,7 @@ class StateStore(ABC):
     def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[Event]:
         """Events of the run with id greater than ``after``, oldest first."""
 
-    # -- retention (the pass and the rules: genloop.workers.retention) ----------------------
+    # -- retention (the pass and the rules: genloop.workers.stores.retention) ----------------------
     @abstractmethod
     def ended_runs(self, limit: int) -> list[str]:
         """Runs that ended (or were pinned or unpinned since) and have no expiry scheduled."""
@@ -278,7 +278,7 @@ class StateStore(ABC):
     @abstractmethod
     def reference_docs(self) -> Iterator[str]:
         """Every stored result and run spec, as its JSON text: what the artifact collector
-        (``genloop.workers.artifact_gc``) searches for the artifact keys still in use."""
+        (``genloop.workers.artifacts.gc``) searches for the artifact keys still in use."""
 
     @abstractmethod
     def storage(self) -> Storage:

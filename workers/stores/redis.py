@@ -35,7 +35,6 @@ from redis.exceptions import NoScriptError
 from genloop.sdk.errors import NotFound, StoreError
 from genloop.sdk.models import Event
 
-from ..redis_text import text, texts
 from . import redis_scripts
 from .base import (
     DEFAULT_RETENTION,
@@ -56,6 +55,7 @@ from .records import (
 )
 from .redis_index import members_before
 from .redis_keys import PoolKeys
+from .redis_text import text, texts
 from .redis_tx import (
     InstanceRow,
     RedisTx,
@@ -403,7 +403,7 @@ class RedisStateStore(StateStore):
             for i, raw in enumerate(raws)
         ]
 
-    # -- retention (see genloop.workers.retention) --------------------------------------------
+    # -- retention (see genloop.workers.stores.retention) ------------------------------------------
     @translate_redis_errors
     def ended_runs(self, limit: int) -> list[str]:
         return list(texts(self.client.zrange(self.keys.ended_runs, 0, limit - 1)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..redis_text import scored
+from .redis_text import scored
 
 #: Members read per round trip beyond the page, to step over those of the cursor's own score.
 _SLACK = 16

@@ -514,7 +514,7 @@ class SqliteStateStore(StateStore):
             for r in rows
         ]
 
-    # -- retention (see genloop.workers.retention) --------------------------------------------
+    # -- retention (see genloop.workers.stores.retention) ------------------------------------------
     def ended_runs(self, limit: int) -> list[str]:
         return [r[0] for r in self._read("SELECT run_id FROM run_ended LIMIT ?", (limit,))]
 

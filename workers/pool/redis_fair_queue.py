@@ -1,0 +1,314 @@
+"""Fair queuing for the Redis pool: tenants take turns in Redis, in front of Dramatiq's queues.
+
+The embedded :class:`~.fair_queue.FairEnqueuer` keeps its waiting messages in memory, which
+works because one process sends and runs everything. A Redis pool has many senders (gateways,
+clients, every worker that completes a node) and many consumers, so the same idea lives in
+Redis, for each queue:
+
+- ``<p>:fair:<queue>:t:<tenant>``: the tenant's waiting messages (a list, FIFO), each one
+  instance or a chunk of a large release (:mod:`.chunks`), named by :func:`~.chunks.chunk_name`;
+- ``<p>:fair:<queue>:ring``: the tenants with something waiting, in turn order;
+- ``<p>:fair:<queue>:flight``: messages sent to the broker and not yet finished (a sorted set,
+  scored by a deadline, so a message lost with a dead process frees its slot in time, or at
+  once when the sweeper sends it again);
+- ``<p>:fair:<queue>:workers``: each live worker process's threads on the queue (scored by a
+  heartbeat deadline);
+- ``<p>:fair:<queue>:since:<routed>``: the waiting messages bound for a model's own Dramatiq
+  queue (:mod:`.routing`), scored by when they began to wait, and ``<p>:fair:<queue>:route``,
+  each such message's routed queue: a worker deciding whether another copy of a model pays
+  sees how long its work has waited here, not only on the Dramatiq queue (which holds no more
+  than the window).
+
+The window, how many messages of a queue may be in the broker at once, is the live workers'
+threads on it: every thread has work, and a newcomer waits behind at most one message per
+thread, not behind everything sent before it. One Lua script adds and takes, so senders and
+finishing workers never both fill the same slot. A tenant with nothing waiting goes to the
+front of the turn order (as FQ-CoDel favours sparse flows), others rotate round robin.
+
+The scripts build their keys from the prefix (tenants are only known at run time), like
+Dramatiq's own Redis broker scripts: this is for a single Redis, not a cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+import dramatiq
+import redis
+from dramatiq.common import q_name
+from dramatiq.middleware import Middleware
+from pydantic import TypeAdapter
+
+from ..runtime.chunks import Chunk, chunk_name, chunked, instances_of
+from ..stores.records import InstanceRecord
+from ..stores.redis_text import texts
+from .routing import base_queue
+
+log = logging.getLogger(__name__)
+
+#: Sends one message for a chunk of instances (:mod:`.chunks`) after a delay; its message id.
+Send = Callable[[Chunk, float], str]
+#: Sends several messages at once (the :class:`~.broker.Enqueuer` pipelines them).
+SendMany = Callable[[Sequence[Chunk], float], object]
+
+#: Take instances for free slots (lock-free for callers: the script runs atomically).
+#: ARGV: prefix, queue, now, flight ttl, the member whose message finished (or ''), then
+#: (tenant, member, payload, routed queue or '') quads to add first. Returns the payloads
+#: taken, in turn order. The ``since`` key is :func:`~.routing.held_since_key`'s.
+_PUSH_AND_TAKE = """
+local p, q, now, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local base = p .. ':fair:' .. q
+local ring, held, payloads = base .. ':ring', base .. ':held', base .. ':payload'
+local flight, workers, routes = base .. ':flight', base .. ':workers', base .. ':route'
+if ARGV[5] ~= '' then redis.call('ZREM', flight, ARGV[5]) end
+for i = 6, #ARGV, 4 do
+  local tenant, member = ARGV[i], ARGV[i + 1]
+  -- Sent again while its slot is taken: the sweeper re-sends only what nobody works on (a
+  -- dead worker's, a lost message), so that slot is stale; it must not keep the re-sent
+  -- message waiting until it expires. (A lost chunk's slot, whose name differs from the
+  -- re-sent instances', is freed by RedisFairQueue.resend.)
+  redis.call('ZREM', flight, member)
+  if redis.call('SADD', held, member) == 1 then
+    redis.call('HSET', payloads, member, ARGV[i + 2])
+    if ARGV[i + 3] ~= '' then
+      redis.call('HSET', routes, member, ARGV[i + 3])
+      redis.call('ZADD', base .. ':since:' .. ARGV[i + 3], now, member)
+    end
+    if redis.call('RPUSH', base .. ':t:' .. tenant, member) == 1 then
+      redis.call('LPUSH', ring, tenant)
+    end
+  end
+end
+redis.call('ZREMRANGEBYSCORE', flight, '-inf', now)
+redis.call('ZREMRANGEBYSCORE', workers, '-inf', now)
+local window = 0
+for _, w in ipairs(redis.call('ZRANGE', workers, 0, -1)) do
+  window = window + tonumber(string.match(w, ':(%d+)$'))
+end
+local out, busy = {}, redis.call('ZCARD', flight)
+while busy < window do
+  local tenant = redis.call('LPOP', ring)
+  if not tenant then break end
+  local fifo = base .. ':t:' .. tenant
+  local member = redis.call('LPOP', fifo)
+  if redis.call('LLEN', fifo) > 0 then redis.call('RPUSH', ring, tenant) end
+  if member then
+    redis.call('SREM', held, member)
+    out[#out + 1] = redis.call('HGET', payloads, member)
+    redis.call('HDEL', payloads, member)
+    local routed = redis.call('HGET', routes, member)
+    if routed then
+      redis.call('ZREM', base .. ':since:' .. routed, member)
+      redis.call('HDEL', routes, member)
+    end
+    redis.call('ZADD', flight, now + ttl, member)
+    busy = busy + 1
+  end
+end
+return out
+"""
+
+#: The fields a message needs (the rest of the instance stays in the state store).
+_PAYLOAD = {"run_id", "instance_id", "node_id", "seq", "queue", "max_retries", "min_backoff",
+            "max_backoff"}
+
+
+def _payload(chunk: Chunk) -> str:
+    return "[" + ",".join(inst.model_dump_json(include=_PAYLOAD) for inst in chunk) + "]"
+
+
+def _chunk(payload: bytes | str) -> list[InstanceRecord]:
+    """The instances a waiting member's payload holds: a JSON list, or one instance's JSON
+    object as members were written before chunks (still waiting in Redis after an upgrade)."""
+    if payload[:1] in (b"{", "{"):
+        return [InstanceRecord.model_validate_json(payload)]
+    return _CHUNK.validate_json(payload)
+
+
+_CHUNK = TypeAdapter(list[InstanceRecord])
+
+
+def _held(member: str) -> list[tuple[str, str]]:
+    """The (run id, instance id) pairs a slot's :func:`~.chunks.chunk_name` names."""
+    run_id, _, ids = member.partition("|")
+    return [(run_id, i) for i in ids.split(",")]
+
+
+class RedisFairQueue:
+    """``enqueue(instances, delay)`` through per-tenant lists in Redis; :meth:`finished` frees
+    a slot and lets the next tenant's message in. ``flight_ttl``: seconds a slot stays taken
+    by a message no worker has started (lost with a dead process, or stuck behind retries,
+    which run outside the window: freeing it early lets one message more in, no harm); a
+    running one's slot is kept by its worker's heartbeat, and ends soon after that worker.
+    ``send_many``: sends the messages taken at once (by default ``send`` each). A slot is a
+    message: one instance, or a chunk of a large release (:mod:`.chunks`). ``clock``: the
+    wall-clock seconds every deadline here is scored in; all of a pool's processes share the
+    scores, so they keep ``time.time``, and a test passes one it moves by hand. ``queue_of``:
+    the Dramatiq queue a chunk's message goes to, where that is a model's own (a routed pool);
+    its waiting messages are then timed per model (:func:`~.routing.held_since_key`)."""
+
+    def __init__(self, client: redis.Redis, send: Send, tenant_of: Callable[[str], str], *,
+                 prefix: str = "genloop", flight_ttl: float = 10.0,
+                 send_many: SendMany | None = None,
+                 clock: Callable[[], float] = time.time,
+                 queue_of: Callable[[Chunk], str] | None = None) -> None:
+        self.client, self.send, self.tenant_of = client, send, tenant_of
+        self.queue_of = queue_of
+        self.send_many = send_many or (lambda chunks, delay: [send(c, delay) for c in chunks])
+        self.prefix, self.flight_ttl, self.clock = prefix, flight_ttl, clock
+        self._script = client.register_script(_PUSH_AND_TAKE)
+
+    def key(self, queue: str, part: str) -> str:
+        return f"{self.prefix}:fair:{queue}:{part}"
+
+    def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
+        if delay > 0:
+            # A re-look after a lease's remaining time: it is already someone's turn.
+            for inst in instances:
+                self.send([inst], delay)
+            return
+        by_queue: dict[str, list[str]] = {}  # queue -> (tenant, member, payload, routed) quads
+        for chunk in chunked(instances):
+            first = chunk[0]
+            routed = self.queue_of(chunk) if self.queue_of is not None else first.queue
+            by_queue.setdefault(first.queue, []).extend([
+                self.tenant_of(first.run_id),
+                chunk_name(first.run_id, [inst.instance_id for inst in chunk]), _payload(chunk),
+                routed if routed != first.queue else ""])
+        for queue, quads in by_queue.items():
+            self._take(queue, quads)
+
+    def resend(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
+        """Send again what the sweeper found nobody working on (its worker died, or its
+        message was lost), first freeing the slots of the messages that carried it: those are
+        stale, and would hold the window until their deadline. A message is found by its
+        instances, since the one that carried an instance may have been a chunk of many."""
+        lost: dict[str, set[tuple[str, str]]] = {}
+        for inst in instances:
+            lost.setdefault(inst.queue, set()).add((inst.run_id, inst.instance_id))
+        for queue, wanted in lost.items():
+            flight = self.key(queue, "flight")
+            stale = [m for m in texts(self.client.zrange(flight, 0, -1))
+                     if any(held in wanted for held in _held(m))]
+            if stale:
+                self.client.zrem(flight, *stale)
+        self(instances, delay)
+
+    def finished(self, queue: str, run_id: str, instance_ids: Sequence[str]) -> None:
+        """A message of ``queue`` for ``instance_ids`` of ``run_id`` ended (done, failed or
+        skipped): let the next one in (one round trip)."""
+        self._take(queue, done=chunk_name(run_id, instance_ids))
+
+    def pump(self, queue: str) -> None:
+        """Fill free slots (a worker joined, or a lost message's slot expired)."""
+        self._take(queue)
+
+    def running(self, queue: str, members: Sequence[str], ttl: float) -> None:
+        """Keep the slots of started messages (their :func:`~.chunks.chunk_name`) for ``ttl``
+        seconds more, in one round trip (``XX``: one already finished is not re-added)."""
+        if members:
+            deadline = self.clock() + ttl
+            self.client.zadd(self.key(queue, "flight"), dict.fromkeys(members, deadline),
+                             xx=True)
+
+    def waiting(self, queue: str) -> int:
+        return int(self.client.scard(self.key(queue, "held")))
+
+    def join(self, worker: str, queue: str, threads: int, ttl: float) -> None:
+        """Count ``worker``'s threads on ``queue`` for ``ttl`` seconds (renew to stay)."""
+        self.client.zadd(self.key(queue, "workers"), {f"{worker}:{threads}": self.clock() + ttl})
+
+    def leave(self, worker: str, queue: str, threads: int) -> None:
+        self.client.zrem(self.key(queue, "workers"), f"{worker}:{threads}")
+
+    def _take(self, queue: str, quads: Sequence[str] = (), done: str = "") -> None:
+        taken = self._script(args=[self.prefix, queue, self.clock(), self.flight_ttl, done,
+                                   *quads])
+        if taken:
+            self.send_many([_chunk(p) for p in taken], 0.0)
+
+
+class RedisFairWorker(Middleware):
+    """A worker process's part: counts its threads into each queue's window while it lives,
+    keeps the slots of the messages it runs, and frees each slot when its message ends."""
+
+    def __init__(self, fair: RedisFairQueue, actor_prefix: str, heartbeat: float = 2.0) -> None:
+        self.fair, self.actor_prefix, self.heartbeat = fair, actor_prefix, heartbeat
+        self.id = uuid.uuid4().hex[:12]
+        self._queues: list[str] = []
+        self._threads = 0
+        self._running: dict[str, tuple[str, str]] = {}  # message id -> queue, slot member
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        whitelist = worker.consumer_whitelist
+        # A model's routed queue (:mod:`.routing`) carries work of its instance queue, whose
+        # window these threads count in.
+        self._queues = sorted({base_queue(q) for q in broker.get_declared_queues()
+                               if whitelist is None or q in whitelist})
+        self._threads = worker.worker_threads
+        # The first beat is the thread's: one that failed here (Redis going away as the worker
+        # boots) would leave the worker with no thread to join the window, for good
+        threading.Thread(target=self._beat_forever, daemon=True, name="genloop-fair").start()
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self._stop.set()
+        for queue in self._queues:
+            self.fair.leave(self.id, queue, self._threads)
+
+    def before_process_message(self, broker: dramatiq.Broker,
+                               message: dramatiq.MessageProxy) -> None:
+        if message.actor_name.startswith(self.actor_prefix):
+            queue = base_queue(q_name(message.queue_name))
+            # No round trip here: the slot keeps the deadline it was taken with (flight_ttl)
+            # until the next heartbeat, at most ``heartbeat`` seconds away, renews it.
+            with self._lock:
+                self._running[message.message_id] = (queue, chunk_name(*instances_of(message.args)))
+
+    def after_process_message(self, broker: dramatiq.Broker,
+                              message: dramatiq.MessageProxy, *, result: object = None,
+                              exception: BaseException | None = None) -> None:
+        self._release(message)
+
+    def after_skip_message(self, broker: dramatiq.Broker,
+                           message: dramatiq.MessageProxy) -> None:
+        self._release(message)
+
+    def _release(self, message: dramatiq.MessageProxy) -> None:
+        # A retry is re-sent by Retries straight to the broker: it runs outside the window
+        # (at most one extra message per failing one) rather than risk a slot never freed.
+        if message.actor_name.startswith(self.actor_prefix):
+            with self._lock:
+                self._running.pop(message.message_id, None)
+            run_id, instance_ids = instances_of(message.args)
+            try:
+                self.fair.finished(base_queue(q_name(message.queue_name)), run_id,
+                                   instance_ids)
+            except redis.RedisError:  # the slot expires on its own; the sweeper re-sends
+                log.exception("releasing the fair-queue slot of %s/%s", run_id, instance_ids)
+
+    def _beat(self) -> None:
+        for queue in self._queues:
+            self.fair.join(self.id, queue, self._threads, ttl=3 * self.heartbeat)
+        by_queue: dict[str, list[str]] = {}
+        with self._lock:
+            for queue, slot in self._running.values():
+                by_queue.setdefault(queue, []).append(slot)
+        for queue, slots in by_queue.items():
+            self.fair.running(queue, slots, ttl=3 * self.heartbeat)
+        for queue in self._queues:
+            self.fair.pump(queue)
+
+    def _beat_forever(self) -> None:
+        while True:
+            try:
+                self._beat()
+            except Exception:  # a Redis hiccup must not end the heartbeat for good
+                log.exception("fair-queue heartbeat failed")
+            if self._stop.wait(self.heartbeat):
+                return
