@@ -38,7 +38,7 @@ from genloop.sdk.ops import RefineAnswer
 from genloop.sdk.webhooks import WebhookNotice, new_secret
 from genloop.workers.artifacts.base import ARTIFACT_KEY, artifact_key
 from genloop.workers.backends.run_listing import RunFilter, list_page
-from genloop.workers.ops.registry import OpRegistry, default_registry
+from genloop.workers.ops import OpRegistry, default_registry
 from genloop.workers.runtime.agent_refine import value_problems
 from genloop.workers.stores.base import DEFAULT_RETENTION
 
@@ -484,6 +484,4 @@ def backend_ops(backend: Backend) -> tuple[OpRegistry, Collection[str] | None]:
     scheduler = getattr(backend, "scheduler", None)
     if scheduler is not None:
         return scheduler.registry, scheduler.queues
-    from genloop.workers import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
-
     return default_registry, None

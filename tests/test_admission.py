@@ -10,8 +10,7 @@ from genloop.gateway.limits import TenantLimits
 from genloop.sdk import Graph, GraphError, Loop
 from genloop.sdk.schema import Named, Served
 from genloop.sdk.validation import NAMED_FIELDS, graph_problems, loop_name_problems, name_problems
-from genloop.workers import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
-from genloop.workers.ops.registry import default_registry
+from genloop.workers.ops import default_registry
 from genloop.workers.runtime.planner import run_cost
 
 

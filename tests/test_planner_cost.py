@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from genloop.sdk import Graph, Loop
-from genloop.workers import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
-from genloop.workers.ops.registry import OpRegistry, default_registry, op
+from genloop.workers.ops import OpRegistry, default_registry, op
 from genloop.workers.runtime.planner import ImageSize, run_cost
 
 SIZE = ImageSize(steps=10, width=100, height=100)  # 0.01 megapixels, 0.1 megapixel-steps

@@ -84,3 +84,17 @@ def test_registries_beside_a_given_resources_are_refused(tmp_path, resources):
     evaluators, _ = _ours()
     with pytest.raises(GenloopError, match="give models, evaluators and refiners to your"):
         Client.local(tmp_path / "home", resources=resources, evaluators=evaluators)
+
+
+def test_the_built_in_ops_are_registered_by_a_call_not_by_an_import():
+    from genloop.workers.ops import BUILTIN_OPS, OpRegistry, default_registry, with_builtins
+
+    # Given a registry of one's own: it holds none of the built-ins until asked
+    ours = OpRegistry()
+    assert list(ours) == []
+    # When the built-ins are put in it (twice: registering the same op again changes nothing)
+    assert with_builtins(with_builtins(ours)) is ours
+    # Then it holds exactly them, as the default registry does
+    assert sorted(ours) == ["generate", "refine", "score", "select"]
+    assert all(default_registry[spec.name] is spec for spec in BUILTIN_OPS)
+    assert ours["generate"].queue == "gpu" and ours["score"].elementwise

@@ -12,8 +12,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from genloop.sdk import GraphError, RunSpec
 from genloop.sdk.validation import bad_values
-from genloop.workers import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
-from genloop.workers.ops.registry import default_registry
+from genloop.workers.ops import default_registry
 from genloop.workers.runtime.scheduler import Scheduler
 from genloop.workers.stores.sqlite import SqliteStateStore
 

@@ -19,8 +19,8 @@ from genloop.sdk.errors import GenloopError
 from ..artifacts.local import LocalArtifactStore
 from ..models.models_config import ModelsConfig, config_problems, models_config, refuse
 from ..models.resources import Resources
+from ..ops import OpRegistry, default_registry
 from ..ops.refine import RefinerRegistry
-from ..ops.registry import OpRegistry, default_registry
 from ..pool.broker import DEFAULT_QUEUES, wire
 from ..stores.retention import configured_retention
 from ..stores.sqlite import SqliteStateStore
@@ -60,8 +60,6 @@ class EmbeddedRuntime:
         broker (see :mod:`~genloop.workers.pool.fair_queue`; ``genloop serve --local`` uses it).
         ``retention``: seconds a finished run is kept (default: ``GENLOOP_RETENTION``, else a
         week; see :mod:`~genloop.workers.stores.retention`)."""
-        from .. import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
-
         if resources is not None and (models, evaluators, refiners) != (None, None, None):
             raise GenloopError("give models, evaluators and refiners to your Resources, not "
                                "beside it: Resources(allowed=..., evaluators=..., refiners=...)")

@@ -16,8 +16,8 @@ from genloop.sdk.errors import ClientError, GenloopError
 from genloop.sdk.models import RunInfo
 
 from ..artifacts import open_artifact_store
+from ..ops import OpRegistry, default_registry
 from ..ops.refine import RefinerRegistry, default_refiners
-from ..ops.registry import OpRegistry, default_registry
 from ..pool.broker import DEFAULT_QUEUES, submitter
 from ..pool.pool_status import PoolStatus, RecentWorkers, pool_status, waiting_for
 from ..runtime.transitions import new_event
@@ -52,8 +52,6 @@ class RedisBackend(StoreBackend):
         evaluators the workers published are added). ``fair``: send through the pool's fair
         queue (tenants take turns; see :mod:`~.redis_fair_queue`), as the pool's own workers
         do."""
-        from .. import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
-
         self.client, self.prefix = redis.Redis.from_url(url), prefix
         # A run's waiting state is read with every status read (the gateway's waits and
         # streams read in loops); the presence records change every 2 s.

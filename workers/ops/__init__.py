@@ -1,8 +1,12 @@
-"""Ops: the registry and the built-in ops (importing this package registers them)."""
+"""Ops: the registry, and the built-in ops, which the default registry holds."""
 
-from . import generate, refine, score, select  # noqa: F401  (registration side effect)
+from .builtin import BUILTIN_OPS, with_builtins
 from .refine import RefinerRegistry, default_refiners, refiner
 from .registry import OpRegistry, OpSpec, default_registry, op
 
-__all__ = ["OpRegistry", "OpSpec", "RefinerRegistry", "default_refiners", "default_registry",
-           "op", "refiner"]
+# The default registry is where ``@op`` registers users' ops and what a runtime runs unless it
+# is given another: it starts with the built-ins.
+with_builtins(default_registry)
+
+__all__ = ["BUILTIN_OPS", "OpRegistry", "OpSpec", "RefinerRegistry", "default_refiners",
+           "default_registry", "op", "refiner", "with_builtins"]

@@ -19,17 +19,13 @@ from genloop.sdk.ops import (
 
 from ..runtime.context import OpContext
 from ..runtime.deferred import Deferred
-from .registry import op
+from .registry import OpSpec
 
 
 def _identity(params: GenerateParams, resources) -> str:
     return resources.model_identity(params.model)
 
 
-# version 2: the engine's default step cache (DeepCache) changes pixels slightly (see
-# genloop.workers.engine.step_cache), so results stored by version 1 are not reused.
-@op("generate", params=GenerateParams, output=Candidate, queue="gpu", identity=_identity,
-    version="2")
 def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> Deferred:
     """Candidates ``first .. first + n - 1`` of the node (seed ``seed + i`` each); or, on a
     mapped node, the one image its :class:`GenerationRequest` input asks for.
@@ -134,6 +130,13 @@ def generate(params: GenerateParams, inputs: list, ctx: OpContext) -> Deferred:
         return out
 
     return Deferred(_gather(len(requests), [(m, j.future) for m, j in jobs]), store)
+
+
+#: The built-in op (see :mod:`.builtin`). Version 2: the engine's default step cache (DeepCache)
+#: changes pixels slightly (see genloop.workers.engine.step_cache), so results stored by version 1
+#: are not reused.
+GENERATE = OpSpec("generate", generate, params=GenerateParams, output=Candidate, queue="gpu",
+                  identity=_identity, version="2")
 
 
 def _gather(n: int, parts: list[tuple[list[int], Future]]) -> Future:

@@ -44,7 +44,7 @@ from genloop.sdk.ops import (
 
 from ..runtime.context import OpContext
 from ..runtime.deferred import Deferred
-from .registry import op
+from .registry import OpSpec
 
 Refiner = Callable[[list[ScoredCandidate], RefineParams], list[GenerationRequest]]
 
@@ -256,7 +256,6 @@ def within_budget(requests: list[GenerationRequest], scored: list[ScoredCandidat
     return kept
 
 
-@op("refine", params=RefineParams, output=GenerationRequest)
 def refine(params: RefineParams, inputs: list,
            ctx: OpContext) -> list[GenerationRequest] | Deferred:
     """Runs the strategy named in ``params`` from the process's refiners
@@ -286,6 +285,10 @@ def refine(params: RefineParams, inputs: list,
         return Deferred(ask(ctx, scored, params), then=answered)
     assert strategy is not None  # checked above: only "agent" has none
     return _spend(strategy(scored, params), scored, params, ctx)
+
+
+#: The built-in op (see :mod:`.builtin`).
+REFINE = OpSpec("refine", refine, params=RefineParams, output=GenerationRequest)
 
 
 def _spend(requests: list[GenerationRequest], scored: list[ScoredCandidate],

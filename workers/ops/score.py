@@ -7,15 +7,13 @@ from genloop.sdk.ops import Candidate, ScoredCandidate, ScoreParams
 
 from ..runtime.context import OpContext
 from ..runtime.deferred import Deferred
-from .registry import op
+from .registry import OpSpec
 
 
 def _identity(params: ScoreParams, resources) -> str:
     return resources.evaluator(params.evaluator, params.options).identity
 
 
-@op("score", params=ScoreParams, output=ScoredCandidate, queue="gpu", elementwise=True,
-    identity=_identity)
 def score(params: ScoreParams, inputs: list, ctx: OpContext) -> Deferred | list:
     """Scores the candidates through the process's score batcher, which merges requests of
     many nodes and runs per evaluator; returns at once (a
@@ -54,3 +52,8 @@ def score(params: ScoreParams, inputs: list, ctx: OpContext) -> Deferred | list:
         return scored(evaluator.score(images, params.text))
     return Deferred(batcher.submit(evaluator, images, params.text, ctx.check_cancelled,
                                    priority=ctx.priority), scored)
+
+
+#: The built-in op (see :mod:`.builtin`).
+SCORE = OpSpec("score", score, params=ScoreParams, output=ScoredCandidate, queue="gpu",
+               elementwise=True, identity=_identity)

@@ -6,10 +6,9 @@ from genloop.sdk.errors import Permanent
 from genloop.sdk.ops import ScoredCandidate, SelectParams
 
 from ..runtime.context import OpContext
-from .registry import op
+from .registry import OpSpec
 
 
-@op("select", params=SelectParams, output=ScoredCandidate)
 def select(params: SelectParams, inputs: list, ctx: OpContext) -> list[ScoredCandidate]:
     from genloop.evaluators import select_threshold, select_top_k, select_top_k_diverse
 
@@ -30,3 +29,7 @@ def select(params: SelectParams, inputs: list, ctx: OpContext) -> list[ScoredCan
             raise Permanent("top-k-diverse needs image embeddings; use a CLIP-family evaluator")
         chosen = select_top_k_diverse(values, embeddings, params.top_k, params.diversity)
     return [scored[i] for i in chosen]
+
+
+#: The built-in op (see :mod:`.builtin`).
+SELECT = OpSpec("select", select, params=SelectParams, output=ScoredCandidate)

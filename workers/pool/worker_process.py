@@ -38,7 +38,7 @@ from ..metrics.prometheus import serve_metrics
 from ..middleware.drain import Drain
 from ..models.models_config import ModelsConfig, models_config, refuse
 from ..models.resources import Resources
-from ..ops.registry import default_registry
+from ..ops import default_registry
 from ..stores.redis import RedisStateStore
 from ..stores.redis_keys import PoolKeys
 from ..stores.retention import configured_retention
@@ -90,8 +90,6 @@ def refuse_bad_config(resources: Resources) -> None:
 
 def build():
     """Build this process's broker, store, artifacts and actors from the environment."""
-    from .. import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
-
     url = os.environ[ENV_REDIS]
     prefix = os.environ.get(ENV_PREFIX, "genloop")
     for module in _list(ENV_IMPORTS):
