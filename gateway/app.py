@@ -34,6 +34,7 @@ from genloop.sdk.webhooks import WebhookNotice
 from genloop.sdk.wire import ApiError
 from genloop.workers.artifacts.base import CONTENT_TYPES
 from genloop.workers.backends.run_listing import BadCursor
+from genloop.workers.backends.store_backend import StoreBackend
 from genloop.workers.metrics.prometheus import metrics
 from genloop.workers.models.models_config import ModelsConfig
 from genloop.workers.pool.pool_status import PoolStatus
@@ -205,10 +206,11 @@ def create_app(backend: Backend, store: GatewayStore,
         ``genloop pool status``); for the operator's metrics token only. 404 on a back end
         that is not a pool (``--local``) or when the gateway has no metrics token."""
         _operator(credentials, "/v1/pool")
-        status = getattr(gateway.backend, "pool_status", None)  # a Redis back end's
+        backend = gateway.backend
+        status = backend.pool_status() if isinstance(backend, StoreBackend) else None
         if status is None:
             raise ApiProblem(404, "not_found", "this gateway's back end is not a worker pool")
-        return status()
+        return status
 
     def _operator(credentials: HTTPAuthorizationCredentials | None, path: str) -> None:
         """The operator's token, or a 404 (none set for this port) or 401."""

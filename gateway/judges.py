@@ -16,6 +16,7 @@ from collections.abc import Callable
 from genloop.evaluators.options import TENANT_OPTIONS
 from genloop.sdk.backend import Backend
 from genloop.sdk.schema import Named, Served, SpecSchema, spec_schema
+from genloop.workers.backends.store_backend import StoreBackend
 from genloop.workers.ops.registry import OpRegistry
 
 
@@ -34,8 +35,9 @@ def backend_served(backend: Backend) -> Callable[[], Served]:
     """What ``backend`` serves, read each time admission asks: a pool's workers publish their
     judges as they start. A store back end's ``served()`` takes 0.25 ms here against 1.8 ms
     for the schema, which it copies."""
-    served: Callable[[], Served] | None = getattr(backend, "served", None)
-    return served or (lambda: backend.schema().served)
+    if isinstance(backend, StoreBackend):
+        return backend.served
+    return lambda: backend.schema().served
 
 
 class TenantSchemas:

@@ -38,6 +38,7 @@ from genloop.sdk.ops import RefineAnswer
 from genloop.sdk.webhooks import WebhookNotice, new_secret
 from genloop.workers.artifacts.base import ARTIFACT_KEY, artifact_key
 from genloop.workers.backends.run_listing import RunFilter, list_page
+from genloop.workers.backends.store_backend import StoreBackend
 from genloop.workers.ops import OpRegistry, default_registry
 from genloop.workers.runtime.agent_refine import value_problems
 from genloop.workers.stores.base import DEFAULT_RETENTION
@@ -116,7 +117,8 @@ class Gateway:
         self.webhooks = WebhookDeliverer(store, backend, self.webhook_policy,
                                          backoff=webhook_backoff, limits=self.limits)
         #: How long the back end keeps an ended run: the gateway looks again after it.
-        self.retention = getattr(getattr(backend, "store", None), "retention", DEFAULT_RETENTION)
+        self.retention = (backend.store.retention if isinstance(backend, StoreBackend)
+                          else DEFAULT_RETENTION)
         self._janitor: threading.Thread | None = None
         self._stopping = threading.Event()
 
@@ -480,8 +482,8 @@ class Gateway:
 
 def backend_ops(backend: Backend) -> tuple[OpRegistry, Collection[str] | None]:
     """The back end's op registry (a Redis back end's includes the pool's published ops) and
-    the queues its workers consume (``None`` if it cannot tell)."""
-    scheduler = getattr(backend, "scheduler", None)
-    if scheduler is not None:
-        return scheduler.registry, scheduler.queues
+    the queues its workers consume: a back end over a scheduler here says; of any other the
+    default registry's ops are assumed, and its queues are not known (``None``)."""
+    if isinstance(backend, StoreBackend):
+        return backend.scheduler.registry, backend.scheduler.queues
     return default_registry, None

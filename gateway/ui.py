@@ -22,6 +22,7 @@ from genloop.sdk.errors import NotFound
 from genloop.sdk.graph import Graph
 from genloop.sdk.models import RunStatus
 from genloop.workers.artifacts.base import CONTENT_TYPES
+from genloop.workers.backends.store_backend import StoreBackend
 
 from . import ui_campaigns
 from . import ui_session as session
@@ -44,8 +45,9 @@ Gw = Annotated[Gateway, Depends(_gateway)]
 
 def run_graph(gateway: Gateway, run_id: str) -> Graph | None:
     """The graph a run executes (a loop's compiled one), from the back end's scheduler."""
-    scheduler = getattr(gateway.backend, "scheduler", None)
-    return None if scheduler is None else scheduler.topology(run_id).graph
+    backend = gateway.backend
+    return (backend.scheduler.topology(run_id).graph if isinstance(backend, StoreBackend)
+            else None)
 
 
 def install(app: FastAPI) -> None:

@@ -38,6 +38,7 @@ from genloop.sdk.errors import GenloopError
 from genloop.sdk.models import Event, RunResult
 from genloop.sdk.ops import RefineRequest
 from genloop.sdk.webhooks import signed_headers
+from genloop.workers.backends.store_backend import StoreBackend
 from genloop.workers.stores.records import EventRecord
 
 from .limits import TenantLimits
@@ -313,9 +314,9 @@ class WebhookDeliverer:
             return None, f"{type(exc).__name__}: {exc}"[:EXCERPT], time.monotonic() - start
 
     def _record(self, job: WebhookJob, status: int | None, excerpt: str, took: float) -> None:
-        store = getattr(self.backend, "store", None)
-        if store is None or not job.run_id:  # a notice has no run to show it
-            return
+        if not isinstance(self.backend, StoreBackend) or not job.run_id:
+            return  # a notice has no run to show it; a back end elsewhere keeps its own events
+        store = self.backend.store
         message = json.dumps({"url": job.url[:EXCERPT], "webhook_id": job.webhook_id,
                               "state": job.state, "ms": round(took * 1000), "answer": excerpt})
         store.append_event(job.run_id, EventRecord(

@@ -108,7 +108,7 @@ class RedisBackend(StoreBackend):
         info.waiting = waiting_for(self._workers, info, needs)
         return info
 
-    def pool_status(self) -> PoolStatus:
+    def pool_status(self) -> PoolStatus | None:
         """The pool's workers and backlog (:func:`~.pool_status.pool_status`)."""
         return pool_status(self.client, self.prefix, self.store)
 

@@ -18,6 +18,7 @@ from genloop.sdk.schema import Served, SpecSchema, fill_defaults, spec_schema
 from genloop.sdk.validation import name_problems
 
 from ..artifacts.base import ArtifactStore
+from ..pool.pool_status import PoolStatus
 from ..runtime.scheduler import Scheduler
 from .results import list_runs, run_info, run_result
 from .served import served
@@ -58,6 +59,11 @@ class StoreBackend(Backend):
         self.default_model = default_model
         self.default_evaluator = default_evaluator
         self._schema: tuple[object, SpecSchema] | None = None
+
+    def pool_status(self) -> PoolStatus | None:
+        """The worker pool's workers and backlog; ``None`` here: not a pool (the Redis back
+        end's says)."""
+        return None
 
     def served(self) -> Served:
         return served(self.scheduler.registry, self._models(), self.evaluators, self.refiners,
