@@ -4,8 +4,10 @@ and makes what the agent asks; one answer only; no answer falls back."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
+from wait_util import until
 
 from genloop.sdk import (
     GenerationRequest,
@@ -106,3 +108,26 @@ def test_loops_waiting_for_their_agents_hold_no_worker_thread(tmp_path, resource
 
     assert [r.status for r in results] == [RunStatus.SUCCEEDED] * 2
     assert [c.seed for r in results for c in r.rounds[1].candidates] == [9, 9]
+
+
+def test_each_runtime_watches_for_answers_and_stops_when_it_closes(tmp_path, resources):
+    """The watch for agents' answers belongs to a runtime's executor, not to the process: a
+    second client waits on a watch of its own, and closing a client ends its watch's thread
+    (which would otherwise read a closed store)."""
+    from genloop.sdk import Client
+
+    def watches() -> int:
+        return sum(t.name == "genloop-agent-answers" for t in threading.enumerate())
+
+    before = watches()
+    clients = [Client.local(home=tmp_path / f"home{i}", threads=1, resources=resources)
+               for i in (1, 2)]
+    try:
+        for client in clients:
+            asked(client.submit(agent_loop()))
+        until(lambda: watches() == before + 2, "a watch per waiting runtime")
+    finally:
+        clients[0].close()
+    until(lambda: watches() == before + 1, "the closed runtime's watch to end")
+    clients[1].close()
+    until(lambda: watches() == before, "every watch to end")

@@ -155,7 +155,10 @@ def ask(ctx: OpContext, scored: list[ScoredCandidate], params: RefineParams) -> 
     after = ctx.store.append_event(ctx.run_id, EventRecord(
         type=REQUESTED, time=time.time(), node_id=ctx.node_id,
         message=request.model_dump_json()))
-    return _watch().wait(_Waiter(ctx, params, after, time.monotonic() + params.timeout))
+    if ctx.answers is None:  # an op context made outside an executor
+        raise GraphError([GraphProblem(node_id=ctx.node_id, message=(
+            "the agent refine strategy needs an executor: nothing here would read the answer"))])
+    return ctx.answers.wait(_Waiter(ctx, params, after, time.monotonic() + params.timeout))
 
 
 @dataclass
@@ -189,7 +192,8 @@ class _Waiter:
 
 
 class AnswerWatch:
-    """One thread per process looks for the answers of every refine waiting in it.
+    """One thread per executor looks for the answers of every refine waiting in it (started
+    by the first wait; :meth:`close` ends it). The executor puts it in each op's context.
 
     Hand-written: the answer arrives as an event in the state store, which has no
     notification channel on every back end (SQLite), so it is polled, once per waiter every
@@ -200,26 +204,27 @@ class AnswerWatch:
         self._lock = threading.Lock()
         self._passing = threading.Lock()  # held while a pass reads the stores
         self._thread: threading.Thread | None = None
+        self._closed = threading.Event()
 
-    def forget(self, store: StateStore) -> None:
-        """Stop watching the waiters of ``store``, which is closing: once this returns, no
-        pass reads it (a store closed under a reading thread can crash SQLite). Their leases
-        run out and the work is sent again, as for any stopped worker."""
+    def close(self) -> None:
+        """Stop watching: once this returns, no pass reads the store, which may then close
+        (a store closed under a reading thread can crash SQLite). The waiters' leases run out
+        and their work is sent again, as for any stopped worker."""
+        self._closed.set()
         with self._passing, self._lock:
-            self._waiters = [w for w in self._waiters if w.ctx.store is not store]
+            self._waiters = []
 
     def wait(self, waiter: _Waiter) -> Future:
         with self._lock:
             self._waiters.append(waiter)
-            if self._thread is None:
+            if self._thread is None and not self._closed.is_set():
                 self._thread = threading.Thread(target=self._run, daemon=True,
                                                 name="genloop-agent-answers")
                 self._thread.start()
         return waiter.future
 
     def _run(self) -> None:
-        while True:
-            time.sleep(_POLL)
+        while not self._closed.wait(_POLL):
             with self._passing:
                 self._pass()
 
@@ -237,26 +242,6 @@ class AnswerWatch:
         if settled:
             with self._lock:
                 self._waiters = [w for w in self._waiters if w not in settled]
-
-
-_WATCH: AnswerWatch | None = None
-_WATCH_LOCK = threading.Lock()
-
-
-def forget(store: StateStore) -> None:
-    """:meth:`AnswerWatch.forget` on this process's watch, if it has one."""
-    with _WATCH_LOCK:
-        watch = _WATCH
-    if watch is not None:
-        watch.forget(store)
-
-
-def _watch() -> AnswerWatch:
-    global _WATCH
-    with _WATCH_LOCK:
-        if _WATCH is None:
-            _WATCH = AnswerWatch()
-        return _WATCH
 
 
 def _reply(ctx: OpContext, after: int) -> RefineAnswer | None:

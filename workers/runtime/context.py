@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from genloop.sdk.errors import Cancelled
 
 from ..artifacts.base import ArtifactStore
 from ..stores.base import StateStore
 from ..stores.records import EventRecord
+
+if TYPE_CHECKING:
+    from .agent_refine import AnswerWatch
 
 #: How often an op may emit a progress event, and re-read the cancel flag, at most.
 _PROGRESS_EVERY = 0.2
@@ -36,6 +39,8 @@ class OpContext:
     store: StateStore
     artifacts: ArtifactStore
     resources: Any = None
+    #: Where a refine waiting for an agent's answer waits: the executor's watch.
+    answers: AnswerWatch | None = None
     #: Instances of this node that run alongside this one (a loop round's images, a node's
     #: shards): a batched resource waits for them so they share one call. 1 on a retry.
     siblings: int = 1

@@ -53,6 +53,7 @@ from ..stores.base import StateStore
 from ..stores.holders import process_tag
 from ..stores.records import InstanceRecord, ItemRef, ResultRecord
 from ..stores.steps import Started
+from .agent_refine import AnswerWatch
 from .batch_queue import HandedBack, hand_back_all
 from .context import OpContext
 from .deferred import Deferred
@@ -235,6 +236,7 @@ class Executor:
         self.resources = resources
         self.lease_ttl = lease_ttl
         self.leases = LeaseKeeper(self.store, lease_ttl)
+        self.answers = AnswerWatch()
         self.owner = f"worker-{uuid.uuid4().hex[:12]}{process_tag()}"
         self._executions = itertools.count()  # next() is atomic under the GIL
         self._attempt_of = attempt_of
@@ -435,7 +437,7 @@ class Executor:
             ctx = OpContext(
                 run_id=inst.run_id, node_id=inst.node_id, instance_id=inst.instance_id,
                 attempt=inst.attempts, store=self.store, artifacts=self.artifacts,
-                resources=self.resources,
+                resources=self.resources, answers=self.answers,
                 siblings=_siblings(prepared.node, spec, parents) if attempt == 1 else 1,
                 priority=graph.priority or "interactive", namespace=graph.namespace,
             )
@@ -508,9 +510,7 @@ class Executor:
         """Stop the completion pool and the lease renewals (deferred work still in flight is
         abandoned: its lease runs out and the sweeper sends it again), and stop watching for
         agents' answers in this executor's store before it closes."""
-        from .agent_refine import forget
-
-        forget(self.store)
+        self.answers.close()
         self.leases.stop()
         self._completions.shutdown(wait=False, cancel_futures=True)
 
