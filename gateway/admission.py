@@ -19,7 +19,7 @@ from genloop.evaluators.pricing import score_cost
 from genloop.sdk.errors import GraphError, GraphProblem
 from genloop.sdk.graph import Graph, Node, RunLimits
 from genloop.sdk.loop import Loop
-from genloop.sdk.schema import Named, Served
+from genloop.sdk.schema import Named, Served, fill_defaults
 from genloop.sdk.validation import graph_problems, name_problems, value_problems
 from genloop.workers.models.capabilities import model_cache_modes
 from genloop.workers.models.models_config import ModelsConfig
@@ -39,9 +39,13 @@ _BUILTIN_SIZES = {"tiny": ImageSize(steps=4, width=32, height=32)}
 
 @dataclass(frozen=True)
 class Plan:
-    """An admitted spec: what it costs, checked against the tenant's limits before it is stored,
-    and the limits the scheduler applies while the run grows (a fan-out no plan could see)."""
+    """An admitted spec: the spec with the back end's defaults filled in and the graph it
+    compiles to (compiled once, here: the back end stores both without checking again), what
+    it costs, checked against the tenant's limits before it is stored, and the limits the
+    scheduler applies while the run grows (a fan-out no plan could see)."""
 
+    spec: Graph | Loop
+    graph: Graph
     cost: RunCost
     limits: RunLimits
 
@@ -60,15 +64,18 @@ class Admission:
     queues: Collection[str] | None = None
 
     def admit(self, spec: Graph | Loop, limits: TenantLimits) -> Plan:
-        """The run's plan, the spec compiled once; ``GraphError`` listing every problem if the
-        spec may not run."""
-        graph = spec.compile() if isinstance(spec, Loop) else spec
+        """The run's plan: the spec with the back end's defaults, compiled once, checked in one
+        pass; ``GraphError`` listing every problem if the spec may not run."""
+        served = self.served()
+        filled = fill_defaults(spec, served)
+        graph = filled.compile() if isinstance(filled, Loop) else filled
         # in the order a back end reports them: the graph's own, its queues, then names
         problems = graph_problems(graph, self.ops.catalogue())
         if self.queues is not None:
             problems.extend(self.ops.queue_problems(graph, self.queues))
-        offer = self.served_to(limits)
-        # names where the author wrote them (a Loop's own fields, not its compiled nodes')
+        offer = self.served_to(served, limits)
+        # names where the author wrote them (a Loop's own fields, not its compiled nodes'); a
+        # name left unset is the operator's default, not the tenant's choice
         problems.extend(name_problems(spec, offer, trusted=False))
         judges = [j.name for j in offer.evaluators]
         if isinstance(spec, Loop):
@@ -76,24 +83,23 @@ class Admission:
                                                   "evaluator_options", judges))
         for i, node in enumerate(graph.nodes):
             problems.extend(value_problems(node, self.max_prompt_chars))
-            if node.op == "score" and not isinstance(spec, Loop):
+            if node.op == "score" and isinstance(spec, Graph):
+                params = spec.nodes[i].params  # as written: the filled evaluator is the default
                 problems.extend(self._option_problems(
-                    node.id, node.params.get("evaluator"), node.params.get("options"),
+                    node.id, params.get("evaluator"), params.get("options"),
                     f"nodes[{i}].params.options", judges))
         if problems:
             raise GraphError(_unique(problems))
-        return Plan(run_cost(graph, self.ops, self.size_of, self.score_cost),
+        return Plan(filled, graph, run_cost(graph, self.ops, self.size_of, self.score_cost),
                     self._run_limits(graph, limits))
 
-    def served_to(self, limits: TenantLimits) -> Served:
-        """What a tenant may name: the operator's models and the judges a tenant can use (see
-        :mod:`.judges`), each narrowed by the tenant's allow-list, and the back end's refine
-        strategies and cache modes. A name left unset is the back end's default, which the
-        operator chose."""
-        offer = self.served()
-        return offer.model_copy(update={
+    def served_to(self, served: Served, limits: TenantLimits) -> Served:
+        """What a tenant may name of what the back end serves (``served``): the operator's
+        models and the judges a tenant can use (see :mod:`.judges`), each narrowed by the
+        tenant's allow-list, and the back end's refine strategies and cache modes."""
+        return served.model_copy(update={
             "models": [Named(name=n) for n in _narrow(self.models.names(), limits.models)],
-            "evaluators": tenant_judges(offer, limits.evaluators)})
+            "evaluators": tenant_judges(served, limits.evaluators)})
 
     def _run_limits(self, graph: Graph, limits: TenantLimits) -> RunLimits:
         """The tenant's per-run limits, with each generate node's cost of one image and steps,

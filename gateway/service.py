@@ -32,6 +32,7 @@ from genloop.sdk.errors import (
     NotFound,
     RunTimeout,
 )
+from genloop.sdk.graph import Graph
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunPage, RunQuery, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
@@ -182,15 +183,18 @@ class Gateway:
         # Whatever namespace and limits the client sent are replaced: it must not read
         # another's cache, nor let a fan-out grow past its own limits while the run runs.
         webhook = spec.webhook
-        # The gateway delivers the webhook itself (its store holds the job), not the back end
-        spec = spec.model_copy(update={
+        run_fields = {
             "namespace": None if self.share_results else f"tenant:{tenant}",
-            "limits": plan.limits, "webhook": None,
+            "limits": plan.limits,
             "priority": spec.priority or limits.priority,
             # A run may shorten its tenant's retention (by default the back end's), not lengthen
             # it; a run that asks none keeps whatever the back end's is when it ends
             "retention": limits.retention if spec.retention is None else min(
-                spec.retention, limits.retention or self.retention)})
+                spec.retention, limits.retention or self.retention)}
+        # The gateway delivers the webhook itself (its store holds the job), not the back end
+        spec = plan.spec.model_copy(update={**run_fields, "webhook": None})
+        # A Loop's compiled graph carries the same run fields (see Loop.compile)
+        graph = spec if isinstance(spec, Graph) else plan.graph.model_copy(update=run_fields)
         backend_key = scoped_key(tenant, key) if key is not None else None
         with self._locks[tenant]:
             existing = self.store.run_for_key(backend_key) if backend_key is not None else None
@@ -203,7 +207,7 @@ class Gateway:
                 check_concurrency(*self._open(tenant), plan.cost, limits)
                 cost = plan.cost.cost
             try:
-                info = self.backend.submit(spec, backend_key)
+                info = self._submit(spec, graph, backend_key)
             except ClientError as exc:
                 if exc.status_code == 409:
                     raise KeyConflict(str(exc), existing) from exc
@@ -223,6 +227,13 @@ class Gateway:
         log.info("run %s %s for tenant %s", info.id, "submitted" if created else "replayed",
                  tenant)
         return info, created
+
+    def _submit(self, spec: RunSpec, graph: Graph, key: str | None) -> RunInfo:
+        """An admitted spec to the back end: one here stores it as admitted, with the graph
+        compiled once; any other is sent the spec, and checks it again."""
+        if isinstance(self.backend, StoreBackend):
+            return self.backend.submit_admitted(spec, graph, key)
+        return self.backend.submit(spec, key)
 
     def _check_webhook(self, tenant: str, url: str) -> None:
         """A webhook must go to an address the gateway may call, and the tenant must have a

@@ -96,3 +96,24 @@ def test_the_tools_and_campaigns_say_the_problems_the_sdk_says(stack):
     assert name_problems(spec, stack.backend.schema().served) == [f"loop.{line}"
                                                                   for line in said]
 
+
+
+def test_a_loop_through_the_gateway_is_compiled_once_and_stored_as_admitted(stack, monkeypatch):
+    _, key = stack.tenant()
+    compiled = []
+    compile_loop = Loop.compile
+    monkeypatch.setattr(Loop, "compile", lambda self: compiled.append(1) or compile_loop(self))
+    # Given a loop that names no model, when a tenant submits it
+    run = stack.client(key).submit(Loop(prompt="a red circle", rounds=1, candidates=1, steps=1))
+    run.cancel()  # what is stored is the point, not the image
+    # Then admission compiled it, and the back end stored that graph without compiling again
+    assert len(compiled) == 1
+    stored = stack.backend.scheduler.store.run_spec(run.id)
+    # with the back end's default model filled in (spec and graph alike) and the tenant's
+    # namespace on both
+    served = stack.backend.served()
+    assert stored.spec["model"] == served.default_model
+    [generate] = [n for n in stored.graph["nodes"] if n["op"] == "generate"]
+    assert generate["params"]["model"] == served.default_model
+    assert stored.spec["namespace"] == stored.graph["namespace"]
+    assert stored.graph["namespace"].startswith("tenant:")

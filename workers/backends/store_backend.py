@@ -11,6 +11,7 @@ from pydantic import TypeAdapter
 
 from genloop.sdk.backend import Backend
 from genloop.sdk.errors import GraphError, GraphProblem
+from genloop.sdk.graph import Graph
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunPage, RunQuery, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
@@ -87,10 +88,18 @@ class StoreBackend(Backend):
             raise GraphError([GraphProblem(
                 node_id=None, path="webhook", message="webhooks are delivered by a gateway "
                 "(genloop serve); this back end has none: follow the run's events instead")])
-        if names := name_problems(spec, offer):  # with the rest, all at once, as a gateway
-            graph = spec.compile() if isinstance(spec, Loop) else spec
-            raise GraphError(self.scheduler.graph_problems(graph) + names)
-        run = self.scheduler.submit(spec, idempotency_key)  # IdempotencyConflict: a 409
+        graph = spec.compile() if isinstance(spec, Loop) else spec
+        # all at once, in a gateway's order: the graph's own, its queues, then names
+        if problems := self.scheduler.graph_problems(graph) + name_problems(spec, offer):
+            raise GraphError(problems)
+        return self.submit_admitted(spec, graph, idempotency_key)
+
+    def submit_admitted(self, spec: Graph | Loop, graph: Graph,
+                        idempotency_key: str | None) -> RunInfo:
+        """Store and start a spec its caller admitted (a gateway's admission, which checks all
+        :meth:`submit` does against a tenant's narrower offer): ``graph`` is ``spec`` compiled,
+        defaults filled in (see :meth:`Scheduler.start`)."""
+        run = self.scheduler.start(spec, graph, idempotency_key)  # IdempotencyConflict: a 409
         return run_info(self.store, run.id)
 
     def get(self, run_id: str) -> RunInfo:

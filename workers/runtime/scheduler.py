@@ -141,6 +141,13 @@ class Scheduler:
         graph = spec.compile() if isinstance(spec, Loop) else spec
         if problems := self.graph_problems(graph):
             raise GraphError(problems)
+        return self.start(spec, graph, idempotency_key)
+
+    def start(self, spec: Graph | Loop, graph: Graph,
+              idempotency_key: str | None = None) -> RunRecord:
+        """Store and start the run of an admitted spec: ``graph`` is ``spec`` compiled (``spec``
+        itself for a Graph), which the caller checked (its graph problems, and any names and
+        limits of its own); nothing is checked again."""
         spec_json = spec.model_dump(mode="json")
         run = RunRecord(
             id=uuid.uuid4().hex, spec_hash=spec_hash(spec_json), idempotency_key=idempotency_key,
