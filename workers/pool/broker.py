@@ -31,7 +31,7 @@ from ..middleware.sweeper import OutboxSweeper
 from ..ops.registry import OpRegistry
 from ..runtime.chunks import Chunk, chunked, message_args
 from ..runtime.executor import Executor
-from ..runtime.scheduler import Scheduler
+from ..runtime.scheduler import KEEP_SENT, Scheduler
 from ..stores.base import StateStore
 from ..stores.records import InstanceRecord
 from ..stores.redis_keys import PoolKeys
@@ -205,6 +205,42 @@ class Wiring:
     fair: FairEnqueuer | RedisFairQueue | None = None
 
 
+def _sending(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, *,
+             queues: Sequence[str], fair_window: int | None, shared_fair: str | None,
+             runs_work: bool) -> tuple[Scheduler, Enqueuer, FairEnqueuer | RedisFairQueue | None]:
+    """The send side every process shares, submitter or worker: the enqueuer (with model
+    routing on a Redis pool), the fair queue it sends through if any, and the scheduler over
+    ``store`` with its committed events counted in this process's metrics. ``runs_work``: this
+    process has worker threads, which take what it just sent from memory, and frees a lost
+    message's fair-queue slot as it re-sends it."""
+    enqueue = Enqueuer(broker, _router(broker, registry, lambda: scheduler))
+
+    def tenant_of(run_id: str) -> str:
+        return scheduler.topology(run_id).graph.namespace or run_id
+
+    fair: FairEnqueuer | RedisFairQueue | None = None
+    resend = None
+    if fair_window is not None:
+        fair = FairEnqueuer(enqueue.send_chunk, fair_window, tenant_of)
+    elif shared_fair is not None:
+        if not is_redis_broker(broker):
+            raise TypeError("shared_fair needs a RedisBroker (its client holds the queue)")
+        from .redis_fair_queue import RedisFairQueue
+
+        fair = shared = RedisFairQueue(broker.client, enqueue.send_chunk, tenant_of,
+                                       prefix=shared_fair, send_many=enqueue.send_chunks,
+                                       queue_of=enqueue.queue_of)
+        resend = shared.resend if runs_work else None
+
+    def backlog(queue: str) -> int:  # waiting their turn is not lost either
+        return enqueue.backlog(queue) + (fair.waiting(queue) if fair is not None else 0)
+
+    scheduler = Scheduler(_metered(store, registry, lambda: scheduler), registry,
+                          fair or enqueue, queues=queues, backlog=backlog, resend=resend,
+                          keep_sent=KEEP_SENT if runs_work else 0)
+    return scheduler, enqueue, fair
+
+
 def submitter(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, *,
               queues: Sequence[str] = DEFAULT_QUEUES,
               shared_fair: str | None = None) -> Scheduler:
@@ -213,26 +249,8 @@ def submitter(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, 
     key prefix) through the pool's :class:`~.redis_fair_queue.RedisFairQueue`; no actor,
     executor or middleware is declared, nothing it sends is kept for worker threads (it has
     none), and what it commits (runs submitted, roots queued) is counted in its metrics."""
-    enqueue = Enqueuer(broker, _router(broker, registry, lambda: scheduler))
-    metered = _metered(store, registry, lambda: scheduler)
-    if shared_fair is None:
-        scheduler = Scheduler(metered, registry, enqueue, queues=queues,
-                              backlog=enqueue.backlog, keep_sent=0)
-        return scheduler
-    if not is_redis_broker(broker):
-        raise TypeError("shared_fair needs a RedisBroker (its client holds the queue)")
-    from .redis_fair_queue import RedisFairQueue
-
-    def tenant_of(run_id: str) -> str:
-        return scheduler.topology(run_id).graph.namespace or run_id
-
-    fair = RedisFairQueue(broker.client, enqueue.send_chunk, tenant_of, prefix=shared_fair,
-                          send_many=enqueue.send_chunks, queue_of=enqueue.queue_of)
-
-    def backlog(queue: str) -> int:  # waiting their turn is not lost either
-        return enqueue.backlog(queue) + fair.waiting(queue)
-
-    scheduler = Scheduler(metered, registry, fair, queues=queues, backlog=backlog, keep_sent=0)
+    scheduler, _, _ = _sending(broker, store, registry, queues=queues, fair_window=None,
+                               shared_fair=shared_fair, runs_work=False)
     return scheduler
 
 
@@ -304,38 +322,15 @@ def wire(
     worker of a Redis pool shares (needs a ``RedisBroker``; its window is the live workers'
     threads).
     """
-    enqueue = Enqueuer(broker, _router(broker, registry, lambda: scheduler))
-
-    def tenant_of(run_id: str) -> str:
-        return scheduler.topology(run_id).graph.namespace or run_id
-
-    fair: FairEnqueuer | RedisFairQueue | None = None
-    backlog = enqueue.backlog
-    resend = None
-    if fair_window is not None:
-        fair = embedded = FairEnqueuer(enqueue.send_chunk, fair_window, tenant_of)
+    scheduler, enqueue, fair = _sending(broker, store, registry, queues=queues,
+                                        fair_window=fair_window, shared_fair=shared_fair,
+                                        runs_work=True)
+    if isinstance(fair, FairEnqueuer):
         broker.add_middleware(FairRelease(fair))
+    elif fair is not None:
+        from .redis_fair_queue import RedisFairWorker
 
-        def backlog(queue: str) -> int:  # waiting their turn is not lost either
-            return enqueue.backlog(queue) + embedded.waiting(queue)
-    elif shared_fair is not None:
-        if not is_redis_broker(broker):
-            raise TypeError("shared_fair needs a RedisBroker (its client holds the queue)")
-        from .redis_fair_queue import RedisFairQueue, RedisFairWorker
-
-        shared = fair = RedisFairQueue(broker.client, enqueue.send_chunk, tenant_of,
-                                       prefix=shared_fair, send_many=enqueue.send_chunks,
-                                       queue_of=enqueue.queue_of)
-        broker.add_middleware(RedisFairWorker(shared, ACTOR_PREFIX))
-        resend = shared.resend  # frees the lost messages' slots first
-
-        def backlog(queue: str) -> int:  # waiting their turn is not lost either
-            return enqueue.backlog(queue) + shared.waiting(queue)
-
-    # The scheduler's committed events feed the metrics (see genloop.workers.metrics.prometheus).
-    metered = _metered(store, registry, lambda: scheduler)
-    scheduler = Scheduler(metered, registry, fair or enqueue, queues=queues, backlog=backlog,
-                          resend=resend)
+        broker.add_middleware(RedisFairWorker(fair, ACTOR_PREFIX))
     executor = Executor(
         scheduler, artifacts, registry, resources=resources, lease_ttl=lease_ttl,
         attempt_of=_current_attempt,

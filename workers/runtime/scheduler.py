@@ -82,6 +82,10 @@ class Succeeded:
     lease: tuple[str, str] | None
 
 
+#: How many just-sent instances a process with worker threads keeps for them (see JustSent).
+KEEP_SENT = 20_000
+
+
 class JustSent:
     """Instances this process just enqueued, for its own worker threads to take instead of
     reading them back from the store: a round trip less per message when the process that
@@ -90,7 +94,7 @@ class JustSent:
     starting: what a start reads from it (op, params, inputs, retry policy) never changes, and
     the start itself checks the stored status (an instance cancelled meanwhile does not run)."""
 
-    def __init__(self, size: int = 20_000) -> None:
+    def __init__(self, size: int = KEEP_SENT) -> None:
         self.size = size
         self._kept: OrderedDict[tuple[str, str], InstanceRecord] = OrderedDict()
         self._lock = threading.Lock()
@@ -116,7 +120,7 @@ class Scheduler:
     def __init__(
         self, store: StateStore, registry: OpRegistry, enqueue: Enqueue,
         queues: Sequence[str] | None = None, backlog: Backlog | None = None,
-        complete_patience: float = 30.0, keep_sent: int = 20_000,
+        complete_patience: float = 30.0, keep_sent: int = KEEP_SENT,
         resend: Enqueue | None = None,
     ) -> None:
         self.store = store
