@@ -16,14 +16,15 @@ from typing import Any
 
 from genloop.evaluators.options import tenant_option_problems
 from genloop.evaluators.pricing import score_cost
-from genloop.sdk.errors import GraphError, GraphProblem
+from genloop.sdk.errors import GraphProblem
 from genloop.sdk.graph import Graph, Node, RunLimits
 from genloop.sdk.loop import Loop
-from genloop.sdk.schema import Named, Served, fill_defaults
-from genloop.sdk.validation import graph_problems, name_problems, value_problems
+from genloop.sdk.schema import Named, Served
+from genloop.sdk.validation import value_problems
 from genloop.workers.models.capabilities import model_cache_modes
 from genloop.workers.models.models_config import ModelsConfig
 from genloop.workers.ops.registry import OpRegistry
+from genloop.workers.runtime.admission import admit
 from genloop.workers.runtime.planner import ImageSize, RunCost, attempts, image_cost, run_cost
 
 from .judges import tenant_judges
@@ -50,6 +51,20 @@ class Plan:
     limits: RunLimits
 
 
+@dataclass(frozen=True)
+class TenantPolicy:
+    """A tenant's policy, as the runtime's admission asks for it (its ``Policy``)."""
+
+    admission: Admission
+    limits: TenantLimits
+
+    def offer(self, served: Served) -> Served:
+        return self.admission.served_to(served, self.limits)
+
+    def problems(self, spec: Graph | Loop, graph: Graph, offer: Served) -> list[GraphProblem]:
+        return self.admission.tenant_problems(spec, graph, offer)
+
+
 @dataclass
 class Admission:
     """The operator's names and bounds; :meth:`admit` applies them and a tenant's limits."""
@@ -64,19 +79,27 @@ class Admission:
     queues: Collection[str] | None = None
 
     def admit(self, spec: Graph | Loop, limits: TenantLimits) -> Plan:
-        """The run's plan: the spec with the back end's defaults, compiled once, checked in one
-        pass; ``GraphError`` listing every problem if the spec may not run."""
-        served = self.served()
-        filled = fill_defaults(spec, served)
-        graph = filled.compile() if isinstance(filled, Loop) else filled
-        # in the order a back end reports them: the graph's own, its queues, then names
-        problems = graph_problems(graph, self.ops.catalogue())
-        if self.queues is not None:
-            problems.extend(self.ops.queue_problems(graph, self.queues))
-        offer = self.served_to(served, limits)
-        # names where the author wrote them (a Loop's own fields, not its compiled nodes'); a
-        # name left unset is the operator's default, not the tenant's choice
-        problems.extend(name_problems(spec, offer, trusted=False))
+        """The run's plan: the spec admitted by the runtime's one check
+        (:func:`~genloop.workers.runtime.admission.admit`) under the tenant's policy, then
+        costed; ``GraphError`` listing every problem if the spec may not run."""
+        admitted = admit(spec, self.served(), self.ops, self.queues, TenantPolicy(self, limits))
+        graph = admitted.graph
+        return Plan(admitted.spec, graph, run_cost(graph, self.ops, self.size_of, self.score_cost),
+                    self._run_limits(graph, limits))
+
+    def served_to(self, served: Served, limits: TenantLimits) -> Served:
+        """What a tenant may name of what the back end serves (``served``): the operator's
+        models and the judges a tenant can use (see :mod:`.judges`), each narrowed by the
+        tenant's allow-list, and the back end's refine strategies and cache modes."""
+        return served.model_copy(update={
+            "models": [Named(name=n) for n in _narrow(self.models.names(), limits.models)],
+            "evaluators": tenant_judges(served, limits.evaluators)})
+
+    def tenant_problems(self, spec: Graph | Loop, graph: Graph,
+                        offer: Served) -> list[GraphProblem]:
+        """What the gateway checks beyond the back end: strings and numbers within bounds, and
+        evaluator options that are data only and name judges the tenant may use."""
+        problems = []
         judges = [j.name for j in offer.evaluators]
         if isinstance(spec, Loop):
             problems.extend(self._option_problems(None, spec.evaluator, spec.evaluator_options,
@@ -88,18 +111,7 @@ class Admission:
                 problems.extend(self._option_problems(
                     node.id, params.get("evaluator"), params.get("options"),
                     f"nodes[{i}].params.options", judges))
-        if problems:
-            raise GraphError(_unique(problems))
-        return Plan(filled, graph, run_cost(graph, self.ops, self.size_of, self.score_cost),
-                    self._run_limits(graph, limits))
-
-    def served_to(self, served: Served, limits: TenantLimits) -> Served:
-        """What a tenant may name of what the back end serves (``served``): the operator's
-        models and the judges a tenant can use (see :mod:`.judges`), each narrowed by the
-        tenant's allow-list, and the back end's refine strategies and cache modes."""
-        return served.model_copy(update={
-            "models": [Named(name=n) for n in _narrow(self.models.names(), limits.models)],
-            "evaluators": tenant_judges(served, limits.evaluators)})
+        return problems
 
     def _run_limits(self, graph: Graph, limits: TenantLimits) -> RunLimits:
         """The tenant's per-run limits, with each generate node's cost of one image and steps,
@@ -148,13 +160,6 @@ class Admission:
 
 def _narrow(allowed: Sequence[str], tenant: list[str] | None) -> list[str]:
     return sorted(set(allowed) if tenant is None else set(allowed) & set(tenant))
-
-
-def _unique(problems: list[GraphProblem]) -> list[GraphProblem]:
-    seen: dict[tuple[str | None, str | None, str], GraphProblem] = {}
-    for p in problems:
-        seen.setdefault((p.node_id, p.path, p.message), p)
-    return list(seen.values())
 
 
 def default_admission(ops: OpRegistry, models: ModelsConfig | None = None,

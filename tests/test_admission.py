@@ -263,3 +263,35 @@ def test_an_ops_params_problem_says_where_what_was_received_and_what_is_allowed(
     assert problems["gen", "nodes[2].params.n"].received == [1]  # a set, as JSON can carry it
     duplicate = problems["gen", "nodes[2].id"]
     assert (duplicate.received, duplicate.allowed) == ("gen", "an id no other node has")
+
+
+def test_one_admission_fills_compiles_and_checks_trusted_or_under_a_tenants_policy():
+    from genloop.workers.runtime.admission import admit
+
+    loop = Loop(prompt="p", rounds=2, candidates=2, steps=2)
+    # Trusted: the back end's defaults are filled in, spec and graph alike, and checked as
+    # names like any other (a default the back end does not serve is refused)
+    admitted = admit(loop, _served(), default_registry, None)
+    assert admitted.spec.model == "tiny" and admitted.spec.evaluator == "clip"
+    assert {n.params["model"] for n in admitted.graph.nodes if n.op == "generate"} == {"tiny"}
+    with pytest.raises(GraphError) as caught:
+        admit(loop, _served(default_model="sd"), default_registry, None)
+    assert [(p.path, p.message) for p in caught.value.problems] == [
+        ("model", "unknown model 'sd'; allowed: shapes, tiny")]
+    # Under a tenant's policy, what the tenant wrote is checked against its offer: an unset
+    # name is the operator's default, allowed though the tenant could not name it
+    admission = default_admission(default_registry, served=_served)
+    plan = admission.admit(loop, TenantLimits(models=["shapes"]))
+    assert plan.spec.model == "tiny" and plan.graph == admitted.graph
+    with pytest.raises(GraphError) as caught:
+        admission.admit(loop.model_copy(update={"model": "tiny"}), TenantLimits(models=["shapes"]))
+    assert [(p.path, p.message) for p in caught.value.problems] == [
+        ("model", "unknown model 'tiny'; allowed: shapes")]
+    # and every problem comes at once, the graph's own first, then its queues, then names
+    g = Graph()
+    g.generate("p", model="sd", id="gen", queue="nowhere")
+    g.add("select", inputs=["gen", "missing"], id="pick")
+    with pytest.raises(GraphError) as caught:
+        admit(g, _served(), default_registry, ["cpu", "gpu"])
+    assert [p.path for p in caught.value.problems] == [
+        "nodes[1].inputs[1]", None, "nodes[0].params.model"]

@@ -15,11 +15,11 @@ from genloop.sdk.graph import Graph
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import Event, RunInfo, RunPage, RunQuery, RunResult, RunSpec
 from genloop.sdk.ops import RefineAnswer
-from genloop.sdk.schema import Served, SpecSchema, fill_defaults, spec_schema
-from genloop.sdk.validation import name_problems
+from genloop.sdk.schema import Served, SpecSchema, spec_schema
 
 from ..artifacts.base import ArtifactStore
 from ..pool.pool_status import PoolStatus
+from ..runtime.admission import admit
 from ..runtime.scheduler import Scheduler
 from .results import list_runs, run_info, run_result
 from .served import served
@@ -83,16 +83,14 @@ class StoreBackend(Backend):
 
     def submit(self, spec: RunSpec, idempotency_key: str | None) -> RunInfo:
         offer = self.served()
-        spec = fill_defaults(_SPEC.validate_python(spec), offer)
+        spec = _SPEC.validate_python(spec)
         if spec.webhook is not None:  # nothing here would ever deliver it
             raise GraphError([GraphProblem(
                 node_id=None, path="webhook", message="webhooks are delivered by a gateway "
                 "(genloop serve); this back end has none: follow the run's events instead")])
-        graph = spec.compile() if isinstance(spec, Loop) else spec
-        # all at once, in a gateway's order: the graph's own, its queues, then names
-        if problems := self.scheduler.graph_problems(graph) + name_problems(spec, offer):
-            raise GraphError(problems)
-        return self.submit_admitted(spec, graph, idempotency_key)
+        # one check, every problem at once (see runtime.admission); filled and compiled once
+        admitted = admit(spec, offer, self.scheduler.registry, self.scheduler.queues)
+        return self.submit_admitted(admitted.spec, admitted.graph, idempotency_key)
 
     def submit_admitted(self, spec: Graph | Loop, graph: Graph,
                         idempotency_key: str | None) -> RunInfo:
