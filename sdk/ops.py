@@ -42,7 +42,7 @@ def finish_strength(steps: int) -> float:
 
 
 #: Step-cache modes a request may name; which of them a model runs depends on its architecture
-#: (``genloop.workers.engine.capabilities``).
+#: (``genloop.workers.models.capabilities``).
 CACHE_PATTERN = r"^(default|off|deepcache(:\d+)?|fbcache(:\d+(\.\d+)?)?|taylorseer)$"
 CACHE_DESCRIPTION = (
     "Step caching, trading exactness for speed: 'default' (the model's own: DeepCache every 2 "
