@@ -75,7 +75,7 @@ def mining_scenes(cfg: MiningConfig) -> list[Scene]:
 
 
 def verdict(scene: Scene, image: Image.Image) -> Verdict:
-    """Pass or fail by :func:`.checker.grade`, and what the checker read in a failed image."""
+    """Pass or fail by :func:`..checker.grade`, and what the checker read in a failed image."""
     reading = read(image, world_of(image.width))
     if grade(scene, reading).all_correct:
         return Verdict(correct=True, reading=None)

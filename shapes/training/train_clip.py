@@ -4,7 +4,7 @@
    hard-negative captions (its caption with one clause changed: colour, shape, size, place,
    relation, or the two objects swapped), because ranking the true caption above exactly those
    is what the evaluator is for. Captions repeat within a batch, so targets are multi-positive:
-   every caption that describes the same picture (:meth:`~.scene.Pair.canonical`) is right.
+   every caption that describes the same picture (:meth:`~..scene.Pair.canonical`) is right.
 2. **Hard negatives** (:func:`finetune`): the clean batches continue, and beside them come the
    generator's own images mined by :mod:`.mining`: an image the checker passed is a positive
    of its prompt; one it failed is a negative of its prompt and a positive of what the checker

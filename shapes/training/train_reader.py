@@ -7,9 +7,9 @@ generator's training-mix prompts at full steps and as 4-step drafts, from a seed
 own; ``--data`` reuses one already drawn), plus clean renders of training seeds (what a perfect
 generator would draw). Each image is also mirrored left-right, which keeps every shape and
 moves only places; mirrored images are read again by the checker rather than relabelled by
-rule. Labels are the checker's readings (:func:`.reader_model.targets`), whatever the prompt
-asked; an image in which the checker reads a held-out colour-shape pair (a generator's mistake)
-is dropped, so no held-out pair reaches the reader, not even by accident. Cross-entropy per
+rule. Labels are the checker's readings (:func:`genloop.evaluators.reader_model.targets`), whatever
+the prompt asked; an image in which the checker reads a held-out colour-shape pair (a generator's
+mistake) is dropped, so no held-out pair reaches the reader, not even by accident. Cross-entropy per
 head; writes ``DIR/shapes-reader/model.safetensors`` (fp16, config in its metadata) and
 ``DIR/reader-report.json`` (per-head accuracy on prompts held out of training).
 """

@@ -3,7 +3,7 @@
 Writes ``OUT/shapes-sd``, a diffusers ``StableDiffusionPipeline`` that loads with
 ``from_pretrained``. Run through :mod:`.train`, which also trains shapes-clip.
 
-Both stages train from a pool of pre-rendered images (:func:`.dataset.render_pool`): at these
+Both stages train from a pool of pre-rendered images (:func:`..dataset.render_pool`): at these
 model sizes rendering per step would cost as much as the step. The VAE trains on random 32x32
 crops of the 64x64 images: it is fully convolutional (no attention), flat shapes look the same
 in a crop, and a crop costs a quarter of a full image. The text encoder is trained jointly with

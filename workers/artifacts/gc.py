@@ -5,7 +5,7 @@ artifacts, then read every stored result and run spec (:meth:`StateStore.referen
 the keys they name; an artifact named by none and last written more than ``grace`` ago goes.
 Results name what runs made (and what refine's requests edit); specs name what tenants
 uploaded and submitted. So an artifact lives as long as a kept run or result names it (see
-:mod:`.retention`), and an upload no run used lives ``grace`` (by default the retention).
+:mod:`..stores.retention`), and an upload no run used lives ``grace`` (by default the retention).
 
 Safe against work in flight: the listing comes first, so an artifact written after it is no
 candidate; an op that puts an image already stored marks it written again

@@ -108,7 +108,7 @@ class PublishedEvaluators:
 
 def published_cache_modes(client: redis.Redis, prefix: str = "genloop"
                           ) -> dict[str, list[str]]:
-    """What the pool's workers published of :func:`~.capabilities.model_cache_modes`."""
+    """What the pool's workers published of :func:`~..models.capabilities.model_cache_modes`."""
     return {text(k): json.loads(v)
             for k, v in client.hgetall(PoolKeys(prefix).cache_modes).items()}
 

@@ -49,7 +49,7 @@ class EmbeddedRuntime:
         fair_window: int | None = None,
         retention: float | None = None,
     ) -> None:
-        """``registry``: the ops this runtime runs (default: :data:`.ops.default_registry`,
+        """``registry``: the ops this runtime runs (default: :data:`..ops.default_registry`,
         where ``@op`` registers, with the built-ins).
         ``models``: the operator's models config (a file or a config); with one, only the
         built-in and configured model names load. ``evaluators`` and ``refiners``: the

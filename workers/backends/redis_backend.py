@@ -2,7 +2,7 @@
 
 The submitting process runs no op: it validates, plans and enqueues (Dramatiq's RedisBroker),
 then reads the shared Redis store. It declares no actor and builds no executor or worker
-middleware (:func:`~.broker.submitter`), and imports neither torch nor any model code.
+middleware (:func:`~..pool.broker.submitter`), and imports neither torch nor any model code.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class RedisBackend(StoreBackend):
         """``registry``, ``evaluators``, ``refiners``: what this client validates specs against
         (default: where ``@op``, ``@evaluator`` and ``@refiner`` register; the ops and
         evaluators the workers published are added). ``fair``: send through the pool's fair
-        queue (tenants take turns; see :mod:`~.redis_fair_queue`), as the pool's own workers
+        queue (tenants take turns; see :mod:`~..pool.redis_fair_queue`), as the pool's own workers
         do."""
         self.client, self.prefix = redis.Redis.from_url(url), prefix
         # A run's waiting state is read with every status read (the gateway's waits and
@@ -109,7 +109,7 @@ class RedisBackend(StoreBackend):
         return info
 
     def pool_status(self) -> PoolStatus | None:
-        """The pool's workers and backlog (:func:`~.pool_status.pool_status`)."""
+        """The pool's workers and backlog (:func:`~..pool.pool_status.pool_status`)."""
         return pool_status(self.client, self.prefix, self.store)
 
     def close(self) -> None:

@@ -32,7 +32,7 @@ def run_info(store: StateStore, run_id: str) -> RunInfo:
 
 
 def list_runs(store: StateStore, query: RunQuery) -> RunPage:
-    """A page of the store's runs (:mod:`..run_listing`); a listed run's ``nodes`` are left
+    """A page of the store's runs (:mod:`.run_listing`); a listed run's ``nodes`` are left
     out (``get`` has them)."""
     def rows(before: tuple[float, str] | None, n: int) -> list[tuple[float, str, RunRecord]]:
         return [(r.created_at, r.id, r) for r in store.runs_before(before, n)]

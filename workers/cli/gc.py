@@ -1,4 +1,4 @@
-"""``genloop gc``: collect the artifacts nothing kept names (see :mod:`.artifact_gc`)."""
+"""``genloop gc``: collect the artifacts nothing kept names (see :mod:`..artifacts.gc`)."""
 
 from __future__ import annotations
 

@@ -129,7 +129,7 @@ def _denoiser(pipe) -> Any:
 
 def _regions(model) -> list[torch.nn.Module]:
     """The blocks compiled one by one: the model's ``_repeated_blocks`` and those its
-    architecture names (:mod:`..capabilities`; SD3's transformer names none of its own)."""
+    architecture names (:mod:`..models.capabilities`; SD3's transformer names none of its own)."""
     names = set(getattr(model, "_repeated_blocks", None) or ())
     names.update(denoiser_architecture(model).compile_regions)
     return [m for m in model.modules() if type(m).__name__ in names]

@@ -178,7 +178,7 @@ class ModelRegistry:
 
     def identity(self, name: str) -> str:
         """A string that changes whenever the weights behind ``name`` change
-        (:func:`~..model_identity.model_identity`)."""
+        (:func:`~..models.model_identity.model_identity`)."""
         return model_identity(name, self.models,
                               {n: model.identity for n, model in self._builtin.items()})
 

@@ -14,7 +14,7 @@ Time: ``step_seconds`` gives the seconds per image per denoising step at some ba
 ``s`` steps sleeps ``s x b x`` :func:`step_seconds_at` ``(b)``. Each image is one plain colour
 drawn from its prompt and seed, so candidate ``i`` is the same image however it was batched.
 
-Only an operator's models config declares one (:class:`~..models_config.SimulatedModel`); the
+Only an operator's models config declares one (:class:`~..models.models_config.SimulatedModel`); the
 registry builds it with :func:`load_simulated` and counts its ``resident_bytes`` in the memory
 budget (:func:`.residency.pipeline_bytes`), so eviction works as with real weights.
 """

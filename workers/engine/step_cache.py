@@ -8,7 +8,7 @@ on the host, see :mod:`.deepcache`).
 =============  ===========================================================================
 mode           meaning
 =============  ===========================================================================
-``default``    :data:`DEFAULT_CACHE`: the architecture's own mode (:mod:`..capabilities`):
+``default``    :data:`DEFAULT_CACHE`: the architecture's own mode (:mod:`..models.capabilities`):
                ``deepcache`` for UNets (``off`` for calls of fewer than
                :data:`MIN_DEFAULT_DEEPCACHE_STEPS` steps), ``fbcache`` for Flux,
                ``taylorseer`` for SD3, ``off`` (logged once) where none runs
@@ -101,7 +101,7 @@ def parse_cache(mode: str) -> tuple[str, float | None]:
 
 def plan_for(pipe, mode: str, num_steps: int) -> CachePlan:
     """Resolve ``mode`` for ``pipe`` and a call of ``num_steps``; a mode the pipeline's
-    architecture cannot run (:mod:`..capabilities`) is ``Permanent``."""
+    architecture cannot run (:mod:`..models.capabilities`) is ``Permanent``."""
     name, value = parse_cache(mode)
     arch = architecture_of(pipe)
     if name == "default":

@@ -1,6 +1,6 @@
 """The state store as the metrics see it: every event it commits, once committed.
 
-:class:`MeteredStore` wraps any :class:`~.stores.base.StateStore` and passes everything through;
+:class:`MeteredStore` wraps any :class:`~..stores.base.StateStore` and passes everything through;
 it reads the events a transaction writes and hands them to the metrics after the transaction
 commits (a rolled-back one counts nothing), and likewise the events of the hot start and
 finish steps when their outcome says they were written.

@@ -4,12 +4,12 @@ A pipeline's architecture is read from its denoiser (the ``unet`` or ``transform
 component's class; a UNet with SDXL's added time embedding is SDXL), so a team's own folder
 needs no declaration. Each :class:`Architecture` says which step-cache modes run on it, what
 ``default`` resolves to, which edit pipelines diffusers derives from it, and which blocks
-``torch.compile`` compiles one by one. The step cache (:mod:`.engine.step_cache`) and the compiler
-(:mod:`.engine.compile`) read the map; ``docs/own-models.md`` prints it (:func:`capability_table`).
+``torch.compile`` compiles one by one. The step cache (:mod:`..engine.step_cache`) and the compiler
+(:mod:`..engine.compile`) read the map; ``docs/own-models.md`` prints it (:func:`capability_table`).
 
 Why each cache choice, measured on diffusers 0.42:
 
-* UNets (SD1.x/2.x, SDXL) run DeepCache (:mod:`.engine.deepcache`); diffusers' transformer
+* UNets (SD1.x/2.x, SDXL) run DeepCache (:mod:`..engine.deepcache`); diffusers' transformer
   caches need ``enable_cache``, which ``UNet2DConditionModel`` lacks.
 * Flux runs diffusers' First-Block Cache and TaylorSeer through ``enable_cache``.
 * SD3's ``SD3Transformer2DModel`` has no ``enable_cache``. TaylorSeer hooks attention modules
@@ -49,7 +49,7 @@ class Architecture:
     denoisers: tuple[str, ...]
     #: Step-cache modes that run, besides ``off`` (which always does).
     cache_modes: tuple[str, ...]
-    #: What ``default`` resolves to for calls long enough to cache (see :mod:`.engine.step_cache`).
+    #: What ``default`` resolves to for calls long enough to cache (see :mod:`..engine.step_cache`).
     default_cache: str
     #: Why each mode that does not run does not (mode -> reason).
     cache_refusals: tuple[tuple[str, str], ...] = ()

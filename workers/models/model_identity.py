@@ -1,7 +1,7 @@
 """A model's identity without its pipeline: the string in every result key made with the
 model, from its name and the operator's models config alone.
 
-Why not only on the registry: :class:`~.engine.registry.ModelRegistry` imports torch (seconds
+Why not only on the registry: :class:`~..engine.registry.ModelRegistry` imports torch (seconds
 in a fresh process), and an executor makes an instance's result key before any work, to find a
 stored result or to claim the work. A re-run whose results are stored needs no model at all,
 and a re-run taking up a crashed process's work can claim it while torch loads. The registry
@@ -23,10 +23,10 @@ from .models_config import ModelsConfig, ShippedShapes, SimulatedModel, shipped_
 
 log = logging.getLogger(__name__)
 
-#: Bump when tiny's configs or seeding change (:mod:`.engine.tiny`): it is part of every
+#: Bump when tiny's configs or seeding change (:mod:`..engine.tiny`): it is part of every
 #: result key made with tiny.
 TINY_VERSION = "tiny-v1"
-#: Bump when what a simulated model draws changes (:mod:`.engine.simulated`).
+#: Bump when what a simulated model draws changes (:mod:`..engine.simulated`).
 SIMULATED_VERSION = "simulated-v1"
 
 

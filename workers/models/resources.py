@@ -30,10 +30,10 @@ class Resources:
         """``models`` replaces the registry outright; ``allowed`` is the operator's models
         config for the registry built here (``None``: trusted code, any local path loads).
         ``evaluators`` and ``refiners`` are the registries the score and refine ops use
-        (default: :data:`genloop.evaluators.default_registry`, :data:`.ops.refine.default_refiners`,
-        where ``@evaluator`` and ``@refiner`` register). ``torch_threads``: torch's intra-op
-        threads, set when a model or evaluator is first used (default: fitted to the machine,
-        see :mod:`.threads`; 0: torch's own)."""
+        (default: :data:`genloop.evaluators.default_registry`,
+        :data:`..ops.refine.default_refiners`, where ``@evaluator`` and ``@refiner`` register).
+        ``torch_threads``: torch's intra-op threads, set when a model or evaluator is first used
+        (default: fitted to the machine, see :mod:`.threads`; 0: torch's own)."""
         from genloop.evaluators import ScoreBatcher, default_registry
 
         from ..ops.refine import default_refiners
@@ -129,7 +129,7 @@ class Resources:
                 + judge_problems(self.evaluators, self.allowed.evaluators))
 
     def state(self) -> dict[str, Any]:
-        """What this process holds, for its presence in the pool (:mod:`.pool_status`):
+        """What this process holds, for its presence in the pool (:mod:`..pool.pool_status`):
         resident models, the loads so far, its engine's running batch and queued images, each
         model's measured seconds per image step and default steps. Builds nothing."""
         registry = self._models

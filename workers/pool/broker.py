@@ -4,7 +4,7 @@ Every actor runs the same :class:`~genloop.workers.runtime.executor.Executor`; q
 work (``generate`` to ``gpu`` workers, ``select`` to ``cpu`` ones). A message is
 ``(run id, instance id)`` with the node's retry policy in its options, so Dramatiq's own Retries
 middleware applies it, or ``(run id, [instance id, ...])`` for a chunk of a large release
-(:mod:`.chunks`), whose instances are retried one by one.
+(:mod:`..runtime.chunks`), whose instances are retried one by one.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _message(chunk: Chunk, route: Route | None = None, **options: object) -> dra
 
 class Enqueuer:
     """Sends instances to their queue's actor, several of one run to a message when many are
-    released at once (:mod:`.chunks`).
+    released at once (:mod:`..runtime.chunks`).
 
     It builds the messages itself rather than through the actors, so a process that only
     submits (``Client.connect``) declares no actor: see :func:`submitter`.

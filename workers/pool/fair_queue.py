@@ -28,7 +28,8 @@ from dramatiq.middleware import Middleware
 from ..runtime.chunks import Chunk, chunk_name, chunked
 from ..stores.records import InstanceRecord
 
-#: Sends one message for a chunk of instances (:mod:`.chunks`) after a delay; its message id.
+#: Sends one message for a chunk of instances (:mod:`..runtime.chunks`) after a delay; its
+#: message id.
 Send = Callable[[Chunk, float], str]
 
 

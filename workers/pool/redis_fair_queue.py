@@ -6,7 +6,8 @@ clients, every worker that completes a node) and many consumers, so the same ide
 Redis, for each queue:
 
 - ``<p>:fair:<queue>:t:<tenant>``: the tenant's waiting messages (a list, FIFO), each one
-  instance or a chunk of a large release (:mod:`.chunks`), named by :func:`~.chunks.chunk_name`;
+  instance or a chunk of a large release (:mod:`..runtime.chunks`), named by
+  :func:`~..runtime.chunks.chunk_name`;
 - ``<p>:fair:<queue>:ring``: the tenants with something waiting, in turn order;
 - ``<p>:fair:<queue>:flight``: messages sent to the broker and not yet finished (a sorted set,
   scored by a deadline, so a message lost with a dead process frees its slot in time, or at
@@ -50,7 +51,8 @@ from .routing import base_queue
 
 log = logging.getLogger(__name__)
 
-#: Sends one message for a chunk of instances (:mod:`.chunks`) after a delay; its message id.
+#: Sends one message for a chunk of instances (:mod:`..runtime.chunks`) after a delay; its
+#: message id.
 Send = Callable[[Chunk, float], str]
 #: Sends several messages at once (the :class:`~.broker.Enqueuer` pipelines them).
 SendMany = Callable[[Sequence[Chunk], float], object]
@@ -133,7 +135,7 @@ _CHUNK = TypeAdapter(list[InstanceRecord])
 
 
 def _held(member: str) -> list[tuple[str, str]]:
-    """The (run id, instance id) pairs a slot's :func:`~.chunks.chunk_name` names."""
+    """The (run id, instance id) pairs a slot's :func:`~..runtime.chunks.chunk_name` names."""
     run_id, _, ids = member.partition("|")
     return [(run_id, i) for i in ids.split(",")]
 
@@ -145,7 +147,7 @@ class RedisFairQueue:
     which run outside the window: freeing it early lets one message more in, no harm); a
     running one's slot is kept by its worker's heartbeat, and ends soon after that worker.
     ``send_many``: sends the messages taken at once (by default ``send`` each). A slot is a
-    message: one instance, or a chunk of a large release (:mod:`.chunks`). ``clock``: the
+    message: one instance, or a chunk of a large release (:mod:`..runtime.chunks`). ``clock``: the
     wall-clock seconds every deadline here is scored in; all of a pool's processes share the
     scores, so they keep ``time.time``, and a test passes one it moves by hand. ``queue_of``:
     the Dramatiq queue a chunk's message goes to, where that is a model's own (a routed pool);
@@ -208,8 +210,8 @@ class RedisFairQueue:
         self._take(queue)
 
     def running(self, queue: str, members: Sequence[str], ttl: float) -> None:
-        """Keep the slots of started messages (their :func:`~.chunks.chunk_name`) for ``ttl``
-        seconds more, in one round trip (``XX``: one already finished is not re-added)."""
+        """Keep the slots of started messages (their :func:`~..runtime.chunks.chunk_name`) for
+        ``ttl`` seconds more, in one round trip (``XX``: one already finished is not re-added)."""
         if members:
             deadline = self.clock() + ttl
             self.client.zadd(self.key(queue, "flight"), dict.fromkeys(members, deadline),

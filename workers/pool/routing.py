@@ -162,7 +162,7 @@ class Router:
 class AffinityGate:
     """Whether this worker may fetch from a routed queue now (the rules in the module's
     docstring). ``routes`` maps each routed queue it consumes to its model; ``hands()`` is
-    this process's engine state (:meth:`~.resources.Resources.state`)."""
+    this process's engine state (:meth:`~..models.resources.Resources.state`)."""
 
     def __init__(self, client: redis.Redis, prefix: str, namespace: str, worker_id: str,
                  routes: dict[str, str], hands: Callable[[], dict[str, Any]]) -> None:

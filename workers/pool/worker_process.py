@@ -19,7 +19,7 @@ generate op's queue, and fetches from one only when its :class:`~.routing.Affini
 (:mod:`.routing`).
 
 Stopping (SIGTERM): the process hands its waiting work back at once and exits within
-``GENLOOP_GRACE`` (``--grace``, 30 s) of the shutdown's start (:mod:`.middleware.drain`).
+``GENLOOP_GRACE`` (``--grace``, 30 s) of the shutdown's start (:mod:`..middleware.drain`).
 """
 
 from __future__ import annotations

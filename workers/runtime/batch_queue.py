@@ -57,7 +57,7 @@ class BatchQueue(Generic[T]):
 
     def __init__(self) -> None:
         #: torch intra-op threads the serving thread runs with (``None``: the process's
-        #: default); see :mod:`.threads`.
+        #: default); see :mod:`..models.threads`.
         self.torch_threads: int | None = None
         self._pending: list[T] = []
         self._cond = threading.Condition()
