@@ -27,7 +27,26 @@ from genloop.sdk.schema import Named
 
 from ..ops.registry import OpRegistry, OpSpec
 from ..stores.redis_keys import PoolKeys
-from ..stores.redis_text import text, texts
+from ..stores.redis_text import optional_text, text, texts
+
+
+def publish_seams(client: redis.Redis, prefix: str, artifacts: str, retention: float) -> None:
+    """What a submitting client must agree on with the workers: their artifact store's URI and
+    their retention (seconds a finished run is kept)."""
+    keys = PoolKeys(prefix)
+    client.set(keys.artifacts_config, artifacts)
+    client.set(keys.retention_config, repr(retention))
+
+
+def published_artifacts(client: redis.Redis, prefix: str) -> str | None:
+    """The artifact store the pool's workers published, if one has started."""
+    return optional_text(client.get(PoolKeys(prefix).artifacts_config)) or None
+
+
+def published_retention(client: redis.Redis, prefix: str) -> float | None:
+    """The retention the pool's workers published, if one has started."""
+    value = client.get(PoolKeys(prefix).retention_config)
+    return float(value) if value is not None else None
 
 
 def _fields(model: type[BaseModel]) -> dict[str, dict[str, Any]]:

@@ -22,21 +22,17 @@ from ..pool.broker import DEFAULT_QUEUES, submitter
 from ..pool.pool_status import PoolStatus, RecentWorkers, pool_status, waiting_for
 from ..runtime.transitions import new_event
 from ..stores.redis import RedisStateStore
-from ..stores.redis_keys import PoolKeys
-from ..stores.redis_text import optional_text
 from ..stores.retention import configured_retention
 from .catalogue import (
     PublishedEvaluators,
+    published_artifacts,
     published_cache_modes,
     published_models,
     published_queues,
+    published_retention,
     with_published,
 )
 from .store_backend import StoreBackend
-
-
-def artifacts_key(prefix: str) -> str:
-    return PoolKeys(prefix).artifacts_config
 
 
 class RedisBackend(StoreBackend):
@@ -57,9 +53,9 @@ class RedisBackend(StoreBackend):
         # streams read in loops); the presence records change every 2 s.
         self._workers = RecentWorkers(self.client, prefix)
         try:
-            uri = artifacts or optional_text(self.client.get(artifacts_key(prefix))) or None
-            # The workers' retention (they publish it), so what this side schedules agrees
-            published = self.client.get(PoolKeys(prefix).retention_config)
+            uri = artifacts or published_artifacts(self.client, prefix)
+            # The workers' retention, so what this side schedules agrees
+            retention = published_retention(self.client, prefix)
         except redis.RedisError as exc:
             raise ClientError(f"cannot reach Redis at {url}: {exc}") from exc
         if uri is None:
@@ -67,8 +63,8 @@ class RedisBackend(StoreBackend):
                 "no artifact store: pass artifacts='file:///dir' or 's3://bucket/prefix', "
                 "or start a worker (genloop worker --artifacts ...) so it publishes its own"
             )
-        store = RedisStateStore(client=self.client, prefix=prefix, retention=float(
-            published) if published is not None else configured_retention())
+        store = RedisStateStore(client=self.client, prefix=prefix, retention=(
+            configured_retention() if retention is None else retention))
         artifact_store = open_artifact_store(uri)
         registry = with_published(self.client, registry or default_registry, prefix)
         queues = sorted(set(DEFAULT_QUEUES) | {s.queue for s in registry.values()}

@@ -43,14 +43,13 @@ def cmd_gc(args: argparse.Namespace) -> int:
     else:
         if args.artifacts is None:
             raise SystemExit("genloop gc: --redis needs --artifacts (the pool's artifact store)")
+        from ..backends.catalogue import published_retention
         from ..stores.redis import RedisStateStore
-        from ..stores.redis_keys import PoolKeys
 
         state = RedisStateStore(args.redis, prefix=args.prefix)
         artifacts = open_artifact_store(args.artifacts)
         if grace is None:  # the workers publish their retention
-            published = state.client.get(PoolKeys(args.prefix).retention_config)
-            grace = float(published) if published is not None else None
+            grace = published_retention(state.client, args.prefix)
     try:
         grace = configured_retention() if grace is None else grace
         report = collect(state, artifacts, grace, dry_run=args.dry_run)

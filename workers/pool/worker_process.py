@@ -32,15 +32,13 @@ import dramatiq
 import redis
 
 from ..artifacts import open_artifact_store
-from ..backends.catalogue import publish
-from ..backends.redis_backend import artifacts_key
+from ..backends.catalogue import publish, publish_seams
 from ..metrics.prometheus import serve_metrics
 from ..middleware.drain import Drain
 from ..models.models_config import ModelsConfig, models_config, refuse
 from ..models.resources import Resources
 from ..ops import default_registry
 from ..stores.redis import RedisStateStore
-from ..stores.redis_keys import PoolKeys
 from ..stores.retention import configured_retention
 from .broker import DEFAULT_QUEUES, wire
 from .pool_status import Presence
@@ -103,9 +101,8 @@ def build():
     )
     dramatiq.set_broker(broker)
     artifacts_uri = os.environ[ENV_ARTIFACTS]
-    client.set(artifacts_key(prefix), artifacts_uri)
     retention = configured_retention()
-    client.set(PoolKeys(prefix).retention_config, repr(retention))
+    publish_seams(client, prefix, artifacts_uri, retention)
     queues = _list(ENV_QUEUES) or list(DEFAULT_QUEUES)
     # A pool serves whatever submits to it (a gateway's tenants included), so its models are
     # always an allow-list: the built-ins, plus the config file's names if there is one.
