@@ -18,7 +18,6 @@ from genloop.sdk.ops import RefineAnswer
 from genloop.sdk.schema import Served, SpecSchema, spec_schema
 
 from ..artifacts.base import ArtifactStore
-from ..pool.pool_status import PoolStatus
 from ..runtime.admission import admit
 from ..runtime.scheduler import Scheduler
 from .results import list_runs, run_info, run_result
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from genloop.evaluators import EvaluatorRegistry
 
     from ..ops.refine import RefinerRegistry
+    from ..pool.pool_status import PoolStatus  # imports redis, which Client.local never needs
     from .catalogue import PublishedEvaluators
 
 _SPEC: TypeAdapter[Any] = TypeAdapter(RunSpec)
