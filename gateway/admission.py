@@ -51,20 +51,6 @@ class Plan:
     limits: RunLimits
 
 
-@dataclass(frozen=True)
-class TenantPolicy:
-    """A tenant's policy, as the runtime's admission asks for it (its ``Policy``)."""
-
-    admission: Admission
-    limits: TenantLimits
-
-    def offer(self, served: Served) -> Served:
-        return self.admission.served_to(served, self.limits)
-
-    def problems(self, spec: Graph | Loop, graph: Graph, offer: Served) -> list[GraphProblem]:
-        return self.admission.tenant_problems(spec, graph, offer)
-
-
 @dataclass
 class Admission:
     """The operator's names and bounds; :meth:`admit` applies them and a tenant's limits."""
@@ -82,36 +68,11 @@ class Admission:
         """The run's plan: the spec admitted by the runtime's one check
         (:func:`~genloop.workers.runtime.admission.admit`) under the tenant's policy, then
         costed; ``GraphError`` listing every problem if the spec may not run."""
-        admitted = admit(spec, self.served(), self.ops, self.queues, TenantPolicy(self, limits))
+        policy = TenantPolicy(self.models.names(), limits, self.max_prompt_chars)
+        admitted = admit(spec, self.served(), self.ops, self.queues, policy)
         graph = admitted.graph
         return Plan(admitted.spec, graph, run_cost(graph, self.ops, self.size_of, self.score_cost),
                     self._run_limits(graph, limits))
-
-    def served_to(self, served: Served, limits: TenantLimits) -> Served:
-        """What a tenant may name of what the back end serves (``served``): the operator's
-        models and the judges a tenant can use (see :mod:`.judges`), each narrowed by the
-        tenant's allow-list, and the back end's refine strategies and cache modes."""
-        return served.model_copy(update={
-            "models": [Named(name=n) for n in _narrow(self.models.names(), limits.models)],
-            "evaluators": tenant_judges(served, limits.evaluators)})
-
-    def tenant_problems(self, spec: Graph | Loop, graph: Graph,
-                        offer: Served) -> list[GraphProblem]:
-        """What the gateway checks beyond the back end: strings and numbers within bounds, and
-        evaluator options that are data only and name judges the tenant may use."""
-        problems = []
-        judges = [j.name for j in offer.evaluators]
-        if isinstance(spec, Loop):
-            problems.extend(self._option_problems(None, spec.evaluator, spec.evaluator_options,
-                                                  "evaluator_options", judges))
-        for i, node in enumerate(graph.nodes):
-            problems.extend(value_problems(node, self.max_prompt_chars))
-            if node.op == "score" and isinstance(spec, Graph):
-                params = spec.nodes[i].params  # as written: the filled evaluator is the default
-                problems.extend(self._option_problems(
-                    node.id, params.get("evaluator"), params.get("options"),
-                    f"nodes[{i}].params.options", judges))
-        return problems
 
     def _run_limits(self, graph: Graph, limits: TenantLimits) -> RunLimits:
         """The tenant's per-run limits, with each generate node's cost of one image and steps,
@@ -132,17 +93,6 @@ class Admission:
                          image_costs=image_costs, image_steps=image_steps,
                          score_costs=score_costs)
 
-    def _option_problems(self, node_id: str | None, evaluator: object, options: object,
-                         path: str, allowed: list[str]) -> list[GraphProblem]:
-        """Evaluator options are data only: no paths reach a factory (see evaluators.options).
-        ``allowed``: the judges the tenant may name."""
-        if not options:
-            return []
-        if not isinstance(options, dict) or not (evaluator is None or isinstance(evaluator, str)):
-            return [GraphProblem(node_id=node_id, message="give a mapping", path=path)]
-        return [GraphProblem(node_id=node_id, message=message, path=where)
-                for where, message in tenant_option_problems(evaluator, options, allowed, path)]
-
     def score_cost(self, node: Node, params: object) -> float:
         """Megapixel-steps of scoring one image at score node ``node`` (see
         :mod:`genloop.evaluators.pricing`)."""
@@ -156,6 +106,51 @@ class Admission:
         width, height = entry.size()  # the folder's native size where the entry gives none
         return ImageSize(steps=entry.steps or base.steps, width=width or base.width,
                          height=height or base.height)
+
+
+@dataclass(frozen=True)
+class TenantPolicy:
+    """What a tenant is held to beyond the back end's own checks (the runtime admission's
+    ``Policy``): the operator's models and the judges a tenant can use, each narrowed by its
+    allow-list; strings and numbers within bounds; evaluator options that are data only."""
+
+    models: Sequence[str]
+    limits: TenantLimits
+    max_prompt_chars: int
+
+    def offer(self, served: Served) -> Served:
+        """What the tenant may name of what the back end serves: the models and judges (see
+        :mod:`.judges`) narrowed, the back end's refine strategies and cache modes."""
+        return served.model_copy(update={
+            "models": [Named(name=n) for n in _narrow(self.models, self.limits.models)],
+            "evaluators": tenant_judges(served, self.limits.evaluators)})
+
+    def problems(self, spec: Graph | Loop, graph: Graph, offer: Served) -> list[GraphProblem]:
+        problems = []
+        judges = [j.name for j in offer.evaluators]
+        if isinstance(spec, Loop):
+            problems.extend(_option_problems(None, spec.evaluator, spec.evaluator_options,
+                                             "evaluator_options", judges))
+        for i, node in enumerate(graph.nodes):
+            problems.extend(value_problems(node, self.max_prompt_chars))
+            if node.op == "score" and isinstance(spec, Graph):
+                params = spec.nodes[i].params  # as written: the filled evaluator is the default
+                problems.extend(_option_problems(
+                    node.id, params.get("evaluator"), params.get("options"),
+                    f"nodes[{i}].params.options", judges))
+        return problems
+
+
+def _option_problems(node_id: str | None, evaluator: object, options: object, path: str,
+                     allowed: list[str]) -> list[GraphProblem]:
+    """Evaluator options are data only: no paths reach a factory (see evaluators.options).
+    ``allowed``: the judges the tenant may name."""
+    if not options:
+        return []
+    if not isinstance(options, dict) or not (evaluator is None or isinstance(evaluator, str)):
+        return [GraphProblem(node_id=node_id, message="give a mapping", path=path)]
+    return [GraphProblem(node_id=node_id, message=message, path=where)
+            for where, message in tenant_option_problems(evaluator, options, allowed, path)]
 
 
 def _narrow(allowed: Sequence[str], tenant: list[str] | None) -> list[str]:

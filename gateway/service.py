@@ -301,11 +301,11 @@ class Gateway:
     def _with_recipe(self, spec: RunSpec, limits: TenantLimits) -> RunSpec:
         """A Loop with its model's recipe filled in here (:meth:`Loop.with_recipe`), so
         admission checks and costs what will run. Where the tenant may not use the recipe's
-        evaluator, the loop keeps the plain defaults, pinned so that the back end adds no recipe
-        after admission."""
+        evaluator, the loop keeps the plain defaults, pinned so that admission, filling in the
+        defaults, adds no recipe."""
         if not isinstance(spec, Loop):
             return spec
-        served = self.backend.schema().served
+        served = self.admission.served()  # not the schema: a deep copy of it, per submit
         filled = spec.with_recipe(served.recipes.get(spec.model or served.default_model or ""))
         if filled is spec or limits.evaluators is None or filled.evaluator in limits.evaluators:
             return filled

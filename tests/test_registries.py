@@ -86,7 +86,7 @@ def test_registries_beside_a_given_resources_are_refused(tmp_path, resources):
         Client.local(tmp_path / "home", resources=resources, evaluators=evaluators)
 
 
-def test_the_built_in_ops_are_registered_by_a_call_not_by_an_import():
+def test_a_registry_holds_the_built_in_ops_once_with_builtins_puts_them_there():
     from genloop.workers.ops import BUILTIN_OPS, OpRegistry, default_registry, with_builtins
 
     # Given a registry of one's own: it holds none of the built-ins until asked

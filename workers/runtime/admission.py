@@ -55,9 +55,7 @@ def admit(spec: Graph | Loop, served: Served, registry: OpRegistry,
     compiled nodes')."""
     filled = fill_defaults(spec, served)
     graph = filled.compile() if isinstance(filled, Loop) else filled
-    problems = graph_problems(graph, registry.catalogue())
-    if queues is not None:
-        problems.extend(registry.queue_problems(graph, queues))
+    problems = runnable_problems(graph, registry, queues)
     if policy is None:  # a trusted sender: its defaults are its own, checked like the rest
         problems.extend(name_problems(filled, served))
     else:  # a tenant: what it wrote, against its offer (an unset name is the operator's)
@@ -67,6 +65,16 @@ def admit(spec: Graph | Loop, served: Served, registry: OpRegistry,
     if problems:
         raise GraphError(_unique(problems))
     return Admitted(filled, graph)
+
+
+def runnable_problems(graph: Graph, registry: OpRegistry,
+                      queues: Collection[str] | None) -> list[GraphProblem]:
+    """What stops ``graph`` from running here, names aside: its structure, its ops' params,
+    and queues no worker consumes (``queues``; ``None`` when the back end cannot tell)."""
+    problems = graph_problems(graph, registry.catalogue())
+    if queues is not None:
+        problems.extend(registry.queue_problems(graph, queues))
+    return problems
 
 
 def _unique(problems: list[GraphProblem]) -> list[GraphProblem]:

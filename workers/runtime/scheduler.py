@@ -25,8 +25,7 @@ from typing import TypeVar
 
 from pydantic import TypeAdapter
 
-from genloop.sdk import validation
-from genloop.sdk.errors import GraphError, GraphProblem, NotFound, StoreError
+from genloop.sdk.errors import GraphError, NotFound, StoreError
 from genloop.sdk.graph import Graph
 from genloop.sdk.loop import Loop
 from genloop.sdk.models import NodeStatus, RunSpec, RunStatus
@@ -43,6 +42,7 @@ from ..stores.records import (
     RunSpecRecord,
 )
 from ..stores.steps import Finish, Finished, FinishOutcome, ScriptedCompletion, Start, Started
+from .admission import runnable_problems
 from .keys import spec_hash
 from .planner import Topology, expand
 from .transitions import Transitions, instance_event, new_event, record_ended
@@ -143,7 +143,7 @@ class Scheduler:
         """Validate, store and start a run. Nothing is stored for an invalid spec."""
         spec = _SPEC.validate_python(spec)
         graph = spec.compile() if isinstance(spec, Loop) else spec
-        if problems := self.graph_problems(graph):
+        if problems := runnable_problems(graph, self.registry, self.queues):
             raise GraphError(problems)
         return self.start(spec, graph, idempotency_key)
 
@@ -187,14 +187,6 @@ class Scheduler:
             log.info("run %s submitted: %d nodes", run.id, len(nodes))
             self.flush([(run.id, i.instance_id) for i in roots], roots)
         return run
-
-    def graph_problems(self, graph: Graph) -> list[GraphProblem]:
-        """Everything that stops ``graph`` from running here: its structure, its ops' params,
-        and queues no worker consumes."""
-        problems = validation.graph_problems(graph, self.registry.catalogue())
-        if self.queues is not None:
-            problems += self.registry.queue_problems(graph, self.queues)
-        return problems
 
     def topology(self, run_id: str) -> Topology:
         """The run's graph, indexed; cached, since a run's graph never changes. One thread
