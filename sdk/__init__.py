@@ -1,9 +1,12 @@
 """genloop SDK: submit generate -> evaluate -> refine loops and DAGs, follow them, collect results.
 
-Light on purpose: pydantic, httpx and tenacity only. Importing it never imports torch.
+Light on purpose: pydantic, httpx and tenacity only. Importing it never imports torch, and
+imports httpx and asyncio only when the HTTP back end or the asyncio client is first named
+(:func:`__getattr__`): a process that runs ``Client.local`` starts without them.
 """
 
-from .aio import AsyncClient, AsyncRun
+from typing import TYPE_CHECKING, Any
+
 from .backend import AsyncBackend, Backend
 from .client import Client
 from .errors import (
@@ -25,7 +28,6 @@ from .errors import (
     TransportError,
 )
 from .graph import Graph, Node, NodeRef, Priority, RunLimits
-from .http import HttpBackend
 from .loop import Loop
 from .models import (
     Compute,
@@ -57,6 +59,23 @@ from .ops import (
 from .run import Run
 from .schema import Named, Served, SpecSchema
 from .validation import graph_problems, validate_graph
+
+if TYPE_CHECKING:
+    from .aio import AsyncClient, AsyncRun
+    from .http import HttpBackend
+
+_LAZY = {"AsyncClient": "aio", "AsyncRun": "aio", "HttpBackend": "http"}
+
+
+def __getattr__(name: str) -> Any:
+    """The names whose modules import httpx or asyncio, imported when first asked for (PEP 562)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "AsyncBackend",

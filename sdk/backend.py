@@ -7,7 +7,6 @@ worker pool, ``Client.http()`` to a gateway. Each is a :class:`Backend`; the ``C
 
 from __future__ import annotations
 
-import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -182,6 +181,8 @@ class AsyncBackend(ABC):
 
     async def follow(self, run_id: str, after: int = 0, poll: float = 0.05) -> AsyncIterator[Event]:
         """Events as they happen, ending with the run's last event (polls by default)."""
+        import asyncio  # loaded already: this runs in an event loop (the SDK imports it lazily)
+
         following = FollowByPolling(after, poll)
         while True:
             for event in following.take(await self.events(run_id, after=following.last)):
@@ -194,6 +195,8 @@ class AsyncBackend(ABC):
     async def wait(self, run_id: str, timeout: float | None = None,
                    poll: float = 0.05) -> RunInfo:
         """:meth:`Backend.wait`, awaited (polls by default)."""
+        import asyncio  # as in follow
+
         waiting = WaitForEnd(run_id, timeout, poll)
         while (pause := waiting.pause(info := await self.get(run_id))) is not None:
             await asyncio.sleep(pause)

@@ -10,15 +10,17 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, Mapping, Sequence
 from os import PathLike
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from .backend import Backend
-from .http import HttpBackend, HttpConfig
 from .models import RunInfo, RunQuery, RunSpec, RunStatus
 from .run import Run
 from .schema import SpecSchema
 from .uploads import image_upload
 from .webhooks import WebhookNotice
+
+if TYPE_CHECKING:  # httpx is imported by the HTTP back end alone, when one is made
+    from .http import HttpConfig
 
 
 def _workers_module(name: str, what: str) -> Any:
@@ -73,6 +75,8 @@ class _ClientBase:
         Transient failures are retried up to ``attempts`` tries with backoff capped at
         ``max_backoff`` seconds; ``transport`` replaces httpx's (for tests and proxies).
         """
+        from .http import HttpConfig
+
         return cls._on_http(HttpConfig(
             base_url, api_key=api_key, timeout=timeout, attempts=attempts,
             max_backoff=max_backoff, transport=transport,
@@ -99,6 +103,8 @@ class Client(_ClientBase):
 
     @classmethod
     def _on_http(cls, config: HttpConfig) -> Self:
+        from .http import HttpBackend
+
         return cls(HttpBackend(config))
 
     @property

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 
-def test_a_local_client_that_submits_imports_no_redis(tmp_path):
+def test_a_local_client_that_submits_imports_neither_redis_nor_httpx(tmp_path):
     # Given a fresh interpreter with a local back end (no worker threads: nothing runs)
     script = (
         "import json, sys\n"
@@ -20,7 +20,8 @@ def test_a_local_client_that_submits_imports_no_redis(tmp_path):
     # When it starts and submits a run
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=120, check=True).stdout
-    # Then redis was never imported (0.1 s of a cold start, for a broker it does not use)
+    # Then neither redis (a broker it does not use) nor httpx (the HTTP back end's) was
+    # imported: 0.1 s of a cold start each
     assert json.loads(out.splitlines()[-1]) == []
 
 
