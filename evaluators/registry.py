@@ -32,6 +32,7 @@ from genloop.sdk.errors import Permanent
 from genloop.sdk.schema import Named
 
 from .base import Evaluator, Scores, check_finite
+from .vlm_env import vlm_unset
 
 #: Builds an evaluator for a resolved device string and the options given to ``get``.
 Factory = Callable[..., Evaluator]
@@ -297,15 +298,6 @@ def _brand_palette(device: str, **options: Any) -> Evaluator:
     return BrandPaletteEvaluator(device=device, **options)
 
 
-def _vlm_unset() -> list[str]:
-    """The vlm-judge settings missing from this process's environment."""
-    import os
-
-    from .vlm_client import ENV_BASE_URL, ENV_MODEL
-
-    return [v for v in (ENV_BASE_URL, ENV_MODEL) if not os.environ.get(v)]
-
-
 def _vlm_judge(device: str, **options: Any) -> Evaluator:
     """Asks a hosted vision-language model (OpenAI-compatible API) one yes/no question per
     clause; needs GENLOOP_VLM_BASE_URL and GENLOOP_VLM_MODEL set by the operator."""
@@ -354,7 +346,7 @@ def register_builtins(registry: EvaluatorRegistry) -> EvaluatorRegistry:
                       functools.partial(_clause_critic, registry, "shapes-clip", "shapes-critic"))
     registry.register("shapes-vqa", functools.partial(_shapes_vqa, registry))
     registry.register("shapes-reader", functools.partial(_shapes_reader, registry))
-    registry.register("vlm-judge", _vlm_judge, needs=_vlm_unset)
+    registry.register("vlm-judge", _vlm_judge, needs=vlm_unset)
     return registry
 
 

@@ -43,10 +43,8 @@ from tenacity import (
 from genloop.sdk.errors import Permanent, Transient
 from genloop.sdk.wire import retry_after
 
-ENV_BASE_URL = "GENLOOP_VLM_BASE_URL"
-ENV_MODEL = "GENLOOP_VLM_MODEL"
-ENV_API_KEY = "GENLOOP_VLM_API_KEY"
-ENV_MAX_RPS = "GENLOOP_VLM_MAX_RPS"
+from .vlm_env import ENV_API_KEY, ENV_BASE_URL, ENV_MAX_RPS, ENV_MODEL
+
 #: Appended to every question: the one token the request leaves room for is the answer.
 INSTRUCTIONS = "Answer yes or no."
 _RETRY_STATUS = frozenset({408, 429})

@@ -41,7 +41,8 @@ from genloop.sdk.ops import ClauseScore, Critique
 
 from .base import Evaluator, Scores
 from .clauses import DEFAULT_SPLITTERS, Clause
-from .vlm_client import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, ChatClient, VlmConfig
+from .vlm_client import ChatClient, VlmConfig
+from .vlm_env import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL
 
 logger = logging.getLogger(__name__)
 
