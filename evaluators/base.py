@@ -19,7 +19,7 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from genloop.sdk.errors import Permanent
-from genloop.sdk.ops import Critique
+from genloop.sdk.ops import Critique, JudgeUsage
 
 
 class Scores(BaseModel):
@@ -38,6 +38,8 @@ class Scores(BaseModel):
     evaluator: str
     #: Per-clause scores of each image, from critic evaluators; ``None`` from plain judges.
     details: list[Critique] | None = None
+    #: What a hosted judge was billed for each image; ``None`` from judges that run here.
+    usage: list[JudgeUsage] | None = None
 
     @model_validator(mode="after")
     def _shapes_agree(self) -> Scores:
@@ -45,6 +47,8 @@ class Scores(BaseModel):
             check_embeddings(self.embeddings, len(self.values))
         if self.details is not None and len(self.details) != len(self.values):
             raise Permanent(f"got {len(self.details)} critiques for {len(self.values)} scores")
+        if self.usage is not None and len(self.usage) != len(self.values):
+            raise Permanent(f"got {len(self.usage)} usages for {len(self.values)} scores")
         return self
 
 
@@ -104,6 +108,7 @@ def _slice(scores: Scores, start: int, stop: int) -> Scores:
         embeddings=scores.embeddings[start:stop] if scores.embeddings is not None else None,
         evaluator=scores.evaluator,
         details=scores.details[start:stop] if scores.details is not None else None,
+        usage=scores.usage[start:stop] if scores.usage is not None else None,
     )
 
 

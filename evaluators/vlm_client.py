@@ -41,6 +41,7 @@ from tenacity import (
 )
 
 from genloop.sdk.errors import Permanent, Transient
+from genloop.sdk.ops import JudgeUsage
 from genloop.sdk.wire import retry_after
 
 from .vlm_env import ENV_API_KEY, ENV_BASE_URL, ENV_MAX_RPS, ENV_MODEL
@@ -98,12 +99,14 @@ class VlmConfig:
 
 
 class Answer(BaseModel):
-    """The model's answer to one question: ``p_yes`` is ``None`` when it was unreadable."""
+    """The model's answer to one question: ``p_yes`` is ``None`` when it was unreadable.
+    ``usage``: the requests asking it took and the tokens their replies reported."""
 
     model_config = ConfigDict(frozen=True)
 
     p_yes: float | None
     text: str
+    usage: JudgeUsage = JudgeUsage()
 
 
 class RateLimit:
@@ -159,17 +162,19 @@ class ChatClient:
         self.requests = self.prompt_tokens = self.completion_tokens = 0
 
     def ask(self, question: str, png: bytes) -> Answer:
-        """The answer to ``question`` about the PNG image ``png``."""
+        """The answer to ``question`` about the PNG image ``png``, with what asking it cost."""
         body = request_body(self.config.model, question, png)
         retrying = Retrying(stop=stop_after_attempt(self.config.attempts), wait=self._wait,
                             retry=retry_if_exception_type(_Retry), reraise=True)
+        spent: list[JudgeUsage] = []  # one entry a request, its reply's tokens if it had any
         try:
-            return retrying(self._once, body)
+            answer = retrying(self._once, body, spent)
         except _Unreadable as exc:
-            return exc.answer
+            answer = exc.answer
         except _Retry as exc:
             raise Transient(f"vlm-judge: {self.config.base_url}: {exc} "
                             f"({self.config.attempts} tries)") from None
+        return answer.model_copy(update={"usage": sum(spent, JudgeUsage())})
 
     def close(self) -> None:
         self._http.close()
@@ -181,10 +186,11 @@ class ChatClient:
             return min(float(server_says), self.config.max_backoff)
         return float(self._backoff(state))
 
-    def _once(self, body: dict[str, Any]) -> Answer:
+    def _once(self, body: dict[str, Any], spent: list[JudgeUsage]) -> Answer:
         self._limit.wait()
         with self._lock:
             self.requests += 1
+        spent.append(JudgeUsage(calls=1))
         try:
             response = self._http.post("/chat/completions", json=body)
         except httpx.TimeoutException as exc:
@@ -204,20 +210,25 @@ class ChatClient:
             raise _Retry(
                 f"the reply is not a chat completion: {response.text[:200]!r}") from None
         text = "" if content is None else str(content)
-        self._count(payload.get("usage"))
+        spent[-1] = self._count(payload.get("usage"))
         p_yes = p_yes_from_logprobs(choice.get("logprobs"))
         answer = Answer(p_yes=p_yes if p_yes is not None else p_yes_from_text(text), text=text)
         if answer.p_yes is None:
             raise _Unreadable(answer)
         return answer
 
-    def _count(self, usage: object) -> None:
-        if not isinstance(usage, dict):
-            return
-        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    def _count(self, usage: object) -> JudgeUsage:
+        """One request's reply: its tokens, added to the client's totals."""
+        tokens = usage if isinstance(usage, dict) else {}
+        prompt, completion = tokens.get("prompt_tokens"), tokens.get("completion_tokens")
+        spent = JudgeUsage(calls=1,
+                           prompt_tokens=prompt if isinstance(prompt, int) and prompt > 0 else 0,
+                           completion_tokens=(completion if isinstance(completion, int)
+                                              and completion > 0 else 0))
         with self._lock:
-            self.prompt_tokens += prompt if isinstance(prompt, int) else 0
-            self.completion_tokens += completion if isinstance(completion, int) else 0
+            self.prompt_tokens += spent.prompt_tokens
+            self.completion_tokens += spent.completion_tokens
+        return spent
 
 
 def request_body(model: str, question: str, png: bytes) -> dict[str, Any]:

@@ -17,8 +17,10 @@ scores (raising would fail every image scored with it). It is logged with the mo
 counted in :attr:`VlmUsage.unreadable` and not cached, so the next scoring asks again.
 
 Answers are cached by (model, sha256 of the PNG sent, question) in an LRU: an image scored
-twice, or by two requests at once, is asked about once. :attr:`VlmJudge.usage` counts requests
-and tokens, since the run's ``compute`` adds up denoising steps only.
+twice, or by two requests at once, is asked about once. Each image's :class:`Scores` usage is
+what the questions asked for it cost (requests, retries included, and the tokens the replies
+report; an answer from the cache costs nothing), so a run's ``compute.judge`` adds up what its
+own scoring was billed; :attr:`VlmJudge.usage` counts the judge's totals since it was built.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict
 
 from genloop.sdk.errors import Permanent
-from genloop.sdk.ops import ClauseScore, Critique
+from genloop.sdk.ops import ClauseScore, Critique, JudgeUsage
 
 from .base import Evaluator, Scores
 from .clauses import DEFAULT_SPLITTERS, Clause
@@ -169,7 +171,7 @@ class VlmJudge(Evaluator):
 
     @property
     def usage(self) -> VlmUsage:
-        """Requests, answers and tokens so far (the run's ``compute`` counts no tokens)."""
+        """Requests, answers and tokens so far, over every run this judge scored for."""
         with self._lock:
             return VlmUsage(requests=self.client.requests, questions=self._asked,
                             cache_hits=self._hits, unreadable=self._unreadable,
@@ -186,6 +188,7 @@ class VlmJudge(Evaluator):
         pngs = [_png(image) for image in images]
         digests = [hashlib.sha256(png).hexdigest() for png in pngs]
         futures: dict[Key, Future[float | None]] = {}
+        sent: dict[Key, Future[JudgeUsage]] = {}  # the questions this call asked itself
         repeats = 0
         for png, digest in zip(pngs, digests, strict=True):
             for q in asked:
@@ -193,12 +196,18 @@ class VlmJudge(Evaluator):
                 if key in futures:
                     repeats += 1
                 else:
-                    futures[key] = self._claim(key, q, png)
+                    futures[key], asking = self._claim(key, q, png)
+                    if asking is not None:
+                        sent[key] = asking
         with self._lock:
             self._hits += repeats
-        values, details = [], []
+        values, details, usage = [], [], []
         for digest in digests:
-            probs = [futures[(self.config.model, digest, q.text)].result() for q in asked]
+            keys = [(self.config.model, digest, q.text) for q in asked]
+            probs = [futures[key].result() for key in keys]
+            # Each asked question is billed to the first image of this call that needed it
+            usage.append(sum((sent.pop(key).result() for key in keys if key in sent),
+                             JudgeUsage()))
             readable = [0.0 if p is None else p for p in probs]
             weakest = min(range(len(asked)), key=lambda k: readable[k])
             values.append(100 * math.prod(readable))
@@ -207,23 +216,25 @@ class VlmJudge(Evaluator):
                          for q, p in zip(asked, readable, strict=True)],
                 weakest=asked[weakest].clause.name,
             ))
-        return Scores(values=values, evaluator=self.identity, details=details)
+        return Scores(values=values, evaluator=self.identity, details=details, usage=usage)
 
-    def _claim(self, key: Key, question: Question, png: bytes) -> Future[float | None]:
+    def _claim(self, key: Key, question: Question,
+               png: bytes) -> tuple[Future[float | None], Future[JudgeUsage] | None]:
+        """``key``'s answer, and what asking it costs when this caller asks it (``None`` for
+        an answer cached or already asked for)."""
         future, mine = self.cache.claim(key)
         if mine:
-            self._pool.submit(self._ask, key, question, png)
-        else:
-            with self._lock:
-                self._hits += 1
-        return future
+            return future, self._pool.submit(self._ask, key, question, png)
+        with self._lock:
+            self._hits += 1
+        return future, None
 
-    def _ask(self, key: Key, question: Question, png: bytes) -> None:
+    def _ask(self, key: Key, question: Question, png: bytes) -> JudgeUsage:
         try:
             answer = self.client.ask(question.text, png)
         except BaseException as exc:  # noqa: BLE001  (handed to every waiter, raised there)
             self.cache.settle(key, None, exc)
-            return
+            return JudgeUsage()
         with self._lock:
             self._asked += 1
             self._unreadable += answer.p_yes is None
@@ -232,6 +243,7 @@ class VlmJudge(Evaluator):
                            self.identity, answer.text, question.text, key[1][:12],
                            question.clause.name)
         self.cache.settle(key, answer.p_yes)
+        return answer.usage
 
 
 def _png(image: Image.Image) -> bytes:

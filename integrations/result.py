@@ -97,12 +97,14 @@ def _untitled(node: Any) -> Any:
 
 
 def compact_result(result: RunResult) -> RunResult:
-    """``result`` without image embeddings: most of a scored run's JSON (a 64-d CLIP embedding
-    per candidate), and of no use to a host or a model."""
+    """``result`` without image embeddings (most of a scored run's JSON: a 64-d CLIP embedding
+    per candidate, of no use to a host or a model), nor the empty judge bill of a candidate a
+    judge on the worker scored (``usage: null``)."""
     outputs = {
         node_id: out.model_copy(update={"items": [
-            {k: v for k, v in item.items() if k != "embedding"} if isinstance(item, dict)
-            else item for item in out.items]})
+            {k: v for k, v in item.items()
+             if k != "embedding" and not (k == "usage" and v is None)}
+            if isinstance(item, dict) else item for item in out.items]})
         for node_id, out in result.outputs.items()
     }
     return result.model_copy(update={"outputs": outputs})

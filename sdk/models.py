@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, computed_field
 
 from .graph import Graph
 from .loop import Loop
-from .ops import BUILTIN_OUTPUTS, Candidate, ScoredCandidate
+from .ops import BUILTIN_OUTPUTS, Candidate, JudgeUsage, ScoredCandidate
 
 #: What a client submits: a graph or a loop, told apart by their ``kind``.
 RunSpec = Annotated[Graph | Loop, Field(discriminator="kind")]
@@ -147,6 +147,10 @@ class Compute(BaseModel):
     wall_s: float | None = Field(
         None, description="seconds from submission to the end (None while it runs)"
     )
+    judge: JudgeUsage | None = Field(
+        None, description="what hosted judges (vlm-judge) were billed for scoring the run's "
+        "images; None when no hosted judge scored any",
+    )
 
 
 class NodeOutput(BaseModel):
@@ -172,18 +176,23 @@ class RunResult(BaseModel):
     created_at: float | None = Field(None, description="when the run was submitted (epoch s)")
     finished_at: float | None = Field(None, description="when it ended (epoch s)")
 
-    @computed_field(description="denoising steps, images and wall time the run spent")  # type: ignore[prop-decorator]
+    @computed_field(description="denoising steps, images, hosted judges' calls and tokens, "  # type: ignore[prop-decorator]
+                    "and wall time the run spent")
     @property
     def compute(self) -> Compute:
-        """Steps and images of every generate node's output (an image reused from the result
-        store counts as if it were made: the figure is the run's cost on an empty store)."""
+        """Steps and images of every generate node's output, and what hosted judges were billed
+        for its score nodes (a result reused from the result store counts as if it were made:
+        the figure is the run's cost on an empty store)."""
         made = [
             c for node_id, out in self.outputs.items() if out.op == "generate"
             for c in self.items(node_id, Candidate)
         ]
+        bills = [c.usage for c in self.scored if c.usage is not None]
+        judge = sum(bills, JudgeUsage()) if bills else None
         wall = (None if self.finished_at is None or self.created_at is None
                 else self.finished_at - self.created_at)
-        return Compute(steps=sum(c.cost for c in made), images=len(made), wall_s=wall)
+        return Compute(steps=sum(c.cost for c in made), images=len(made), wall_s=wall,
+                       judge=judge)
 
     def items(self, node_id: str, model: type[M] | None = None) -> list[Any]:
         """The output items of ``node_id``, parsed as ``model`` (built-in ops know their own)."""

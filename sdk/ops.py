@@ -294,6 +294,20 @@ class Critique(BaseModel):
     weakest: str | None = Field(None, description="the clause with the lowest score")
 
 
+class JudgeUsage(BaseModel):
+    """What a hosted judge (``vlm-judge``) was billed for: requests sent (retries included)
+    and the tokens its replies reported. Judges that run on the worker spend none."""
+
+    calls: int = Field(0, ge=0, description="HTTP requests sent, retries included")
+    prompt_tokens: int = Field(0, ge=0)
+    completion_tokens: int = Field(0, ge=0)
+
+    def __add__(self, other: JudgeUsage) -> JudgeUsage:
+        return JudgeUsage(calls=self.calls + other.calls,
+                          prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+                          completion_tokens=self.completion_tokens + other.completion_tokens)
+
+
 class ScoredCandidate(Candidate):
     """A candidate with its evaluator score (``100 * max(cos, 0)`` for CLIP evaluators)."""
 
@@ -304,6 +318,10 @@ class ScoredCandidate(Candidate):
     )
     details: Critique | None = Field(
         None, description="per-clause scores, from critic evaluators (clause-critic)"
+    )
+    usage: JudgeUsage | None = Field(
+        None, description="what a hosted judge was billed for scoring this image (questions "
+        "it answered from its cache cost nothing); None for judges that run on the worker"
     )
 
 

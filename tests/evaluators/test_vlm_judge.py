@@ -21,6 +21,7 @@ from genloop.evaluators.registry import register_builtins
 from genloop.evaluators.vlm_client import VlmConfig
 from genloop.evaluators.vlm_judge import questions
 from genloop.sdk.errors import GraphError, Permanent, Transient
+from genloop.sdk.ops import JudgeUsage
 
 PAIR = "a small yellow circle above a large green triangle, black background"
 
@@ -234,6 +235,28 @@ def test_usage_counts_requests_and_tokens(server, make_judge):
     assert (usage.prompt_tokens, usage.completion_tokens) == (360, 3)
 
 
+def test_each_image_is_billed_what_asking_about_it_cost(server, make_judge):
+    # Given replies that bill 120 prompt tokens and 1 completion token, and one retry
+    server.script.append(Reply("", status=503))
+    judge = make_judge()
+    red, blue, green = plain("red"), plain("blue"), plain("green")
+    # When three images are scored against free text (one question each), red twice in the batch
+    first = judge.score([red, blue, green, red.copy()], "a red square")
+    # Then each image is billed its own question, the retry the image it was for, and the
+    # repeat nothing
+    assert first.usage is not None
+    assert sorted(u.calls for u in first.usage[:3]) == [1, 1, 2]
+    assert [(u.prompt_tokens, u.completion_tokens) for u in first.usage[:3]] == [(120, 1)] * 3
+    assert first.usage[3] == JudgeUsage()
+    # And the bills add up to what the judge counted
+    total = judge.usage
+    assert sum(first.usage, JudgeUsage()) == JudgeUsage(
+        calls=total.requests, prompt_tokens=total.prompt_tokens,
+        completion_tokens=total.completion_tokens)
+    # And scored again, the answers come from the cache and cost nothing
+    assert judge.score([red, blue], "a red square").usage == [JudgeUsage(), JudgeUsage()]
+
+
 SIX = ("red", "blue", "green", "white", "black", "yellow")
 
 
@@ -300,3 +323,5 @@ def test_a_loop_runs_with_vlm_judge(operator_env, resources, tmp_path):
     assert [c.score for c in round_1.candidates] == [pytest.approx(75.0)] * 2
     assert round_1.candidates[0].details.weakest == "a red sneaker"
     assert len(operator_env.seen) == 2 == judge.usage.questions
+    # And the run's compute counts the two requests and the tokens their replies billed
+    assert result.compute.judge == JudgeUsage(calls=2, prompt_tokens=240, completion_tokens=2)

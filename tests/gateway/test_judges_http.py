@@ -14,7 +14,7 @@ from genloop import shapes
 from genloop.evaluators import EvaluatorRegistry
 from genloop.evaluators.registry import register_builtins
 from genloop.gateway import GatewaySettings, SqliteGatewayStore, create_app
-from genloop.sdk import Client, Loop, RunStatus
+from genloop.sdk import Client, JudgeUsage, Loop, RunStatus
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "evaluators"))
 from vlm_server import ChatServer, Reply, completion  # noqa: E402
@@ -36,6 +36,8 @@ def test_a_loop_judged_by_a_shapes_judge_runs_through_the_gateway(stack, judge):
     assert result.scored and {c.evaluator.split(":")[0] for c in result.scored} == {judge}
     assert all(c.details is not None and c.details.weakest for c in result.scored)
     assert all(0.0 <= c.score <= 100.0 for c in result.scored)
+    # And a judge that runs on the worker bills nothing
+    assert result.compute.judge is None and all(c.usage is None for c in result.scored)
 
 
 def test_a_loop_judged_by_vlm_judge_runs_through_the_gateway(tmp_path, resources, monkeypatch):
@@ -70,3 +72,5 @@ def test_a_loop_judged_by_vlm_judge_runs_through_the_gateway(tmp_path, resources
     assert [c.score for c in round_1.candidates] == [pytest.approx(75.0)] * 2
     assert round_1.candidates[0].details.weakest == "a red sneaker"
     assert len(chat.seen) == 2
+    # And the run's compute, read over HTTP, counts what the judge was billed for it
+    assert result.compute.judge == JudgeUsage(calls=2, prompt_tokens=240, completion_tokens=2)

@@ -38,13 +38,14 @@ def score(params: ScoreParams, inputs: list, ctx: OpContext) -> Deferred | list:
     def scored(scores) -> list[ScoredCandidate]:
         embeddings = scores.embeddings or [None] * len(candidates)
         details = scores.details or [None] * len(candidates)
+        usage = scores.usage or [None] * len(candidates)
         return [
             ScoredCandidate(
                 **c.model_dump(include=set(Candidate.model_fields)), score=value,
-                evaluator=params.evaluator, embedding=emb, details=critique,
+                evaluator=params.evaluator, embedding=emb, details=critique, usage=spent,
             )
-            for c, value, emb, critique in zip(candidates, scores.values, embeddings, details,
-                                               strict=True)
+            for c, value, emb, critique, spent in zip(candidates, scores.values, embeddings,
+                                                      details, usage, strict=True)
         ]
 
     batcher = getattr(ctx.resources, "scoring", None)
