@@ -1,7 +1,7 @@
 """The operator's settings of the hosted VLM judge, by environment variable name.
 
-Apart from :mod:`.vlm_client` (which imports httpx) so that listing what ``vlm-judge`` still
-needs, which every back end's spec schema and first submit do, costs no HTTP client import.
+Kept apart from :mod:`.vlm_client`, which imports httpx: every back end's spec schema (and so
+its first submit) lists what ``vlm-judge`` still needs, and that should import no HTTP client.
 """
 
 from __future__ import annotations
