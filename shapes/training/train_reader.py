@@ -5,12 +5,15 @@
 Images are ``shapes-vqa``'s kind of pool (:func:`.vqa_data.load_or_draw`: the shipped
 generator's training-mix prompts at full steps and as 4-step drafts, from a seed range of its
 own; ``--data`` reuses one already drawn), plus clean renders of training seeds (what a perfect
-generator would draw). Each image is also mirrored left-right, which keeps every shape and
-moves only places; mirrored images are read again by the checker rather than relabelled by
-rule. Labels are the checker's readings (:func:`genloop.evaluators.reader_model.targets`), whatever
-the prompt asked; an image in which the checker reads a held-out colour-shape pair (a generator's
-mistake) is dropped, so no held-out pair reaches the reader, not even by accident. Cross-entropy per
-head; writes ``DIR/shapes-reader/model.safetensors`` (fp16, config in its metadata) and
+generator would draw) and drawings on the checker's boundaries (:mod:`.boundary`: outlines
+between two shape kinds, specks, objects that touch), so the reader learns where the
+checker's lines lie, not only what lies far from them. Each image is also mirrored
+left-right, which keeps every shape and moves only places; mirrored images are read again by
+the checker rather than relabelled by rule. Labels are the checker's readings
+(:func:`genloop.evaluators.reader_model.targets`), whatever the prompt asked; an image in
+which the checker reads a held-out colour-shape pair (a generator's mistake) is dropped, so no
+held-out pair reaches the reader, not even by accident. Cross-entropy per head; writes
+``DIR/shapes-reader/model.safetensors`` (fp16, config in its metadata) and
 ``DIR/reader-report.json`` (per-head accuracy on prompts held out of training).
 """
 
@@ -41,6 +44,7 @@ from genloop.evaluators.vqa_model import to_pixels
 from genloop.shapes.checker import read
 from genloop.shapes.dataset import HELDOUT_COMBOS, render_pool
 
+from .boundary import boundary_pool
 from .vqa_data import VqaDataConfig, load_or_draw
 
 logger = logging.getLogger(__name__)
@@ -53,6 +57,9 @@ class ReaderTrainConfig(BaseModel):
     #: clean v2 renders from training seeds (0 for none)
     renders: int = 2000
     render_seed_offset: int = 760_000_000
+    #: drawings on the checker's boundaries (:mod:`.boundary`; 0 for none)
+    boundary: int = 3000
+    boundary_seed_offset: int = 780_000_000
     steps: int = 3000
     batch: int = 128
     lr: float = 2e-3
@@ -66,8 +73,8 @@ class ReaderTrainConfig(BaseModel):
 
     @classmethod
     def smoke(cls) -> ReaderTrainConfig:
-        return cls(data=VqaDataConfig.smoke(), renders=4, steps=3, batch=4, width=16, hidden=16,
-                   squeeze=8, valid_share=0.25)
+        return cls(data=VqaDataConfig.smoke(), renders=4, boundary=4, steps=3, batch=4, width=16,
+                   hidden=16, squeeze=8, valid_share=0.25)
 
 
 class ReaderReport(BaseModel):
@@ -105,7 +112,8 @@ def label(images: np.ndarray, groups: list[int]) -> Labelled:
 
 
 def gather(cfg: ReaderTrainConfig, data: Path, device: str = "cpu") -> Labelled:
-    """The generated pool (groups: its prompts) and the renders (groups after them)."""
+    """The generated pool (groups: its prompts), the renders and the boundary drawings
+    (groups after them, in that order)."""
     began = time.monotonic()
     pool, images = load_or_draw(data, cfg.data, device)
     full = cfg.data.prompts * cfg.data.full_seeds
@@ -116,6 +124,11 @@ def gather(cfg: ReaderTrainConfig, data: Path, device: str = "cpu") -> Labelled:
         rendered, _ = render_pool(range(cfg.render_seed_offset,
                                         cfg.render_seed_offset + cfg.renders))
         parts.append(label(rendered, [cfg.data.prompts + i for i in range(cfg.renders)]))
+    if cfg.boundary:
+        drawn = boundary_pool(range(cfg.boundary_seed_offset,
+                                    cfg.boundary_seed_offset + cfg.boundary))
+        first = cfg.data.prompts + cfg.renders
+        parts.append(label(drawn, [first + i for i in range(cfg.boundary)]))
     logger.info("labelled %d images (%.0fs)", sum(len(p.group) for p in parts),
                 time.monotonic() - began)
     return Labelled(**{k: np.concatenate([getattr(p, k) for p in parts])
@@ -124,11 +137,15 @@ def gather(cfg: ReaderTrainConfig, data: Path, device: str = "cpu") -> Labelled:
 
 
 def valid_rows(group: np.ndarray, cfg: ReaderTrainConfig) -> np.ndarray:
-    """The last ``valid_share`` of prompts and of renders validate, all their images."""
-    prompts = cfg.data.prompts
-    cut = prompts - max(1, round(cfg.valid_share * prompts))
-    render_cut = prompts + cfg.renders - round(cfg.valid_share * cfg.renders)
-    return ((group >= cut) & (group < prompts)) | (group >= render_cut)
+    """The last ``valid_share`` of prompts, of renders and of boundary drawings validate, all
+    their images."""
+    valid = np.zeros(len(group), dtype=bool)
+    start = 0
+    for size in (cfg.data.prompts, cfg.renders, cfg.boundary):
+        cut = start + size - (max(1, round(cfg.valid_share * size)) if size else 0)
+        valid |= (group >= cut) & (group < start + size)
+        start += size
+    return valid
 
 
 def train(cfg: ReaderTrainConfig, data: Labelled, valid: np.ndarray,
