@@ -65,7 +65,7 @@ HELDOUT_SEED_START = 1_000_000_000
 PAIR_SHARE = 0.5
 
 
-def _shape_polygon(shape: str, cx: float, cy: float, r: float) -> list[tuple[float, float]]:
+def shape_polygon(shape: str, cx: float, cy: float, r: float) -> list[tuple[float, float]]:
     """Vertices of a polygonal shape whose centroid is (cx, cy); y grows downwards."""
     if shape == "square":
         h = 0.9 * r
@@ -87,16 +87,27 @@ def coverage(shape: str, cx: float, cy: float, r: float, size: int = IMAGE_SIZE)
 
     Coordinates are in pixels of the final image; pixel (i, j) spans [j, j+1) x [i, i+1).
     """
+    if shape != "circle":
+        return polygon_coverage(shape_polygon(shape, cx, cy, r), size)
     s = SUPERSAMPLE
     canvas = Image.new("L", (size * s, size * s), 0)
-    draw = ImageDraw.Draw(canvas)
-    if shape == "circle":
-        draw.ellipse([(cx - r) * s, (cy - r) * s, (cx + r) * s - 1, (cy + r) * s - 1], fill=255)
-    else:
-        # PIL fills the pixels whose index lies inside; the -0.5 puts the polygon in the same
-        # continuous frame as the ellipse (pixel k spans [k, k+1)), so centroids are unbiased.
-        draw.polygon([(x * s - 0.5, y * s - 0.5) for x, y in _shape_polygon(shape, cx, cy, r)],
-                     fill=255)
+    ImageDraw.Draw(canvas).ellipse([(cx - r) * s, (cy - r) * s, (cx + r) * s - 1,
+                                    (cy + r) * s - 1], fill=255)
+    return _downsampled(canvas, size)
+
+
+def polygon_coverage(vertices: Sequence[tuple[float, float]],
+                     size: int = IMAGE_SIZE) -> np.ndarray:
+    """:func:`coverage` of any polygon, its ``vertices`` in pixels of the final image."""
+    s = SUPERSAMPLE
+    canvas = Image.new("L", (size * s, size * s), 0)
+    # PIL fills the pixels whose index lies inside; the -0.5 puts the polygon in the same
+    # continuous frame as the ellipse (pixel k spans [k, k+1)), so centroids are unbiased.
+    ImageDraw.Draw(canvas).polygon([(x * s - 0.5, y * s - 0.5) for x, y in vertices], fill=255)
+    return _downsampled(canvas, size)
+
+
+def _downsampled(canvas: Image.Image, size: int) -> np.ndarray:
     small = canvas.resize((size, size), Image.Resampling.BOX)
     return np.asarray(small, dtype=np.float32) / 255.0
 

@@ -19,14 +19,14 @@ import random
 from collections.abc import Sequence
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from genloop.shapes.dataset import (
     HELDOUT_COMBOS,
     HELDOUT_SEED_START,
     IMAGE_SIZE,
-    SUPERSAMPLE,
-    _shape_polygon,
+    polygon_coverage,
+    shape_polygon,
 )
 from genloop.shapes.scene import BACKGROUNDS, COLOURS, SHAPES
 
@@ -51,7 +51,7 @@ def _unit_radius(shape: str) -> np.ndarray:
     """Distance from centre to outline along each of :data:`_ANGLES`, for radius 1."""
     if shape == "circle":
         return np.ones_like(_ANGLES)
-    vertices = np.asarray(_shape_polygon(shape, 0.0, 0.0, 1.0))
+    vertices = np.asarray(shape_polygon(shape, 0.0, 0.0, 1.0))
     p, e = vertices, np.roll(vertices, -1, axis=0) - vertices
     d = np.stack([np.cos(_ANGLES), np.sin(_ANGLES)], 1)[:, None]  # (angles, 1, 2)
     cross = d[..., 0] * e[:, 1] - d[..., 1] * e[:, 0]  # d x e, (angles, edges)
@@ -70,15 +70,6 @@ def outline(shapes: tuple[str, str], t: float, cx: float, cy: float, r: float,
     angle = _ANGLES + math.radians(turn)
     return list(zip((cx + rho * np.cos(angle)).tolist(), (cy + rho * np.sin(angle)).tolist(),
                     strict=True))
-
-
-def _coverage(vertices: Sequence[tuple[float, float]]) -> np.ndarray:
-    s = SUPERSAMPLE
-    canvas = Image.new("L", (IMAGE_SIZE * s, IMAGE_SIZE * s), 0)
-    # The frame of dataset.coverage's polygons: pixel k spans [k, k + 1).
-    ImageDraw.Draw(canvas).polygon([(x * s - 0.5, y * s - 0.5) for x, y in vertices], fill=255)
-    small = canvas.resize((IMAGE_SIZE, IMAGE_SIZE), Image.Resampling.BOX)
-    return np.asarray(small, dtype=np.float32)[..., None] / 255.0
 
 
 def _centres(rng: random.Random, radii: list[float]) -> list[tuple[float, float]]:
@@ -119,8 +110,8 @@ def boundary_drawing(seed: int) -> Image.Image:
              for _ in range(count)]
     for r, (cx, cy) in zip(radii, _centres(rng, radii), strict=True):
         pair, colour = blend(rng)
-        alpha = _coverage(outline(pair, rng.random(), cx, cy, r,
-                                  rng.uniform(-_MAX_TURN, _MAX_TURN)))
+        alpha = polygon_coverage(outline(pair, rng.random(), cx, cy, r,
+                                         rng.uniform(-_MAX_TURN, _MAX_TURN)))[..., None]
         pixels = alpha * np.asarray(COLOURS[colour], dtype=np.float32) + (1 - alpha) * pixels
     return Image.fromarray(np.round(pixels).astype(np.uint8))
 

@@ -25,7 +25,7 @@ def _iou(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.mark.parametrize("shape", SHAPES)
 def test_an_outline_at_either_end_is_the_shape_and_part_way_is_neither(shape):
     other = next(s for s in SHAPES if s != shape)
-    drawn = {t: boundary._coverage(boundary.outline((shape, other), t, 30.4, 33.1, 10.0))[..., 0]
+    drawn = {t: dataset.polygon_coverage(boundary.outline((shape, other), t, 30.4, 33.1, 10.0))
              for t in (0.0, 0.5, 1.0)}
 
     ends = [dataset.coverage(s, 30.4, 33.1, 10.0) for s in (shape, other)]
