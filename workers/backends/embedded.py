@@ -10,9 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import dramatiq
-from dramatiq.brokers.stub import StubBroker
-
 from genloop.evaluators import EvaluatorRegistry
 from genloop.sdk.errors import GenloopError
 
@@ -24,6 +21,7 @@ from ..ops.refine import RefinerRegistry
 from ..pool.broker import DEFAULT_QUEUES, wire
 from ..stores.retention import configured_retention
 from ..stores.sqlite import SqliteStateStore
+from .quiet_worker import QuietStubBroker, QuietWorker
 from .store_backend import StoreBackend
 
 
@@ -77,7 +75,7 @@ class EmbeddedRuntime:
         self.artifacts = LocalArtifactStore(self.home / "artifacts")
         self.registry = registry if registry is not None else default_registry
         self.resources = resources
-        self.broker = StubBroker()
+        self.broker = QuietStubBroker()
         self.broker.emit_after("process_boot")
         self.wiring = wire(
             self.broker, self.store, self.artifacts, self.registry,
@@ -85,9 +83,9 @@ class EmbeddedRuntime:
             sweep_every=sweep_every, fair_window=fair_window,
         )
         self.scheduler = self.wiring.scheduler
-        self.worker: dramatiq.Worker | None = None
+        self.worker: QuietWorker | None = None
         if threads > 0:
-            self.worker = dramatiq.Worker(self.broker, worker_threads=threads, worker_timeout=50)
+            self.worker = QuietWorker(self.broker, worker_threads=threads)
             self.worker.start()
 
     def close(self) -> None:
