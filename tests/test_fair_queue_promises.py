@@ -1,0 +1,274 @@
+"""The fair queues' smaller promises, each with a test that fails when it breaks (issue #49's
+mutation run over ``pool/fair_queue.py`` and ``pool/redis_fair_queue.py``): delayed sends,
+duplicates, counts, re-sends of chunks, and a worker process's part (its threads in the window,
+the slots of the messages it runs). Turn order itself is in ``gateway/test_fairness.py``."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+import dramatiq
+import pytest
+import redis
+from dramatiq import Message
+from dramatiq.broker import MessageProxy
+from dramatiq.brokers.stub import StubBroker
+from redis_util import redis_url
+
+from genloop.workers.pool.fair_queue import FairEnqueuer
+from genloop.workers.pool.redis_fair_queue import RedisFairQueue, RedisFairWorker
+from genloop.workers.pool.routing import held_since_key, routed_queue
+from genloop.workers.runtime.chunks import chunk_name
+from genloop.workers.stores.records import InstanceRecord
+from genloop.workers.stores.redis_keys import PoolKeys
+
+
+def inst(run: str, i: int, queue: str = "gpu") -> InstanceRecord:
+    return InstanceRecord(run_id=run, node_id="n", instance_id=f"n#{i}", seq=i, queue=queue)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+# -- in memory (the embedded runtime) ---------------------------------------------------------
+
+class Sent:
+    """What a fair queue sent: (run and instance, delay), in order; a message's id is its
+    first instance's name."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, float]] = []
+
+    def __call__(self, chunk, delay: float) -> str:
+        self.log.append((f"{chunk[0].run_id}{chunk[0].instance_id}", delay))
+        return self.log[-1][0]
+
+
+def test_a_delayed_send_goes_out_at_once_with_its_delay_and_holds_a_slot():
+    sent = Sent()
+    fair = FairEnqueuer(sent, window=1, tenant_of=lambda run: run)
+    # A re-look after half a second is sent now, with its delay (the broker holds it)
+    fair([inst("a", 0)], delay=0.5)
+    assert sent.log == [("an#0", 0.5)]
+    # It holds the window's one slot: the next message waits until it ends, then goes at once
+    fair([inst("b", 0)])
+    assert sent.log == [("an#0", 0.5)] and fair.waiting("gpu") == 1
+    fair.finished("gpu", "an#0")
+    assert sent.log == [("an#0", 0.5), ("bn#0", 0.0)]
+
+
+def test_a_message_let_in_at_its_send_goes_without_delay():
+    sent = Sent()
+    fair = FairEnqueuer(sent, window=2, tenant_of=lambda run: run)
+    fair([inst("a", 0)])
+    assert sent.log == [("an#0", 0.0)]
+
+
+def test_a_duplicate_ahead_of_new_instances_in_one_send_drops_only_itself():
+    sent = Sent()
+    fair = FairEnqueuer(sent, window=1, tenant_of=lambda run: run)
+    fair([inst("a", 0), inst("a", 1)])  # a#1 waits
+    fair([inst("a", 1), inst("a", 2)])  # the sweeper sends a#1 again, with a#2 behind it
+    assert fair.waiting("gpu") == 2
+    fair.finished("gpu", "an#0")
+    fair.finished("gpu", "an#1")
+    assert [name for name, _ in sent.log] == ["an#0", "an#1", "an#2"]
+
+
+def test_two_runs_with_the_same_instance_ids_both_wait_and_both_go():
+    sent = Sent()
+    fair = FairEnqueuer(sent, window=1, tenant_of=lambda run: run)
+    fair([inst("x", 0)])  # takes the slot
+    fair([inst("a", 0)])
+    fair([inst("b", 0)])  # same instance id as a's, another run: not a duplicate
+    assert fair.waiting() == 2
+    fair.finished("gpu", "xn#0")
+    fair.finished("gpu", sent.log[-1][0])
+    assert sorted(name for name, _ in sent.log) == ["an#0", "bn#0", "xn#0"]
+
+
+def test_waiting_counts_by_queue_and_in_all():
+    fair = FairEnqueuer(Sent(), window=1, tenant_of=lambda run: run)
+    fair([inst("a", 0), inst("a", 1), inst("a", 2)])
+    fair([inst("b", 0, "cpu"), inst("b", 1, "cpu")])
+    assert (fair.waiting("gpu"), fair.waiting("cpu"), fair.waiting("other"),
+            fair.waiting()) == (2, 1, 0, 3)
+
+
+def test_the_end_of_a_message_it_never_sent_changes_nothing():
+    sent = Sent()
+    fair = FairEnqueuer(sent, window=1, tenant_of=lambda run: run)
+    fair.finished("gpu", "unknown")  # a queue it has sent nothing on
+    fair([inst("a", 0), inst("a", 1)])
+    fair.finished("gpu", "unknown")  # a message that is not one of its
+    assert sent.log == [("an#0", 0.0)] and fair.waiting("gpu") == 1
+
+
+# -- in Redis (a pool) -------------------------------------------------------------------------
+
+@pytest.fixture
+def client():
+    c = redis.Redis.from_url(redis_url())
+    yield c
+    c.close()
+
+
+def redis_fair(client, sent: list[tuple[InstanceRecord, float]], **options) -> RedisFairQueue:
+    def send(chunk, delay):
+        sent.extend((i, delay) for i in chunk)
+        return chunk[0].instance_id
+    options.setdefault("prefix", f"test-{uuid.uuid4().hex[:8]}")
+    return RedisFairQueue(client, send, tenant_of=lambda run: run, **options)
+
+
+def test_a_default_fair_queue_times_a_model_s_waiting_work_where_routing_reads_it(client):
+    # Given a fair queue with the pool's default prefix, and no worker in its window
+    queue = f"q{uuid.uuid4().hex[:8]}"
+    routed = routed_queue(queue, "sim")
+    fair = RedisFairQueue(client, lambda chunk, delay: "", tenant_of=lambda run: run,
+                          queue_of=lambda chunk: routed)
+    try:
+        # When a model's instance is sent, it waits
+        fair([inst("a", 0, queue)])
+        # Then routing, reading the pool's default keys, sees how long it has waited
+        assert client.zcard(held_since_key(PoolKeys().p, routed)) == 1
+    finally:
+        client.delete(*client.keys(f"genloop:fair:{queue}:*"))
+
+
+def test_a_re_send_frees_every_stale_slot_of_the_chunks_that_carried_it(client):
+    sent: list[tuple[InstanceRecord, float]] = []
+    fair = redis_fair(client, sent)
+    fair.join("w1", "gpu", threads=100, ttl=30)
+    # Given a release of 48 instances, in flight as 16 chunks of 3
+    lost = [inst("a", i) for i in range(48)]
+    fair(lost)
+    flight = fair.key("gpu", "flight")
+    assert client.zcard(flight) == 16
+    # When the sweeper sends one instance of each chunk again (nobody works on them)
+    again = lost[::3]
+    fair.resend(again)
+    # Then none of the 16 chunks' slots holds the window any more: the 16 re-sent messages'
+    # (one instance each) do
+    held = {m.decode() for m in client.zrange(flight, 0, -1)}
+    assert held == {chunk_name("a", [i.instance_id]) for i in again}
+    assert len(sent) == 48 + 16
+
+
+def test_a_re_send_with_a_delay_goes_out_with_it(client):
+    sent: list[tuple[InstanceRecord, float]] = []
+    fair = redis_fair(client, sent)
+    fair.resend([inst("a", 0)], delay=0.5)  # no worker in the window: it goes all the same
+    assert [(i.instance_id, delay) for i, delay in sent] == [("n#0", 0.5)]
+
+
+def test_a_message_waiting_since_before_chunks_is_still_taken(client):
+    # Given a message written as one instance's JSON object (before chunks), read as text
+    texts = redis.Redis.from_url(redis_url(), decode_responses=True)
+    sent: list[tuple[InstanceRecord, float]] = []
+    fair = redis_fair(texts, sent)
+    old = inst("a", 0)
+    base = f"{fair.prefix}:fair:gpu"
+    member = chunk_name("a", ["n#0"])
+    texts.sadd(f"{base}:held", member)
+    texts.hset(f"{base}:payload", member, old.model_dump_json())
+    texts.rpush(f"{base}:t:a", member)
+    texts.lpush(f"{base}:ring", "a")
+    # When a worker joins the window
+    fair.join("w1", "gpu", threads=1, ttl=30)
+    fair.pump("gpu")
+    # Then it is sent as the one instance it is
+    assert [(i.run_id, i.instance_id) for i, _ in sent] == [("a", "n#0")]
+    texts.close()
+
+
+# -- a worker process's part --------------------------------------------------------------------
+
+def proxy(queue: str, run_id: str, instance_id: str, actor: str = "genloop_run") -> MessageProxy:
+    return MessageProxy(Message(queue_name=queue, actor_name=actor, args=(run_id, instance_id),
+                                kwargs={}, options={}))
+
+
+def workers_on(client, fair: RedisFairQueue, queue: str) -> list[str]:
+    return [m.decode() for m in client.zrange(fair.key(queue, "workers"), 0, -1)]
+
+
+@pytest.fixture
+def broker():
+    b = StubBroker()
+    for queue in ("gpu", routed_queue("gpu", "sim"), "cpu"):
+        b.declare_queue(queue)
+    yield b
+    b.close()
+
+
+def test_a_worker_counts_its_threads_into_each_queue_it_takes_and_leaves_when_it_stops(
+        client, broker):
+    fair = redis_fair(client, [])
+    middleware = RedisFairWorker(fair, "genloop", heartbeat=0.05)
+    # When a worker with 3 threads boots on gpu, a model's routed gpu queue, and cpu
+    middleware.after_worker_boot(broker, dramatiq.Worker(broker, worker_threads=3))
+    # Then its threads count once in each instance queue's window (the routed queue's are gpu's)
+    wait_for(lambda: workers_on(client, fair, "gpu") == [f"{middleware.id}:3"]
+             and workers_on(client, fair, "cpu") == [f"{middleware.id}:3"], "never joined")
+    assert client.exists(fair.key(routed_queue("gpu", "sim"), "workers")) == 0
+    # And when it stops, it leaves them at once
+    middleware.before_worker_shutdown(broker, None)
+    assert workers_on(client, fair, "gpu") == [] and workers_on(client, fair, "cpu") == []
+
+
+def test_a_worker_restricted_to_some_queues_counts_only_in_theirs(client, broker):
+    fair = redis_fair(client, [])
+    middleware = RedisFairWorker(fair, "genloop", heartbeat=0.05)
+    middleware.after_worker_boot(broker, dramatiq.Worker(broker, worker_threads=2,
+                                                         queues={"cpu"}))
+    wait_for(lambda: workers_on(client, fair, "cpu") == [f"{middleware.id}:2"], "never joined")
+    assert workers_on(client, fair, "gpu") == []
+    middleware.before_worker_shutdown(broker, None)
+
+
+def test_a_running_message_keeps_its_slot_and_frees_it_for_the_next_when_it_ends(
+        client, broker):
+    sent: list[tuple[InstanceRecord, float]] = []
+    fair = redis_fair(client, sent, flight_ttl=1.0)
+    middleware = RedisFairWorker(fair, "genloop", heartbeat=0.2)  # slots kept 0.6 s a beat
+    fair([inst("a", 0), inst("a", 1), inst("a", 2)])
+    # Given a worker with one thread, the window's one slot: its beat lets a#0 in
+    middleware.after_worker_boot(broker, dramatiq.Worker(broker, worker_threads=1))
+    wait_for(lambda: len(sent) == 1, "the worker's beat let nothing in")
+    flight = fair.key("gpu", "flight")
+    first = chunk_name("a", ["n#0"])
+    taken = client.zscore(flight, first)
+    # When a#0's message runs on this worker (its routed queue counts as gpu)
+    middleware.before_process_message(broker, proxy(routed_queue("gpu", "sim"), "a", "n#0"))
+    # Then the worker's beats move its slot's deadline on, past the one it was taken with
+    wait_for(lambda: (client.zscore(flight, first) or 0) > taken + 0.3,
+             "the running message's slot was not kept")
+    assert [i.instance_id for i, _ in sent] == ["n#0"]
+    # When it ends, the next one goes in at once, and the ended one's slot is not renewed
+    middleware.after_process_message(broker, proxy(routed_queue("gpu", "sim"), "a", "n#0"))
+    assert [i.instance_id for i, _ in sent] == ["n#0", "n#1"]
+    time.sleep(0.5)  # two beats
+    assert client.zscore(flight, first) is None
+    # And a skipped message frees its slot too
+    middleware.before_process_message(broker, proxy("gpu", "a", "n#1"))
+    middleware.after_skip_message(broker, proxy("gpu", "a", "n#1"))
+    assert [i.instance_id for i, _ in sent] == ["n#0", "n#1", "n#2"]
+    middleware.before_worker_shutdown(broker, None)
+
+
+def test_another_actor_s_message_takes_no_part_in_the_window(client, broker):
+    sent: list[tuple[InstanceRecord, float]] = []
+    fair = redis_fair(client, sent)
+    middleware = RedisFairWorker(fair, "genloop", heartbeat=0.05)
+    fair.join("w0", "gpu", threads=1, ttl=30)
+    fair([inst("a", 0), inst("a", 1)])
+    # A message of someone else's actor ending is not one of the window's: a#1 still waits
+    middleware.after_process_message(broker, proxy("gpu", "a", "n#0", actor="other_actor"))
+    assert [i.instance_id for i, _ in sent] == ["n#0"]
