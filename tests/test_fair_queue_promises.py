@@ -5,6 +5,8 @@ the slots of the messages it runs). Turn order itself is in ``gateway/test_fairn
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -17,7 +19,7 @@ from dramatiq.broker import MessageProxy
 from dramatiq.brokers.stub import StubBroker
 from redis_util import redis_url
 
-from genloop.workers.pool.fair_queue import FairEnqueuer
+from genloop.workers.pool.fair_queue import FairEnqueuer, FairRelease
 from genloop.workers.pool.redis_fair_queue import RedisFairQueue, RedisFairWorker
 from genloop.workers.pool.routing import held_since_key, routed_queue
 from genloop.workers.runtime.chunks import chunk_name
@@ -110,6 +112,22 @@ def test_the_end_of_a_message_it_never_sent_changes_nothing():
     assert sent.log == [("an#0", 0.0)] and fair.waiting("gpu") == 1
 
 
+def test_a_window_of_no_message_is_refused():
+    with pytest.raises(ValueError, match="^window must be at least 1$"):
+        FairEnqueuer(Sent(), window=0, tenant_of=lambda run: run)
+
+
+def test_a_message_that_ends_or_is_skipped_frees_its_slot_for_the_next():
+    sent = Sent()
+    fair = FairEnqueuer(sent, window=1, tenant_of=lambda run: run)
+    release = FairRelease(fair)
+    fair([inst("a", 0), inst("a", 1), inst("a", 2)])
+    release.after_process_message(None, proxy("gpu", "a", "n#0", message_id="an#0"))
+    # a retried message comes back on the delay queue; its slot is its queue's all the same
+    release.after_skip_message(None, proxy("gpu.DQ", "a", "n#1", message_id="an#1"))
+    assert [name for name, _ in sent.log] == ["an#0", "an#1", "an#2"]
+
+
 # -- in Redis (a pool) -------------------------------------------------------------------------
 
 @pytest.fixture
@@ -161,6 +179,14 @@ def test_a_re_send_frees_every_stale_slot_of_the_chunks_that_carried_it(client):
     assert len(sent) == 48 + 16
 
 
+def test_a_waiting_message_holds_only_what_its_message_needs(client):
+    fair = redis_fair(client, [])
+    fair([inst("a", 0).model_copy(update={"expected_items": 4})])  # no worker: it waits
+    payload = client.hget(fair.key("gpu", "payload"), chunk_name("a", ["n#0"]))
+    assert set(json.loads(payload)[0]) == {"run_id", "instance_id", "node_id", "seq", "queue",
+                                           "max_retries", "min_backoff", "max_backoff"}
+
+
 def test_a_re_send_with_a_delay_goes_out_with_it(client):
     sent: list[tuple[InstanceRecord, float]] = []
     fair = redis_fair(client, sent)
@@ -183,16 +209,20 @@ def test_a_message_waiting_since_before_chunks_is_still_taken(client):
     # When a worker joins the window
     fair.join("w1", "gpu", threads=1, ttl=30)
     fair.pump("gpu")
-    # Then it is sent as the one instance it is
-    assert [(i.run_id, i.instance_id) for i, _ in sent] == [("a", "n#0")]
+    # Then it is sent as the one instance it is, without delay
+    assert [(i.run_id, i.instance_id, delay) for i, delay in sent] == [("a", "n#0", 0.0)]
     texts.close()
 
 
 # -- a worker process's part --------------------------------------------------------------------
 
-def proxy(queue: str, run_id: str, instance_id: str, actor: str = "genloop_run") -> MessageProxy:
-    return MessageProxy(Message(queue_name=queue, actor_name=actor, args=(run_id, instance_id),
-                                kwargs={}, options={}))
+def proxy(queue: str, run_id: str, instance_id: str, actor: str = "genloop_run",
+          message_id: str | None = None) -> MessageProxy:
+    message = Message(queue_name=queue, actor_name=actor, args=(run_id, instance_id), kwargs={},
+                      options={})
+    if message_id is not None:
+        message = message.copy(message_id=message_id)
+    return MessageProxy(message)
 
 
 def workers_on(client, fair: RedisFairQueue, queue: str) -> list[str]:
@@ -221,6 +251,36 @@ def test_a_worker_counts_its_threads_into_each_queue_it_takes_and_leaves_when_it
     # And when it stops, it leaves them at once
     middleware.before_worker_shutdown(broker, None)
     assert workers_on(client, fair, "gpu") == [] and workers_on(client, fair, "cpu") == []
+
+
+def test_workers_count_apart_and_a_dead_one_leaves_the_window_within_a_few_beats(
+        client, broker):
+    sent: list[tuple[InstanceRecord, float]] = []
+    fair = redis_fair(client, sent)
+    first, second = (RedisFairWorker(fair, "genloop", heartbeat=0.1) for _ in range(2))
+    for middleware in (first, second):
+        middleware.after_worker_boot(broker, dramatiq.Worker(broker, worker_threads=1))
+    wait_for(lambda: len(workers_on(client, fair, "gpu")) == 2, "two workers are one")
+    beats = [t for t in threading.enumerate() if t.name == "genloop-fair"]
+    assert len(beats) >= 2 and all(t.daemon for t in beats)  # no beat keeps a process alive
+    # Given a message running on each worker (their beats keep the slots), a third waiting
+    fair([inst("a", 0), inst("a", 1), inst("a", 2)])
+    taken = client.zscore(fair.key("gpu", "flight"), chunk_name("a", ["n#0"]))
+    first.before_process_message(broker, proxy("gpu", "a", "n#0"))
+    second.before_process_message(broker, proxy("gpu", "a", "n#1"))
+    wait_for(lambda: client.zscore(fair.key("gpu", "flight"), chunk_name("a", ["n#0"]))
+             < taken, "the first worker's beat never kept its slot")
+    assert len(sent) == 2
+    # When the first dies without leaving (its beat stops), then its share of the window goes
+    # on its own (kept three beats at a time)
+    first._stop.set()
+    wait_for(lambda: workers_on(client, fair, "gpu") == [f"{second.id}:1"], "the dead one stays",
+             timeout=3.0)
+    # And so does its running message's slot: once the second's message ends, the window of
+    # one lets the waiting message in
+    second.after_process_message(broker, proxy("gpu", "a", "n#1"))
+    wait_for(lambda: len(sent) == 3, "the dead worker's slot is still held", timeout=3.0)
+    second.before_worker_shutdown(broker, None)
 
 
 def test_a_worker_restricted_to_some_queues_counts_only_in_theirs(client, broker):
