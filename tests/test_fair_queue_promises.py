@@ -9,7 +9,6 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
 
 import dramatiq
 import pytest
@@ -18,6 +17,7 @@ from dramatiq import Message
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.stub import StubBroker
 from redis_util import redis_url
+from wait_util import until
 
 from genloop.workers.pool.fair_queue import FairEnqueuer, FairRelease
 from genloop.workers.pool.redis_fair_queue import RedisFairQueue, RedisFairWorker
@@ -29,13 +29,6 @@ from genloop.workers.stores.redis_keys import PoolKeys
 
 def inst(run: str, i: int, queue: str = "gpu") -> InstanceRecord:
     return InstanceRecord(run_id=run, node_id="n", instance_id=f"n#{i}", seq=i, queue=queue)
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
 
 
 # -- in memory (the embedded runtime) ---------------------------------------------------------
@@ -245,8 +238,9 @@ def test_a_worker_counts_its_threads_into_each_queue_it_takes_and_leaves_when_it
     # When a worker with 3 threads boots on gpu, a model's routed gpu queue, and cpu
     middleware.after_worker_boot(broker, dramatiq.Worker(broker, worker_threads=3))
     # Then its threads count once in each instance queue's window (the routed queue's are gpu's)
-    wait_for(lambda: workers_on(client, fair, "gpu") == [f"{middleware.id}:3"]
-             and workers_on(client, fair, "cpu") == [f"{middleware.id}:3"], "never joined")
+    until(lambda: workers_on(client, fair, "gpu") == [f"{middleware.id}:3"]
+          and workers_on(client, fair, "cpu") == [f"{middleware.id}:3"],
+          "the worker to join the window")
     assert client.exists(fair.key(routed_queue("gpu", "sim"), "workers")) == 0
     # And when it stops, it leaves them at once
     middleware.before_worker_shutdown(broker, None)
@@ -260,7 +254,7 @@ def test_workers_count_apart_and_a_dead_one_leaves_the_window_within_a_few_beats
     first, second = (RedisFairWorker(fair, "genloop", heartbeat=0.1) for _ in range(2))
     for middleware in (first, second):
         middleware.after_worker_boot(broker, dramatiq.Worker(broker, worker_threads=1))
-    wait_for(lambda: len(workers_on(client, fair, "gpu")) == 2, "two workers are one")
+    until(lambda: len(workers_on(client, fair, "gpu")) == 2, "two workers counted apart")
     beats = [t for t in threading.enumerate() if t.name == "genloop-fair"]
     assert len(beats) >= 2 and all(t.daemon for t in beats)  # no beat keeps a process alive
     # Given a message running on each worker (their beats keep the slots), a third waiting
@@ -268,18 +262,18 @@ def test_workers_count_apart_and_a_dead_one_leaves_the_window_within_a_few_beats
     taken = client.zscore(fair.key("gpu", "flight"), chunk_name("a", ["n#0"]))
     first.before_process_message(broker, proxy("gpu", "a", "n#0"))
     second.before_process_message(broker, proxy("gpu", "a", "n#1"))
-    wait_for(lambda: client.zscore(fair.key("gpu", "flight"), chunk_name("a", ["n#0"]))
-             < taken, "the first worker's beat never kept its slot")
+    until(lambda: client.zscore(fair.key("gpu", "flight"), chunk_name("a", ["n#0"]))
+          < taken, "the first worker's beat to keep its slot")
     assert len(sent) == 2
     # When the first dies without leaving (its beat stops), then its share of the window goes
     # on its own (kept three beats at a time)
     first._stop.set()
-    wait_for(lambda: workers_on(client, fair, "gpu") == [f"{second.id}:1"], "the dead one stays",
-             timeout=3.0)
+    until(lambda: workers_on(client, fair, "gpu") == [f"{second.id}:1"],
+          "the dead worker to leave the window", timeout=3.0)
     # And so does its running message's slot: once the second's message ends, the window of
     # one lets the waiting message in
     second.after_process_message(broker, proxy("gpu", "a", "n#1"))
-    wait_for(lambda: len(sent) == 3, "the dead worker's slot is still held", timeout=3.0)
+    until(lambda: len(sent) == 3, "the dead worker's slot to free", timeout=3.0)
     second.before_worker_shutdown(broker, None)
 
 
@@ -288,7 +282,8 @@ def test_a_worker_restricted_to_some_queues_counts_only_in_theirs(client, broker
     middleware = RedisFairWorker(fair, "genloop", heartbeat=0.05)
     middleware.after_worker_boot(broker, dramatiq.Worker(broker, worker_threads=2,
                                                          queues={"cpu"}))
-    wait_for(lambda: workers_on(client, fair, "cpu") == [f"{middleware.id}:2"], "never joined")
+    until(lambda: workers_on(client, fair, "cpu") == [f"{middleware.id}:2"],
+          "the worker to join the window")
     assert workers_on(client, fair, "gpu") == []
     middleware.before_worker_shutdown(broker, None)
 
@@ -301,15 +296,15 @@ def test_a_running_message_keeps_its_slot_and_frees_it_for_the_next_when_it_ends
     fair([inst("a", 0), inst("a", 1), inst("a", 2)])
     # Given a worker with one thread, the window's one slot: its beat lets a#0 in
     middleware.after_worker_boot(broker, dramatiq.Worker(broker, worker_threads=1))
-    wait_for(lambda: len(sent) == 1, "the worker's beat let nothing in")
+    until(lambda: len(sent) == 1, "the worker's beat to let a#0 in")
     flight = fair.key("gpu", "flight")
     first = chunk_name("a", ["n#0"])
     taken = client.zscore(flight, first)
     # When a#0's message runs on this worker (its routed queue counts as gpu)
     middleware.before_process_message(broker, proxy(routed_queue("gpu", "sim"), "a", "n#0"))
     # Then the worker's beats move its slot's deadline on, past the one it was taken with
-    wait_for(lambda: (client.zscore(flight, first) or 0) > taken + 0.3,
-             "the running message's slot was not kept")
+    until(lambda: (client.zscore(flight, first) or 0) > taken + 0.3,
+          "the beat to move the running slot's deadline")
     assert [i.instance_id for i, _ in sent] == ["n#0"]
     # When it ends, the next one goes in at once, and the ended one's slot is not renewed
     middleware.after_process_message(broker, proxy(routed_queue("gpu", "sim"), "a", "n#0"))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from queue import Empty, PriorityQueue, Queue
-from typing import Any
+from typing import Any, cast
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker, _StubConsumer
@@ -117,9 +117,7 @@ class QuietWorker(dramatiq.Worker):
     def __init__(self, broker: QuietStubBroker, *, worker_threads: int) -> None:
         super().__init__(broker, worker_threads=worker_threads,
                          worker_timeout=int(IDLE_WAIT * 1000))
-        self.wakeable_work = WakeablePriorityQueue()
-        self.work_queue = self.wakeable_work
-        self.quiet_broker = broker
+        self.work_queue = WakeablePriorityQueue()
 
     def stop(self, timeout: int = 600_000) -> None:
         # Dramatiq stops (and joins) the worker threads first, then the consumer threads: each
@@ -130,11 +128,12 @@ class QuietWorker(dramatiq.Worker):
             worker_thread.stop()
         for thread in self.consumers.values():
             thread.stop()
-        self.wakeable_work.wake()
+        cast(WakeablePriorityQueue, self.work_queue).wake()
+        queues = cast(QuietStubBroker, self.broker).queues
         for thread in self.consumers.values():
             # Its consumer, if made yet, may wait for a prefetch slot or on its queue; one made
             # after this finds its queue woken.
-            self.quiet_broker.queues[thread.queue_name].wake()
+            queues[thread.queue_name].wake()
             if thread.consumer is not None:
                 thread.consumer.prefetch_semaphore.release()  # type: ignore[attr-defined]
         super().stop(timeout)
