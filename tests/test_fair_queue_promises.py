@@ -19,9 +19,12 @@ from dramatiq.brokers.stub import StubBroker
 from redis_util import redis_url
 from wait_util import until
 
+from genloop.sdk import Client, Graph
+from genloop.workers.backends.catalogue import publish
+from genloop.workers.ops import default_registry
 from genloop.workers.pool.fair_queue import FairEnqueuer, FairRelease
 from genloop.workers.pool.redis_fair_queue import RedisFairQueue, RedisFairWorker
-from genloop.workers.pool.routing import held_since_key, routed_queue
+from genloop.workers.pool.routing import held_images_key, held_since_key, routed_queue
 from genloop.workers.runtime.chunks import chunk_name
 from genloop.workers.stores.records import InstanceRecord
 from genloop.workers.stores.redis_keys import PoolKeys
@@ -153,6 +156,38 @@ def test_a_default_fair_queue_times_a_model_s_waiting_work_where_routing_reads_i
         client.delete(*client.keys(f"genloop:fair:{queue}:*"))
 
 
+def test_the_images_a_model_s_waiting_work_holds_are_counted_until_it_is_let_in(client):
+    # Given a fair queue with no worker in its windows, and two models' queues
+    queue = f"q{uuid.uuid4().hex[:8]}"
+    sim, other = routed_queue(queue, "sim"), routed_queue(queue, "other")
+    sent: list = []
+    fair = RedisFairQueue(client, lambda chunk, delay: sent.append(chunk) or "",
+                          tenant_of=lambda run: run,
+                          queue_of=lambda chunk: sim if chunk[0].node_id == "n" else other)
+    p = PoolKeys().p
+    try:
+        # When three instances of 4, 8 and 2 images wait (two runs, so two messages of sim's)
+        fair([inst("a", 0, queue).model_copy(update={"expected_items": 4}),
+              inst("b", 0, queue).model_copy(update={"expected_items": 8}),
+              inst("c", 0, queue).model_copy(update={"node_id": "m", "expected_items": 2})])
+        # Then each model's waiting images are counted apart
+        assert int(client.get(held_images_key(p, sim))) == 12
+        assert int(client.get(held_images_key(p, other))) == 2
+        assert fair.waiting(queue) == 3 and fair.routed(queue) == sorted([sim, other])
+        # And a message let in through the model's window takes its images off, the last one
+        # the count itself
+        fair.join("w", sim, threads=1, ttl=30)
+        fair.pump(sim)
+        left = {"a": 8, "b": 4}[sent[0][0].run_id]
+        assert int(client.get(held_images_key(p, sim))) == left
+        fair.join("w", sim, threads=2, ttl=30)
+        fair.pump(sim)
+        assert len(sent) == 2 and not client.exists(held_images_key(p, sim))
+        assert not client.exists(f"{p}:fair:{sim}:count") and fair.waiting(queue) == 1
+    finally:
+        client.delete(*client.keys(f"genloop:fair:{queue}*"))
+
+
 def test_a_re_send_frees_every_stale_slot_of_the_chunks_that_carried_it(client):
     sent: list[tuple[InstanceRecord, float]] = []
     fair = redis_fair(client, sent)
@@ -237,14 +272,15 @@ def test_a_worker_counts_its_threads_into_each_queue_it_takes_and_leaves_when_it
     middleware = RedisFairWorker(fair, "genloop", heartbeat=0.05)
     # When a worker with 3 threads boots on gpu, a model's routed gpu queue, and cpu
     middleware.after_worker_boot(broker, dramatiq.Worker(broker, worker_threads=3))
-    # Then its threads count once in each instance queue's window (the routed queue's are gpu's)
-    until(lambda: workers_on(client, fair, "gpu") == [f"{middleware.id}:3"]
-          and workers_on(client, fair, "cpu") == [f"{middleware.id}:3"],
-          "the worker to join the window")
-    assert client.exists(fair.key(routed_queue("gpu", "sim"), "workers")) == 0
+    # Then its threads count once in each queue's window, the model's its own (and no delay
+    # queue has one)
+    sim = routed_queue("gpu", "sim")
+    until(lambda: all(workers_on(client, fair, q) == [f"{middleware.id}:3"]
+                      for q in ("gpu", sim, "cpu")), "the worker to join the windows")
+    assert not client.keys(f"{fair.prefix}:fair:*.DQ:*")
     # And when it stops, it leaves them at once
     middleware.before_worker_shutdown(broker, None)
-    assert workers_on(client, fair, "gpu") == [] and workers_on(client, fair, "cpu") == []
+    assert all(workers_on(client, fair, q) == [] for q in ("gpu", sim, "cpu"))
 
 
 def test_workers_count_apart_and_a_dead_one_leaves_the_window_within_a_few_beats(
@@ -300,14 +336,14 @@ def test_a_running_message_keeps_its_slot_and_frees_it_for_the_next_when_it_ends
     flight = fair.key("gpu", "flight")
     first = chunk_name("a", ["n#0"])
     taken = client.zscore(flight, first)
-    # When a#0's message runs on this worker (its routed queue counts as gpu)
-    middleware.before_process_message(broker, proxy(routed_queue("gpu", "sim"), "a", "n#0"))
+    # When a#0's message runs on this worker
+    middleware.before_process_message(broker, proxy("gpu", "a", "n#0"))
     # Then the worker's beats move its slot's deadline on, past the one it was taken with
     until(lambda: (client.zscore(flight, first) or 0) > taken + 0.3,
           "the beat to move the running slot's deadline")
     assert [i.instance_id for i, _ in sent] == ["n#0"]
     # When it ends, the next one goes in at once, and the ended one's slot is not renewed
-    middleware.after_process_message(broker, proxy(routed_queue("gpu", "sim"), "a", "n#0"))
+    middleware.after_process_message(broker, proxy("gpu", "a", "n#0"))
     assert [i.instance_id for i, _ in sent] == ["n#0", "n#1"]
     time.sleep(0.5)  # two beats
     assert client.zscore(flight, first) is None
@@ -327,3 +363,32 @@ def test_another_actor_s_message_takes_no_part_in_the_window(client, broker):
     # A message of someone else's actor ending is not one of the window's: a#1 still waits
     middleware.after_process_message(broker, proxy("gpu", "a", "n#0", actor="other_actor"))
     assert [i.instance_id for i, _ in sent] == ["n#0"]
+
+
+def test_a_tenant_s_interactive_run_overtakes_its_own_batch_backlog_in_the_fair_queue(
+        client, tmp_path):
+    # Given a tenant's batch run of six messages waiting in the pool's fair queue (no worker)
+    prefix = f"lanes-{uuid.uuid4().hex[:8]}"
+    publish(client, default_registry, ["gpu", "cpu"], prefix, models={"tiny": "tiny"})
+    try:
+        with Client.connect(redis_url(), prefix=prefix,
+                            artifacts=f"file://{tmp_path}") as sender:
+            backlog = Graph(namespace="acme", priority="batch")
+            backlog.generate("ads", model="tiny", n=6, seed=0, shard_size=1)
+            sender.submit(backlog)
+            # When the same tenant's interactive run is submitted after it
+            loop = Graph(namespace="acme")
+            loop.generate("a red circle", model="tiny", n=1, seed=0)
+            run = sender.submit(loop)
+        # Then the first slot that opens takes the interactive run's message: each lane is a
+        # flow of its own, and one with nothing waiting goes first
+        sent: list[tuple[InstanceRecord, float]] = []
+        fair = redis_fair(client, sent, prefix=prefix)
+        queue = routed_queue("gpu", "tiny")
+        assert fair.waiting("gpu") == 7
+        fair.join("w", queue, threads=1, ttl=30)
+        fair.pump(queue)
+        assert [i.run_id for i, _ in sent] == [run.id]
+    finally:
+        for key in client.scan_iter(f"{prefix}*"):
+            client.delete(key)

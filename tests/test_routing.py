@@ -19,7 +19,6 @@ from genloop.workers.pool.redis_fair_queue import RedisFairQueue
 from genloop.workers.pool.routing import (
     AffinityGate,
     Router,
-    base_queue,
     claim_key,
     held_since_key,
     routed_queue,
@@ -45,16 +44,17 @@ def prefix(client):
 
 
 def presence(client, prefix: str, worker: str, **state: object) -> None:
+    state.setdefault("models", ["tiny"])
     record = WorkerState(id=worker, host="h", pid=1, queues=["gpu"], threads=2,
-                         started=time.time(), seen=time.time(), models=["tiny"], **state)
+                         started=time.time(), seen=time.time(), **state)
     client.hset(workers_key(prefix), worker, record.model_dump_json())
 
 
-def waiting(client, namespace: str, age: float) -> None:
-    """One message on the routed queue, sent ``age`` seconds ago."""
+def waiting(client, namespace: str, age: float, queue: str = ROUTED) -> None:
+    """One message on a routed queue, sent ``age`` seconds ago."""
     broker = RedisBroker(client=client, namespace=namespace)
-    broker.declare_queue(ROUTED)
-    message = dramatiq.Message(queue_name=ROUTED, actor_name="a", args=(), kwargs={},
+    broker.declare_queue(queue)
+    message = dramatiq.Message(queue_name=queue, actor_name="a", args=(), kwargs={},
                                options={}, message_timestamp=int((time.time() - age) * 1000))
     broker.enqueue(message)
 
@@ -63,14 +63,12 @@ def gate(client, prefix: str, worker: str, **hands: object) -> AffinityGate:
     return AffinityGate(client, prefix, prefix, worker, {ROUTED: "tiny"}, lambda: hands)
 
 
-def test_a_models_queue_name_is_a_queue_name_and_leads_back_to_its_queue():
+def test_a_models_queue_name_is_a_queue_name_of_its_queue():
     assert routed_queue("gpu", "sd-1.5") == "gpu.m.sd-1.5"
     for odd in ("org/model", "DQ", "x.DQ", "naïve"):
         name = routed_queue("gpu", odd)
         assert name.startswith("gpu.m.h") and not name.endswith((".DQ", ".XQ"))
-        assert base_queue(name) == "gpu"
     assert routed_queue("gpu", "org/a") != routed_queue("gpu", "org/b")
-    assert base_queue("cpu") == "cpu"
 
 
 def test_a_sender_routes_generate_work_on_the_generate_queue_only(client, prefix):
@@ -97,6 +95,60 @@ def test_a_worker_takes_its_own_model_and_an_empty_queue_without_asking_redis(cl
     assert gate(client, prefix, "w1", running=("tiny", 4))(ROUTED)  # loading it
     assert gate(client, prefix, "w1", resident=["other"], running=("other", 8))(ROUTED)
     assert gate(client, prefix, "w1")("cpu")  # no model's queue
+
+
+def test_a_holder_takes_its_model_s_work_only_while_less_than_a_full_batch_waits(client, prefix):
+    waiting(client, prefix, age=0.0)
+    hands = {"resident": ["tiny"], "running": ("tiny", 8), "batch_limit": 32}
+    assert gate(client, prefix, "w1", **hands, queued_images={"tiny": 16, "other": 8})(ROUTED)
+    assert not gate(client, prefix, "w1", **hands, queued_images={"tiny": 24, "other": 8})(
+        ROUTED)  # a full batch waits behind the running one: the rest stays on the queue
+    # between batches, what waits is its next batch; before its first, it takes one message
+    assert not gate(client, prefix, "w1", resident=["tiny"], batch_limit=32,
+                    queued_images={"tiny": 32})(ROUTED)
+    assert not gate(client, prefix, "w1", running=("tiny", 4), queued_images={"tiny": 4})(
+        ROUTED)
+    assert gate(client, prefix, "w1", resident=["tiny"])(ROUTED)
+
+
+def measured(client, prefix: str, worker: str, model: str, engine_images: int) -> None:
+    """A holder of ``model`` with ``engine_images`` in its engine, at 0.1 s an image (10
+    steps of 10 ms), whose last load took 2 s."""
+    presence(client, prefix, worker, models=["tiny", "other"], resident=[model],
+             running=(model, 8), queued_images={model: engine_images - 8},
+             default_steps={model: 10}, step_seconds={model: 0.01},
+             load_seconds={model: 2.0})
+
+
+def test_copies_are_added_while_one_more_shortens_the_model_s_work_by_more_than_a_load(
+        client, prefix):
+    # Given a holder with 6.4 s of work in its engine and a message waiting: a second server
+    # pays (3.2 s each after a 2 s load), a third does not
+    measured(client, prefix, "w0", "tiny", engine_images=64)
+    waiting(client, prefix, age=0.0)
+    takers = [w for w in ("w1", "w2", "w3") if gate(client, prefix, w)(ROUTED)]
+    assert takers == ["w1"]
+    # When its engine holds 33 s of work: one more pays while n(n + 1) < 16.5, so three
+    for slot in range(3):
+        client.delete(claim_key(prefix, "tiny", slot))
+    measured(client, prefix, "w0", "tiny", engine_images=330)
+    idle = ("w4", "w5", "w6", "w7", "w8")
+    for worker in idle:  # live, with nothing in hand
+        presence(client, prefix, worker)
+    takers = [w for w in idle if gate(client, prefix, w)(ROUTED)]
+    assert takers == ["w4", "w5", "w6"]
+
+
+def test_an_idle_worker_takes_a_copy_of_the_model_with_the_most_work_for_each_server(
+        client, prefix):
+    other = routed_queue("gpu", "other")
+    measured(client, prefix, "w0", "tiny", engine_images=64)
+    measured(client, prefix, "w9", "other", engine_images=200)
+    waiting(client, prefix, age=0.0)
+    waiting(client, prefix, age=0.0, queue=other)
+    routes = {ROUTED: "tiny", other: "other"}
+    idle = AffinityGate(client, prefix, prefix, "w1", routes, dict)
+    assert not idle(ROUTED) and idle(other)
 
 
 def test_an_idle_worker_claims_a_cold_model_and_others_leave_it(client, prefix):
@@ -162,11 +214,17 @@ def test_work_held_back_by_the_fair_queue_counts_as_waiting_for_its_model(client
     assert sent == [] and client.zcard(held_since_key(prefix, ROUTED)) == 1
     # Then an idle worker takes a copy: the backlog is older than a load
     assert gate(client, prefix, "w1")(ROUTED)
-    # And work let in through the window is no longer timed as held
+    # And the model's work waits in a window of its own: threads joining the instance
+    # queue's let in only its own work, and once they join the model's, its work too, which
+    # is then no longer timed as held
     fair.join("w9", "gpu", threads=2, ttl=30)
     fair.pump("gpu")
-    assert len(sent) == 2 and client.zcard(held_since_key(prefix, ROUTED)) == 0
-    assert not client.exists(f"{prefix}:fair:gpu:route")
+    assert [c[0].node_id for c in sent] == ["pick"]
+    assert fair.waiting("gpu") == 1
+    fair.join("w9", ROUTED, threads=2, ttl=30)
+    fair.pump(ROUTED)
+    assert [c[0].node_id for c in sent] == ["pick", "draw"]
+    assert client.zcard(held_since_key(prefix, ROUTED)) == 0 and fair.waiting("gpu") == 0
 
 
 def test_a_draining_holder_holds_nothing(client, prefix):

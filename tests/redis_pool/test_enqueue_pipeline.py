@@ -94,3 +94,30 @@ def test_a_large_release_goes_out_in_chunks_of_one_run_that_name_each_instance_o
     assert len(big_chunks) == 1000 // MAX_CHUNK + 1
     # While a release too small to keep MIN_MESSAGES threads busy in chunks is one per instance
     assert sorted(len(ids) for run, ids in messages if run == "small") == [1] * len(small)
+
+
+def test_an_interactive_run_s_messages_go_to_the_front_of_a_model_s_queue(broker):
+    # Given a routed pool's model queue (a route to "gpu.m.tiny"), with batch work on it
+    def route(queue, run_id, node_id, params):
+        return "gpu.m.tiny" if queue == "gpu" else queue
+
+    enqueue = Enqueuer(broker, route, interactive=lambda run_id: run_id.startswith("agent"))
+
+    def inst(run: str, k: int, queue: str = "gpu") -> InstanceRecord:
+        return InstanceRecord(run_id=run, instance_id=f"i{k}", node_id="draw", seq=k,
+                              queue=queue)
+
+    enqueue.send_chunks([[inst("campaign", k)] for k in range(3)])
+    # When an agent's run sends one message alone and then two in one pipeline
+    enqueue.send_chunk([inst("agent-1", 0)])
+    enqueue.send_chunks([[inst("campaign", 3)], [inst("agent-2", 0)]])
+    # Then its messages are fetched first (the latest first), the batch ones in their order
+    client = redis.Redis.from_url(redis_url())
+    queue = PoolKeys.dramatiq_queue(broker.namespace, "gpu.m.tiny")
+    runs = [dramatiq.Message.decode(client.hget(f"{queue}.msgs", i)).args[0]
+            for i in client.lrange(queue, 0, -1)]
+    assert runs == ["agent-2", "agent-1", "campaign", "campaign", "campaign", "campaign"]
+    # And on an instance's own queue (nothing routed there) order is the sender's
+    enqueue.send_chunk([inst("campaign", 9, queue="cpu")])
+    enqueue.send_chunk([inst("agent-3", 0, queue="cpu")])
+    assert [m.args[0] for m in _sent(broker)] == ["campaign", "agent-3"]

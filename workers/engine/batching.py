@@ -179,6 +179,9 @@ class Batcher(BatchQueue[Slot]):
         self.seconds: list[float] = []
         #: The batch running now: ``(model, images)``, or ``None``.
         self.running: tuple[str, int] | None = None
+        #: The most candidates the last batch's kind takes (``None`` before the first): a
+        #: pool worker keeps about that many waiting behind the running batch.
+        self.last_limit: int | None = None
         self._interactive_at = float("-inf")  # the last interactive candidate's arrival
 
     def submit(self, job: Job) -> Job:
@@ -271,7 +274,7 @@ class Batcher(BatchQueue[Slot]):
         self.groups.append(groups)
         log.debug("batch of %d at %s", len(batch), key)
         began = time.perf_counter()
-        self.running = (key[0], len(batch))
+        self.running, self.last_limit = (key[0], len(batch)), self.limit(key)
         try:
             self.run_batch(key, batch)
         except Exception as exc:  # the thread must outlive a failed batch

@@ -250,12 +250,13 @@ class GenerationEngine:
             batcher.close()
 
     def load(self) -> dict[str, Any]:
-        """What this engine holds now: the running batch (model and images, or ``None``) and
-        the images queued per model."""
+        """What this engine holds now: the running batch (model and images, or ``None``), the
+        images queued per model, and the most images the last batch's kind takes."""
         batcher = self._batcher
         if batcher is None:
-            return {"running": None, "queued": {}}
-        return {"running": batcher.running, "queued": batcher.queued_images()}
+            return {"running": None, "queued": {}, "batch_limit": None}
+        return {"running": batcher.running, "queued": batcher.queued_images(),
+                "batch_limit": batcher.last_limit}
 
     def prepare(self, pipe, model: str) -> None:
         """Per-model speed settings, once per resident pipeline."""

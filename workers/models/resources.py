@@ -130,18 +130,21 @@ class Resources:
 
     def state(self) -> dict[str, Any]:
         """What this process holds, for its presence in the pool (:mod:`..pool.pool_status`):
-        resident models, the loads so far, its engine's running batch and queued images, each
-        model's measured seconds per image step and default steps. Builds nothing."""
+        resident models, the loads so far, its engine's running batch, queued images and batch
+        limit, each model's measured seconds per image step and default steps. Builds
+        nothing."""
         registry = self._models
         if registry is None:
             return {}
         engine = registry.started_engine
-        load = engine.load() if engine is not None else {"running": None, "queued": {}}
+        load = engine.load() if engine is not None else {"running": None, "queued": {},
+                                                          "batch_limit": None}
         measured = dict(engine.step_seconds) if engine is not None else {}
         resident = registry.resident()
         return {"resident": resident, "loads": dict(registry.loads),
                 "load_seconds": dict(registry.load_seconds), "running": load["running"],
-                "queued_images": load["queued"], "step_seconds": measured,
+                "queued_images": load["queued"], "batch_limit": load["batch_limit"],
+                "step_seconds": measured,
                 "default_steps": {name: registry.defaults(name).steps
                                   for name in {*resident, *measured}}}
 

@@ -13,7 +13,7 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeGuard, cast
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
@@ -98,16 +98,31 @@ def _message(chunk: Chunk, route: Route | None = None, **options: object) -> dra
     )
 
 
+#: Moves a message just sent to the front of its Dramatiq queue, if it is still there: Redis
+#: lists have no priority, and Dramatiq's enqueue appends (its script is not ours to change).
+#: KEYS: the queue's list; ARGV: the message's Redis id.
+_TO_FRONT = """
+if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 1 then redis.call('LPUSH', KEYS[1], ARGV[1]) end
+"""
+
+
 class Enqueuer:
     """Sends instances to their queue's actor, several of one run to a message when many are
     released at once (:mod:`..runtime.chunks`).
 
     It builds the messages itself rather than through the actors, so a process that only
     submits (``Client.connect``) declares no actor: see :func:`submitter`.
+
+    ``interactive(run_id)``: whether a run is in the interactive lane. On a routed pool its
+    messages go to the front of their model's queue: that queue holds up to a window of
+    messages its holders have not taken yet (they take a batch's worth at a time, see
+    :mod:`.routing`), and an agent's round waited behind all of them.
     """
 
-    def __init__(self, broker: dramatiq.Broker, route: Route | None = None) -> None:
-        self.broker, self.route = broker, route
+    def __init__(self, broker: dramatiq.Broker, route: Route | None = None,
+                 interactive: Callable[[str], bool] | None = None) -> None:
+        self.broker, self.route, self.interactive = broker, route, interactive
+        self._to_front: Any = None
 
     def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
         if delay:
@@ -140,8 +155,23 @@ class Enqueuer:
     def send_chunk(self, chunk: Chunk, delay: float = 0.0, **options: object) -> str:
         """Send one message for ``chunk`` (with extra message ``options``); its message id."""
         message = _message(chunk, self.route, **options)
-        self.broker.enqueue(message, delay=int(delay * 1000) or None)
+        sent = self.broker.enqueue(message, delay=int(delay * 1000) or None)
+        if not delay and self._first(chunk, message):
+            self._front(cast("RedisBroker", self.broker).client, sent)
         return message.message_id
+
+    def _first(self, chunk: Chunk, message: dramatiq.Message) -> bool:
+        """Whether ``message`` goes to the front of its queue: an interactive run's, on a
+        model's queue of a routed pool."""
+        return (self.interactive is not None and message.queue_name != chunk[0].queue
+                and self.interactive(chunk[0].run_id))
+
+    def _front(self, client: Any, message: dramatiq.Message) -> None:
+        broker = cast("RedisBroker", self.broker)
+        if self._to_front is None:
+            self._to_front = broker.client.register_script(_TO_FRONT)
+        self._to_front(keys=[PoolKeys.dramatiq_queue(broker.namespace, message.queue_name)],
+                       args=[message.options["redis_message_id"]], client=client)
 
     def _send_pipelined(self, broker: RedisBroker, chunks: Sequence[Chunk]) -> None:
         """What ``RedisBroker.enqueue`` does for each message (a Redis message id of its own,
@@ -155,13 +185,15 @@ class Enqueuer:
             _message(chunk, self.route).copy(options={"redis_message_id": str(uuid.uuid4())})
             for chunk in chunks]
         with broker.client.pipeline(transaction=False) as pipe:
-            for message in messages:
+            for chunk, message in zip(chunks, messages, strict=True):
                 broker.emit_before("enqueue", message, None)
                 dispatch(keys=[broker.namespace], client=pipe, args=[
                     "enqueue", current_millis(), message.queue_name, broker.broker_id,
                     broker.heartbeat_timeout, broker.dead_message_ttl,
                     broker._should_do_maintenance("enqueue"), broker._max_unpack_size(),
                     message.options["redis_message_id"], message.encode()])
+                if self._first(chunk, message):
+                    self._front(pipe, message)
             pipe.execute()
         for message in messages:
             broker.emit_after("enqueue", message, None)
@@ -213,10 +245,18 @@ def _sending(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, *
     ``store`` with its committed events counted in this process's metrics. ``runs_work``: this
     process has worker threads, which take what it just sent from memory, and frees a lost
     message's fair-queue slot as it re-sends it."""
-    enqueue = Enqueuer(broker, _router(broker, registry, lambda: scheduler))
+    def interactive(run_id: str) -> bool:
+        return scheduler.topology(run_id).graph.priority != "batch"
+
+    enqueue = Enqueuer(broker, _router(broker, registry, lambda: scheduler), interactive)
 
     def tenant_of(run_id: str) -> str:
-        return scheduler.topology(run_id).graph.namespace or run_id
+        # A tenant's lanes are two flows: its loops take turns with its campaign, and a lane
+        # with nothing waiting goes to the front, so interactive work overtakes a backlog.
+        graph = scheduler.topology(run_id).graph
+        if graph.namespace is None:
+            return run_id
+        return f"{graph.namespace}|{graph.priority or 'interactive'}"
 
     fair: FairEnqueuer | RedisFairQueue | None = None
     resend = None

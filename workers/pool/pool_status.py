@@ -75,6 +75,8 @@ class WorkerState(BaseModel):
     running: tuple[str, int] | None = Field(None, description="(model, images) on the device")
     queued_images: dict[str, int] = Field(default_factory=dict,
                                           description="waiting in its engine, per model")
+    batch_limit: int | None = Field(None, description="the most images its engine's last "
+                                    "batch's kind takes")
     deferred: int = Field(0, description="instances waiting on its engine or scorer")
     step_seconds: dict[str, float] = Field(default_factory=dict,
                                            description="measured seconds per image step")

@@ -3,7 +3,7 @@
 The embedded :class:`~.fair_queue.FairEnqueuer` keeps its waiting messages in memory, which
 works because one process sends and runs everything. A Redis pool has many senders (gateways,
 clients, every worker that completes a node) and many consumers, so the same idea lives in
-Redis, for each queue:
+Redis, for each queue (on a routed pool, each model's own queue, :mod:`.routing`):
 
 - ``<p>:fair:<queue>:t:<tenant>``: the tenant's waiting messages (a list, FIFO), each one
   instance or a chunk of a large release (:mod:`..runtime.chunks`), named by
@@ -14,15 +14,19 @@ Redis, for each queue:
   once when the sweeper sends it again);
 - ``<p>:fair:<queue>:workers``: each live worker process's threads on the queue (scored by a
   heartbeat deadline);
-- ``<p>:fair:<queue>:since:<routed>``: the waiting messages bound for a model's own Dramatiq
-  queue (:mod:`.routing`), scored by when they began to wait, and ``<p>:fair:<queue>:route``,
-  each such message's routed queue: a worker deciding whether another copy of a model pays
-  sees how long its work has waited here, not only on the Dramatiq queue (which holds no more
-  than the window).
+- ``<p>:fair:<queue>:since``: the waiting messages, scored by when each began to wait, and
+  ``<p>:fair:<queue>:images``, the images they hold (``<p>:fair:<queue>:count``, each one's):
+  a worker deciding whether another copy of a model pays sees how long and how much of its
+  work waits here, not only on the Dramatiq queue (which holds no more than the window);
+- ``<p>:fair:<queue>:routed``: the models' queues of an instance queue that senders used (the
+  sweeper counts their waiting messages as the instance queue's backlog).
 
 The window, how many messages of a queue may be in the broker at once, is the live workers'
 threads on it: every thread has work, and a newcomer waits behind at most one message per
-thread, not behind everything sent before it. One Lua script adds and takes, so senders and
+thread, not behind everything sent before it. Each model's queue has a window of its own: in
+one window shared by an instance queue's models, the messages of a model whose workers were
+busy sat on its queue and held every slot, while another model's work waited behind them
+with its workers idle. One Lua script adds and takes, so senders and
 finishing workers never both fill the same slot. A tenant with nothing waiting goes to the
 front of the turn order (as FQ-CoDel favours sparse flows), others rotate round robin.
 
@@ -47,7 +51,6 @@ from pydantic import TypeAdapter
 from ..runtime.chunks import Chunk, chunk_name, chunked, instances_of
 from ..stores.records import InstanceRecord
 from ..stores.redis_text import texts
-from .routing import base_queue
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +62,15 @@ SendMany = Callable[[Sequence[Chunk], float], object]
 
 #: Take instances for free slots (lock-free for callers: the script runs atomically).
 #: ARGV: prefix, queue, now, flight ttl, the member whose message finished (or ''), then
-#: (tenant, member, payload, routed queue or '') quads to add first. Returns the payloads
-#: taken, in turn order. The ``since`` key is :func:`~.routing.held_since_key`'s.
+#: (tenant, member, payload, images) quads to add first. Returns the payloads taken, in turn
+#: order. The ``since`` and ``images`` keys are :func:`~.routing.held_since_key`'s and
+#: :func:`~.routing.held_images_key`'s.
 _PUSH_AND_TAKE = """
 local p, q, now, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local base = p .. ':fair:' .. q
 local ring, held, payloads = base .. ':ring', base .. ':held', base .. ':payload'
-local flight, workers, routes = base .. ':flight', base .. ':workers', base .. ':route'
+local flight, workers = base .. ':flight', base .. ':workers'
+local since, images, counts = base .. ':since', base .. ':images', base .. ':count'
 if ARGV[5] ~= '' then redis.call('ZREM', flight, ARGV[5]) end
 for i = 6, #ARGV, 4 do
   local tenant, member = ARGV[i], ARGV[i + 1]
@@ -76,10 +81,9 @@ for i = 6, #ARGV, 4 do
   redis.call('ZREM', flight, member)
   if redis.call('SADD', held, member) == 1 then
     redis.call('HSET', payloads, member, ARGV[i + 2])
-    if ARGV[i + 3] ~= '' then
-      redis.call('HSET', routes, member, ARGV[i + 3])
-      redis.call('ZADD', base .. ':since:' .. ARGV[i + 3], now, member)
-    end
+    redis.call('ZADD', since, now, member)
+    redis.call('HSET', counts, member, ARGV[i + 3])
+    redis.call('INCRBY', images, ARGV[i + 3])
     if redis.call('RPUSH', base .. ':t:' .. tenant, member) == 1 then
       redis.call('LPUSH', ring, tenant)
     end
@@ -102,10 +106,11 @@ while busy < window do
     redis.call('SREM', held, member)
     out[#out + 1] = redis.call('HGET', payloads, member)
     redis.call('HDEL', payloads, member)
-    local routed = redis.call('HGET', routes, member)
-    if routed then
-      redis.call('ZREM', base .. ':since:' .. routed, member)
-      redis.call('HDEL', routes, member)
+    redis.call('ZREM', since, member)
+    local n = redis.call('HGET', counts, member)
+    if n then
+      redis.call('HDEL', counts, member)
+      if redis.call('DECRBY', images, n) <= 0 then redis.call('DEL', images) end
     end
     redis.call('ZADD', flight, now + ttl, member)
     busy = busy + 1
@@ -150,8 +155,8 @@ class RedisFairQueue:
     message: one instance, or a chunk of a large release (:mod:`..runtime.chunks`). ``clock``: the
     wall-clock seconds every deadline here is scored in; all of a pool's processes share the
     scores, so they keep ``time.time``, and a test passes one it moves by hand. ``queue_of``:
-    the Dramatiq queue a chunk's message goes to, where that is a model's own (a routed pool);
-    its waiting messages are then timed per model (:func:`~.routing.held_since_key`)."""
+    the Dramatiq queue a chunk's message goes to, where that is a model's own (a routed pool):
+    the message then waits its turn in that queue's window."""
 
     def __init__(self, client: redis.Redis, send: Send, tenant_of: Callable[[str], str], *,
                  prefix: str = "genloop", flight_ttl: float = 10.0,
@@ -163,6 +168,7 @@ class RedisFairQueue:
         self.send_many = send_many or (lambda chunks, delay: [send(c, delay) for c in chunks])
         self.prefix, self.flight_ttl, self.clock = prefix, flight_ttl, clock
         self._script = client.register_script(_PUSH_AND_TAKE)
+        self._routed: set[tuple[str, str]] = set()  # (queue, model's queue) registered
 
     def key(self, queue: str, part: str) -> str:
         return f"{self.prefix}:fair:{queue}:{part}"
@@ -173,14 +179,18 @@ class RedisFairQueue:
             for inst in instances:
                 self.send([inst], delay)
             return
-        by_queue: dict[str, list[str]] = {}  # queue -> (tenant, member, payload, routed) quads
+        by_queue: dict[str, list[str]] = {}  # queue -> (tenant, member, payload, images)
         for chunk in chunked(instances):
             first = chunk[0]
-            routed = self.queue_of(chunk) if self.queue_of is not None else first.queue
-            by_queue.setdefault(first.queue, []).extend([
+            queue = self.queue_of(chunk) if self.queue_of is not None else first.queue
+            if queue != first.queue and (first.queue, queue) not in self._routed:
+                # once a process: where the sweeper's backlog finds the model's waiting work
+                self.client.sadd(self.key(first.queue, "routed"), queue)
+                self._routed.add((first.queue, queue))
+            by_queue.setdefault(queue, []).extend([
                 self.tenant_of(first.run_id),
                 chunk_name(first.run_id, [inst.instance_id for inst in chunk]), _payload(chunk),
-                routed if routed != first.queue else ""])
+                str(sum(inst.expected_items for inst in chunk))])
         for queue, quads in by_queue.items():
             self._take(queue, quads)
 
@@ -188,17 +198,23 @@ class RedisFairQueue:
         """Send again what the sweeper found nobody working on (its worker died, or its
         message was lost), first freeing the slots of the messages that carried it: those are
         stale, and would hold the window until their deadline. A message is found by its
-        instances, since the one that carried an instance may have been a chunk of many."""
+        instances, since the one that carried an instance may have been a chunk of many (on
+        its instance queue's window, or a model's)."""
         lost: dict[str, set[tuple[str, str]]] = {}
         for inst in instances:
             lost.setdefault(inst.queue, set()).add((inst.run_id, inst.instance_id))
         for queue, wanted in lost.items():
-            flight = self.key(queue, "flight")
-            stale = [m for m in texts(self.client.zrange(flight, 0, -1))
-                     if any(held in wanted for held in _held(m))]
-            if stale:
-                self.client.zrem(flight, *stale)
+            for window in (queue, *self.routed(queue)):
+                flight = self.key(window, "flight")
+                stale = [m for m in texts(self.client.zrange(flight, 0, -1))
+                         if any(held in wanted for held in _held(m))]
+                if stale:
+                    self.client.zrem(flight, *stale)
         self(instances, delay)
+
+    def routed(self, queue: str) -> list[str]:
+        """The models' queues of ``queue`` that senders used."""
+        return sorted(texts(self.client.smembers(self.key(queue, "routed"))))
 
     def finished(self, queue: str, run_id: str, instance_ids: Sequence[str]) -> None:
         """A message of ``queue`` for ``instance_ids`` of ``run_id`` ended (done, failed or
@@ -218,7 +234,11 @@ class RedisFairQueue:
                              xx=True)
 
     def waiting(self, queue: str) -> int:
-        return int(self.client.scard(self.key(queue, "held")))
+        """Messages of ``queue`` waiting their turn, its models' queues' included."""
+        with self.client.pipeline(transaction=False) as pipe:
+            for window in (queue, *self.routed(queue)):
+                pipe.scard(self.key(window, "held"))
+            return sum(pipe.execute())
 
     def join(self, worker: str, queue: str, threads: int, ttl: float) -> None:
         """Count ``worker``'s threads on ``queue`` for ``ttl`` seconds (renew to stay)."""
@@ -249,9 +269,9 @@ class RedisFairWorker(Middleware):
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         whitelist = worker.consumer_whitelist
-        # A model's routed queue (:mod:`.routing`) carries work of its instance queue, whose
-        # window these threads count in.
-        self._queues = sorted({base_queue(q) for q in broker.get_declared_queues()
+        # A model's queue (:mod:`.routing`) has a window of its own, which these threads
+        # count in as well.
+        self._queues = sorted({q_name(q) for q in broker.get_declared_queues()
                                if whitelist is None or q in whitelist})
         self._threads = worker.worker_threads
         # The first beat is the thread's: one that failed here (Redis going away as the worker
@@ -266,7 +286,7 @@ class RedisFairWorker(Middleware):
     def before_process_message(self, broker: dramatiq.Broker,
                                message: dramatiq.MessageProxy) -> None:
         if message.actor_name.startswith(self.actor_prefix):
-            queue = base_queue(q_name(message.queue_name))
+            queue = q_name(message.queue_name)
             # No round trip here: the slot keeps the deadline it was taken with (flight_ttl)
             # until the next heartbeat, at most ``heartbeat`` seconds away, renews it.
             with self._lock:
@@ -289,7 +309,7 @@ class RedisFairWorker(Middleware):
                 self._running.pop(message.message_id, None)
             run_id, instance_ids = instances_of(message.args)
             try:
-                self.fair.finished(base_queue(q_name(message.queue_name)), run_id,
+                self.fair.finished(q_name(message.queue_name), run_id,
                                    instance_ids)
             except redis.RedisError:  # the slot expires on its own; the sweeper re-sends
                 log.exception("releasing the fair-queue slot of %s/%s", run_id, instance_ids)

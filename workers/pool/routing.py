@@ -9,32 +9,34 @@ How:
 
 - A sender (client, gateway, a worker completing a node) puts a ``generate`` instance of model
   ``M`` on the Dramatiq queue :func:`routed_queue` ``("gpu", M)``, ``gpu.m.M``, instead of
-  ``gpu``. The instance's own queue stays ``gpu``: fair queuing, the sweeper's backlog and the
-  pool's status count by it. The embedded runtime (one process) does not route: its LRU is
-  unchanged. ``GENLOOP_ROUTING=off`` in a sender's environment sends as before (the pool
-  benchmark's baseline); workers consume both kinds of queue, so a pool may mix senders.
+  ``gpu``, through a fair queue and window of that queue's own (:mod:`.redis_fair_queue`).
+  The instance's own queue stays ``gpu``: the sweeper's backlog and the pool's status count
+  by it. The embedded runtime (one process) does not route: its LRU is unchanged.
+  ``GENLOOP_ROUTING=off`` in a sender's environment sends as before (the pool benchmark's
+  baseline); workers consume both kinds of queue, so a pool may mix senders.
 - A worker consumes the routed queue of every model it serves, and before each fetch from one
   asks its :class:`AffinityGate`, which says yes when
 
-  1. the model is **mine**: resident here, in this engine's hands (running or queued, which
-     covers its load), or claimed by this worker;
-  2. the model is **cold** (no live worker holds it that way, nor holds its claim) and this
-     worker has nothing in hand, or has but the model's oldest message has waited longer than
-     a load of it takes: the worker claims it and loads it;
-  3. the model is **warm elsewhere**, this worker has nothing in hand, and the model's work
-     waits longer than a load of it takes (its oldest message, on the queue or held back by
-     the fair queue's window, or the images queued in its holders' engines at their measured
-     step time): another copy pays for its load. A model has one claim for each load's worth
-     of that wait, so copies are added in proportion to the backlog, not by every idle worker
-     at once.
+  1. the model is **mine** (resident here or running, which covers its load, or claimed by
+     this worker) and its engine has room: less than a full batch waits behind the running
+     one. A holder keeps its device busy and leaves the rest on the queue, where every server
+     of the model can take it;
+  2. the model is **cold** (no live worker holds it: resident, running or queued in its
+     engine, nor holds its claim) and this worker has nothing in hand, or has but the model's
+     oldest message has waited longer than a load of it takes: the worker claims it and
+     loads it;
+  3. the model is **warm elsewhere**, this worker has nothing in hand, and another copy pays:
+     with ``n`` servers of the model (its holders and the claims being loaded), one more
+     pays while ``backlog / n`` exceeds a load plus ``backlog / (n + 1)``, the backlog being
+     the model's seconds of work (its images waiting, on the queue or held back by the fair
+     queue, and in its holders' engines, at the step time they measured; until one has, the
+     oldest message's wait stands in). An idle worker serving several models takes the one
+     with the most work for each server.
 
   A worker with its own model's work in hand never switches on its own accord, so no worker
-  alternates loads; an idle one takes a cold model at once. A holder takes all of its model's
-  work it gets (its engine batches it, interactive lane first), except while a batch's worth
-  waits in its engine behind the running one and a worker serving the model sits idle without
-  it: then the rest stays on the queue, where that worker sees it wait and takes a copy once it
-  waited a load (for that long at most, an interactive message may wait there behind batch
-  ones: the queue is FIFO).
+  alternates loads; an idle one takes a cold model at once. Interactive work overtakes batch
+  work in the fair queue (each lane is a flow of its own) and in the engine; on a model's
+  Dramatiq queue it waits behind at most the window's messages.
 - A **claim** is a Redis key (``SET NX``, :data:`CLAIM_SECONDS`): it covers the time between a
   worker's decision and its presence record (:mod:`.pool_status`, every 2 s) showing the model
   in its engine, where the message it fetched waits for the load.
@@ -104,11 +106,6 @@ def routed_queue(queue: str, model: str) -> str:
     return f"{queue}{SEPARATOR}{token}"
 
 
-def base_queue(queue_name: str) -> str:
-    """The instance queue a (possibly routed) Dramatiq queue name carries work of."""
-    return queue_name.split(SEPARATOR, 1)[0]
-
-
 def routes_key(namespace: str, queue: str) -> str:
     """The set of routed queues senders have used for ``queue`` (the sweeper's backlog counts
     their messages)."""
@@ -120,7 +117,13 @@ def held_since_key(prefix: str, routed: str) -> str:
     (:mod:`.redis_fair_queue`, whose script builds the same name), scored by when each began
     to wait. The Dramatiq queue holds no more than the window (the pool's threads), so the
     age of a model's backlog is read here."""
-    return f"{prefix}:fair:{base_queue(routed)}:since:{routed}"
+    return f"{prefix}:fair:{routed}:since"
+
+
+def held_images_key(prefix: str, routed: str) -> str:
+    """The count of the images in the messages for ``routed`` that the pool's fair queue
+    holds back (the same script keeps it)."""
+    return f"{prefix}:fair:{routed}:images"
 
 
 def claim_key(prefix: str, model: str, slot: int) -> str:
@@ -178,25 +181,12 @@ class AffinityGate:
             return True
         state = self.hands()
         try:
-            if model in _held(state) or self._claims.get(model, 0.0) > time.time():
-                return not self._full(model, state)
+            if model in _in_memory(state) or self._claims.get(model, 0.0) > time.time():
+                return _has_room(state)
             return self._may_take(queue_name, model, state)
         except redis.RedisError:
             log.warning("routing: deciding on %s failed; taking", queue_name, exc_info=True)
             return True
-
-    def _full(self, model: str, state: dict[str, Any]) -> bool:
-        """Whether this worker, holding the model, should leave its further work on the queue:
-        only while its engine already holds a batch's worth waiting behind the running one and
-        a live worker serving the model sits idle without it (it sees the work wait there, and
-        takes a copy once it waited a load). Otherwise a holder takes all it gets: its engine
-        batches it, interactive lane first (on the queue, an interactive message would wait
-        behind every batch one sent before it)."""
-        running = state.get("running")
-        if running is None or sum(state.get("queued_images", {}).values()) < running[1]:
-            return False
-        return any(model in w["models"] and model not in _held(w) and not _busy(w)
-                   for w in self._others())
 
     def _may_take(self, queue_name: str, model: str, state: dict[str, Any]) -> bool:
         queue = PoolKeys.dramatiq_queue(self.namespace, queue_name)
@@ -210,10 +200,58 @@ class AffinityGate:
             return (idle or self._oldest_wait(queue_name) > load) and self._claim(model, 1)
         if not idle:
             return False
-        # Warm elsewhere: a copy pays once the work waits longer than a load takes, on the
-        # queue or in the holders' engines (on average); one copy for each load's worth.
-        wait = max(_queued_seconds(model, holders), self._oldest_wait(queue_name))
-        return self._claim(model, int(wait // load))
+        backlog = self._backlog_seconds(queue_name, model, holders)
+        if backlog is None:  # not measured yet: by how long the work has waited
+            wait = max(_queued_seconds(model, holders), self._oldest_wait(queue_name))
+            return self._claim(model, int(wait // load))
+        # Warm elsewhere: an idle worker serving several models takes a copy of the one with
+        # the most work for each server, so copies follow the backlog.
+        share = backlog / (len(holders) + self._claimed(model) + 1)
+        if any(self._share(q, m, others) > share for q, m in self.routes.items() if m != model):
+            return False
+        # The k-th new copy (k from 0) pays while the work each of n = holders + k servers
+        # has, backlog / n, exceeds a load plus the work each then has, backlog / (n + 1).
+        ratio, n = backlog / load, len(holders)
+        return self._claim(model, sum(1 for k in range(len(others) + 1)
+                                      if (n + k) * (n + k + 1) < ratio))
+
+    def _backlog_seconds(self, queue_name: str, model: str,
+                         holders: list[dict[str, Any]]) -> float | None:
+        """Device seconds of the model's work: waiting (held back by the fair queue, or on
+        its Dramatiq queue at the held messages' mean images) and in its holders' engines, at
+        the step time they measured; ``None`` until one has."""
+        per_image = [w.get("default_steps", {}).get(model, 0)
+                     * w.get("step_seconds", {}).get(model, 0.0) for w in holders]
+        per_image = [s for s in per_image if s > 0]
+        if not per_image:
+            return None
+        queue = PoolKeys.dramatiq_queue(self.namespace, queue_name)
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.get(held_images_key(self.prefix, queue_name))
+            pipe.zcard(held_since_key(self.prefix, queue_name))
+            pipe.llen(queue)
+            held_raw, held_messages, sent = pipe.execute()
+        held = int(held_raw or 0)
+        images = held + sent * (held / held_messages if held_messages else 1)
+        return (images * sum(per_image) / len(per_image)
+                + sum(_engine_seconds(model, w) for w in holders))
+
+    def _share(self, queue_name: str, model: str, others: list[dict[str, Any]]) -> float:
+        """The model's backlog seconds for each of its servers and one more (0 unless work
+        for it waits, some live worker holds it and has measured it)."""
+        queue = PoolKeys.dramatiq_queue(self.namespace, queue_name)
+        holders = [w for w in others if model in _held(w)]
+        if not holders or not self.client.llen(queue):
+            return 0.0
+        backlog = self._backlog_seconds(queue_name, model, holders)
+        return 0.0 if backlog is None else backlog / (len(holders) + self._claimed(model) + 1)
+
+    def _claimed(self, model: str) -> int:
+        """The model's claims taken and not yet shown in their claimants' presence (a slot
+        each, numbered from 0; at most one per live worker)."""
+        slots = len(self._others()) + 1
+        return sum(v is not None for v in self.client.mget(
+            [claim_key(self.prefix, model, slot) for slot in range(slots)]))
 
     def _claim(self, model: str, copies: int) -> bool:
         """Take one of the model's first ``copies`` claims, if one is free."""
@@ -248,6 +286,12 @@ class AffinityGate:
         return max([0.0, *(time.time() - t for t in since)])  # 0 for a clock ahead
 
 
+def _in_memory(state: dict[str, Any]) -> set[str]:
+    """The models a worker runs without a load: resident, or running (which covers a load)."""
+    running = state.get("running")
+    return {*state.get("resident", ()), *([running[0]] if running else [])}
+
+
 def _held(state: dict[str, Any]) -> set[str]:
     """The models a worker's state shows in its hands: resident, running or queued."""
     running = state.get("running")
@@ -259,17 +303,31 @@ def _busy(state: dict[str, Any]) -> bool:
     return bool(state.get("running")) or any(state.get("queued_images", {}).values())
 
 
+def _has_room(state: dict[str, Any]) -> bool:
+    """Whether a worker's engine holds less than a full batch (of the last batch's kind, else
+    of the running one's size) waiting; nothing at all, before its first batch. A holder takes
+    no more than that (its device stays busy), and the rest waits where every server of the
+    model can take it: a holder that took all it could fetch starved the others, since its
+    own finished batches let the next messages in and its own threads fetched them first."""
+    running, limit = state.get("running"), state.get("batch_limit")
+    queued = sum(state.get("queued_images", {}).values())
+    return queued < (limit or (running[1] if running else 1))
+
+
+def _engine_seconds(model: str, state: dict[str, Any]) -> float:
+    """Seconds a worker takes to get through the model's images in its engine (0 if it has
+    not measured the model)."""
+    running = state.get("running")
+    images = state.get("queued_images", {}).get(model, 0) + (
+        running[1] if running and running[0] == model else 0)
+    return (images * state.get("default_steps", {}).get(model, 0)
+            * state.get("step_seconds", {}).get(model, 0.0))
+
+
 def _queued_seconds(model: str, states: list[dict[str, Any]]) -> float:
     """Seconds these workers take, on average, to get through the model's images in their
-    engines (0 for one that has not measured the model): how long work handed to them waits.
-    (Each takes all of its model's work it can fetch, so the emptiest says little.)"""
-    waits = []
-    for state in states:
-        running = state.get("running")
-        images = state.get("queued_images", {}).get(model, 0) + (
-            running[1] if running and running[0] == model else 0)
-        waits.append(images * state.get("default_steps", {}).get(model, 0)
-                     * state.get("step_seconds", {}).get(model, 0.0))
+    engines: how long work handed to them waits."""
+    waits = [_engine_seconds(model, state) for state in states]
     return sum(waits) / len(waits) if waits else 0.0
 
 
