@@ -35,8 +35,8 @@ How:
 
   A worker with its own model's work in hand never switches on its own accord, so no worker
   alternates loads; an idle one takes a cold model at once. Interactive work overtakes batch
-  work in the fair queue (each lane is a flow of its own) and in the engine; on a model's
-  Dramatiq queue it waits behind at most the window's messages.
+  work in the fair queue (each lane is a flow of its own), on the model's Dramatiq queue (the
+  sender puts an interactive run's messages at its front) and in the engine.
 - A **claim** is a Redis key (``SET NX``, :data:`CLAIM_SECONDS`): it covers the time between a
   worker's decision and its presence record (:mod:`.pool_status`, every 2 s) showing the model
   in its engine, where the message it fetched waits for the load.
