@@ -19,8 +19,8 @@ generate op's queue, and fetches from one only when its :class:`~.routing.Affini
 (:mod:`.routing`).
 
 A worker that serves the generate op imports the generation engine (torch, diffusers) on a
-thread of its own once it is up: it takes work at once, and its first image does not wait for
-that import.
+thread of its own once it is up: it takes work at once, and work that comes after the import
+no longer waits for it (work taken during it still does).
 
 Stopping (SIGTERM): the process hands its waiting work back at once and exits within
 ``GENLOOP_GRACE`` (``--grace``, 30 s) of the shutdown's start (:mod:`..middleware.drain`).
