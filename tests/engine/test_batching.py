@@ -49,6 +49,14 @@ def test_a_request_larger_than_max_batch_is_spread_over_batches(registry, engine
     assert min(psnr(a, b) for a, b in zip(images, ref, strict=True)) >= 40.0
 
 
+def test_the_engine_reports_the_last_batch_s_cap_not_its_size(engine):
+    # (a pool worker keeps about a cap's worth waiting behind its running batch: pool/routing)
+    engine.generate("tiny", ["a cat", "a dog"], [0, 1], SETTINGS)
+
+    assert engine.batcher.batches == [2]
+    assert engine.load() == {"running": None, "queued": {}, "batch_limit": 8}
+
+
 def test_shards_of_one_run_are_batched_by_the_worker(client, resources):
     # Given a node of 8 candidates in shards of 2, run by 4 worker threads
     g = Graph()

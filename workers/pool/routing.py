@@ -206,7 +206,7 @@ class AffinityGate:
             return self._claim(model, int(wait // load))
         # Warm elsewhere: an idle worker serving several models takes a copy of the one with
         # the most work for each server, so copies follow the backlog.
-        share = backlog / (len(holders) + self._claimed(model) + 1)
+        share = self._per_server(model, backlog, holders)
         if any(self._share(q, m, others) > share for q, m in self.routes.items() if m != model):
             return False
         # The k-th new copy (k from 0) pays while the work each of n = holders + k servers
@@ -244,7 +244,11 @@ class AffinityGate:
         if not holders or not self.client.llen(queue):
             return 0.0
         backlog = self._backlog_seconds(queue_name, model, holders)
-        return 0.0 if backlog is None else backlog / (len(holders) + self._claimed(model) + 1)
+        return 0.0 if backlog is None else self._per_server(model, backlog, holders)
+
+    def _per_server(self, model: str, backlog: float, holders: list[dict[str, Any]]) -> float:
+        """The model's backlog seconds over its servers (holders and claims) and one more."""
+        return backlog / (len(holders) + self._claimed(model) + 1)
 
     def _claimed(self, model: str) -> int:
         """The model's claims taken and not yet shown in their claimants' presence (a slot
