@@ -352,3 +352,71 @@ def test_cancel_ends_what_has_not_started_once_and_the_run_when_its_running_work
                     ("node.cancelled", "waiting", "cancelled"),
                     ("node.cancelled", "running", "cancelled"),
                     ("run.cancelled", None, "cancelled")]
+
+
+def test_a_map_fed_past_the_runs_item_limit_fails_when_it_comes_and_runs_nothing_downstream(
+        pool, store):
+    """Limits are planned at submit from what each op promises; an op that returns more items
+    than planned is caught when its child becomes ready, from the real counts of the nodes that
+    ended: the child fails with the figures instead of expanding, and its descendants skip."""
+    g = Graph(limits=RunLimits(items=8, images=100))
+    src = g.add("spread", id="src", params={"n": 40})  # planned as one item
+    each = g.add("double", id="each", inputs=[src], map=True)
+    g.add("total", id="total", inputs=[each])
+    run = pool.scheduler.submit(g)
+
+    ended = _wait(store, run.id)
+    problem = "40 input items; at most 8 per node (an op upstream returned more items than planned)"
+    assert ended.status == "failed" and ended.pending_nodes == 0
+    assert ended.error == f"node each: LimitExceeded: {problem}"
+    nodes = {n.node_id: n for n in store.nodes(run.id)}
+    assert {nid: n.status for nid, n in nodes.items()} == {
+        "src": "succeeded", "each": "failed", "total": "skipped"}
+    assert nodes["each"].error == f"LimitExceeded: {problem}" and nodes["each"].outputs == []
+    assert [i.node_id for i in store.instances(run.id)] == ["src"]  # each never expanded
+    assert _counts(store, run.id) == {"src": 40, "each": 0, "total": 0}
+    events = [(e.type, e.node_id, e.status, e.error, e.message) for e in store.events(run.id)
+              if e.type.startswith(("node.", "run."))]
+    assert events[-3:] == [
+        ("node.failed", "each", "failed", f"LimitExceeded: {problem}", None),
+        ("node.skipped", "total", "skipped", None, "input each failed"),
+        ("run.failed", None, "failed", f"node each: LimitExceeded: {problem}", None)]
+    assert store.outbox() == []
+
+
+def test_a_map_fed_within_the_runs_limits_expands_on_the_real_counts(pool, store):
+    # Given the same graph whose source returns 8 items, at the limit
+    g = Graph(limits=RunLimits(items=8, images=100))
+    src = g.add("spread", id="src", params={"n": 8})
+    each = g.add("double", id="each", inputs=[src], map=True)
+    g.add("total", id="total", inputs=[each])
+    run = pool.scheduler.submit(g)
+
+    # Then the map expands into one instance per item and the run succeeds
+    assert _wait(store, run.id).status == "succeeded"
+    nodes = {n.node_id: n for n in store.nodes(run.id)}
+    assert len(nodes["each"].outputs) == 8
+    assert store.get_result(nodes["total"].outputs[0].key).items == [{"n": 2 * sum(range(8))}]
+    assert _counts(store, run.id) == {"src": 8, "each": 8, "total": 1}
+
+
+def test_a_second_failure_skips_the_descendants_the_first_left_even_past_one_it_skipped(
+        pool, store):
+    # Given two failing nodes: "first" fails at once, "second" after its slow parent; "shared"
+    # hangs below both, "own" below the second alone (listed first, so "shared" is met first
+    # when the second failure walks its descendants)
+    g = Graph(limits=RunLimits(items=100, images=100))
+    first = g.add("bad", id="first")
+    second = g.add("bad", id="second", inputs=[g.add("slow", id="late", params={"n": 2})])
+    g.add("double", id="own", inputs=[second])
+    g.add("total", id="shared", inputs=[first, second])
+    run = pool.scheduler.submit(g)
+
+    # Then the first failure skips "shared", the second skips "own" past it, and the run ends
+    ended = _wait(store, run.id, timeout=10.0)
+    assert ended.status == "failed" and ended.pending_nodes == 0
+    assert {n.node_id: n.status for n in store.nodes(run.id)} == {
+        "first": "failed", "late": "succeeded", "second": "failed", "own": "skipped",
+        "shared": "skipped"}
+    skipped = [(e.node_id, e.message) for e in store.events(run.id) if e.type == "node.skipped"]
+    assert skipped == [("shared", "input first failed"), ("own", "input second failed")]
