@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from wait_util import until
 
 from genloop.sdk import Graph
-from genloop.sdk.errors import Permanent
+from genloop.sdk.errors import Permanent, Transient
 from genloop.sdk.graph import RunLimits
 from genloop.sdk.models import NodeStatus
 from genloop.workers import OpRegistry, op
@@ -420,3 +420,85 @@ def test_a_second_failure_skips_the_descendants_the_first_left_even_past_one_it_
         "shared": "skipped"}
     skipped = [(e.node_id, e.message) for e in store.events(run.id) if e.type == "node.skipped"]
     assert skipped == [("shared", "input first failed"), ("own", "input second failed")]
+
+
+def _cancelled_while_running(pool, store, body) -> tuple[str, list[int]]:
+    """Run op ``body(ctx, attempt)`` as the only node of a run, cancel the run while its first
+    attempt runs, and wait for the run to end; returns the run's id and the attempts made."""
+    attempts: list[int] = []
+
+    def run(p, inputs, ctx):
+        attempts.append(len(attempts) + 1)
+        return body(ctx, len(attempts))
+
+    op("watch", output=N, registry=pool.executor.registry, max_retries=3, min_backoff=0.05)(run)
+    run_record = pool.scheduler.submit(_one("watch"))
+    until(lambda: attempts, "the first attempt running")
+    pool.scheduler.cancel(run_record.id)
+    assert _wait(store, run_record.id, timeout=10.0).status == "cancelled"
+    return run_record.id, attempts
+
+
+def test_a_running_op_that_sees_the_cancel_ends_its_instance_node_and_run_cancelled(
+        pool, store):
+    def until_cancelled(ctx, attempt):
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            ctx.check_cancelled()
+            time.sleep(0.01)
+        return N(n=attempt)
+
+    run_id, attempts = _cancelled_while_running(pool, store, until_cancelled)
+
+    assert attempts == [1]  # a cancelled attempt is not retried
+    (inst,) = store.instances(run_id)
+    assert inst.status == "cancelled" and inst.failure is None
+    assert [n.status for n in store.nodes(run_id)] == ["cancelled"]
+    told = [(e.type, e.node_id, e.instance_id) for e in store.events(run_id)
+            if e.type.endswith("cancelled")]
+    assert told == [("instance.cancelled", "only", inst.instance_id),
+                    ("node.cancelled", "only", None), ("run.cancelled", None, None)]
+
+
+def test_a_retry_due_in_a_cancelling_run_does_not_run(pool, store):
+    # Given an attempt that fails retryably once its run is cancelled
+    def fail_once_cancelled(ctx, attempt):
+        until(lambda: store.get_run(ctx.run_id).cancel_requested, "the run cancelled")
+        raise Transient("a retryable failure")
+
+    # When its retry comes due, then it ends the instance cancelled instead of running
+    run_id, attempts = _cancelled_while_running(pool, store, fail_once_cancelled)
+    assert attempts == [1]
+    (inst,) = store.instances(run_id)
+    assert inst.status == "cancelled" and inst.attempts == 1
+    types = [e.type for e in store.events(run_id)]
+    assert types.count("instance.retry") == 1 and types.count("instance.started") == 1
+    assert types[-3:] == ["instance.cancelled", "node.cancelled", "run.cancelled"]
+    assert store.outbox() == []
+
+
+def test_resume_sends_again_what_a_lost_message_left_and_leaves_an_ended_run_alone(
+        store, tmp_path):
+    # Given a run whose messages were lost before any worker took them
+    wiring = _wired(store, tmp_path)
+    run = wiring.scheduler.submit(_map_graph(3))
+    wiring.broker.flush_all()
+    worker = dramatiq.Worker(wiring.broker, worker_threads=2, worker_timeout=50)
+    worker.start()
+    try:
+        # When it is resumed, then its pending instance is sent again and the run completes
+        resumed = wiring.scheduler.resume(run.id)
+        assert resumed.id == run.id and not resumed.status.terminal
+        ended = _wait(store, run.id)
+        assert ended.status == "succeeded"
+        nodes = {n.node_id: n for n in store.nodes(run.id)}
+        assert store.get_result(nodes["total"].outputs[0].key).items == [{"n": 6}]
+        (told,) = [e for e in store.events(run.id, limit=1000) if e.type == "run.resumed"]
+        assert told.message == "1 instance(s)"
+        # And resuming the ended run changes and sends nothing
+        before = store.events(run.id, limit=1000)
+        assert wiring.scheduler.resume(run.id).status == "succeeded"
+        assert store.events(run.id, limit=1000) == before
+        assert wiring.broker.queues["cpu"].qsize() == 0
+    finally:
+        worker.stop()
