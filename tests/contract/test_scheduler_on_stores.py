@@ -502,3 +502,56 @@ def test_resume_sends_again_what_a_lost_message_left_and_leaves_an_ended_run_alo
         assert wiring.broker.queues["cpu"].qsize() == 0
     finally:
         worker.stop()
+
+
+def test_a_node_whose_inputs_miss_its_quorum_fails_with_the_count_and_the_failures(pool, store):
+    # Given a map of 3 items where the items 1 and 2 fail, feeding a node that needs 2 of them
+    def odd(p, inputs, ctx):
+        if inputs[0].n:
+            raise Permanent(f"item {inputs[0].n} fails")
+        return N(n=0)
+
+    op("zero-only", output=N, registry=pool.executor.registry)(odd)
+    g = Graph()
+    each = g.add("zero-only", id="each", map=True,
+                 inputs=[g.add("spread", id="src", params={"n": 3})])
+    g.add("total", id="total", inputs=[each], min_success=2)
+    run = pool.scheduler.submit(g)
+
+    # Then that node fails, naming the count and each failed item, and so does the run
+    ended = _wait(store, run.id)
+    nodes = {n.node_id: n for n in store.nodes(run.id)}
+    assert {nid: n.status for nid, n in nodes.items()} == {
+        "src": "succeeded", "each": "succeeded", "total": "failed"}
+    failures = nodes["each"].failures
+    assert sorted(f.message for f in failures) == ["item 1 fails", "item 2 fails"]
+    assert nodes["total"].error == (
+        "QuorumError: 1 of 3 input items succeeded, min_success=2. Failed: "
+        + "; ".join(f"{f.instance_id}: Permanent: {f.message}" for f in failures))
+    assert ended.status == "failed" and ended.error == f"node total: {nodes['total'].error}"
+    assert [i.node_id for i in store.instances(run.id)].count("total") == 0
+    (told,) = [e for e in store.events(run.id) if e.type == "node.failed"]
+    assert told.node_id == "total" and told.error == nodes["total"].error
+
+
+def test_a_run_stored_before_ended_counts_were_kept_checks_its_limits_from_its_nodes(
+        pool, store):
+    # Given a run with limits whose record keeps no ended counts (as one stored by an older
+    # version), its source still running
+    g = Graph(limits=RunLimits(items=8, images=100))
+    src = g.add("slow", id="src", params={"n": 3})
+    each = g.add("double", id="each", inputs=[g.add("spread", id="many", params={"n": 40},
+                                                    inputs=[src])], map=True)
+    g.add("total", id="total", inputs=[each])
+    run = pool.scheduler.submit(g)
+    with store.transaction(run.id) as tx:
+        old = tx.run()
+        old.counts_ended = False
+        tx.put_run(old)
+
+    # Then the map fed 40 items still fails its limit, read from the ended nodes
+    ended = _wait(store, run.id)
+    assert ended.status == "failed" and not ended.counts_ended
+    assert ended.error == ("node each: LimitExceeded: 40 input items; at most 8 per node (an op "
+                           "upstream returned more items than planned)")
+    assert _counts(store, run.id) == {}
