@@ -92,6 +92,8 @@ def test_a_map_completes_with_every_item_counted_once(pool, store):
     events = store.events(run.id, limit=1000)
     assert sum(e.type == "instance.succeeded" for e in events) == 42
     assert [e.type for e in events].count("run.succeeded") == 1
+    queued = [(e.node_id, e.status, e.message) for e in events if e.type == "node.queued"]
+    assert ("each", "queued", "40 instance(s)") in queued
     assert store.outbox() == []
 
 
@@ -187,7 +189,11 @@ def test_the_last_node_succeeding_after_another_failed_ends_the_run_failed(pool,
     assert ended.status == "failed" and "this node fails" in ended.error
     nodes = {n.node_id: n.status for n in store.nodes(run.id)}
     assert nodes == {"bad": "failed", "last": "succeeded"}
-    assert [e.type for e in store.events(run.id)].count("run.failed") == 1
+    events = store.events(run.id)
+    assert [e.type for e in events].count("run.failed") == 1
+    # The run transaction that completed "last" tells it as made, not as found stored
+    (done,) = [e for e in events if e.type == "instance.succeeded" and e.node_id == "last"]
+    assert done.message == "1 item(s)"
 
 
 def test_node_transitions_left_by_a_crash_are_finished_by_the_sweeper(pool, store):
@@ -555,3 +561,15 @@ def test_a_run_stored_before_ended_counts_were_kept_checks_its_limits_from_its_n
     assert ended.error == ("node each: LimitExceeded: 40 input items; at most 8 per node (an op "
                            "upstream returned more items than planned)")
     assert _counts(store, run.id) == {}
+
+
+def test_a_map_over_no_items_succeeds_with_none_and_its_child_runs_on_nothing(pool, store):
+    run = pool.scheduler.submit(_map_graph(0))
+
+    assert _wait(store, run.id).status == "succeeded"
+    nodes = {n.node_id: n for n in store.nodes(run.id)}
+    assert nodes["each"].status == "succeeded" and nodes["each"].outputs == []
+    assert [i.node_id for i in store.instances(run.id)] == ["spread", "total"]
+    assert store.get_result(nodes["total"].outputs[0].key).items == [{"n": 0}]
+    told = [(e.type, e.status) for e in store.events(run.id) if e.node_id == "each"]
+    assert told == [("node.succeeded", "succeeded")]
