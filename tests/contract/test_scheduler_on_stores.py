@@ -191,7 +191,7 @@ def test_the_last_node_succeeding_after_another_failed_ends_the_run_failed(pool,
     assert nodes == {"bad": "failed", "last": "succeeded"}
     events = store.events(run.id)
     assert [e.type for e in events].count("run.failed") == 1
-    # The run transaction that completed "last" tells it as made, not as found stored
+    # And "last" is told as made, not as found stored
     (done,) = [e for e in events if e.type == "instance.succeeded" and e.node_id == "last"]
     assert done.message == "1 item(s)"
 
