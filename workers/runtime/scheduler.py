@@ -357,18 +357,13 @@ class Scheduler:
             inst, run = tx.instance(instance_id), tx.run()
             if inst.status.terminal:
                 return
-            if result is not None:
-                if not cached:
-                    result = tx.put_result(result)
-                inst.result_key, inst.outputs = result.key, len(result.items)
-                inst.halted = result.halt
             if error is not None:
                 inst.failure = FailedItem(
                     node_id=inst.node_id, instance_id=instance_id,
                     error_type=type(error).__name__, message=str(error), attempts=attempts,
                     items=inst.expected_items,
                 )
-            released = self.transitions.instance_done(tx, run, inst, status, cached=cached)
+            released = self.transitions.instance_done(tx, run, inst, status)
             tx.put_run(run)
         self.flush([(run_id, i.instance_id) for i in released], released)
 

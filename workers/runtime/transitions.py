@@ -58,10 +58,12 @@ class Transitions:
         self.registry, self.topology = registry, topology
 
     def instance_done(self, tx: RunTx, run: RunRecord, inst: InstanceRecord,
-                       status: NodeStatus, cached: bool = False) -> list[InstanceRecord]:
+                       status: NodeStatus) -> list[InstanceRecord]:
+        """``inst`` failed or was cancelled (a success is one scripted step, see
+        :meth:`.Scheduler._finish_scripted`)."""
         inst.status = status
         tx.put_instance(inst)
-        tx.event(instance_event(inst, cached))
+        tx.event(instance_event(inst))
         node = tx.node(inst.node_id)
         node.pending_instances -= 1
         if node.pending_instances > 0:
