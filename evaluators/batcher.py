@@ -42,7 +42,7 @@ class ScoreRequest:
     check: Callable[[], None] | None = None
     #: The run's lane: ``batch`` requests yield to ``interactive`` ones (``BATCH_TURN``).
     priority: str = "interactive"
-    enqueued: float = field(default_factory=time.monotonic)
+    enqueued: float = 0.0  #: when it came, by its batcher's clock
     #: No request to the same evaluator came in the ``window`` before this one: it is scored
     #: at once (see :meth:`ScoreBatcher._wait_left`).
     after_quiet: bool = False
@@ -54,11 +54,14 @@ class ScoreBatcher(BatchQueue[ScoreRequest]):
 
     what = "score batcher"
 
-    def __init__(self, *, window: float = 0.02, max_images: int = 64) -> None:
+    def __init__(self, *, window: float = 0.02, max_images: int = 64,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: what arrivals and waits are timed by (a test moves one by hand to make a
+        quiet spell without sleeping through it)."""
         if max_images < 1 or window < 0:
             raise ValueError("max_images must be >= 1 and window >= 0")
         super().__init__()
-        self.window, self.max_images = window, max_images
+        self.window, self.max_images, self._clock = window, max_images, clock
         self._caps: dict[int, int] = {}  # id(evaluator) -> images per call after an OOM
         self._arrivals: dict[int, float] = {}  # id(evaluator) -> its latest request's arrival
         #: The batch log: per call, (evaluator identity, images, requests), and its seconds.
@@ -68,7 +71,7 @@ class ScoreBatcher(BatchQueue[ScoreRequest]):
     def submit(self, evaluator: Evaluator, images: Sequence[Image.Image], text: str,
                check: Callable[[], None] | None = None,
                priority: str = "interactive") -> Future:
-        request = ScoreRequest(evaluator, list(images), text, check, priority)
+        request = ScoreRequest(evaluator, list(images), text, check, priority, self._clock())
         with self._cond:
             last = self._arrivals.get(id(evaluator))
             self._arrivals[id(evaluator)] = request.enqueued
@@ -90,7 +93,7 @@ class ScoreBatcher(BatchQueue[ScoreRequest]):
                       if r.evaluator is judge and r.priority == head.priority)
         if waiting >= self._limit(judge):
             return 0.0
-        return head.enqueued + self.window - time.monotonic()
+        return head.enqueued + self.window - self._clock()
 
     def _is_batch(self, item: ScoreRequest) -> bool:
         return item.priority == "batch"
