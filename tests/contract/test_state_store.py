@@ -20,6 +20,7 @@ from genloop.workers.stores import (
     RunRecord,
     RunSpecRecord,
 )
+from genloop.workers.stores.base import READ_BATCH
 from genloop.workers.stores.steps import Finish, Finished, ScriptedCompletion, Start
 
 
@@ -663,3 +664,53 @@ def test_a_run_error_leaves_to_the_caller_only_the_completion_that_would_end_the
     # "run error" case above)
     assert (out.step, out.run_ended) == (Finished.COMPLETED, False)
     assert store.get_run("r1").pending_nodes == 1
+
+
+def _beside(store, tmp_path):
+    """Another store of the same kind where a store's neighbour would be: another key prefix
+    on the same Redis database, another SQLite file."""
+    from redis_util import redis_url
+
+    from genloop.workers.stores import SqliteStateStore
+    from genloop.workers.stores.redis import RedisStateStore
+
+    if isinstance(store, RedisStateStore):
+        return RedisStateStore(redis_url(), prefix=f"{store.keys.p}-beside")
+    return SqliteStateStore(tmp_path / "beside.db")
+
+
+def test_reference_docs_are_every_result_and_spec_once_and_none_of_a_neighbours(store, tmp_path):
+    # Given more results than one read batch, two runs' specs, and a neighbour's result
+    keys = [f"k{i:04d}" for i in range(READ_BATCH + 7)]
+    for key in keys:
+        store.put_result(ResultRecord(key=key, op="op", items=[key], created_at=time.time()))
+    for run_id in ("r1", "r2"):
+        _create(store, run_id)
+    neighbour = _beside(store, tmp_path)
+    try:
+        neighbour.put_result(ResultRecord(key="theirs", op="op", items=[], created_at=0.0))
+        # Then the collector reads each of them once, as the JSON it was stored as
+        docs = list(store.reference_docs())
+    finally:
+        neighbour.close()
+    results = sorted(ResultRecord.model_validate_json(d).key for d in docs if '"op"' in d)
+    specs = [RunSpecRecord.model_validate_json(d) for d in docs if '"op"' not in d]
+    assert results == keys
+    assert [s.graph for s in specs] == [{"nodes": [{"id": "a"}]}] * 2
+
+
+def test_runs_page_by_cursor_without_gaps_or_repeats_through_a_tie_longer_than_a_read(store):
+    # Given 45 runs created at one instant (more than a page and a read's slack) between others
+    made = {f"t{i:02d}": 1000.0 for i in range(45)} | {"early": 999.0, "late": 1001.0}
+    for run_id, created in made.items():
+        store.create_run(RunRecord(id=run_id, spec_hash="h", created_at=created),
+                         RunSpecRecord(spec={}, graph={}), [], [])
+    # When they are paged 4 at a time from the newest
+    pages, before = [], None
+    while page := store.runs_before(before, 4):
+        pages.append([r.id for r in page])
+        before = (page[-1].created_at, page[-1].id)
+    # Then each comes once, newest first, ties by id from the last
+    seen = [run_id for page in pages for run_id in page]
+    assert seen == ["late", *sorted((f"t{i:02d}" for i in range(45)), reverse=True), "early"]
+    assert all(len(page) == 4 for page in pages[:-1])
