@@ -31,7 +31,7 @@ from genloop.sdk.loop import Loop
 from genloop.sdk.models import NodeStatus, RunSpec, RunStatus
 
 from ..ops.registry import OpRegistry
-from ..stores.base import RunTx, StateStore
+from ..stores.base import StateStore
 from ..stores.records import (
     FailedItem,
     InstanceRecord,
@@ -213,33 +213,6 @@ class Scheduler:
                 self._topologies.popitem(last=False)
 
     # -- one instance's life ------------------------------------------------------------------
-    def _start(self, tx: RunTx, instance_id: str, attempt: int,
-               key: str) -> InstanceRecord | None:
-        """Mark the instance running; ``None`` if it must not run (ended, or run cancelled).
-        ``key`` is the result key whose lease the caller holds: the sweeper reads it to tell a
-        live holder from a dead one."""
-        inst, run = tx.instance(instance_id), tx.run()
-        if inst.status.terminal:
-            return None
-        if run.cancel_requested:
-            self.transitions.instance_done(tx, run, inst, NodeStatus.CANCELLED)
-            tx.put_run(run)
-            return None
-        inst.status, inst.attempts = NodeStatus.RUNNING, attempt
-        inst.result_key = key
-        tx.put_instance(inst)
-        tx.event(new_event("instance.started", node_id=inst.node_id, instance_id=instance_id,
-                     attempt=attempt, status="running"))
-        node = tx.node(inst.node_id)
-        if node.status != NodeStatus.RUNNING:
-            node.status = NodeStatus.RUNNING
-            tx.put_node(node)
-        if run.status == RunStatus.PENDING:
-            run.status = RunStatus.RUNNING
-            tx.put_run(run)
-            tx.event(new_event("run.running", status="running"))
-        return inst
-
     def claim_and_start(self, inst: InstanceRecord, attempt: int, key: str, owner: str,
                         ttl: float) -> tuple[Started, float]:
         """Take the lease on ``key`` and mark ``inst`` running. Returns ``(outcome, lease)``:
@@ -265,23 +238,20 @@ class Scheduler:
                               instance_id=c.inst.instance_id, attempt=c.attempt,
                               status="running"),
             run_running=run_running) for c in claims])
-        # A cancelling run takes the transaction, which cancels the instance.
-        return [self._claim_and_start_tx(c, ttl) if outcome == Started.CANCELLING
+        return [self._cancel_unstarted(c.inst) if outcome == Started.CANCELLING
                 else (outcome, lease) for c, (outcome, lease) in zip(claims, outcomes, strict=True)]
 
-    def _claim_and_start_tx(self, claim: Claim, ttl: float) -> tuple[Started, float]:
-        inst, key, owner = claim.inst, claim.key, claim.owner
+    def _cancel_unstarted(self, inst: InstanceRecord) -> tuple[Started, float]:
+        """The start found the run cancelling (its cancel left this instance to its delivery,
+        as it was running or waiting on a retry then): end it cancelled, with what follows
+        (its node, maybe the run), in a run transaction; it does not run, whatever result or
+        lease its key has."""
         with self.store.transaction(inst.run_id) as tx:
-            if tx.get_result(key) is not None:
-                return Started.STORED, 0.0
-            lease = tx.claim(key, owner, ttl)
-            if not lease:
-                if self._start(tx, inst.instance_id, claim.attempt, key) is None:
-                    tx.release(key, owner)
-                    return Started.ENDED, 0.0
-                return Started.STARTED, 0.0
-        self.store.touch([(inst.run_id, inst.instance_id)])  # as the scripted step does
-        return Started.LEASED, lease
+            stored, run = tx.instance(inst.instance_id), tx.run()
+            if not stored.status.terminal:
+                self.transitions.instance_done(tx, run, stored, NodeStatus.CANCELLED)
+                tx.put_run(run)
+        return Started.ENDED, 0.0
 
     def retrying(self, run_id: str, instance_id: str, attempt: int, error: BaseException) -> None:
         """An attempt failed and Dramatiq will retry the message."""
