@@ -30,6 +30,12 @@ STORES = {"sqlite": _sqlite, "redis": _redis}
 def store(request, tmp_path):
     s = STORES[request.param](tmp_path)
     yield s
+    if isinstance(s, RedisStateStore):
+        # The test database is shared and long-lived on a developer's machine (mutation runs
+        # repeat these tests thousands of times): left behind, its keys made every SCAN of it
+        # (tests/test_routing.py's cleanup) take seconds.
+        if names := list(s.client.scan_iter(match=f"{s.keys.p}*", count=1000)):
+            s.client.unlink(*names)
     s.close()
 
 
