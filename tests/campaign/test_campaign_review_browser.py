@@ -72,6 +72,12 @@ def test_approve_two_reload_export_and_only_the_tenant_sees_it(tmp_path, gateway
         page.get_by_role("link", name="review").click()
         page.wait_for_selector("article.variant")
         assert page.locator("article.variant").count() == 4
+        # The previews load lazily: each is brought into view and waited for before it is read
+        previews = page.locator(".previews img")
+        for i in range(previews.count()):
+            previews.nth(i).scroll_into_view_if_needed()
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.previews img')].every(i => i.complete)")
         widths = page.eval_on_selector_all(".previews img", "imgs => imgs.map(i => i.naturalWidth)")
         assert len(widths) == 8 and all(w > 0 for w in widths)
         # Creatives are judged for colour on a neutral card, not on their status's badge colour
