@@ -87,7 +87,9 @@ def test_sigterm_hands_waiting_work_back_at_once_and_finishes_the_running_batch(
     handed_back = {i: t[-1] - signalled for i, t in starts.items() if len(t) > 1}
     assert handed_back, "no instance was taken again"
     assert len(handed_back) < ITEMS  # the running batch finished where it ran
-    assert max(handed_back.values()) <= 2.0, handed_back  # at once, not at lease expiry
+    # At once, not at lease expiry (LEASE_TTL, 15 s): the last of them starts when one of the
+    # survivor's two threads is free, seconds later on a loaded machine.
+    assert max(handed_back.values()) <= LEASE_TTL / 3, handed_back
     assert not [e for e in events if e.type == "instance.retry"]  # no attempt spent
     assert exited <= GRACE, exited
     assert victim.returncode == 0
