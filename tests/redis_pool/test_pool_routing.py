@@ -16,13 +16,16 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def two_models(tmp_path, resources):
-    """A models config serving ``tiny`` (built in) and ``tiny2`` (its weights, from disk)."""
-    weights = tmp_path / "tiny2"
-    resources.models.pipeline("tiny").save_pretrained(weights)
+def two_models(tmp_path):
+    """A models config serving two simulated models (genloop.workers.engine.simulated) whose
+    loads take 2 s and whose steps take 10 ms whatever else runs on the machine: a real model
+    as small as ``tiny`` loads in under a second, and on a loaded machine its work's wait
+    passes a load's length, for which another copy rightly pays."""
     config = tmp_path / "models.toml"
-    config.write_text(f'[models.tiny2]\nsource = "{weights}"\nsteps = 2\nwidth = 32\n'
-                      'height = 32\n')
+    config.write_text("".join(
+        f"[models.{name}]\nsteps = 2\nwidth = 32\nheight = 32\n"
+        f"[models.{name}.simulated]\nload_seconds = 2.0\nstep_seconds = {{ 1 = 0.01 }}\n"
+        f"resident_bytes = 10_000_000\n" for name in ("sim-a", "sim-b")))
     return str(config)
 
 
@@ -51,12 +54,12 @@ def test_a_stream_alternating_two_models_on_two_workers_loads_each_once(
     pool.wait_ready(redis_client)
     with Client.connect(redis_url(POOL_DB)) as client:
         for i in range(8):
-            run = client.submit(draw("tiny" if i % 2 else "tiny2", seed=i))
+            run = client.submit(draw("sim-a" if i % 2 else "sim-b", seed=i))
             assert run.wait(timeout=60).status == RunStatus.SUCCEEDED
     records = settled_presence(redis_client, time.time(), workers=2)
-    loads = {model: sum(r.loads.get(model, 0) for r in records) for model in ("tiny", "tiny2")}
-    assert loads == {"tiny": 1, "tiny2": 1}, [r.model_dump() for r in records]
-    assert sorted(m for r in records for m in r.resident) == ["tiny", "tiny2"]
+    loads = {model: sum(r.loads.get(model, 0) for r in records) for model in ("sim-a", "sim-b")}
+    assert loads == {"sim-a": 1, "sim-b": 1}, [r.model_dump() for r in records]
+    assert sorted(m for r in records for m in r.resident) == ["sim-a", "sim-b"]
 
 
 def test_a_backlog_a_second_copy_shortens_by_more_than_a_load_gets_one(pool, redis_client):
