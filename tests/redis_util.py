@@ -41,7 +41,7 @@ def _redis_port(environ: bytes) -> int | None:
 
 def orphaned_workers(port: int = PORT) -> list[tuple[int, int]]:
     """``(pid, parent pid)`` of each ``genloop worker`` pool (Dramatiq's main process) on the
-    Redis at ``port`` whose parent is no test session: one a killed test run left behind. It
+    Redis at ``port`` that no test session started: one a killed test run left behind. It
     runs the code it started with and takes the tests' messages, so tests fail in ways that
     point nowhere near it. Reads ``/proc`` only (Linux); elsewhere it finds nothing."""
     if not os.path.isdir("/proc"):
@@ -53,11 +53,25 @@ def orphaned_workers(port: int = PORT) -> list[tuple[int, int]]:
             continue
         if _redis_port(_read(pid, "environ")) != port:
             continue
-        stat = _read(pid, "stat")
-        parent = int(stat.rsplit(b")", 1)[1].split()[1]) if stat else 0
-        parent_argv = _read(str(parent), "cmdline")
-        if b"genloop.workers.pool.worker_main" in parent_argv:
+        parent = _parent(int(pid))
+        if b"genloop.workers.pool.worker_main" in _read(str(parent), "cmdline"):
             continue  # one of a pool's forked worker processes: its main one is judged
-        if b"pytest" not in parent_argv:
+        if not _under_pytest(parent):
             found.append((int(pid), parent))
     return sorted(found)
+
+
+def _parent(pid: int) -> int:
+    stat = _read(str(pid), "stat")
+    return int(stat.rsplit(b")", 1)[1].split()[1]) if stat else 0
+
+
+def _under_pytest(pid: int) -> bool:
+    """Whether ``pid`` is a test session or one of its descendants: a pool a test started has
+    the session as its parent, or an xdist worker (``python -c ...``) that pytest started. A
+    killed session's pool is re-parented to init or a subreaper, above any session."""
+    while pid > 1:
+        if b"pytest" in _read(str(pid), "cmdline"):
+            return True
+        pid = _parent(pid)
+    return False
