@@ -36,11 +36,18 @@ demo: install
 campaign-demo: install
 	$(BIN)/genloop campaign run examples/campaign.yaml --out out/campaigns
 
+# The suite runs on two processes (pytest-xdist): much of its time is spent waiting on worker
+# pools, servers and subprocesses, not computing. The second process has a Redis of its own
+# (tests/worker_redis.py); the wheel's tests stay on one (they share the built wheel).
+# PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
+PYTEST := -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
+
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python $(PYTEST)
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python $(PYTEST) -m "not slow"
 
 bench: install
 	$(BIN)/python benchmarks/orchestration.py
@@ -52,14 +59,14 @@ lock:
 	{ echo "# genloop's locked dependency set (Python 3.11, x86_64 Linux): written by make lock,"; \
 	  echo "# installed by make install as pip constraints. Do not edit by hand."; \
 	  $(VENV)-lock/bin/pip freeze --exclude-editable | LC_ALL=C sort -f; } > $(LOCK).new
-	$(VENV)-lock/bin/python -m pytest -q
+	$(VENV)-lock/bin/python $(PYTEST)
 	mv $(LOCK).new $(LOCK)
 
 # The newest releases of everything, in a throwaway venv, under the fast tests: a breaking release
 # shows here before a fresh machine meets it.
 latest:
 	$(call venv-from-index,$(VENV)-latest)
-	$(VENV)-latest/bin/python -m pytest -q -m "not slow"
+	$(VENV)-latest/bin/python $(PYTEST) -m "not slow"
 
 lint: install
 	$(BIN)/ruff check sdk workers gateway kernels evaluators integrations campaign shapes tests benchmarks examples

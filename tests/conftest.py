@@ -18,6 +18,10 @@ if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
 sys.path.insert(0, str(Path(__file__).parent))
 
 import genloop_test_ops  # noqa: E402,F401  (registers the ops the tests use)
+from worker_redis import use_own_redis  # noqa: E402
+
+use_own_redis()  # before redis_util reads the port
+
 from redis_util import PORT, orphaned_workers  # noqa: E402
 
 

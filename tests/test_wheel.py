@@ -15,7 +15,8 @@ import pytest
 from wheel_util import ROOT, run_in, setuptools_warnings
 
 # Building the venvs dominates (see wheel_util); the first test to ask for one pays for it.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# One xdist worker builds the wheel and its venvs (session fixtures) for both files.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.xdist_group("wheel")]
 
 #: Files of the checkout the wheel ships as package data: the shapes weights, and the Redis
 #: store's scripts (read from the package at import).

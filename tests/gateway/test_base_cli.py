@@ -15,7 +15,8 @@ from wheel_util import run_in
 from genloop.sdk import Graph
 
 # Building the venvs dominates (see wheel_util); the first test to ask for one pays for it.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# One xdist worker builds the wheel and its venvs (session fixtures) for both files.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.xdist_group("wheel")]
 
 
 def test_client_commands_over_a_gateway_from_the_base_install(stack, base_venv, tmp_path):
