@@ -11,6 +11,7 @@ import time
 import uuid
 
 import dramatiq
+import dramatiq.brokers.redis
 import pytest
 import redis
 from dramatiq import Message
@@ -352,6 +353,56 @@ def test_a_running_message_keeps_its_slot_and_frees_it_for_the_next_when_it_ends
     middleware.after_skip_message(broker, proxy("gpu", "a", "n#1"))
     assert [i.instance_id for i, _ in sent] == ["n#0", "n#1", "n#2"]
     middleware.before_worker_shutdown(broker, None)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_message_waiting_on_its_dramatiq_queue_keeps_its_slot_past_the_flight_ttl(client):
+    # Given a Redis broker, a fair queue that sends to it, and one worker thread in the window
+    namespace = f"test-{uuid.uuid4().hex[:8]}"
+    broker = dramatiq.brokers.redis.RedisBroker(client=client, namespace=namespace)
+    broker.declare_queue("gpu")
+    clock = Clock()
+
+    def send(chunk, delay):
+        message = Message(queue_name="gpu", actor_name="genloop_run",
+                          args=(chunk[0].run_id, [i.instance_id for i in chunk]), kwargs={},
+                          options={})
+        return broker.enqueue(message).message_id
+
+    fair = RedisFairQueue(client, send, tenant_of=lambda run: run, flight_ttl=1.0,
+                          clock=clock, prefix=namespace)
+    middleware = RedisFairWorker(fair, "genloop", heartbeat=0.05)
+    flight, first = fair.key("gpu", "flight"), chunk_name("a", ["n#0"])
+    try:
+        middleware.after_worker_boot(broker, dramatiq.Worker(broker, worker_threads=1))
+        until(lambda: workers_on(client, fair, "gpu") == [f"{middleware.id}:1"],
+              "the worker to join the window")
+        # a#0 is let in and waits on the queue (its one thread busy elsewhere), a#1 is held
+        fair([inst("a", 0), inst("a", 1)])
+        assert client.llen(PoolKeys.dramatiq_queue(namespace, "gpu")) == 1
+        assert fair.waiting("gpu") == 1
+        # When it waits past the flight TTL
+        clock.now += 2 * fair.flight_ttl
+        # Then the worker's beats keep its slot, and a#1 still waits its turn
+        until(lambda: (client.zscore(flight, first) or 0) > clock.now,
+              "the beat to keep the waiting message's slot")
+        assert fair.waiting("gpu") == 1
+        # And a message that never reached Dramatiq (its sender died) frees its slot in time:
+        # once a#0 is gone from the broker, its slot expires and a#1 is let in
+        broker.flush("gpu")
+        clock.now += 2 * fair.flight_ttl
+        until(lambda: fair.waiting("gpu") == 0, "a lost message's slot to expire")
+        assert client.zscore(flight, chunk_name("a", ["n#1"])) is not None
+    finally:
+        middleware.before_worker_shutdown(broker, None)
+        broker.flush_all()
 
 
 def test_another_actor_s_message_takes_no_part_in_the_window(client, broker):

@@ -44,13 +44,16 @@ from collections.abc import Callable, Sequence
 
 import dramatiq
 import redis
+from dramatiq import Message
+from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import q_name
 from dramatiq.middleware import Middleware
 from pydantic import TypeAdapter
 
 from ..runtime.chunks import Chunk, chunk_name, chunked, instances_of
 from ..stores.records import InstanceRecord
-from ..stores.redis_text import texts
+from ..stores.redis_keys import PoolKeys
+from ..stores.redis_text import data, texts
 
 log = logging.getLogger(__name__)
 
@@ -148,9 +151,9 @@ def _held(member: str) -> list[tuple[str, str]]:
 class RedisFairQueue:
     """``enqueue(instances, delay)`` through per-tenant lists in Redis; :meth:`finished` frees
     a slot and lets the next tenant's message in. ``flight_ttl``: seconds a slot stays taken
-    by a message no worker has started (lost with a dead process, or stuck behind retries,
-    which run outside the window: freeing it early lets one message more in, no harm); a
-    running one's slot is kept by its worker's heartbeat, and ends soon after that worker.
+    by a message no live worker's heartbeat keeps (its sender died before it reached
+    Dramatiq, or no worker serves its queue); the heartbeats of a queue's workers keep the
+    slots of its messages that Dramatiq holds, waiting or running (:class:`RedisFairWorker`).
     ``send_many``: sends the messages taken at once (by default ``send`` each). A slot is a
     message: one instance, or a chunk of a large release (:mod:`..runtime.chunks`). ``clock``: the
     wall-clock seconds every deadline here is scored in; all of a pool's processes share the
@@ -256,12 +259,23 @@ class RedisFairQueue:
 
 class RedisFairWorker(Middleware):
     """A worker process's part: counts its threads into each queue's window while it lives,
-    keeps the slots of the messages it runs, and frees each slot when its message ends."""
+    keeps the slots of the messages it runs and of those still in its queues, and frees each
+    slot when its message ends.
+
+    A message let in waits on its Dramatiq queue, or in a worker's prefetch, until a thread
+    is free; on a model whose holders are all busy that can be longer than ``flight_ttl``.
+    Its slot must not expire meanwhile, or the window lets in more than it holds and another
+    tenant's message waits behind them all; so each beat also keeps the slots of the messages
+    the queues' Dramatiq hash still holds (sent and not yet done). Only a message that never
+    reached Dramatiq (its sender died after taking the slot) lets its slot expire."""
 
     def __init__(self, fair: RedisFairQueue, actor_prefix: str, heartbeat: float = 2.0) -> None:
         self.fair, self.actor_prefix, self.heartbeat = fair, actor_prefix, heartbeat
         self.id = uuid.uuid4().hex[:12]
         self._queues: list[str] = []
+        #: queue -> the hash Dramatiq's RedisBroker keeps the queue's messages in until they
+        #: are acknowledged (none on another broker)
+        self._messages: dict[str, str] = {}
         self._threads = 0
         self._running: dict[str, tuple[str, str]] = {}  # message id -> queue, slot member
         self._lock = threading.Lock()
@@ -274,6 +288,9 @@ class RedisFairWorker(Middleware):
         self._queues = sorted({q_name(q) for q in broker.get_declared_queues()
                                if whitelist is None or q in whitelist})
         self._threads = worker.worker_threads
+        if isinstance(broker, RedisBroker):
+            self._messages = {q: PoolKeys.dramatiq_queue(broker.namespace, q) + ".msgs"
+                              for q in self._queues}
         # The first beat is the thread's: one that failed here (Redis going away as the worker
         # boots) would leave the worker with no thread to join the window, for good
         threading.Thread(target=self._beat_forever, daemon=True, name="genloop-fair").start()
@@ -321,10 +338,22 @@ class RedisFairWorker(Middleware):
         with self._lock:
             for queue, slot in self._running.values():
                 by_queue.setdefault(queue, []).append(slot)
+        for queue, key in self._messages.items():
+            by_queue.setdefault(queue, []).extend(self._sent(key))
         for queue, slots in by_queue.items():
             self.fair.running(queue, slots, ttl=3 * self.heartbeat)
         for queue in self._queues:
             self.fair.pump(queue)
+
+    def _sent(self, key: str) -> list[str]:
+        """The slots of this fair queue's messages in a queue's Dramatiq hash: waiting on the
+        queue, prefetched or running on some worker."""
+        slots = []
+        for raw in self.fair.client.hvals(key):
+            message = Message.decode(data(raw))
+            if message.actor_name.startswith(self.actor_prefix):
+                slots.append(chunk_name(*instances_of(message.args)))
+        return slots
 
     def _beat_forever(self) -> None:
         while True:
