@@ -108,15 +108,24 @@ def test_an_interactive_run_s_messages_go_to_the_front_of_a_model_s_queue(broker
                               queue=queue)
 
     enqueue.send_chunks([[inst("campaign", k)] for k in range(3)])
-    # When an agent's run sends one message alone and then two in one pipeline
+    # When agents' runs send one message alone, then two in one pipeline, then one more
     enqueue.send_chunk([inst("agent-1", 0)])
-    enqueue.send_chunks([[inst("campaign", 3)], [inst("agent-2", 0)]])
-    # Then its messages are fetched first (the latest first), the batch ones in their order
+    enqueue.send_chunks([[inst("campaign", 3)], [inst("agent-2", 0)], [inst("agent-3", 0)]])
+    enqueue.send_chunk([inst("agent-4", 0)])
+    # Then theirs are fetched first, in the order they were sent (a newer round does not
+    # overtake an older one), the batch ones after them in their order
     client = redis.Redis.from_url(redis_url())
     queue = PoolKeys.dramatiq_queue(broker.namespace, "gpu.m.tiny")
     runs = [dramatiq.Message.decode(client.hget(f"{queue}.msgs", i)).args[0]
             for i in client.lrange(queue, 0, -1)]
-    assert runs == ["agent-2", "agent-1", "campaign", "campaign", "campaign", "campaign"]
+    assert runs == ["agent-1", "agent-2", "agent-3", "agent-4",
+                    "campaign", "campaign", "campaign", "campaign"]
+    # And on a queue of interactive messages only, the next goes last
+    client.delete(queue)
+    for k in range(2):
+        enqueue.send_chunk([inst(f"agent-{5 + k}", 0)])
+    assert [dramatiq.Message.decode(client.hget(f"{queue}.msgs", i)).args[0]
+            for i in client.lrange(queue, 0, -1)] == ["agent-5", "agent-6"]
     # And on an instance's own queue (nothing routed there) order is the sender's
     enqueue.send_chunk([inst("campaign", 9, queue="cpu")])
     enqueue.send_chunk([inst("agent-3", 0, queue="cpu")])

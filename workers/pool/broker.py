@@ -98,11 +98,31 @@ def _message(chunk: Chunk, route: Route | None = None, **options: object) -> dra
     )
 
 
-#: Moves a message just sent to the front of its Dramatiq queue, if it is still there: Redis
+#: The message option that marks a message sent to the front of its queue.
+FRONT = "genloop_front"
+
+#: Moves a message just sent to the front of its Dramatiq queue, if it is still there, behind
+#: the messages already moved there (each marked :data:`FRONT`): interactive messages keep
+#: their order among themselves, or a steady stream of rounds overtook an older one. Redis
 #: lists have no priority, and Dramatiq's enqueue appends (its script is not ours to change).
-#: KEYS: the queue's list; ARGV: the message's Redis id.
+#: KEYS: the queue's list, its messages' hash; ARGV: the message's Redis id.
 _TO_FRONT = """
-if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 1 then redis.call('LPUSH', KEYS[1], ARGV[1]) end
+if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 0 then return end
+local i = 0
+while true do
+  local id = redis.call('LINDEX', KEYS[1], i)
+  if not id then
+    redis.call('RPUSH', KEYS[1], ARGV[1])
+    return
+  end
+  local raw = redis.call('HGET', KEYS[2], id)
+  local options = raw and cjson.decode(raw).options
+  if not (options and options.genloop_front) then
+    redis.call('LINSERT', KEYS[1], 'BEFORE', id, ARGV[1])
+    return
+  end
+  i = i + 1
+end
 """
 
 
@@ -155,8 +175,11 @@ class Enqueuer:
     def send_chunk(self, chunk: Chunk, delay: float = 0.0, **options: object) -> str:
         """Send one message for ``chunk`` (with extra message ``options``); its message id."""
         message = _message(chunk, self.route, **options)
+        first = not delay and self._first(chunk, message)
+        if first:
+            message = message.copy(options={FRONT: True})
         sent = self.broker.enqueue(message, delay=int(delay * 1000) or None)
-        if not delay and self._first(chunk, message):
+        if first:
             self._front(cast("RedisBroker", self.broker).client, sent)
         return message.message_id
 
@@ -170,7 +193,8 @@ class Enqueuer:
         broker = cast("RedisBroker", self.broker)
         if self._to_front is None:
             self._to_front = broker.client.register_script(_TO_FRONT)
-        self._to_front(keys=[PoolKeys.dramatiq_queue(broker.namespace, message.queue_name)],
+        queue = PoolKeys.dramatiq_queue(broker.namespace, message.queue_name)
+        self._to_front(keys=[queue, f"{queue}.msgs"],
                        args=[message.options["redis_message_id"]], client=client)
 
     def _send_pipelined(self, broker: RedisBroker, chunks: Sequence[Chunk]) -> None:
@@ -181,18 +205,21 @@ class Enqueuer:
         private helpers (Dramatiq 2.x): the script's arguments must be the ones it builds.
         If the pipeline fails, the outbox keeps the instances and the sweeper re-sends them."""
         dispatch = broker.scripts["dispatch"]
-        messages = [
-            _message(chunk, self.route).copy(options={"redis_message_id": str(uuid.uuid4())})
-            for chunk in chunks]
+        messages = []
+        for chunk in chunks:
+            message = _message(chunk, self.route)
+            messages.append(message.copy(options={
+                "redis_message_id": str(uuid.uuid4()),
+                **({FRONT: True} if self._first(chunk, message) else {})}))
         with broker.client.pipeline(transaction=False) as pipe:
-            for chunk, message in zip(chunks, messages, strict=True):
+            for message in messages:
                 broker.emit_before("enqueue", message, None)
                 dispatch(keys=[broker.namespace], client=pipe, args=[
                     "enqueue", current_millis(), message.queue_name, broker.broker_id,
                     broker.heartbeat_timeout, broker.dead_message_ttl,
                     broker._should_do_maintenance("enqueue"), broker._max_unpack_size(),
                     message.options["redis_message_id"], message.encode()])
-                if self._first(chunk, message):
+                if message.options.get(FRONT):
                     self._front(pipe, message)
             pipe.execute()
         for message in messages:
