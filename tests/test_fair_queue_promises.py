@@ -258,6 +258,17 @@ def workers_on(client, fair: RedisFairQueue, queue: str) -> list[str]:
     return [m.decode() for m in client.zrange(fair.key(queue, "workers"), 0, -1)]
 
 
+def two_beats(client, fair: RedisFairQueue, member: str, queue: str = "gpu") -> None:
+    """Until the worker ``member`` (``<id>:<threads>``) has beaten twice more: each beat moves
+    its window share's deadline (a sleep of a few beats passed without any on a stalled
+    machine)."""
+    def deadline() -> float:
+        return client.zscore(fair.key(queue, "workers"), member) or 0.0
+
+    for _ in range(2):
+        until(lambda before=deadline(): deadline() > before, "the worker's next beat")
+
+
 @pytest.fixture
 def broker():
     b = StubBroker()
@@ -346,7 +357,7 @@ def test_a_running_message_keeps_its_slot_and_frees_it_for_the_next_when_it_ends
     # When it ends, the next one goes in at once, and the ended one's slot is not renewed
     middleware.after_process_message(broker, proxy("gpu", "a", "n#0"))
     assert [i.instance_id for i, _ in sent] == ["n#0", "n#1"]
-    time.sleep(0.5)  # two beats
+    two_beats(client, fair, f"{middleware.id}:1")
     assert client.zscore(flight, first) is None
     # And a skipped message frees its slot too
     middleware.before_process_message(broker, proxy("gpu", "a", "n#1"))
