@@ -191,26 +191,32 @@ def loop(model: str, seed: int, rounds: int) -> Loop:
                 priority="interactive")
 
 
-def run_agents(url: str, plans: Sequence[Sequence[tuple[Loop, float]]]
-               ) -> tuple[list[float], float]:
+def run_agents(url: str, plans: Sequence[Sequence[tuple[Loop, float]]],
+               loops: list[dict] | None = None) -> tuple[list[float], float]:
     """Each plan in a thread of its own (an agent): think, submit a loop, wait. The latencies,
-    and when the last loop ended (epoch seconds)."""
+    and when the last loop ended (epoch seconds). ``loops``: gets each loop's agent, model,
+    start (seconds from the first agent's start) and latency."""
     latencies: list[float] = []
     ends: list[float] = []
     failed: list[str] = []
+    began_all = time.perf_counter()
 
-    def agent(plan: Sequence[tuple[Loop, float]]) -> None:
+    def agent(number: int, plan: Sequence[tuple[Loop, float]]) -> None:
         with Client.connect(url) as client:
             for spec, think in plan:
                 time.sleep(think)
                 began = time.perf_counter()
                 result = client.submit(spec).wait(timeout=900)
                 latencies.append(time.perf_counter() - began)
+                if loops is not None:
+                    loops.append({"agent": number, "model": spec.model,
+                                  "started_s": round(began - began_all, 2),
+                                  "s": round(latencies[-1], 2)})
                 ends.append(result.finished_at or time.time())
                 if result.status != RunStatus.SUCCEEDED:
                     failed.append(f"{spec.prompt}: {result.error or result.failures[:1]}")
 
-    threads = [threading.Thread(target=agent, args=(p,)) for p in plans]
+    threads = [threading.Thread(target=agent, args=(n, p)) for n, p in enumerate(plans)]
     for t in threads:
         t.start()
     for t in threads:
@@ -305,7 +311,8 @@ def run_side(port: int, db: int, home: Path, config: Path, routing: str,
             runs = [sender.submit(g) for g in campaign(args)]
             status = pool.pool_status(client, PREFIX, RedisStateStore(client=client, prefix=PREFIX))
             read_at = time.time()
-            beside, loops_end = run_agents(url, agent_plans(args, 2))
+            beside_loops: list[dict] = []
+            beside, loops_end = run_agents(url, agent_plans(args, 2), beside_loops)
             results = [r.wait(timeout=1800) for r in runs]
             ended = max(r.finished_at or time.time() for r in results)
             marks.append(time.time())
@@ -334,6 +341,7 @@ def run_side(port: int, db: int, home: Path, config: Path, routing: str,
         "backlog_estimate_s": estimate, "backlog_actual_s": took,
         "backlog_error": None if estimate is None else estimate / took - 1,
         "loops_idle_s": idle, "loops_beside_batch_s": beside,
+        "loops_beside_batch": sorted(beside_loops, key=lambda r: r["started_s"]),
         "phases_s": dict(zip(("start", "warm-up", "idle pool", "beside the batch",
                               "batch alone", "stop"),
                              (b - a for a, b in zip(marks, marks[1:], strict=False)),

@@ -25,6 +25,10 @@ def test_the_quick_run_reports_both_sides(capsys):
     for side in report["sides"].values():
         assert side["loads"] >= side["min_loads"] == 3
         assert len(side["loops_idle_s"]) == len(side["loops_beside_batch_s"]) == 2
+        # and names each loop beside the batch: its model and its latency
+        assert sorted(r["s"] for r in side["loops_beside_batch"]) == sorted(
+            round(s, 2) for s in side["loops_beside_batch_s"])
+        assert all(r["model"] in ("sim-a", "sim-b", "sim-c") for r in side["loops_beside_batch"])
         assert side["batch_images_per_s"] > 0 and side["backlog_estimate_s"] > 0
         assert 0 <= side["utilisation"] <= 1
     assert set(report["on_vs_off"]) >= {"loads", "batch_images_per_s"}
