@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-import redis
 from redis_util import PORT
+from worker_redis import answers
 
 TESTS = Path(__file__).parent
 CHILD = """
@@ -29,14 +29,6 @@ def _child(worker: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, text=True)
 
 
-def _answers(port: int) -> bool:
-    try:
-        with redis.Redis(port=port, socket_connect_timeout=0.5) as client:
-            return bool(client.ping())
-    except redis.ConnectionError:
-        return False
-
-
 def test_the_first_worker_keeps_the_configured_redis():
     child = _child("gw0")
     assert child.stdout.readline().strip() == str(PORT)
@@ -46,9 +38,9 @@ def test_the_first_worker_keeps_the_configured_redis():
 def test_another_worker_serves_its_own_redis_until_it_exits():
     child = _child("gw1")
     port = int(child.stdout.readline())
-    assert port != PORT and _answers(port)
+    assert port != PORT and answers(port)
     child.communicate("")
     deadline = time.monotonic() + 10
-    while _answers(port):
+    while answers(port):
         assert time.monotonic() < deadline, f"the Redis on {port} outlived its worker"
         time.sleep(0.05)

@@ -15,9 +15,11 @@ import atexit
 import ctypes
 import os
 import signal
-import socket
 import subprocess
-import time
+
+import redis
+from metrics_util import free_ports
+from wait_util import until
 
 _PR_SET_PDEATHSIG = 1
 
@@ -30,30 +32,13 @@ def _die_with_parent() -> None:
         pass
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _serve(port: int) -> subprocess.Popen:
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--databases", "16"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
-                conn.sendall(b"PING\r\n")
-                if conn.recv(16).startswith(b"+PONG"):
-                    return server
-        except OSError:
-            pass
-        if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
-            raise RuntimeError(f"redis-server for pytest worker did not start on port {port}")
-        time.sleep(0.05)
+def answers(port: int) -> bool:
+    """Whether a Redis on 127.0.0.1:``port`` answers a PING."""
+    try:
+        with redis.Redis(port=port, socket_connect_timeout=0.5) as client:
+            return bool(client.ping())
+    except redis.ConnectionError:
+        return False
 
 
 def use_own_redis() -> None:
@@ -61,14 +46,14 @@ def use_own_redis() -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     if worker == "gw0":
         return
-    for _ in range(3):  # another process may take the free port before the server binds it
-        port = _free_port()
-        try:
-            server = _serve(port)
-            break
-        except RuntimeError:
-            continue
-    else:
-        raise RuntimeError(f"no redis-server could be started for pytest worker {worker}")
+    port = free_ports(1)
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+    until(lambda: server.poll() is not None or answers(port),
+          f"redis-server for pytest worker {worker} on port {port}")
+    if server.poll() is not None:  # the port was taken between the pick and the bind
+        raise RuntimeError(f"redis-server for pytest worker {worker} exited: port {port}")
     atexit.register(server.terminate)
     os.environ["GENLOOP_TEST_REDIS_PORT"] = str(port)
