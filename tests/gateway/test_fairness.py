@@ -227,3 +227,62 @@ def test_a_member_written_before_chunks_still_comes_out_as_its_instance():
     one = inst("a", 7)
     assert _chunk(one.model_dump_json().encode()) == [one]
     assert _chunk(f"[{one.model_dump_json()}]".encode()) == [one]
+
+
+def _lanes_in_turn(send_to, finish) -> list[str]:
+    """Drives a fair queue of one slot: ten campaign runs (``c*``, batch lane) with two messages
+    each, then a loop (``loop``) with six; returns the lane of each message let in, in order."""
+    for c in range(10):
+        for i in range(2):
+            send_to([inst(f"c{c}", i)])
+    for i in range(6):
+        send_to([inst("loop", i)])
+    order = []
+    for _ in range(25):
+        order.append(finish())
+    return ["I" if run == "loop" else "B" for run in order]
+
+
+def test_the_interactive_lane_goes_first_and_the_batch_lane_keeps_one_slot_in_four():
+    # Given one slot, a campaign of ten runs waiting in the batch lane, and a loop submitted
+    # after it (each run its own tenant, as runs without a namespace are)
+    sent: list[tuple[str, str]] = []
+
+    def send(chunk, delay):
+        sent.append((chunk[0].run_id, chunk[0].instance_id))
+        return f"{chunk[0].run_id}{chunk[0].instance_id}"
+
+    fair = FairEnqueuer(send, window=1, tenant_of=lambda run: run,
+                        in_batch_lane=lambda run: run.startswith("c"))
+
+    def finish() -> str:
+        run, instance = sent[-1]
+        fair.finished("gpu", f"{run}{instance}")
+        return sent[-1][0]
+
+    # When messages finish one by one
+    lanes = _lanes_in_turn(fair, finish)
+    # Then the loop's messages take three slots of every four, not one in eleven turns, and
+    # the campaign keeps the fourth; with the loop done, the campaign has them all
+    assert lanes == ["I", "I", "I", "B", "I", "I", "I"] + ["B"] * 18
+    assert sent[0][0] == "c0" and len(sent) == 26 and fair.waiting() == 0
+
+
+def test_the_interactive_lane_goes_first_in_redis_too():
+    sent: list[InstanceRecord] = []
+    import redis
+
+    client = redis.Redis.from_url(redis_url(0))
+    fair = RedisFairQueue(client, lambda chunk, delay: sent.extend(chunk) or chunk[0].instance_id,
+                          tenant_of=lambda run: run, prefix=f"test-{uuid.uuid4().hex[:8]}",
+                          in_batch_lane=lambda run: run.startswith("c"))
+    fair.join("w1", "gpu", threads=1, ttl=30)
+
+    def finish() -> str:
+        fair.finished("gpu", sent[-1].run_id, [sent[-1].instance_id])
+        return sent[-1].run_id
+
+    lanes = _lanes_in_turn(fair, finish)
+    assert lanes == ["I", "I", "I", "B", "I", "I", "I"] + ["B"] * 18
+    assert sent[0].run_id == "c0" and len(sent) == 26 and fair.waiting("gpu") == 0
+    client.close()

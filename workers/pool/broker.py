@@ -275,11 +275,14 @@ def _sending(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, *
     def interactive(run_id: str) -> bool:
         return scheduler.topology(run_id).graph.priority != "batch"
 
+    def in_batch_lane(run_id: str) -> bool:
+        return not interactive(run_id)
+
     enqueue = Enqueuer(broker, _router(broker, registry, lambda: scheduler), interactive)
 
     def tenant_of(run_id: str) -> str:
-        # A tenant's lanes are two flows: its loops take turns with its campaign, and a lane
-        # with nothing waiting goes to the front, so interactive work overtakes a backlog.
+        # A tenant's lanes are two flows, one in each lane's turn order (the interactive
+        # lane's goes first): its loops overtake its own campaign, and other tenants'.
         graph = scheduler.topology(run_id).graph
         if graph.namespace is None:
             return run_id
@@ -288,7 +291,8 @@ def _sending(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, *
     fair: FairEnqueuer | RedisFairQueue | None = None
     resend = None
     if fair_window is not None:
-        fair = FairEnqueuer(enqueue.send_chunk, fair_window, tenant_of)
+        fair = FairEnqueuer(enqueue.send_chunk, fair_window, tenant_of,
+                            in_batch_lane=in_batch_lane)
     elif shared_fair is not None:
         if not is_redis_broker(broker):
             raise TypeError("shared_fair needs a RedisBroker (its client holds the queue)")
@@ -296,7 +300,7 @@ def _sending(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, *
 
         fair = shared = RedisFairQueue(broker.client, enqueue.send_chunk, tenant_of,
                                        prefix=shared_fair, send_many=enqueue.send_chunks,
-                                       queue_of=enqueue.queue_of)
+                                       queue_of=enqueue.queue_of, in_batch_lane=in_batch_lane)
         resend = shared.resend if runs_work else None
 
     def backlog(queue: str) -> int:  # waiting their turn is not lost either

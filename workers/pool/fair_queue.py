@@ -9,6 +9,12 @@ tenants in turn (round robin; a tenant that had nothing waiting goes to the fron
 tenant's message therefore waits behind at most ``window`` messages, not behind everything
 sent before it.
 
+Lanes (docs/batching.md) are two turn orders: a message of the interactive lane is
+taken before any of the batch lane's, which keeps one slot in
+:data:`~..runtime.batch_queue.BATCH_TURN` while both wait. Taking turns with every campaign run
+(a run without a namespace is a tenant of its own), an agent's loop got one message in a
+hundred slots beside a 100-run campaign.
+
 It needs to see every message it sent finish, so it is for a process whose workers run the
 messages it sends (the embedded runtime, ``genloop serve --local``). A message held here is
 ``queued`` in the store; if the process dies, the sweeper re-sends it once it is stale, as it
@@ -25,6 +31,7 @@ import dramatiq
 from dramatiq.common import q_name
 from dramatiq.middleware import Middleware
 
+from ..runtime.batch_queue import BATCH_TURN
 from ..runtime.chunks import Chunk, chunk_name, chunked
 from ..stores.records import InstanceRecord
 
@@ -35,16 +42,21 @@ Send = Callable[[Chunk, float], str]
 
 class FairEnqueuer:
     """``enqueue(instances, delay)`` with per-queue windows and per-tenant turns. What waits
-    and takes a slot is a message: one instance, or a chunk of a large release."""
+    and takes a slot is a message: one instance, or a chunk of a large release.
+    ``in_batch_lane(run_id)``: whether a run's messages wait in the batch lane (by default
+    none do)."""
 
-    def __init__(self, send: Send, window: int, tenant_of: Callable[[str], str]) -> None:
+    def __init__(self, send: Send, window: int, tenant_of: Callable[[str], str], *,
+                 in_batch_lane: Callable[[str], bool] | None = None) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
         self.send, self.window, self.tenant_of = send, window, tenant_of
+        self.in_batch_lane = in_batch_lane or (lambda run_id: False)
         self._lock = threading.Lock()
         self._in_flight: dict[str, set[str]] = {}  # queue -> message ids in the broker
-        # queue -> tenant -> waiting chunks; OrderedDict order is the round robin's
-        self._waiting: dict[str, OrderedDict[str, deque[Chunk]]] = {}
+        # (queue, lane) -> tenant -> waiting chunks; OrderedDict order is the round robin's
+        self._waiting: dict[tuple[str, bool], OrderedDict[str, deque[Chunk]]] = {}
+        self._interactive_turns: dict[str, int] = {}  # queue -> taken while batch waited
         self._held: set[str] = set()  # the waiting messages' chunk names
 
     def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
@@ -59,8 +71,10 @@ class FairEnqueuer:
                 if key in self._held:
                     continue  # a duplicate send (sweeper) of one already waiting here
                 self._held.add(key)
-                tenants = self._waiting.setdefault(chunk[0].queue, OrderedDict())
-                tenant = self.tenant_of(chunk[0].run_id)
+                run_id = chunk[0].run_id
+                tenants = self._waiting.setdefault((chunk[0].queue, self.in_batch_lane(run_id)),
+                                                   OrderedDict())
+                tenant = self.tenant_of(run_id)
                 if tenant not in tenants:
                     # A tenant with nothing waiting goes first (as FQ-CoDel favours sparse
                     # flows): its small run should not wait a turn behind a large one.
@@ -85,14 +99,18 @@ class FairEnqueuer:
         with self._lock:
             if queue is None:
                 return len(self._held)
-            return sum(len(fifo) for fifo in self._waiting.get(queue, {}).values())
+            return sum(len(fifo) for batch in (False, True)
+                       for fifo in self._waiting.get((queue, batch), {}).values())
 
     def _take_all(self) -> list[Chunk]:
-        """Every chunk that fits its queue's window, tenants in turn (lock held)."""
+        """Every chunk that fits its queue's window, lanes and tenants in turn (lock held)."""
         out: list[Chunk] = []
-        for queue, tenants in self._waiting.items():
+        for queue in {queue for queue, _ in self._waiting}:
             flight = self._in_flight.setdefault(queue, set())
-            while tenants and len(flight) + sum(c[0].queue == queue for c in out) < self.window:
+            while len(flight) + sum(c[0].queue == queue for c in out) < self.window:
+                tenants = self._lane(queue)
+                if tenants is None:
+                    break
                 tenant, fifo = next(iter(tenants.items()))
                 chunk = fifo.popleft()
                 tenants.pop(tenant)
@@ -101,6 +119,18 @@ class FairEnqueuer:
                 self._held.discard(_name(chunk))
                 out.append(chunk)
         return out
+
+    def _lane(self, queue: str) -> OrderedDict[str, deque[Chunk]] | None:
+        """The lane whose turn it is on ``queue``, or None with nothing waiting (lock held)."""
+        interactive = self._waiting.get((queue, False))
+        batch = self._waiting.get((queue, True))
+        if not batch:
+            return interactive or None
+        if not interactive or self._interactive_turns.get(queue, 0) >= BATCH_TURN - 1:
+            self._interactive_turns[queue] = 0
+            return batch
+        self._interactive_turns[queue] = self._interactive_turns.get(queue, 0) + 1
+        return interactive
 
     def _send(self, ready: list[tuple[Chunk, float]]) -> None:
         for chunk, delay in ready:

@@ -8,7 +8,10 @@ Redis, for each queue (on a routed pool, each model's own queue, :mod:`.routing`
 - ``<p>:fair:<queue>:t:<tenant>``: the tenant's waiting messages (a list, FIFO), each one
   instance or a chunk of a large release (:mod:`..runtime.chunks`), named by
   :func:`~..runtime.chunks.chunk_name`;
-- ``<p>:fair:<queue>:ring``: the tenants with something waiting, in turn order;
+- ``<p>:fair:<queue>:ring`` and ``<p>:fair:<queue>:ring:batch``: the tenants with something
+  waiting in the interactive and the batch lane, each in turn order; the interactive lane goes
+  first, the batch lane keeps one slot in :data:`~..runtime.batch_queue.BATCH_TURN` while both
+  wait (``<p>:fair:<queue>:turns`` counts the interactive lane's turns since the batch lane's);
 - ``<p>:fair:<queue>:flight``: messages sent to the broker and not yet finished (a sorted set,
   scored by a deadline, so a message lost with a dead process frees its slot in time, or at
   once when the sweeper sends it again);
@@ -50,6 +53,7 @@ from dramatiq.common import q_name
 from dramatiq.middleware import Middleware
 from pydantic import TypeAdapter
 
+from ..runtime.batch_queue import BATCH_TURN
 from ..runtime.chunks import Chunk, chunk_name, chunked, instances_of
 from ..stores.records import InstanceRecord
 from ..stores.redis_keys import PoolKeys
@@ -64,29 +68,31 @@ Send = Callable[[Chunk, float], str]
 SendMany = Callable[[Sequence[Chunk], float], object]
 
 #: Take instances for free slots (lock-free for callers: the script runs atomically).
-#: ARGV: prefix, queue, now, flight ttl, the member whose message finished (or ''), then
-#: (tenant, member, payload, images) quads to add first. Returns the payloads taken, in turn
-#: order. The ``since`` and ``images`` keys are :func:`~.routing.held_since_key`'s and
+#: ARGV: prefix, queue, now, flight ttl, batch turn, the member whose message finished (or
+#: ''), then (tenant, lane, member, payload, images) to add first (lane: ``batch`` or '').
+#: Returns the payloads taken, in turn order. The ``since`` and ``images`` keys are :func:`~.routing.held_since_key`'s and
 #: :func:`~.routing.held_images_key`'s.
 _PUSH_AND_TAKE = """
 local p, q, now, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local batch_turn = tonumber(ARGV[5])
 local base = p .. ':fair:' .. q
-local ring, held, payloads = base .. ':ring', base .. ':held', base .. ':payload'
+local rings = {[''] = base .. ':ring', batch = base .. ':ring:batch'}
+local turns, held, payloads = base .. ':turns', base .. ':held', base .. ':payload'
 local flight, workers = base .. ':flight', base .. ':workers'
 local since, images, counts = base .. ':since', base .. ':images', base .. ':count'
-if ARGV[5] ~= '' then redis.call('ZREM', flight, ARGV[5]) end
-for i = 6, #ARGV, 4 do
-  local tenant, member = ARGV[i], ARGV[i + 1]
+if ARGV[6] ~= '' then redis.call('ZREM', flight, ARGV[6]) end
+for i = 7, #ARGV, 5 do
+  local tenant, ring, member = ARGV[i], rings[ARGV[i + 1]], ARGV[i + 2]
   -- Sent again while its slot is taken: the sweeper re-sends only what nobody works on (a
   -- dead worker's, a lost message), so that slot is stale; it must not keep the re-sent
   -- message waiting until it expires. (A lost chunk's slot, whose name differs from the
   -- re-sent instances', is freed by RedisFairQueue.resend.)
   redis.call('ZREM', flight, member)
   if redis.call('SADD', held, member) == 1 then
-    redis.call('HSET', payloads, member, ARGV[i + 2])
+    redis.call('HSET', payloads, member, ARGV[i + 3])
     redis.call('ZADD', since, now, member)
-    redis.call('HSET', counts, member, ARGV[i + 3])
-    redis.call('INCRBY', images, ARGV[i + 3])
+    redis.call('HSET', counts, member, ARGV[i + 4])
+    redis.call('INCRBY', images, ARGV[i + 4])
     if redis.call('RPUSH', base .. ':t:' .. tenant, member) == 1 then
       redis.call('LPUSH', ring, tenant)
     end
@@ -100,6 +106,16 @@ for _, w in ipairs(redis.call('ZRANGE', workers, 0, -1)) do
 end
 local out, busy = {}, redis.call('ZCARD', flight)
 while busy < window do
+  local ring = rings['']
+  if redis.call('EXISTS', rings.batch) == 1 then
+    local n = tonumber(redis.call('GET', turns) or '0')
+    if n >= batch_turn - 1 or redis.call('EXISTS', ring) == 0 then
+      ring = rings.batch
+      redis.call('SET', turns, 0)
+    else
+      redis.call('SET', turns, n + 1)
+    end
+  end
   local tenant = redis.call('LPOP', ring)
   if not tenant then break end
   local fifo = base .. ':t:' .. tenant
@@ -159,15 +175,18 @@ class RedisFairQueue:
     wall-clock seconds every deadline here is scored in; all of a pool's processes share the
     scores, so they keep ``time.time``, and a test passes one it moves by hand. ``queue_of``:
     the Dramatiq queue a chunk's message goes to, where that is a model's own (a routed pool):
-    the message then waits its turn in that queue's window."""
+    the message then waits its turn in that queue's window. ``in_batch_lane(run_id)``: whether
+    a run's messages wait in the batch lane (by default none do)."""
 
     def __init__(self, client: redis.Redis, send: Send, tenant_of: Callable[[str], str], *,
                  prefix: str = "genloop", flight_ttl: float = 10.0,
                  send_many: SendMany | None = None,
                  clock: Callable[[], float] = time.time,
-                 queue_of: Callable[[Chunk], str] | None = None) -> None:
+                 queue_of: Callable[[Chunk], str] | None = None,
+                 in_batch_lane: Callable[[str], bool] | None = None) -> None:
         self.client, self.send, self.tenant_of = client, send, tenant_of
         self.queue_of = queue_of
+        self.in_batch_lane = in_batch_lane or (lambda run_id: False)
         self.send_many = send_many or (lambda chunks, delay: [send(c, delay) for c in chunks])
         self.prefix, self.flight_ttl, self.clock = prefix, flight_ttl, clock
         self._script = client.register_script(_PUSH_AND_TAKE)
@@ -182,7 +201,8 @@ class RedisFairQueue:
             for inst in instances:
                 self.send([inst], delay)
             return
-        by_queue: dict[str, list[str]] = {}  # queue -> (tenant, member, payload, images)
+        # queue -> (tenant, lane, member, payload, images)
+        by_queue: dict[str, list[str]] = {}
         for chunk in chunked(instances):
             first = chunk[0]
             queue = self.queue_of(chunk) if self.queue_of is not None else first.queue
@@ -191,11 +211,11 @@ class RedisFairQueue:
                 self.client.sadd(self.key(first.queue, "routed"), queue)
                 self._routed.add((first.queue, queue))
             by_queue.setdefault(queue, []).extend([
-                self.tenant_of(first.run_id),
+                self.tenant_of(first.run_id), "batch" if self.in_batch_lane(first.run_id) else "",
                 chunk_name(first.run_id, [inst.instance_id for inst in chunk]), _payload(chunk),
                 str(sum(inst.expected_items for inst in chunk))])
-        for queue, quads in by_queue.items():
-            self._take(queue, quads)
+        for queue, quints in by_queue.items():
+            self._take(queue, quints)
 
     def resend(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
         """Send again what the sweeper found nobody working on (its worker died, or its
@@ -250,9 +270,9 @@ class RedisFairQueue:
     def leave(self, worker: str, queue: str, threads: int) -> None:
         self.client.zrem(self.key(queue, "workers"), f"{worker}:{threads}")
 
-    def _take(self, queue: str, quads: Sequence[str] = (), done: str = "") -> None:
-        taken = self._script(args=[self.prefix, queue, self.clock(), self.flight_ttl, done,
-                                   *quads])
+    def _take(self, queue: str, quints: Sequence[str] = (), done: str = "") -> None:
+        taken = self._script(args=[self.prefix, queue, self.clock(), self.flight_ttl,
+                                   BATCH_TURN, done, *quints])
         if taken:
             self.send_many([_chunk(p) for p in taken], 0.0)
 
