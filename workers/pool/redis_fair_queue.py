@@ -70,8 +70,8 @@ SendMany = Callable[[Sequence[Chunk], float], object]
 #: Take instances for free slots (lock-free for callers: the script runs atomically).
 #: ARGV: prefix, queue, now, flight ttl, batch turn, the member whose message finished (or
 #: ''), then (tenant, lane, member, payload, images) to add first (lane: ``batch`` or '').
-#: Returns the payloads taken, in turn order. The ``since`` and ``images`` keys are :func:`~.routing.held_since_key`'s and
-#: :func:`~.routing.held_images_key`'s.
+#: Returns the payloads taken, in turn order. The ``since`` and ``images`` keys are
+#: :func:`~.routing.held_since_key`'s and :func:`~.routing.held_images_key`'s.
 _PUSH_AND_TAKE = """
 local p, q, now, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local batch_turn = tonumber(ARGV[5])
