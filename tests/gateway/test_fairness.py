@@ -230,17 +230,19 @@ def test_a_member_written_before_chunks_still_comes_out_as_its_instance():
 
 
 def _lanes_in_turn(send_to, finish) -> list[str]:
-    """Drives a fair queue of one slot: ten campaign runs (``c*``, batch lane) with two messages
-    each, then a loop (``loop``) with six; returns the lane of each message let in, in order."""
+    """Drives a fair queue of one slot, taken by an interactive message (``x``): ten campaign
+    runs (``c*``, batch lane) with two messages each wait, then a loop (``loop``) with six;
+    returns the lane of each message let in as the one before it finishes, in order."""
+    send_to([inst("x", 0)])
     for c in range(10):
         for i in range(2):
             send_to([inst(f"c{c}", i)])
     for i in range(6):
         send_to([inst("loop", i)])
     order = []
-    for _ in range(25):
+    for _ in range(26):
         order.append(finish())
-    return ["I" if run == "loop" else "B" for run in order]
+    return ["B" if run.startswith("c") else "I" for run in order]
 
 
 def test_the_interactive_lane_goes_first_and_the_batch_lane_keeps_one_slot_in_four():
@@ -264,8 +266,8 @@ def test_the_interactive_lane_goes_first_and_the_batch_lane_keeps_one_slot_in_fo
     lanes = _lanes_in_turn(fair, finish)
     # Then the loop's messages take three slots of every four, not one in eleven turns, and
     # the campaign keeps the fourth; with the loop done, the campaign has them all
-    assert lanes == ["I", "I", "I", "B", "I", "I", "I"] + ["B"] * 18
-    assert sent[0][0] == "c0" and len(sent) == 26 and fair.waiting() == 0
+    assert lanes == ["I", "I", "I", "B", "I", "I", "I"] + ["B"] * 19
+    assert sent[0][0] == "x" and len(sent) == 27 and fair.waiting() == 0
 
 
 def test_the_interactive_lane_goes_first_in_redis_too():
@@ -283,6 +285,6 @@ def test_the_interactive_lane_goes_first_in_redis_too():
         return sent[-1].run_id
 
     lanes = _lanes_in_turn(fair, finish)
-    assert lanes == ["I", "I", "I", "B", "I", "I", "I"] + ["B"] * 18
-    assert sent[0].run_id == "c0" and len(sent) == 26 and fair.waiting("gpu") == 0
+    assert lanes == ["I", "I", "I", "B", "I", "I", "I"] + ["B"] * 19
+    assert sent[0].run_id == "x" and len(sent) == 27 and fair.waiting("gpu") == 0
     client.close()

@@ -24,7 +24,7 @@ would a message lost with a broker's memory.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable, Sequence
 
 import dramatiq
@@ -56,7 +56,8 @@ class FairEnqueuer:
         self._in_flight: dict[str, set[str]] = {}  # queue -> message ids in the broker
         # (queue, lane) -> tenant -> waiting chunks; OrderedDict order is the round robin's
         self._waiting: dict[tuple[str, bool], OrderedDict[str, deque[Chunk]]] = {}
-        self._interactive_turns: dict[str, int] = {}  # queue -> taken while batch waited
+        # queue -> interactive messages taken while the batch lane waited
+        self._interactive_turns: defaultdict[str, int] = defaultdict(int)
         self._held: set[str] = set()  # the waiting messages' chunk names
 
     def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
@@ -126,10 +127,10 @@ class FairEnqueuer:
         batch = self._waiting.get((queue, True))
         if not batch:
             return interactive or None
-        if not interactive or self._interactive_turns.get(queue, 0) >= BATCH_TURN - 1:
+        if not interactive or self._interactive_turns[queue] >= BATCH_TURN - 1:
             self._interactive_turns[queue] = 0
             return batch
-        self._interactive_turns[queue] = self._interactive_turns.get(queue, 0) + 1
+        self._interactive_turns[queue] += 1
         return interactive
 
     def _send(self, ready: list[tuple[Chunk, float]]) -> None:
