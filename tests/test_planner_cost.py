@@ -255,3 +255,137 @@ def test_instances_carry_their_nodes_retry_settings_and_a_shards_own_size():
     instances = expand("r", node, default_registry[node.op], [])
     assert [i.expected_items for i in instances] == [4, 4, 2]
     assert {(i.max_retries, i.min_backoff, i.max_backoff) for i in instances} == {(5, 7, 9)}
+
+
+# -- an agent's answer to a refine node, costed against the run's limit ----------------------
+def _answered_loop(limit: float | None, **limits) -> tuple[Graph, str]:
+    """A 2x2 agent loop planned at 6 megapixel-steps (4 images of 1, 2 steps each, and 4
+    scorings of 0.5) under a cost limit of ``limit``; its refine node's id."""
+    from genloop.sdk.graph import RunLimits
+
+    graph = Loop(prompt="p", candidates=2, rounds=2, steps=2, refiner="agent").compile()
+    gens = [n.id for n in graph.nodes if n.op == "generate"]
+    limits = {"image_costs": dict.fromkeys(gens, 1.0), "image_steps": dict.fromkeys(gens, 2),
+              "score_costs": {n.id: 0.5 for n in graph.nodes if n.op == "score"}, **limits}
+    graph.limits = RunLimits(items=16, images=16, cost=limit, **limits)
+    return graph, next(n.id for n in graph.nodes if n.op == "refine")
+
+
+def _asks(*steps: int | None, **edit) -> list:
+    from genloop.sdk import GenerationRequest
+
+    return [GenerationRequest(prompt="p", seed=s, round=2, steps=n, **edit)
+            for s, n in enumerate(steps)]
+
+
+def _answer_problem(graph: Graph, refine: str, asked: list, earlier=()) -> str | None:
+    from genloop.workers.runtime.planner import answer_cost_problem
+
+    return answer_cost_problem(graph, default_registry, refine, asked, list(earlier))
+
+
+def test_earlier_answers_count_what_they_added_and_never_what_they_saved():
+    graph, refine = _answered_loop(7.5)
+    more, fewer = _asks(3, 3), _asks(1, 1)  # one megapixel-step more in all; one less
+    # Given an earlier answer that added 1 (to 7): another adding 1 takes the run to 8
+    assert "taking the run to 8;" in (_answer_problem(graph, refine, more, [(refine, more)]) or "")
+    # Given an earlier answer that asked fewer steps: its saving is not spent twice, and 7 fits
+    assert _answer_problem(graph, refine, more, [(refine, fewer)]) is None
+    # And an answer at the planned steps is never refused, even with the slack used up
+    graph, refine = _answered_loop(6.5)
+    assert _answer_problem(graph, refine, _asks(2, 2), [(refine, more)]) is None
+
+
+def test_an_answer_without_a_cost_limit_or_a_priced_round_costs_nothing_more():
+    assert _answer_problem(*_answered_loop(None), _asks(200, 200)) is None
+    # a limit that prices no step of the next round's node (its steps unknown)
+    graph, refine = _answered_loop(6.0, image_steps={})
+    assert _answer_problem(graph, refine, _asks(200, 200)) is None
+
+
+def test_an_answer_counts_the_steps_each_image_denoises():
+    graph, refine = _answered_loop(6.0)  # exactly the plan: any step more is refused
+    # An edit at half strength of 4 steps denoises 2, what the round was planned at
+    assert _answer_problem(graph, refine, _asks(4, 4, init_image="k", strength=0.5)) is None
+    # An image without steps takes the node's own
+    assert _answer_problem(graph, refine, _asks(None, None)) is None
+    # A strength without an image to edit, or an image without a strength, runs all 4
+    for edit in ({"strength": 0.5}, {"init_image": "k"}):
+        assert "taking the run to 8;" in (_answer_problem(graph, refine, _asks(4, 4, **edit))
+                                          or ""), edit
+    # Only the node's candidates count, however many images the answer lists
+    graph, refine = _answered_loop(7.0)
+    assert _answer_problem(graph, refine, _asks(3, 3, 3)) is None
+
+
+def test_an_answer_is_priced_at_the_generate_node_its_refine_node_feeds():
+    from genloop.sdk.graph import RunLimits
+
+    # Given round 1 at 2 steps (1 an image) and round 2, the answered one, at 4 (2 an image)
+    graph, refine = _answered_loop(8.0)
+    first, target = [n.id for n in graph.nodes if n.op == "generate"]
+    assert refine in next(n for n in graph.nodes if n.id == target).inputs
+    graph.limits = RunLimits(items=16, images=16, cost=8.0,
+                             image_costs={first: 1.0, target: 2.0},
+                             image_steps={first: 2, target: 4},
+                             score_costs=graph.limits.score_costs)
+    # Then an answer at round 2's own 4 steps adds nothing to the plan's 8
+    assert _answer_problem(graph, refine, _asks(4, 4)) is None
+
+
+def test_an_answer_to_a_refine_node_that_feeds_no_generate_node_costs_nothing_more():
+    from genloop.sdk.graph import RunLimits
+
+    g = Graph()
+    gen = g.generate("p", n=2, id="gen", max_retries=0)
+    sc = g.score(gen, text="p", id="score", max_retries=0)
+    g.add("refine", inputs=[sc], params={"prompt": "p"}, id="refine")  # no candidates named
+    g.limits = RunLimits(items=16, images=16, cost=2.0, image_costs={"gen": 1.0},
+                         image_steps={"gen": 2})
+    assert _answer_problem(g, "refine", _asks(9, 9)) is None
+    # And one whose refine node names no candidates is costed at the op's default (8), as the
+    # plan counted its round: 2 + 8 images planned, so 8 images at 3 steps add 4
+    g.generate(inputs=["refine"], map=True, id="next", max_retries=0)
+    g.limits = RunLimits(items=16, images=16, cost=14.0, image_costs={"gen": 1.0, "next": 1.0},
+                         image_steps={"gen": 2, "next": 2})
+    assert _answer_problem(g, "refine", _asks(3, 3, 3)) is None  # fewer images than planned
+    assert _answer_problem(g, "refine", _asks(*[3] * 8)) is None  # 10 + 4: 14
+    assert _answer_problem(g, "refine", _asks(*[3] * 9)) is None  # the ninth is not run
+    assert "taking the run to 18;" in (_answer_problem(g, "refine", _asks(*[4] * 8)) or "")
+
+
+def test_a_node_the_limits_price_no_image_of_counts_nothing():
+    g = _limited(items=10, images=100, cost=3.0, image_costs={"a": 1.0})
+    assert _limits_problem(g, "c") is None  # a's 3 images at 1; b's and c's unpriced
+
+
+def test_a_megapixel_step_is_a_million_pixels_denoised_once():
+    g = Graph()
+    g.generate("p", n=1, steps=10, width=1000, height=1000, max_retries=0)
+    assert cost(g).cost == 10.0
+
+
+def test_shards_number_their_first_image_and_params_are_stored_as_json():
+    from pydantic import BaseModel
+
+    from genloop.workers.runtime.planner import expand
+
+    g = Graph()
+    g.generate("p", n=10, shard_size=4, id="gen")
+    node = g.nodes[0]
+    assert [i.params["first"] for i in expand("r", node, default_registry[node.op], [])] == [
+        0, 4, 8]
+
+    class Pair(BaseModel):
+        pair: tuple[int, int] = (1, 2)
+
+    registry = OpRegistry()
+
+    @op("pair", params=Pair, registry=registry)
+    def pair(params, inputs, ctx):  # pragma: no cover - never run here
+        return []
+
+    g = Graph()
+    g.add("pair", id="x")
+    (instance,) = expand("r", g.nodes[0], registry["pair"], [])
+    assert instance.params == {"pair": [1, 2]}  # as the store keeps it, not a tuple

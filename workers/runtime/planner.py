@@ -17,7 +17,7 @@ from typing import Any
 
 from genloop.sdk.errors import GraphError, GraphProblem
 from genloop.sdk.graph import Graph, Node, RunLimits
-from genloop.sdk.ops import GenerationRequest, edit_steps
+from genloop.sdk.ops import GenerationRequest, RefineParams, edit_steps
 
 from ..ops.registry import OpRegistry, OpSpec
 from ..stores.records import FailedItem, InstanceRecord, ItemRef
@@ -272,7 +272,8 @@ def _answer_extra(graph: Graph, refine_id: str, requests: Sequence[GenerationReq
     cost, steps = limits.image_costs.get(target), limits.image_steps.get(target)
     if not cost or not steps:
         return 0.0
-    candidates = int(nodes[refine_id].params.get("candidates", len(requests)))
+    # as the plan counted them: a spec that names none has the op's default
+    candidates = RefineParams.model_validate(nodes[refine_id].params).candidates
     asked = sum(_denoised(r, steps) for r in requests[:candidates])
     return cost / steps * asked - cost * candidates
 
