@@ -49,6 +49,7 @@ def test_a_generate_node_with_inputs_makes_one_image_per_input_item_mapped_or_no
     g.generate(inputs=[first], max_retries=0, id="chained")      # n is not what it makes
     g.generate(inputs=[first], map=True, max_retries=0, id="mapped")
     plan = cost(g)
+    assert {n: c.node_id for n, c in plan.nodes.items()} == {n: n for n in plan.nodes}
     assert plan.nodes["chained"].images == 5
     assert plan.nodes["mapped"].images == 5
     assert plan.images == 15
@@ -375,6 +376,14 @@ def test_shards_number_their_first_image_and_params_are_stored_as_json():
     node = g.nodes[0]
     assert [i.params["first"] for i in expand("r", node, default_registry[node.op], [])] == [
         0, 4, 8]
+    # and a mapped node's instances their item's place
+    from genloop.workers.stores.records import ItemRef
+
+    mapped = g.generate(inputs=["gen"], map=True, id="mapped")
+    node = next(n for n in g.nodes if n.id == mapped)
+    refs = [ItemRef(key="k", index=i) for i in range(3)]
+    assert [i.params["first"] for i in expand("r", node, default_registry[node.op], refs)] == [
+        0, 1, 2]
 
     class Pair(BaseModel):
         pair: tuple[int, int] = (1, 2)
