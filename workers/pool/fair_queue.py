@@ -11,9 +11,9 @@ sent before it.
 
 Lanes (docs/batching.md) are two turn orders: a message of the interactive lane is
 taken before any of the batch lane's, which keeps one slot in
-:data:`~..runtime.batch_queue.BATCH_TURN` while both wait. Taking turns with every campaign run
-(a run without a namespace is a tenant of its own), an agent's loop got one message in a
-hundred slots beside a 100-run campaign.
+:data:`~..runtime.batch_queue.BATCH_TURN` while both wait. In one turn order, where a run without a
+namespace is a tenant of its own, each message of an agent's loop after its first waited a
+turn behind every run of a 100-run campaign.
 
 It needs to see every message it sent finish, so it is for a process whose workers run the
 messages it sends (the embedded runtime, ``genloop serve --local``). A message held here is
