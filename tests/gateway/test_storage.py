@@ -74,6 +74,19 @@ def test_a_run_the_back_end_deleted_is_forgotten_and_a_pinned_one_kept(gateway):
     assert [r for r, _ in store.runs(tenant + "-b")] == [pinned]
 
 
+def test_the_runs_due_now_are_forgotten_and_counted_each(gateway):
+    tenant = f"t-{uuid.uuid4().hex[:6]}"
+    # Given two ended runs the back end's retention deleted, each due a look a second ago
+    runs = [_ended_run(gateway, tenant), _ended_run(gateway, tenant + "-2")]
+    retention_pass(gateway.backend.store, gateway.retention,
+                   now=time.time() + 2 * gateway.retention)
+    for run_id in runs:
+        gateway.store.forget_at(run_id, time.time() - 1)
+    # When the janitor's pass runs at the present time (no time given), both are forgotten
+    assert gateway.forget_expired() == 2
+    assert [gateway.store.owner(r) for r in runs] == [None, None]
+
+
 def test_a_runs_retention_is_kept_within_the_tenants(gateway):
     tenant = f"t-{uuid.uuid4().hex[:6]}"
     gateway.store.set_limits(tenant, TenantLimits(retention=3600))
