@@ -11,9 +11,11 @@ from fastapi import FastAPI
 
 
 class LiveServer:
-    """``with LiveServer(app) as server: server.url`` serves ``app`` on 127.0.0.1:<free port>."""
+    """``with LiveServer(app) as server: server.url`` serves ``app`` on 127.0.0.1:<free port>.
+    ``lifespan``: run the app's startup and shutdown (its janitor), as ``genloop serve`` does;
+    off by default, where a test's app outlives one server."""
 
-    def __init__(self, app: FastAPI) -> None:
+    def __init__(self, app: FastAPI, *, lifespan: bool = False) -> None:
         # proto must say TCP: asyncio sets TCP_NODELAY on accepted sockets only then, and
         # without it every answer waits ~40 ms on Nagle and the client's delayed ACK.
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -21,7 +23,7 @@ class LiveServer:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="off",
+        config = uvicorn.Config(app, log_level="warning", lifespan="on" if lifespan else "off",
                                 timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
