@@ -8,6 +8,7 @@ import json
 
 import httpx
 from test_safety import error, messages
+from test_uploads import image_bytes, upload
 
 from genloop.evaluators.pricing import PASS_COST
 from genloop.gateway import TenantLimits
@@ -78,6 +79,12 @@ def test_answers_are_checked_like_a_submit_and_leave_the_pause_open(stack):
         refused = _answer(stack, key, run.id, body)
         assert refused.status_code == 422, (why, refused.status_code, refused.text[:300])
         assert len(refused.content) < 2_000, why  # the long prompt is not echoed
+    # and a mask that is another tenant's upload is answered as a key that does not exist
+    _, other = stack.tenant()
+    theirs = upload(stack.url, other, image_bytes()).json()["key"]
+    refused = _answer(stack, key, run.id, json.dumps({"requests": [
+        _request(init_image=shown, strength=0.5, mask=theirs)]}))
+    error(refused, 404, "not_found")
     # and after all of them a valid edit of a shown candidate is taken and runs
     ok = _answer(stack, key, run.id, json.dumps({"requests": [
         _request(init_image=shown, strength=0.5)]}))
