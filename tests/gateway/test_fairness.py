@@ -54,13 +54,13 @@ class Clock:
         return self.now
 
 
-def _redis_fair(sent: list[InstanceRecord], clock: Clock | None = None):
+def _redis_fair(sent: list[InstanceRecord], clock: Clock | None = None, **options):
     import redis
 
     client = redis.Redis.from_url(redis_url(0))
     fair = RedisFairQueue(client, lambda chunk, delay: sent.extend(chunk) or chunk[0].instance_id,
                           tenant_of=lambda run: run, prefix=f"test-{uuid.uuid4().hex[:8]}",
-                          clock=clock or time.time)
+                          clock=clock or time.time, **options)
     return client, fair
 
 
@@ -272,12 +272,7 @@ def test_the_interactive_lane_goes_first_and_the_batch_lane_keeps_one_slot_in_fo
 
 def test_the_interactive_lane_goes_first_in_redis_too():
     sent: list[InstanceRecord] = []
-    import redis
-
-    client = redis.Redis.from_url(redis_url(0))
-    fair = RedisFairQueue(client, lambda chunk, delay: sent.extend(chunk) or chunk[0].instance_id,
-                          tenant_of=lambda run: run, prefix=f"test-{uuid.uuid4().hex[:8]}",
-                          in_batch_lane=lambda run: run.startswith("c"))
+    client, fair = _redis_fair(sent, in_batch_lane=lambda run: run.startswith("c"))
     fair.join("w1", "gpu", threads=1, ttl=30)
 
     def finish() -> str:
