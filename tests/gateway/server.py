@@ -13,7 +13,7 @@ from fastapi import FastAPI
 class LiveServer:
     """``with LiveServer(app) as server: server.url`` serves ``app`` on 127.0.0.1:<free port>.
     ``lifespan``: run the app's startup and shutdown (its janitor), as ``genloop serve`` does;
-    off by default, where a test's app outlives one server."""
+    off by default, as the other tests were written with it off."""
 
     def __init__(self, app: FastAPI, *, lifespan: bool = False) -> None:
         # proto must say TCP: asyncio sets TCP_NODELAY on accepted sockets only then, and
