@@ -135,7 +135,7 @@ def test_a_served_gateway_forgets_on_its_own_what_the_retention_deleted(tmp_path
             client = Client.http(server.url, api_key=store.create_key("t"))
             run = client.submit(_one())
             run.wait(timeout=30)
-            assert app.state.gateway._janitor.daemon  # never holds the process open
+            assert app.state.gateway._janitor.daemon  # started with the app, as a daemon thread
             deadline = time.monotonic() + 20
             # the gateway forgets the run with nobody asking (the tenant's list skips a run
             # the back end lost either way)
