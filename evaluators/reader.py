@@ -14,6 +14,13 @@ so ``target=50`` means "more likely right than wrong" on each; the critique give
 probability x 100 and names the weakest, as the critic does (two objects add ``count``, which
 the checker grades and no caption clause covers).
 
+Each image is read twice, as it is and in a left-right mirror against the mirrored caption
+(:meth:`~genloop.shapes.scene.Attributes.mirrored`), and the two probabilities averaged: the
+checker reads a mirror image as the mirrored scene, and the reader, trained on both, errs on
+the two differently. On ``benchmarks/critic_auc.py --prompts 100 --seeds 8`` the average
+ranks one prompt's candidates at 0.943 against one reading's 0.933, drafts 0.950 against 0.931
+(docs/judges.md).
+
 Colour and shape are separate heads of separate branches, so a colour-shape pair held out of
 training is scored from what the reader learnt of each alone. The model knows shapes captions
 only; other prompts go to ``fallback`` (the registry's ``shapes-critic``).
@@ -26,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 from safetensors import safe_open
 from safetensors.torch import load_file
 
@@ -44,7 +51,7 @@ from .shapes_judge import ShapesJudge
 from .vqa_model import to_batch, to_pixels
 
 #: Bump when the heads or the score's formula change (it is part of the identity).
-VERSION = "1"
+VERSION = "2"
 #: What a critique shows for the ``count`` clause of a two-object caption.
 COUNT_TEXT = "two objects"
 
@@ -72,9 +79,14 @@ class ShapesReader(ShapesJudge):
         return load_net(path, device)
 
     def score_scene(self, images: list[Image.Image], scene: Scene) -> Scores:
-        total, clauses = caption_probability(self.probabilities(images), scene)
+        probs = self.probabilities([*images, *(ImageOps.mirror(im) for im in images)])
+        n = len(images)
+        total, clauses = caption_probability({k: v[:n] for k, v in probs.items()}, scene)
+        total_m, clauses_m = caption_probability({k: v[n:] for k, v in probs.items()},
+                                                 scene.mirrored())
+        total = (total + total_m) / 2
         names = list(clauses)
-        table = torch.stack([clauses[n] for n in names], 1).numpy()
+        table = torch.stack([(clauses[k] + clauses_m[k]) / 2 for k in names], 1).numpy()
         values, details = [], []
         for value, row in zip(total.tolist(), table, strict=True):
             details.append(Critique(

@@ -56,6 +56,8 @@ POSITION_PHRASE = {
 }
 #: "A <relation> B" says the same as "B <CONVERSE[relation]> A".
 CONVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
+#: What a place or relation becomes in a left-right mirror image.
+_MIRRORED = {"left": "right", "right": "left", "left of": "right of", "right of": "left of"}
 
 
 class Thing(BaseModel):
@@ -97,6 +99,11 @@ class Attributes(BaseModel):
     def canonical(self) -> Attributes:
         return self
 
+    def mirrored(self) -> Attributes:
+        """What the caption of this scene's left-right mirror image says (every shape is
+        symmetric about the vertical, so only the place can change)."""
+        return self.model_copy(update={"position": _MIRRORED.get(self.position, self.position)})
+
 
 class Pair(BaseModel):
     """A two-object scene: ``first`` stands ``relation`` ``second``."""
@@ -124,6 +131,10 @@ class Pair(BaseModel):
     def canonical(self) -> Pair:
         """The form whose relation is "left of" or "above" (identical objects: either)."""
         return self if self.relation in ("left of", "above") else self.converse()
+
+    def mirrored(self) -> Pair:
+        """What the caption of this scene's left-right mirror image says."""
+        return self.model_copy(update={"relation": _MIRRORED.get(self.relation, self.relation)})
 
 
 Scene = Attributes | Pair

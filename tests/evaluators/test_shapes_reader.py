@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from PIL import ImageOps
 
 from genloop import shapes
 from genloop.evaluators import get_evaluator
@@ -146,23 +147,36 @@ def test_the_shipped_reader_reads_and_grades_like_the_checker_and_an_untrained_o
     assert chance < 0.6
 
 
-def test_the_score_is_100_times_the_reading_probability_and_the_weakest_clause_is_named(
+def test_the_score_is_the_mean_of_the_reading_and_its_mirror_and_the_weakest_clause_is_named(
         judge, drawn):
-    caption = drawn["mixed"][-1][0]
-    images = [im for c, im in drawn["mixed"] if c == caption]
-    scene = shapes.parse_caption(caption)
+    differ = 0
+    for caption in dict(drawn["mixed"][10:20]):  # the two-object captions
+        images = [im for c, im in drawn["mixed"] if c == caption]
+        scene = shapes.parse_caption(caption)
 
-    scores = judge.score(images, caption)
-    total, clauses = caption_probability(judge.probabilities(images), scene)
+        scores = judge.score(images, caption)
+        total, clauses = caption_probability(judge.probabilities(images), scene)
+        total_m, clauses_m = caption_probability(
+            judge.probabilities([ImageOps.mirror(im) for im in images]), scene.mirrored())
 
-    assert list(clauses) == [*shapes.PAIR_CLAUSES, "count"]
-    for i, (value, critique) in enumerate(zip(scores.values, scores.details, strict=True)):
-        row = {k: float(v[i]) for k, v in clauses.items()}
-        assert value == pytest.approx(100 * float(total[i]), rel=1e-5)
-        assert [c.clause for c in critique.clauses] == list(row)
-        assert critique.weakest == min(row, key=row.get)
-        assert [c.score for c in critique.clauses] == pytest.approx(
-            [100 * p for p in row.values()], rel=1e-5)
+        assert list(clauses) == [*shapes.PAIR_CLAUSES, "count"]
+        differ += not all(torch.allclose(clauses[k], clauses_m[k], atol=1e-3) for k in clauses)
+        for i, (value, critique) in enumerate(zip(scores.values, scores.details, strict=True)):
+            row = {k: float(v[i] + clauses_m[k][i]) / 2 for k, v in clauses.items()}
+            assert value == pytest.approx(50 * float(total[i] + total_m[i]), rel=1e-5, abs=1e-9)
+            assert [c.clause for c in critique.clauses] == list(row)
+            assert critique.weakest == min(row, key=row.get)
+            assert [c.score for c in critique.clauses] == pytest.approx(
+                [100 * p for p in row.values()], rel=1e-5, abs=1e-9)
+    assert differ  # else the mirror would change nothing here
+
+
+def test_an_image_scores_as_its_mirror_does_against_the_mirrored_caption(judge, drawn):
+    for caption, image in drawn["mixed"][::5]:
+        mirrored = shapes.parse_caption(caption).mirrored().caption()
+
+        assert judge.score([image], caption).values == pytest.approx(
+            judge.score([ImageOps.mirror(image)], mirrored).values, rel=1e-4, abs=1e-6)
 
 
 def test_a_clean_render_is_likely_right_and_one_changed_clause_is_named_weakest(judge):

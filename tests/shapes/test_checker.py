@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
 from genloop.shapes import check, compare, dataset, grade, read
 from genloop.shapes.scene import Pair, Thing
@@ -45,6 +45,19 @@ def test_each_relation_is_read_and_its_opposite_fails(relation: str) -> None:
     flipped = pair.model_copy(update={"relation": pair.converse().relation})
     verdict = grade(flipped, image)
     assert not verdict.relation and verdict.first.colour and verdict.second.shape
+
+
+@pytest.mark.parametrize("objects", [1, 2])
+def test_a_mirror_image_is_read_as_the_mirrored_scene(objects: int) -> None:
+    # shapes-reader's mirror reading stands on this: every shape is symmetric about the vertical
+    for seed in dataset.heldout_seeds(30):
+        s = dataset.sample(seed, objects)
+        mirror = ImageOps.mirror(s.image)
+        assert (grade(s.attributes.mirrored(), mirror).clauses()
+                == grade(s.attributes, s.image).clauses()), s.attributes.caption()
+    places = {dataset.sample(seed, 1).attributes.mirrored().position
+              for seed in dataset.heldout_seeds(30)}
+    assert {"left", "right"} <= places
 
 
 def test_swapped_objects_fail_the_relation_not_the_objects() -> None:
