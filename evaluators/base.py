@@ -67,6 +67,10 @@ class Evaluator(ABC):
     device: str = "cpu"
     #: Evaluators that ignore the prompt (an aesthetic head) set this to False.
     needs_text: bool = True
+    #: Whether a score is meant as a probability x 100 that the image is right (the critics,
+    #: the trained shapes judges, ``vlm-judge``) rather than a similarity (CLIP's cosine x 100):
+    #: an ``ensemble`` adds the former's log-odds, the latter's score as it is.
+    probability: bool = False
 
     def score(self, images: Sequence[Image.Image], text: str) -> Scores:
         """Score every image against ``text``; an empty ``images`` gives empty scores."""

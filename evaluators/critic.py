@@ -30,6 +30,8 @@ from .embedding import EmbeddingEvaluator
 class ClauseCritic(Evaluator):
     """Per-clause scores over a CLIP-like ``base`` (any :class:`EmbeddingEvaluator`)."""
 
+    probability = True
+
     def __init__(self, base: Evaluator, *, name: str = "clause-critic") -> None:
         if not isinstance(base, EmbeddingEvaluator):
             raise Permanent(f"a clause critic needs a CLIP-like base evaluator that embeds "

@@ -3,8 +3,8 @@
 Options reach an evaluator's factory as keyword arguments, and some factories take local paths
 (``clip``'s ``pretrained``, ``hf-clip``'s ``path``, ``aesthetic``'s ``head``): trusted code may
 name them, a tenant may not (its spec is data, never a path). So the gateway admits options only
-for evaluators whose options are plain data, listed here, and follows ``composite`` into its parts,
-whose names must be evaluators the tenant may use.
+for evaluators whose options are plain data, listed here, and follows ``composite`` and
+``ensemble`` into their parts, whose names must be evaluators the tenant may use.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from typing import Any
 TENANT_OPTIONS: dict[str, frozenset[str]] = {
     "brand-palette": frozenset({"palette", "max_distance"}),
     "composite": frozenset({"weights", "options"}),
+    "ensemble": frozenset({"weights", "bias", "options"}),
 }
+#: Evaluators made of other evaluators named in ``weights``, each with its own ``options``.
+_COMBINERS = ("composite", "ensemble")
 #: Most colours a tenant's brand palette may hold: a palette's cost grows with its length (every
 #: dominant colour of every image is compared with each), and real brand palettes hold a handful.
 MAX_PALETTE = 32
@@ -41,8 +44,8 @@ def tenant_option_problems(name: str | None, options: Mapping[str, Any] | None,
                  f"{', '.join(sorted(TENANT_OPTIONS))})")]
     problems = [(f"{where}.{key}", f"{name!r} takes no such option (it takes "
                  f"{', '.join(sorted(takes))})") for key in sorted(set(options) - takes)]
-    if name == "composite":
-        problems += _composite_problems(options, allowed, where)
+    if name in _COMBINERS:
+        problems += _parts_problems(name, options, allowed, where)
     if name == "brand-palette":
         palette = options.get("palette")
         if not isinstance(palette, list) or not all(isinstance(c, str) for c in palette):
@@ -54,14 +57,14 @@ def tenant_option_problems(name: str | None, options: Mapping[str, Any] | None,
     return problems
 
 
-def _composite_problems(options: Mapping[str, Any], allowed: Collection[str],
-                        where: str) -> list[Problem]:
+def _parts_problems(name: str, options: Mapping[str, Any], allowed: Collection[str],
+                    where: str) -> list[Problem]:
     weights, parts = options.get("weights"), options.get("options") or {}
     if not isinstance(weights, Mapping) or not isinstance(parts, Mapping):
-        return [(where, "composite takes weights={name: weight} and options={name: {...}}")]
+        return [(where, f"{name} takes weights={{name: weight}} and options={{name: {{...}}}}")]
     problems = [(f"{where}.weights.{part}", f"unknown evaluator {part!r}; allowed: "
                  f"{', '.join(sorted(allowed))}")
-                for part in weights if part not in allowed or part == "composite"]
+                for part in weights if part not in allowed or part in _COMBINERS]
     for part, part_options in parts.items():
         if not isinstance(part_options, Mapping):
             problems.append((f"{where}.options.{part}", "give the options as a mapping"))

@@ -27,15 +27,18 @@ COLOURS_PER_PASS = 10_000
 
 def score_cost(name: str | None, options: Mapping[str, Any] | None) -> float:
     """Megapixel-steps of scoring one image with evaluator ``name`` (``None``: the back end's
-    default) and ``options``, without retries: a composite costs its weighted parts, a brand
-    palette one pass plus its colours. ``options`` must have passed admission's checks."""
+    default) and ``options``, without retries: a composite or an ensemble costs its weighted
+    parts, a brand palette one pass plus its colours. ``options`` must have passed admission's
+    checks."""
     options = options or {}
-    if name == "composite":
+    if name in ("composite", "ensemble"):
         weights, parts = options.get("weights") or {}, options.get("options") or {}
-        # A zero weight leaves its part unbuilt; a weight that is no number fails the run
-        # at its first score, so pricing it too errs on the side of the limit.
+        # A zero weight (a composite's negative one too: it is refused) leaves its part
+        # unbuilt; an ensemble's negative weight is used. A weight that is no number fails
+        # the run at its first score, so pricing it too errs on the side of the limit.
+        unbuilt = (lambda w: w <= 0) if name == "composite" else (lambda w: w == 0)
         return sum(score_cost(part, parts.get(part)) for part, weight in weights.items()
-                   if not (isinstance(weight, (int, float)) and weight <= 0))
+                   if not (isinstance(weight, (int, float)) and unbuilt(weight)))
     if name == "brand-palette":
         return PASS_COST * (1 + len(options.get("palette") or ()) / COLOURS_PER_PASS)
     return PASS_COST

@@ -11,6 +11,7 @@ model, so importing genloop.evaluators loads no weights and does not even import
 Built-in names: ``clip`` (open_clip; the default), ``shapes-clip`` (open_clip trained on the
 shapes world, shipped in the package), ``hf-clip`` (transformers CLIP from a local path),
 ``aesthetic`` (a LAION-style head on CLIP image embeddings), ``composite`` (a weighted sum),
+``ensemble`` (judges combined with learned weights into a probability),
 ``clause-critic`` / ``shapes-critic`` (per-clause scores over ``clip`` / ``shapes-clip``),
 ``vlm-judge`` (yes/no questions to a hosted vision-language model the operator configures),
 ``shapes-vqa`` (yes/no questions to a small model trained on the shapes world, shipped),
@@ -290,6 +291,14 @@ def _clause_critic(registry: EvaluatorRegistry, default_base: str, name: str, de
     return ClauseCritic(registry.get(base or default_base, device, **options), name=name)
 
 
+def _ensemble(registry: EvaluatorRegistry, device: str, **options: Any) -> Evaluator:
+    """Other evaluators combined with learned weights into a probability (x100) of being
+    right."""
+    from .ensemble import LearnedEnsemble
+
+    return LearnedEnsemble.from_registry(registry, device, **options)
+
+
 def _brand_palette(device: str, **options: Any) -> Evaluator:
     """How close an image's dominant colours are to a brand palette (options: palette,
     max_distance)."""
@@ -328,17 +337,18 @@ def _shapes_reader(registry: EvaluatorRegistry, device: str, **options: Any) -> 
 
 def register_builtins(registry: EvaluatorRegistry) -> EvaluatorRegistry:
     """Register ``clip``, ``shapes-clip``, ``hf-clip``, ``aesthetic``, ``composite``,
-    ``brand-palette``, ``clause-critic`` (over ``clip``, or ``base=...``), ``shapes-critic``
-    (the clause critic over ``shapes-clip``), ``shapes-vqa`` (per-clause questions to a small
-    trained model), ``shapes-reader`` (a small model's reading of the image, as the checker's)
-    and ``vlm-judge`` (factories only; like
-    ``hf-clip`` without a path, an unconfigured ``vlm-judge`` is listed and fails with
-    :class:`Permanent` when built, naming the environment variables to set)."""
+    ``ensemble``, ``brand-palette``, ``clause-critic`` (over ``clip``, or ``base=...``),
+    ``shapes-critic`` (the clause critic over ``shapes-clip``), ``shapes-vqa`` (per-clause
+    questions to a small trained model), ``shapes-reader`` (a small model's reading of the image,
+    as the checker's) and ``vlm-judge`` (factories only; like ``hf-clip`` without a path, an
+    unconfigured ``vlm-judge`` is listed and fails with :class:`Permanent` when built, naming
+    the environment variables to set)."""
     registry.register("clip", _clip)
     registry.register("shapes-clip", _shapes_clip)
     registry.register("hf-clip", _hf_clip, needs=("path",))
     registry.register("aesthetic", functools.partial(_aesthetic, registry), needs=("head",))
     registry.register("composite", functools.partial(_composite, registry), needs=("weights",))
+    registry.register("ensemble", functools.partial(_ensemble, registry), needs=("weights",))
     registry.register("brand-palette", _brand_palette, needs=("palette",))
     registry.register("clause-critic",
                       functools.partial(_clause_critic, registry, "clip", "clause-critic"))

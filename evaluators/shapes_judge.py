@@ -24,6 +24,7 @@ class ShapesJudge(Evaluator):
     their weights are and how to load them, and score a parsed caption."""
 
     name: str
+    probability = True
     #: Bump when the score's formula changes (it is part of the identity).
     version: str
     default_batch: int

@@ -139,6 +139,8 @@ class AnswerCache:
 class VlmJudge(Evaluator):
     """Scores images by a hosted VLM's yes/no answers, ``concurrency`` questions in flight."""
 
+    probability = True
+
     def __init__(self, config: VlmConfig, *, concurrency: int = 4, cache_size: int = 4096,
                  device: str = "cpu") -> None:
         if concurrency < 1:

@@ -223,6 +223,26 @@ def test_evaluator_options_are_refused_where_they_sit_with_the_tenants_own_names
         "nodes[1].params.options.weights.shapes-clip"]
 
 
+def test_an_ensembles_parts_are_the_tenants_names_and_no_combiner_nests_in_it():
+    admission = default_admission(default_registry)
+    options = {"weights": {"shapes-reader": 0.9, "shapes-clip": -0.2}, "bias": -1.0}
+    ensemble = Loop(prompt="p", rounds=1, candidates=1, model="tiny", evaluator="ensemble",
+                    evaluator_options=options)
+    admission.admit(ensemble, TenantLimits())
+    narrow = TenantLimits(evaluators=["ensemble", "shapes-reader"])
+    with pytest.raises(GraphError) as caught:
+        admission.admit(ensemble, narrow)
+    assert [(p.path, p.message) for p in caught.value.problems] == [(
+        "evaluator_options.weights.shapes-clip",
+        "unknown evaluator 'shapes-clip'; allowed: ensemble, shapes-reader")]
+    nested = ensemble.model_copy(update={"evaluator_options": {
+        "weights": {"composite": 1.0}, "bias": 0, "path": "/etc"}})
+    with pytest.raises(GraphError) as caught:
+        admission.admit(nested, TenantLimits())
+    assert sorted(p.path for p in caught.value.problems) == [
+        "evaluator_options.path", "evaluator_options.weights.composite"]
+
+
 def test_a_loop_that_names_no_model_gets_the_back_ends_default():
     plan = default_admission(default_registry).admit(
         Loop(prompt="p", rounds=1, candidates=2), TenantLimits())

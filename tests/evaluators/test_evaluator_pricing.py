@@ -1,5 +1,5 @@
-"""What scoring one image is priced at: a pass per evaluator, a composite's weighted parts, a
-brand palette's length."""
+"""What scoring one image is priced at: a pass per evaluator, a composite's or an ensemble's
+weighted parts, a brand palette's length."""
 
 from __future__ import annotations
 
@@ -15,6 +15,13 @@ def test_an_evaluator_is_one_pass_and_a_composite_its_weighted_parts():
     # the zero-weight part is never built, so it costs nothing
     assert score_cost("composite", three) == pytest.approx(
         PASS_COST * (3 + 1 / COLOURS_PER_PASS))
+
+
+def test_an_ensemble_is_its_parts_negative_weights_too():
+    parts = {"weights": {"shapes-reader": 0.9, "shapes-clip": -0.3, "shapes-vqa": 0}}
+    # a learned weight may be negative, and that part is scored; a zero one is never built
+    assert score_cost("ensemble", parts) == pytest.approx(2 * PASS_COST)
+    assert score_cost("composite", parts) == pytest.approx(PASS_COST)
 
 
 def test_a_palette_costs_what_its_length_costs():

@@ -1,6 +1,7 @@
 """A loop judged by each of the judges #38 added runs through the gateway, as through
-``Client.local``: the shapes judges on both back ends, ``vlm-judge`` (the operator's hosted
-model, a recorded chat-completions server here) on a gateway of its own."""
+``Client.local``: the shapes judges on both back ends, a tenant's ``ensemble`` of them,
+``vlm-judge`` (the operator's hosted model, a recorded chat-completions server here) on a
+gateway of its own."""
 
 from __future__ import annotations
 
@@ -38,6 +39,21 @@ def test_a_loop_judged_by_a_shapes_judge_runs_through_the_gateway(stack, judge):
     assert all(0.0 <= c.score <= 100.0 for c in result.scored)
     # And a judge that runs on the worker bills nothing
     assert result.compute.judge is None and all(c.usage is None for c in result.scored)
+
+
+def test_a_loop_judged_by_a_tenants_ensemble_runs_through_the_gateway(stack):
+    # Given a tenant's HTTP client and weights fitted by fit_ensemble (options are data)
+    _, key = stack.tenant()
+    client = stack.client(key)
+    options = {"weights": {"shapes-reader": 0.9, "shapes-clip": -0.4}, "bias": 0.3}
+    # When its loop is judged by the ensemble of those judges
+    loop = Loop(prompt=CAPTION, model=shapes.PIPELINE_NAME, evaluator="ensemble",
+                evaluator_options=options, steps=4, candidates=2, rounds=2, seed=0)
+    result = client.submit(loop).wait(timeout=300)
+    # Then every candidate has the ensemble's probability and the reader's critique
+    assert result.status == RunStatus.SUCCEEDED, result.error
+    assert result.scored and {c.evaluator.split("(")[0] for c in result.scored} == {"ensemble"}
+    assert all(0.0 <= c.score <= 100.0 and c.details is not None for c in result.scored)
 
 
 def test_a_loop_judged_by_vlm_judge_runs_through_the_gateway(tmp_path, resources, monkeypatch):
