@@ -3,7 +3,7 @@ draft? And does a seed's draft rank like the same seed drawn at full steps?
 
     python benchmarks/critic_auc.py [--prompts 60] [--seeds 8] [--draft-steps 4]
         [--judges shapes-clip,shapes-critic,shapes-vqa,shapes-reader] [--heldout-pairs] [--json]
-        [--dump FILE]
+        [--ensemble FILE] [--dump FILE]
 
 For ``loop_quality``'s held-out prompt set (two objects, held-out colour-shape pairs, small
 objects off the centre), ``--seeds`` images each at full steps and the same seeds as drafts at
@@ -11,8 +11,9 @@ objects off the centre), ``--seeds`` images each at full steps and the same seed
 checker grades every image. ``--heldout-pairs`` takes held-out colour-shape pairs only
 instead (half one object, set ``novel``; half two objects, set ``novel-two``). ``--dump`` writes
 one JSON line per image (its checker verdict per clause, each judge's score and clause scores),
-for diagnosing a judge after the run. Per judge (``--judges``; by default ``shapes-clip``,
-``shapes-critic``, ``shapes-vqa``, ``shapes-reader``):
+for diagnosing a judge after the run. ``--ensemble`` adds an ``ensemble`` judge with the
+options ``python -m genloop.shapes.training.fit_ensemble --out FILE`` wrote. Per judge
+(``--judges``; by default ``shapes-clip``, ``shapes-critic``, ``shapes-vqa``, ``shapes-reader``):
 
 - mean within-prompt AUC: over prompts with both correct and wrong images, the chance that a
   correct image outscores a wrong one (ties count half); what selecting among one prompt's
@@ -105,16 +106,19 @@ def heldout_pair_prompts(n: int) -> list[tuple[str, str]]:
 
 def measure(client: Client, prompts: list[tuple[str, str]], seeds: int, steps: int,
             draft_steps: int, judges: tuple[str, ...] = JUDGES,
-            dump: list[dict] | None = None) -> list[JudgeReport]:
-    """Every judge's report; per-image rows are appended to ``dump`` when given."""
+            dump: list[dict] | None = None,
+            options: dict[str, dict] | None = None) -> list[JudgeReport]:
+    """Every judge's report; per-image rows are appended to ``dump`` when given; ``options``
+    are those of the judges that take some (an ``ensemble``'s weights)."""
     runs = []
     for _, p in prompts:
         g = Graph()
         fin = g.generate(p, n=seeds, model=shapes.PIPELINE_NAME, steps=steps, id="final")
         dra = g.generate(p, n=seeds, model=shapes.PIPELINE_NAME, steps=draft_steps, id="draft")
         for judge in judges:
-            g.score(fin, text=p, evaluator=judge, id=f"final/{judge}")
-            g.score(dra, text=p, evaluator=judge, id=f"draft/{judge}")
+            given = (options or {}).get(judge)
+            g.score(fin, text=p, evaluator=judge, options=given, id=f"final/{judge}")
+            g.score(dra, text=p, evaluator=judge, options=given, id=f"draft/{judge}")
         runs.append(client.submit(g))
     correct: list[list[bool]] = []
     draft_correct: list[list[bool]] = []
@@ -197,17 +201,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--heldout-pairs", action="store_true",
                         help="prompts with held-out colour-shape pairs only")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--ensemble", type=Path, default=None,
+                        help="also judge by an ensemble with these options (fit_ensemble --out)")
     parser.add_argument("--dump", type=Path, default=None,
                         help="write one JSON line per image here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     judges = tuple(args.judges.split(","))
+    options = {}
+    if args.ensemble is not None:
+        judges += ("ensemble",)
+        options["ensemble"] = json.loads(args.ensemble.read_text())
     prompts = (heldout_pair_prompts if args.heldout_pairs else benchmark_prompts)(args.prompts)
     with tempfile.TemporaryDirectory() as home, \
             Client.local(home=Path(home), threads=2) as client:
         rows: list[dict] | None = [] if args.dump else None
         reports = measure(client, prompts, args.seeds, args.steps, args.draft_steps, judges,
-                          rows)
+                          rows, options)
     if args.dump is not None and rows is not None:
         args.dump.write_text("".join(json.dumps(r) + "\n" for r in rows))
     if args.json:

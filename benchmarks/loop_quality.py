@@ -4,8 +4,8 @@
         [--modes default,best-of-n,best-of-n-critic,best-of-n-drafts,target,target-drafts,draft,
                  critic-edit,seed-search,agent,best-of-n-vqa,best-of-n-drafts-vqa,target-vqa,
                  target-drafts-vqa,best-of-n-reader,best-of-n-drafts-reader,target-reader,
-                 target-drafts-reader]
-        [--draft-candidates N] [--target 50] [--json]
+                 target-drafts-reader,best-of-n-drafts-ensemble,target-drafts-ensemble]
+        [--draft-candidates N] [--target 50] [--ensemble FILE] [--json]
 
 On held-out shapes prompts weighted to the hard ones (:func:`benchmark_prompts`: 60% two objects
 with a relation, 20% one object of a colour-shape pair held out of training, 20% one small
@@ -34,7 +34,10 @@ the same budget of ``rounds x candidates x steps`` denoising steps:
   modes judged by ``shapes-vqa`` (per-clause questions to a model trained on the checker's
   verdicts) instead; its score is on the critic's scale, so ``--target`` means the same;
 - ``...-reader``: the same four judged by ``shapes-reader`` (a model of the checker's reading,
-  scoring the chance that it matches every clause), on the same scale.
+  scoring the chance that it matches every clause), on the same scale;
+- ``best-of-n-drafts-ensemble`` / ``target-drafts-ensemble``: judged by an ``ensemble`` whose
+  options (``--ensemble FILE``) ``python -m genloop.shapes.training.fit_ensemble`` fitted, on
+  the same scale.
 
 The kept image of each prompt is graded by the pixel checker (``shapes.grade``, in the world of
 the image's size), which no mode optimises: the all-correct rate with a 95% bootstrap interval
@@ -70,10 +73,11 @@ BASELINE = "best-of-n"
 MODES = ("default", "best-of-n", "best-of-n-critic", "best-of-n-drafts", "target", "target-drafts",
          "draft", "critic-edit", "seed-search", "agent", "best-of-n-vqa",
          "best-of-n-drafts-vqa", "target-vqa", "target-drafts-vqa", "best-of-n-reader",
-         "best-of-n-drafts-reader", "target-reader", "target-drafts-reader")
+         "best-of-n-drafts-reader", "target-reader", "target-drafts-reader",
+         "best-of-n-drafts-ensemble", "target-drafts-ensemble")
 #: The judge a mode with one of these suffixes uses in place of the critic (or of shapes-clip
 #: in best-of-n).
-JUDGE_SUFFIXES = {"-vqa": "shapes-vqa", "-reader": "shapes-reader"}
+JUDGE_SUFFIXES = {"-vqa": "shapes-vqa", "-reader": "shapes-reader", "-ensemble": "ensemble"}
 #: ``--target``'s default: stop once the critic finds an image more likely right than wrong.
 CRITIC_TARGET = 50.0
 
@@ -224,10 +228,12 @@ def _all_correct(client: Client, artifact: str, prompt: str) -> bool:
 
 def run_mode(client: Client, mode: str, prompts: list[tuple[str, str]], rounds: int,
              candidates: int, steps: int, draft_candidates: int | None = None,
-             target: float = CRITIC_TARGET) -> ModeReport:
+             target: float = CRITIC_TARGET, ensemble: dict | None = None) -> ModeReport:
     began, resent = time.monotonic(), _resends()
     loops = [loop_for(mode, p, rounds, candidates, steps, draft_candidates, target)
              for _, p in prompts]
+    if mode.endswith("-ensemble"):
+        loops = [loop.model_copy(update={"evaluator_options": ensemble}) for loop in loops]
     with ScriptedAgent(weakest_clause_policy) as agent:
         runs = [client.submit(loop) for loop in loops]
         for run in runs if mode == "agent" else ():
@@ -303,6 +309,8 @@ def main(argv: list[str] | None = None) -> None:
                         "buys)")
     parser.add_argument("--target", type=float, default=CRITIC_TARGET,
                         help="the critic score at which target and target-drafts stop")
+    parser.add_argument("--ensemble", type=Path, default=None,
+                        help="the ...-ensemble modes' options, as fit_ensemble --out writes them")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--workers", type=int, default=2, help="worker threads")
     parser.add_argument("--json", action="store_true")
@@ -312,13 +320,17 @@ def main(argv: list[str] | None = None) -> None:
     unknown = set(modes) - set(MODES)
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}; known: {', '.join(MODES)}")
+    if any(m.endswith("-ensemble") for m in modes) and args.ensemble is None:
+        parser.error("the -ensemble modes need --ensemble FILE (python -m "
+                     "genloop.shapes.training.fit_ensemble --out FILE)")
+    ensemble = json.loads(args.ensemble.read_text()) if args.ensemble else None
     prompts = benchmark_prompts(args.prompts)
     reports: list[ModeReport] = []
     with tempfile.TemporaryDirectory() as home:
         for mode in modes:
             with Client.local(home=Path(home) / mode, threads=args.workers) as client:
                 report = run_mode(client, mode, prompts, args.rounds, args.candidates,
-                                  args.steps, args.draft_candidates, args.target)
+                                  args.steps, args.draft_candidates, args.target, ensemble)
             base = next((r for r in reports if r.mode == BASELINE), None)
             if base is not None:
                 report.diff_vs_best_of_n = report.all_correct - base.all_correct
