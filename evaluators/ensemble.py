@@ -6,7 +6,8 @@ learns its weights (:func:`fit`) and answers on the scale of the critics: ``100 
 ``Loop.target=50`` means "more likely right than wrong" as on ``shapes-reader``. A part's
 feature is its log-odds when its score is a probability x 100 (:attr:`Evaluator.probability`:
 the critics, the trained shapes judges, ``vlm-judge``) and its score / 100 otherwise (CLIP's
-cosine). The critique is the first part's that gives one.
+cosine). The critique is the first part's that gives one, and so are the image embeddings
+(diverse selection reuses them).
 
 Fitting (:func:`fit`) is done in two steps, each a small logistic regression with torch's
 L-BFGS (no scikit-learn among genloop's dependencies, and nothing else here needs it): the
@@ -92,7 +93,7 @@ class LearnedEnsemble(Evaluator):
 
     def _score(self, images: list[Image.Image], text: str) -> Scores:
         logit = np.full(len(images), self.bias)
-        details = None
+        details = embeddings = None
         for part, weight in self.parts:
             scores = part.score(images, text)
             if len(scores.values) != len(images):
@@ -100,9 +101,11 @@ class LearnedEnsemble(Evaluator):
                                 f"{len(images)} images")
             logit += weight * feature(scores.values, part.probability)
             details = details if details is not None else scores.details
+            embeddings = embeddings if embeddings is not None else scores.embeddings
         values = (100 / (1 + np.exp(-logit))).tolist()
         check_finite(values)
-        return Scores(values=values, evaluator=self.identity, details=details)
+        return Scores(values=values, evaluator=self.identity, details=details,
+                      embeddings=embeddings)
 
 
 def check_learned(weights: Mapping[str, object], bias: object, *, count: int) -> None:

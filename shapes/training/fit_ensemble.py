@@ -21,6 +21,7 @@ import argparse
 import io
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("name at least one judge")
     torch.set_num_threads(args.threads)
     probability = {j: get_evaluator(j, "cpu").probability for j in judges}
-    with Client.local() as client:
+    with tempfile.TemporaryDirectory() as home, Client.local(home=home) as client:
         scores, correct, groups = draw(client, judges, args.prompts, args.seeds, args.steps,
                                        args.draft_steps)
     try:

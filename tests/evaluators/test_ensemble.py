@@ -59,12 +59,12 @@ def test_an_ensemble_scores_the_sigmoid_of_its_weighted_parts_with_the_readers_c
     scores = ensemble.score(images, PAIR)
 
     clip, reader = (get_evaluator(n, "cpu").score(images, PAIR) for n in weights)
-    assert not clip.details and reader.details
+    assert not clip.details and reader.details and clip.embeddings
     logit = (-1.5 + 2.5 * np.asarray(clip.values) / 100
              + 0.8 * feature(reader.values, probability=True))
     assert scores.values == pytest.approx((100 / (1 + np.exp(-logit))).tolist())
     assert scores.values[0] > 50 > scores.values[1]  # the mirror has the relation wrong
-    assert scores.details == reader.details
+    assert scores.details == reader.details and scores.embeddings == clip.embeddings
     assert ensemble.identity == (f"ensemble(2.5*{get_evaluator('shapes-clip').identity},"
                                  f"0.8*{get_evaluator('shapes-reader').identity};-1.5)")
     assert ensemble.probability
