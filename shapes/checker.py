@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict
 from .dataset import IMAGE_SIZE, RADIUS, coverage, to_array
 from .scene import BACKGROUNDS, COLOURS, SHAPES, Attributes, Pair, Scene, Thing
 
-#: A pixel this far (RGB distance) from the background belongs to an object.
-FOREGROUND_DISTANCE = 60.0
+# A pixel this far (RGB distance) from the background belongs to an object.
+_FOREGROUND_DISTANCE = 60.0
 # Regions smaller than this are specks (a generator's stray pixels), not objects.
 _MIN_OBJECT_PIXELS = 12
 # Sizes are nominal radii 6 and 11; split at their geometric mean.
@@ -192,7 +192,7 @@ def read(image: Image.Image, world: str = "v2") -> Reading:
     border = np.concatenate([px[0], px[-1], px[1:-1, 0], px[1:-1, -1]])
     bg = np.median(border, axis=0)
     distance = np.sqrt(((px - bg) ** 2).sum(axis=-1))
-    regions = [r for r in _components(distance > FOREGROUND_DISTANCE)
+    regions = [r for r in _components(distance > _FOREGROUND_DISTANCE)
                if r.sum() >= _MIN_OBJECT_PIXELS]
     return Reading(background=_nearest(bg, BACKGROUNDS),
                    objects=[_read_object(px, bg, distance, r, size_split)

@@ -5,10 +5,9 @@
 Images are ``shapes-vqa``'s kind of pool (:func:`.vqa_data.load_or_draw`: the shipped
 generator's training-mix prompts at full steps and as 4-step drafts, from a seed range of its
 own; ``--data`` reuses one already drawn), plus clean renders of training seeds (what a perfect
-generator would draw), drawings on the checker's boundaries (:mod:`.boundary`: outlines
-between two shape kinds, specks, objects that touch) and renders with faint blotches
-(:mod:`.haze`: near the line past which the checker counts an object), so the reader learns
-where the checker's lines lie, not only what lies far from them. Each image is also mirrored
+generator would draw) and drawings on the checker's boundaries (:mod:`.boundary`: outlines
+between two shape kinds, specks, objects that touch), so the reader learns where the
+checker's lines lie, not only what lies far from them. Each image is also mirrored
 left-right, which keeps every shape and moves only places; mirrored images are read again by
 the checker rather than relabelled by rule. Labels are the checker's readings
 (:func:`genloop.evaluators.reader_model.targets`), whatever the prompt asked; an image in
@@ -46,7 +45,6 @@ from genloop.shapes.checker import read
 from genloop.shapes.dataset import HELDOUT_COMBOS, render_pool
 
 from .boundary import boundary_pool
-from .haze import haze_pool
 from .vqa_data import VqaDataConfig, load_or_draw
 
 logger = logging.getLogger(__name__)
@@ -62,9 +60,6 @@ class ReaderTrainConfig(BaseModel):
     #: drawings on the checker's boundaries (:mod:`.boundary`; 0 for none)
     boundary: int = 3000
     boundary_seed_offset: int = 780_000_000
-    #: training renders with faint blotches (:mod:`.haze`; 0 for none)
-    haze: int = 3000
-    haze_seed_offset: int = 800_000_000
     steps: int = 3000
     batch: int = 128
     lr: float = 2e-3
@@ -78,8 +73,8 @@ class ReaderTrainConfig(BaseModel):
 
     @classmethod
     def smoke(cls) -> ReaderTrainConfig:
-        return cls(data=VqaDataConfig.smoke(), renders=4, boundary=4, haze=4, steps=3, batch=4,
-                   width=16, hidden=16, squeeze=8, valid_share=0.25)
+        return cls(data=VqaDataConfig.smoke(), renders=4, boundary=4, steps=3, batch=4, width=16,
+                   hidden=16, squeeze=8, valid_share=0.25)
 
 
 class ReaderReport(BaseModel):
@@ -117,8 +112,8 @@ def label(images: np.ndarray, groups: list[int]) -> Labelled:
 
 
 def gather(cfg: ReaderTrainConfig, data: Path, device: str = "cpu") -> Labelled:
-    """The generated pool (groups: its prompts), the renders, the boundary drawings and the
-    hazed renders (groups after them, in that order)."""
+    """The generated pool (groups: its prompts), the renders and the boundary drawings
+    (groups after them, in that order)."""
     began = time.monotonic()
     pool, images = load_or_draw(data, cfg.data, device)
     full = cfg.data.prompts * cfg.data.full_seeds
@@ -134,10 +129,6 @@ def gather(cfg: ReaderTrainConfig, data: Path, device: str = "cpu") -> Labelled:
                                     cfg.boundary_seed_offset + cfg.boundary))
         first = cfg.data.prompts + cfg.renders
         parts.append(label(drawn, [first + i for i in range(cfg.boundary)]))
-    if cfg.haze:
-        hazed = haze_pool(range(cfg.haze_seed_offset, cfg.haze_seed_offset + cfg.haze))
-        first = cfg.data.prompts + cfg.renders + cfg.boundary
-        parts.append(label(hazed, [first + i for i in range(cfg.haze)]))
     logger.info("labelled %d images (%.0fs)", sum(len(p.group) for p in parts),
                 time.monotonic() - began)
     return Labelled(**{k: np.concatenate([getattr(p, k) for p in parts])
@@ -146,11 +137,11 @@ def gather(cfg: ReaderTrainConfig, data: Path, device: str = "cpu") -> Labelled:
 
 
 def valid_rows(group: np.ndarray, cfg: ReaderTrainConfig) -> np.ndarray:
-    """The last ``valid_share`` of prompts, of renders, of boundary drawings and of hazed
-    renders validate, all their images."""
+    """The last ``valid_share`` of prompts, of renders and of boundary drawings validate, all
+    their images."""
     valid = np.zeros(len(group), dtype=bool)
     start = 0
-    for size in (cfg.data.prompts, cfg.renders, cfg.boundary, cfg.haze):
+    for size in (cfg.data.prompts, cfg.renders, cfg.boundary):
         cut = start + size - (max(1, round(cfg.valid_share * size)) if size else 0)
         valid |= (group >= cut) & (group < start + size)
         start += size
