@@ -52,7 +52,7 @@ def test_unknown_name_lists_known_ones(registry):
     with pytest.raises(
         Permanent,
         match=r"unknown evaluator 'clipp'.*aesthetic, brand-palette, clause-critic, clip, "
-        r"composite, hf-clip",
+        r"composite, ensemble, hf-clip",
     ):
         registry.get("clipp")
 
