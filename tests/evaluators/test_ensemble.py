@@ -50,8 +50,19 @@ def test_fitting_ranks_within_prompts_and_calibrates_over_all_of_them():
         fit(x[:8], np.ones(8, bool), groups[:8])
 
 
+def test_a_probability_adds_its_log_odds_and_a_similarity_itself():
+    assert feature([50.0, 90.0, 10.0], probability=True) == pytest.approx(
+        [0.0, math.log(9), -math.log(9)])
+    assert feature([30.0, 90.0], probability=False) == pytest.approx([0.3, 0.9])
+    # a certain judge's 0 and 100 are held short of infinite log-odds
+    certain = feature([0.0, 100.0], probability=True)
+    assert np.isfinite(certain).all()
+    assert certain[1] == pytest.approx(-certain[0]) and certain[1] > 5
+
+
 def test_an_ensemble_scores_the_sigmoid_of_its_weighted_parts_with_the_readers_critique():
-    weights = {"shapes-clip": 2.5, "shapes-reader": 0.8}
+    # a learned weight may be negative: that part counts against
+    weights = {"shapes-clip": -2.5, "shapes-reader": 0.8}
     ensemble = get_evaluator("ensemble", "cpu", weights=weights, bias=-1.5)
     truth = shapes.parse_caption(PAIR)
     images = [dataset.render(truth), dataset.render(truth.mirrored())]
@@ -60,12 +71,12 @@ def test_an_ensemble_scores_the_sigmoid_of_its_weighted_parts_with_the_readers_c
 
     clip, reader = (get_evaluator(n, "cpu").score(images, PAIR) for n in weights)
     assert not clip.details and reader.details and clip.embeddings
-    logit = (-1.5 + 2.5 * np.asarray(clip.values) / 100
+    logit = (-1.5 - 2.5 * np.asarray(clip.values) / 100
              + 0.8 * feature(reader.values, probability=True))
     assert scores.values == pytest.approx((100 / (1 + np.exp(-logit))).tolist())
     assert scores.values[0] > 50 > scores.values[1]  # the mirror has the relation wrong
     assert scores.details == reader.details and scores.embeddings == clip.embeddings
-    assert ensemble.identity == (f"ensemble(2.5*{get_evaluator('shapes-clip').identity},"
+    assert ensemble.identity == (f"ensemble(-2.5*{get_evaluator('shapes-clip').identity},"
                                  f"0.8*{get_evaluator('shapes-reader').identity};-1.5)")
     assert ensemble.probability
 
