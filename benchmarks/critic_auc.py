@@ -191,7 +191,7 @@ def _verdicts(client: Client, result, node: str, prompt: str) -> list[bool]:
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--prompts", type=int, default=60)
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--steps", type=int, default=shapes.DEFAULT_STEPS)

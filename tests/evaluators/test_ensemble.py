@@ -111,6 +111,23 @@ def test_a_loop_judged_by_an_ensemble_runs_and_stops_at_its_target(client):
     assert len(result.rounds) < 3
 
 
+def test_fit_ensembles_cross_fit_deals_the_prompts_that_rank_to_both_halves():
+    from genloop.shapes.training.fit_ensemble import report
+
+    x, correct, groups = labelled(prompts=24)
+    # only every fourth group (prompt 0, 2, 4 ... at full steps) has both verdicts
+    mixed = groups % 4 == 0
+    correct = np.where(mixed, correct, groups % 8 == 1)
+    scores = {"a": x[:, 0], "b": 100 * x[:, 1]}
+
+    out = report(["a", "b"], scores, correct, groups, {"a": False, "b": False})
+
+    assert out["prompts"] == 12 and out["ensemble_auc_crossfit"] > 0.5
+    with pytest.raises(ValueError, match="1 prompt\\(s\\) had both"):
+        report(["a", "b"], scores, np.where(groups == 0, correct, groups % 8 == 1), groups,
+               {"a": False, "b": False})
+
+
 @pytest.mark.slow
 def test_fit_ensemble_writes_options_an_ensemble_takes(tmp_path, capsys):
     from genloop.shapes.training import fit_ensemble
