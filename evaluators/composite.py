@@ -10,68 +10,38 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from PIL import Image
 
 from genloop.sdk.errors import Permanent
 
 from .base import Evaluator, Scores, check_finite
-
-if TYPE_CHECKING:
-    from .registry import EvaluatorRegistry
+from .parts import WeightedParts
 
 
-class CompositeEvaluator(Evaluator):
+class CompositeEvaluator(WeightedParts):
     """Sum of ``weight * part.score`` over ``parts``, given as ``(evaluator, weight)`` pairs.
 
     The embeddings returned are those of the first part, in the given order, that has any, so
     diverse selection after a composite score reuses (for example) the CLIP image embeddings.
     """
 
+    kind, example = "composite", 'weights={"clip": 1.0, "aesthetic": 0.5}'
+
     def __init__(self, parts: Sequence[tuple[Evaluator, float]]) -> None:
-        check_weights({p.identity: w for p, w in parts}, count=len(parts))
+        super().__init__(parts)
+        self.identity = f"composite({self.terms})"
+
+    @staticmethod
+    def counts(weight: float) -> bool:
         # Zero-weight parts cannot change a score; leaving them out also keeps their models
         # unloaded.
-        self.parts = [(part, float(weight)) for part, weight in parts if weight > 0]
-        self.needs_text = any(part.needs_text for part, _ in self.parts)
-        devices = {part.device for part, _ in self.parts}
-        self.device = devices.pop() if len(devices) == 1 else "mixed"
-        terms = ",".join(f"{weight:g}*{part.identity}" for part, weight in self.parts)
-        self.identity = f"composite({terms})"
+        return weight > 0
 
     @classmethod
-    def from_registry(
-        cls,
-        registry: EvaluatorRegistry,
-        device: str,
-        *,
-        weights: Mapping[str, float] | None = None,
-        options: Mapping[str, Mapping[str, Any]] | None = None,
-    ) -> CompositeEvaluator:
-        """Build from evaluator names: ``weights={"clip": 1.0, "aesthetic": 2.0}``.
-
-        ``options[name]`` is passed to that part's factory (``{"aesthetic": {"head": path}}``).
-        Every part runs on ``device``.
-        """
-        if not weights:
-            raise Permanent('composite needs weights, e.g. weights={"clip": 1.0, "aesthetic": 0.5}')
-        check_weights(weights, count=len(weights))
-        known = set(registry.names())
-        unknown = sorted(set(weights) - known)
-        if unknown:
-            raise Permanent(
-                f"composite weights name unknown evaluators {unknown}; known: {sorted(known)}"
-            )
-        stray = sorted(set(options or {}) - set(weights))
-        if stray:
-            raise Permanent(f"composite options given for {stray}, which have no weight")
-        parts = [
-            (registry.get(name, device, **dict((options or {}).get(name, {}))), weight)
-            for name, weight in weights.items()
-            if weight > 0
-        ]
-        return cls(parts)
+    def check(cls, weights: Mapping[str, object], *, count: int, **extra: Any) -> None:
+        check_weights(weights, count=count)
 
     def _score(self, images: list[Image.Image], text: str) -> Scores:
         total = [0.0] * len(images)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,9 +30,7 @@ from PIL import Image
 from genloop.sdk.errors import Permanent
 
 from .base import Evaluator, Scores, check_finite
-
-if TYPE_CHECKING:
-    from .registry import EvaluatorRegistry
+from .parts import WeightedParts
 
 #: A probability score is clipped this far from 0 and 1 before its log-odds are taken.
 _EPS = 1e-4
@@ -47,49 +45,28 @@ def feature(values: Sequence[float] | np.ndarray, probability: bool) -> np.ndarr
     return np.log(p / (1 - p))
 
 
-class LearnedEnsemble(Evaluator):
+class LearnedEnsemble(WeightedParts):
     """``100 x sigmoid(bias + sum weight x feature)`` over ``parts``, given as ``(evaluator,
     weight)`` pairs; weights may be negative (a learned weight can be)."""
 
     probability = True
 
+    kind = "ensemble"
+    example = ('weights={"shapes-reader": 1.0, "shapes-clip": 0.5}, bias=0 (fit them with '
+               'python -m genloop.shapes.training.fit_ensemble)')
+
     def __init__(self, parts: Sequence[tuple[Evaluator, float]], bias: float = 0.0) -> None:
-        check_learned(dict((p.identity, w) for p, w in parts), bias, count=len(parts))
-        self.parts = [(part, float(weight)) for part, weight in parts if weight != 0]
+        super().__init__(parts, bias=bias)
         self.bias = float(bias)
-        self.needs_text = any(part.needs_text for part, _ in self.parts)
-        devices = {part.device for part, _ in self.parts}
-        self.device = devices.pop() if len(devices) == 1 else "mixed"
-        terms = ",".join(f"{weight:g}*{part.identity}" for part, weight in self.parts)
-        self.identity = f"ensemble({terms};{self.bias:g})"
+        self.identity = f"ensemble({self.terms};{self.bias:g})"
+
+    @staticmethod
+    def counts(weight: float) -> bool:
+        return weight != 0
 
     @classmethod
-    def from_registry(
-        cls,
-        registry: EvaluatorRegistry,
-        device: str,
-        *,
-        weights: Mapping[str, float] | None = None,
-        bias: float = 0.0,
-        options: Mapping[str, Mapping[str, Any]] | None = None,
-    ) -> LearnedEnsemble:
-        """Build from evaluator names, as :func:`fit` and ``fit_ensemble`` give them:
-        ``weights={"shapes-reader": 0.9, "shapes-clip": 2.1}, bias=-0.4``."""
-        if not weights:
-            raise Permanent('ensemble needs weights, e.g. weights={"shapes-reader": 1.0, '
-                            '"shapes-clip": 0.5}, bias=0 (fit them with genloop.shapes.'
-                            'training.fit_ensemble)')
-        check_learned(weights, bias, count=len(weights))
-        unknown = sorted(set(weights) - set(registry.names()))
-        if unknown:
-            raise Permanent(f"ensemble weights name unknown evaluators {unknown}; known: "
-                            f"{sorted(registry.names())}")
-        stray = sorted(set(options or {}) - set(weights))
-        if stray:
-            raise Permanent(f"ensemble options given for {stray}, which have no weight")
-        parts = [(registry.get(name, device, **dict((options or {}).get(name, {}))), weight)
-                 for name, weight in weights.items() if weight != 0]
-        return cls(parts, bias)
+    def check(cls, weights: Mapping[str, object], *, count: int, **extra: Any) -> None:
+        check_learned(weights, extra.get("bias", 0.0), count=count)
 
     def _score(self, images: list[Image.Image], text: str) -> Scores:
         logit = np.full(len(images), self.bias)
