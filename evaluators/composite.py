@@ -8,7 +8,6 @@ or a negative weight would otherwise quietly rank candidates by the wrong thing.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ from genloop.sdk.errors import Permanent
 
 from .base import Evaluator, Scores, check_finite
 from .parts import WeightedParts
+from .weights import check_weights
 
 
 class CompositeEvaluator(WeightedParts):
@@ -41,7 +41,7 @@ class CompositeEvaluator(WeightedParts):
 
     @classmethod
     def check(cls, weights: Mapping[str, object], *, count: int, **extra: Any) -> None:
-        check_weights(weights, count=count)
+        check_weights("composite", weights, count=count)
 
     def _score(self, images: list[Image.Image], text: str) -> Scores:
         total = [0.0] * len(images)
@@ -58,21 +58,3 @@ class CompositeEvaluator(WeightedParts):
         check_finite(total)
         return Scores(values=total, embeddings=embeddings, evaluator=self.identity)
 
-
-def check_weights(weights: Mapping[str, object], *, count: int) -> None:
-    """Weights must be finite, non-negative numbers, and not all zero."""
-    if count == 0:
-        raise Permanent("composite needs at least one weighted evaluator")
-    if len(weights) != count:
-        raise Permanent("composite lists the same evaluator twice; give each one weight")
-    for name, weight in weights.items():
-        if (
-            isinstance(weight, bool)
-            or not isinstance(weight, (int, float))
-            or not math.isfinite(weight)
-        ):
-            raise Permanent(f"weight of {name!r} must be a finite number, got {weight!r}")
-        if weight < 0:
-            raise Permanent(f"weight of {name!r} is {weight}; weights must be >= 0")
-    if not any(weights.values()):
-        raise Permanent("all composite weights are zero; at least one must be positive")

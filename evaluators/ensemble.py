@@ -19,7 +19,6 @@ at once, so that the score is calibrated and a single target holds for every pro
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,6 +30,7 @@ from genloop.sdk.errors import Permanent
 
 from .base import Evaluator, Scores, check_finite
 from .parts import WeightedParts
+from .weights import check_weights
 
 #: A probability score is clipped this far from 0 and 1 before its log-odds are taken.
 _EPS = 1e-4
@@ -66,7 +66,7 @@ class LearnedEnsemble(WeightedParts):
 
     @classmethod
     def check(cls, weights: Mapping[str, object], *, count: int, **extra: Any) -> None:
-        check_learned(weights, extra.get("bias", 0.0), count=count)
+        check_weights("ensemble", weights, count=count, bias=extra.get("bias", 0.0))
 
     def _score(self, images: list[Image.Image], text: str) -> Scores:
         logit = np.full(len(images), self.bias)
@@ -83,21 +83,6 @@ class LearnedEnsemble(WeightedParts):
         check_finite(values)
         return Scores(values=values, evaluator=self.identity, details=details,
                       embeddings=embeddings)
-
-
-def check_learned(weights: Mapping[str, object], bias: object, *, count: int) -> None:
-    """Weights and the bias must be finite numbers, at least one weight not zero."""
-    if count == 0:
-        raise Permanent("ensemble needs at least one weighted evaluator")
-    if len(weights) != count:
-        raise Permanent("ensemble lists the same evaluator twice; give each one weight")
-    for name, value in [*weights.items(), ("bias", bias)]:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
-                value):
-            raise Permanent(f"{'bias' if name == 'bias' else f'weight of {name!r}'} must be a "
-                            f"finite number, got {value!r}")
-    if not any(weights.values()):
-        raise Permanent("all ensemble weights are zero; at least one must not be")
 
 
 def fit(x: np.ndarray, correct: np.ndarray, groups: np.ndarray,

@@ -12,6 +12,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from genloop.sdk.errors import Permanent
+
+from .weights import check_weights, finite_number
+
 #: Evaluator name -> the options a tenant may give it (every one is data, never a path). A name
 #: not listed takes none from a tenant: ``vlm-judge``'s server and key stay the operator's.
 TENANT_OPTIONS: dict[str, frozenset[str]] = {
@@ -65,6 +69,11 @@ def _parts_problems(name: str, options: Mapping[str, Any], allowed: Collection[s
     problems = [(f"{where}.weights.{part}", f"unknown evaluator {part!r}; allowed: "
                  f"{', '.join(sorted(allowed))}")
                 for part in weights if part not in allowed or part in _COMBINERS]
+    bias = options.get("bias", 0.0)
+    try:
+        check_weights(name, weights, count=len(weights), bias=bias)
+    except Permanent as exc:
+        problems.append((f"{where}.{'weights' if finite_number(bias) else 'bias'}", str(exc)))
     for part, part_options in parts.items():
         if not isinstance(part_options, Mapping):
             problems.append((f"{where}.options.{part}", "give the options as a mapping"))

@@ -241,6 +241,23 @@ def test_an_ensembles_parts_are_the_tenants_names_and_no_combiner_nests_in_it():
         admission.admit(nested, TenantLimits())
     assert sorted(p.path for p in caught.value.problems) == [
         "evaluator_options.path", "evaluator_options.weights.composite"]
+    # weights that are no numbers are refused at submit, before any image is drawn
+    for bad, path, said in (
+            ({"weights": {"shapes-reader": "0.6"}}, "evaluator_options.weights",
+             "weight of 'shapes-reader' must be a finite number, got '0.6'"),
+            ({"weights": {"shapes-reader": 1.0}, "bias": "x"}, "evaluator_options.bias",
+             "bias must be a finite number, got 'x'")):
+        with pytest.raises(GraphError) as caught:
+            admission.admit(ensemble.model_copy(update={"evaluator_options": bad}),
+                            TenantLimits())
+        assert [(p.path, p.message) for p in caught.value.problems] == [(path, said)]
+    negative = Loop(prompt="p", rounds=1, candidates=1, model="tiny", evaluator="composite",
+                    evaluator_options={"weights": {"shapes-clip": -1.0}})
+    with pytest.raises(GraphError) as caught:
+        admission.admit(negative, TenantLimits())
+    assert [(p.path, p.message) for p in caught.value.problems] == [(
+        "evaluator_options.weights",
+        "weight of 'shapes-clip' is -1.0; weights must be >= 0")]
 
 
 def test_a_loop_that_names_no_model_gets_the_back_ends_default():
