@@ -69,7 +69,7 @@ def _parts_problems(name: str, options: Mapping[str, Any], allowed: Collection[s
     problems = [(f"{where}.weights.{part}", f"unknown evaluator {part!r}; allowed: "
                  f"{', '.join(sorted(allowed))}")
                 for part in weights if part not in allowed or part in _COMBINERS]
-    bias = options.get("bias", 0.0)
+    bias = options.get("bias", 0.0) if name == "ensemble" else 0.0  # a composite has none
     try:
         check_weights(name, weights, count=len(weights), bias=bias)
     except Permanent as exc:

@@ -4,6 +4,7 @@ that follow from them."""
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
@@ -32,12 +33,14 @@ class WeightedParts(Evaluator):
         self.terms = ",".join(f"{weight:g}*{part.identity}" for part, weight in self.parts)
 
     @staticmethod
+    @abstractmethod
     def counts(weight: float) -> bool:
-        raise NotImplementedError
+        """Whether a part of this weight changes a score."""
 
     @classmethod
+    @abstractmethod
     def check(cls, weights: Mapping[str, object], *, count: int, **extra: Any) -> None:
-        raise NotImplementedError
+        """Raise :class:`Permanent` for weights (or ``extra``) this whole refuses."""
 
     @classmethod
     def from_registry(

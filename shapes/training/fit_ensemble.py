@@ -31,7 +31,7 @@ from PIL import Image
 from genloop import shapes
 from genloop.evaluators import get_evaluator
 from genloop.evaluators.ensemble import feature, fit, within_prompt_auc
-from genloop.sdk import Client, Graph
+from genloop.sdk import Client, Graph, RunStatus
 from genloop.shapes.dataset import training_sample
 
 #: Training seeds of the prompts, a range no model's pool or other judge uses.
@@ -56,6 +56,8 @@ def draw(client: Client, judges: list[str], prompts: int, seeds: int, steps: int
     correct, groups = [], []
     for k, (caption, run) in enumerate(zip(captions, runs, strict=True)):
         result = run.wait(timeout=3600)
+        if result.status != RunStatus.SUCCEEDED:
+            raise RuntimeError(f"drawing {caption!r} failed: {result.error}")
         wanted = shapes.parse_caption(caption)
         for half, node in enumerate(("full", "draft")):
             for c in sorted(result.items(node), key=lambda c: c.index):
