@@ -8,8 +8,7 @@ or a negative weight would otherwise quietly rank candidates by the wrong thing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from PIL import Image
 
@@ -17,7 +16,6 @@ from genloop.sdk.errors import Permanent
 
 from .base import Evaluator, Scores, check_finite
 from .parts import WeightedParts
-from .weights import check_weights
 
 
 class CompositeEvaluator(WeightedParts):
@@ -32,16 +30,6 @@ class CompositeEvaluator(WeightedParts):
     def __init__(self, parts: Sequence[tuple[Evaluator, float]]) -> None:
         super().__init__(parts)
         self.identity = f"composite({self.terms})"
-
-    @staticmethod
-    def counts(weight: float) -> bool:
-        # Zero-weight parts cannot change a score; leaving them out also keeps their models
-        # unloaded.
-        return weight > 0
-
-    @classmethod
-    def check(cls, weights: Mapping[str, object], *, count: int, **extra: Any) -> None:
-        check_weights("composite", weights, count=count)
 
     def _score(self, images: list[Image.Image], text: str) -> Scores:
         total = [0.0] * len(images)

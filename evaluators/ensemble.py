@@ -19,8 +19,7 @@ at once, so that the score is calibrated and a single target holds for every pro
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -30,7 +29,6 @@ from genloop.sdk.errors import Permanent
 
 from .base import Evaluator, Scores, check_finite
 from .parts import WeightedParts
-from .weights import check_weights
 
 #: A probability score is clipped this far from 0 and 1 before its log-odds are taken.
 _EPS = 1e-4
@@ -59,14 +57,6 @@ class LearnedEnsemble(WeightedParts):
         super().__init__(parts, bias=bias)
         self.bias = float(bias)
         self.identity = f"ensemble({self.terms};{self.bias:g})"
-
-    @staticmethod
-    def counts(weight: float) -> bool:
-        return weight != 0
-
-    @classmethod
-    def check(cls, weights: Mapping[str, object], *, count: int, **extra: Any) -> None:
-        check_weights("ensemble", weights, count=count, bias=extra.get("bias", 0.0))
 
     def _score(self, images: list[Image.Image], text: str) -> Scores:
         logit = np.full(len(images), self.bias)

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .weights import counts
+
 #: Megapixel-steps of one evaluator pass over one image.
 PASS_COST = 0.03
 #: Palette colours that cost as much as one more pass.
@@ -33,12 +35,10 @@ def score_cost(name: str | None, options: Mapping[str, Any] | None) -> float:
     options = options or {}
     if name in ("composite", "ensemble"):
         weights, parts = options.get("weights") or {}, options.get("options") or {}
-        # A zero weight (a composite's negative one too: it is refused) leaves its part
-        # unbuilt; an ensemble's negative weight is used. A weight that is no number fails
-        # the run at its first score, so pricing it too errs on the side of the limit.
-        unbuilt = (lambda w: w <= 0) if name == "composite" else (lambda w: w == 0)
+        # A part whose weight counts for nothing is never built. A weight that is no number
+        # fails the run at its first score, so pricing it too errs on the side of the limit.
         return sum(score_cost(part, parts.get(part)) for part, weight in weights.items()
-                   if not (isinstance(weight, (int, float)) and unbuilt(weight)))
+                   if not isinstance(weight, (int, float)) or counts(name, weight))
     if name == "brand-palette":
         return PASS_COST * (1 + len(options.get("palette") or ()) / COLOURS_PER_PASS)
     return PASS_COST

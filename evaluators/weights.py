@@ -14,6 +14,12 @@ from genloop.sdk.errors import Permanent
 SIGNED = {"composite": False, "ensemble": True}
 
 
+def counts(kind: str, weight: float) -> bool:
+    """Whether a part of ``weight`` changes a ``kind``'s score; the parts of the others are
+    never built (nor priced). A composite's negative weight is refused before this is asked."""
+    return weight != 0 if SIGNED[kind] else weight > 0
+
+
 def finite_number(value: object) -> bool:
     return (not isinstance(value, bool) and isinstance(value, (int, float))
             and math.isfinite(value))
