@@ -24,11 +24,13 @@ def test_scored_replies_become_member_score_pairs():
 
 
 @pytest.mark.parametrize("reply", [1, [b"a"], ("a", 1.0)])
-def test_a_reply_that_is_no_string_is_refused(reply):
-    with pytest.raises(TypeError, match="string reply"):
-        text(reply)
+@pytest.mark.parametrize("read", [text, data])
+def test_a_reply_that_is_no_string_is_refused_naming_what_came(read, reply):
+    with pytest.raises(TypeError, match=f"string reply was expected, got {type(reply).__name__}"):
+        read(reply)
 
 
-def test_a_member_without_its_score_is_refused():
-    with pytest.raises(TypeError, match="pair"):
-        scored([b"r1"])
+@pytest.mark.parametrize("reply", [b"r1", [b"r1"], (b"r1", 1.0, 2.0)])
+def test_a_member_without_its_score_is_refused(reply):
+    with pytest.raises(TypeError, match="pair was expected"):
+        scored([reply])

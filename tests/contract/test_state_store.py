@@ -714,3 +714,39 @@ def test_runs_page_by_cursor_without_gaps_or_repeats_through_a_tie_longer_than_a
     seen = [run_id for page in pages for run_id in page]
     assert seen == ["late", *sorted((f"t{i:02d}" for i in range(45)), reverse=True), "early"]
     assert all(len(page) == 4 for page in pages[:-1])
+
+
+def test_a_runs_end_wakes_the_watches_on_it_and_no_others(store):
+    # Given two runs of one node each, each watched before anything ends
+    for run_id in ("r1", "r2"):
+        store.create_run(_run(run_id), RunSpecRecord(spec={}, graph={}),
+                         [NodeRecord(run_id=run_id, node_id="a", pending_instances=1,
+                                     status=NodeStatus.QUEUED)],
+                         [InstanceRecord(run_id=run_id, instance_id="a#0", node_id="a", seq=0)])
+    with store.watch_end("r1") as first, store.watch_end("r2") as second:
+        # Then a watch on a run still going sleeps out its timeout
+        assert first.wait(0.05) is False
+
+        # When r1's only instance finishes, and the finish step ends the run
+        done = store.instance("r1", "a#0").model_copy(update={
+            "status": NodeStatus.SUCCEEDED, "outputs": 1, "result_key": "k1"})
+        completion = ScriptedCompletion(
+            '[{"key": "k1", "index": 0}]', 1,
+            EventRecord(type="node.succeeded", time=time.time(), node_id="a"),
+            EventRecord(type="run.succeeded", time=time.time()), [])
+        [out] = store.finish_instances([Finish(
+            done, EventRecord(type="instance.succeeded", time=time.time()),
+            ResultRecord(key="k1", op="o", items=[1], created_at=time.time()), None, completion)])
+        assert out.run_ended
+
+        # Then r1's watch wakes, and r2's (its run still going) does not
+        assert first.wait(5.0) is True
+        assert second.wait(0.05) is False
+
+        # When a run transaction ends r2
+        with store.transaction("r2") as tx:
+            tx.put_run(tx.run().model_copy(update={"status": RunStatus.CANCELLED,
+                                                   "finished_at": time.time()}))
+
+        # Then r2's watch wakes
+        assert second.wait(5.0) is True

@@ -176,3 +176,16 @@ def test_runs_recorded_before_the_listing_index_are_listed_once(tmp_path):
     assert store.list_earlier_runs(created.get) == 0
     # And a SQLite store always had the index (created_at is a column): nothing to do
     assert SqliteGatewayStore(tmp_path / "gateway.db").list_earlier_runs(created.get) == 0
+
+
+def test_the_redis_stores_keys_stay_where_an_earlier_release_wrote_them():
+    # An upgrade must find the keys a running gateway wrote: the prefix and names are a format
+    redis.Redis.from_url(redis_url(STORE_DB)).flushdb()
+    store = RedisGatewayStore(redis_url(STORE_DB))
+    try:
+        key = store.create_key("acme")
+        raw = redis.Redis.from_url(redis_url(STORE_DB), decode_responses=True)
+        assert raw.get(f"genloop:gw:keyid:{hash_key(key)[:12]}") == hash_key(key)
+        assert raw.exists(f"genloop:gw:key:{hash_key(key)}")
+    finally:
+        store.close()

@@ -145,7 +145,7 @@ class PoolKeys:
 class GatewayKeys:
     """Keys of the gateway's store (API keys, tenants, run ownership)."""
 
-    def __init__(self, prefix: str = "genloop:gw") -> None:
+    def __init__(self, prefix: str) -> None:
         self.p = prefix
 
     def key(self, key_hash: str) -> str:
