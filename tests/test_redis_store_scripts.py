@@ -87,3 +87,18 @@ def test_a_node_completed_while_a_shared_transaction_is_open_loses_no_child_coun
         assert (out.step, out.pending) == (Finished.COUNTED, 0) and ("r1", "@a") in store.outbox()
     finally:
         store.close()
+
+
+def test_a_pools_keys_stay_where_an_earlier_release_wrote_them():
+    # An upgrade must find the runs a running pool wrote: the default prefix is a format
+    store = RedisStateStore(redis_url())
+    run_id = f"pin-{uuid.uuid4().hex[:8]}"
+    try:
+        _create(store, run_id=run_id)
+        assert store.client.exists(f"genloop:run:{run_id}")
+    finally:
+        store.client.delete(*store.client.keys(f"genloop:run:{run_id}*"))
+        store.client.zrem("genloop:runs", run_id)
+        members = (f"{run_id}|a#0", f"{run_id}|a#1")
+        store.client.hdel("genloop:outbox", *members)
+        store.client.zrem("genloop:live", *members)

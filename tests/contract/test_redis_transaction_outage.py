@@ -41,7 +41,7 @@ def _lose_redis(store: RedisStateStore) -> None:
 
 @pytest.mark.parametrize("read", [
     lambda tx: tx.run(), lambda tx: tx.node("a"), lambda tx: tx.instance("a#0"),
-    lambda tx: tx.instances("a"), lambda tx: tx.get_result("k"),
+    lambda tx: tx.instances("a"), lambda tx: tx.ended_counts(),
 ])
 def test_a_read_inside_a_transaction_raises_store_error_when_redis_is_gone(store, read):
     with pytest.raises(StoreError) as caught, store.transaction("r1") as tx:

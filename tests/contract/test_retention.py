@@ -18,6 +18,7 @@ from genloop.sdk.graph import RunLimits
 from genloop.workers import OpRegistry, op
 from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.pool.broker import wire
+from genloop.workers.stores import InstanceRecord, ItemRef, NodeRecord
 from genloop.workers.stores.retention import referenced_keys, retention_pass
 
 DAY = 24 * 3600.0
@@ -235,3 +236,29 @@ def test_a_pass_takes_batch_after_batch_until_nothing_is_due(pool, store):
     done = retention_pass(store, DAY, now=time.time() + 2 * WEEK, limit=2)
     assert (done.scheduled, done.runs) == (5, 5)
     assert not {r.id for r in runs} & _listed(store)
+
+
+def test_a_run_that_asks_for_its_own_retention_is_kept_that_long_with_its_results(pool, store):
+    # Given a run that asks to be kept 30 days, past the store's week for a result
+    scheduler, *_ = pool
+    graph = _graph()
+    graph.retention = 30 * DAY
+    run = _finished(store, scheduler.submit(graph).id)
+    keys = _keys(store, run.id)
+
+    # When passes that keep runs a day run before its 30 days are out
+    assert retention_pass(store, DAY, now=run.finished_at + 30 * DAY - 1).runs == 0
+
+    # Then it is kept with every result it names, and goes with them after
+    assert store.get_run(run.id).status == "succeeded"
+    assert len(store.get_results(sorted(keys))) == len(keys)
+    gone = retention_pass(store, DAY, now=run.finished_at + 30 * DAY + 1)
+    assert (gone.runs, gone.results) == (1, len(keys))
+
+
+def test_a_runs_result_keys_are_what_its_instances_stored_or_read_and_its_nodes_output():
+    insts = [InstanceRecord(run_id="r", instance_id="a#0", node_id="a", seq=0, result_key="k1",
+                            inputs=[ItemRef(key="k0", index=0)]),
+             InstanceRecord(run_id="r", instance_id="b#0", node_id="b", seq=0)]
+    nodes = [NodeRecord(run_id="r", node_id="a", outputs=[ItemRef(key="k2", index=1)])]
+    assert referenced_keys(insts, nodes) == {"k0", "k1", "k2"}

@@ -21,7 +21,7 @@ from genloop.workers.stores import (
     RunSpecRecord,
 )
 from genloop.workers.stores.base import READ_BATCH
-from genloop.workers.stores.steps import Finish, Finished, ScriptedCompletion, Start
+from genloop.workers.stores.steps import Finish, Finished, ScriptedCompletion, Start, Started
 
 
 def _run(run_id="r1", key=None, spec_hash="h1", nodes=1):
@@ -750,3 +750,80 @@ def test_a_runs_end_wakes_the_watches_on_it_and_no_others(store):
 
         # Then r2's watch wakes
         assert second.wait(5.0) is True
+
+
+def _while_a_transaction_is_open(store, step):
+    """``step()`` sent while another thread holds run ``r1``'s transaction open: whether it was
+    still waiting 0.3 s in, and what it returned once the transaction committed."""
+    entered, release, out = threading.Event(), threading.Event(), []
+
+    def hold():
+        with store.transaction("r1") as tx:
+            tx.event(EventRecord(type="test.held", time=time.time()))
+            entered.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert entered.wait(5)
+    sender = threading.Thread(target=lambda: out.append(step()))
+    sender.start()
+    sender.join(0.3)
+    waiting = sender.is_alive()
+    release.set()
+    holder.join(10)
+    sender.join(10)
+    return waiting, out[0]
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_starts_and_finishes_sent_while_a_run_transaction_is_open_wait_for_its_commit(
+        store, count):
+    # Given a run of two instances
+    _create(store)
+    ids = [f"a#{i}" for i in range(count)]
+
+    # When starts are sent (one alone, or two in one call) while a run transaction is open
+    waiting, started = _while_a_transaction_is_open(
+        store, lambda: store.start_instances([_start(i, f"k{i}") for i in ids]))
+
+    # Then they wait for its commit, and then start
+    assert waiting
+    assert [s for s, _ in started] == [Started.STARTED] * count
+    events = [e.type for e in store.events("r1")]
+    assert events.index("test.held") < events.index("instance.started")
+
+    # When their finishes are sent the same way
+    def finish(instance_id: str) -> Finish:
+        done = store.instance("r1", instance_id).model_copy(update={
+            "status": NodeStatus.SUCCEEDED, "outputs": 1})
+        key = f"k{instance_id}"
+        return Finish(done, EventRecord(type="instance.succeeded", time=time.time()),
+                      ResultRecord(key=key, op="o", items=[1], created_at=time.time()),
+                      (key, f"me/{instance_id}"))
+
+    waiting, outs = _while_a_transaction_is_open(
+        store, lambda: store.finish_instances([finish(i) for i in ids]))
+
+    # Then they too wait, and then each counts its node down
+    assert waiting
+    assert [o.pending for o in outs] == list(range(1, 1 - count, -1))
+    assert [store.instance("r1", i).status for i in ids] == [NodeStatus.SUCCEEDED] * count
+
+
+def test_a_start_that_reuses_a_stored_result_keeps_it_at_least_a_retention_more(store):
+    # Given a result whose run's expiry made it due long ago, and another one the same
+    _create(store)
+    for key in ("reused", "left"):
+        store.put_result(ResultRecord(key=key, op="o", items=[1], created_at=1.0))
+    store.schedule_expiry("old", 1000.0, ["reused", "left"])
+
+    # When a start finds the first one stored
+    [(outcome, _)] = store.start_instances([_start("a#0", "reused")])
+    assert outcome == Started.STORED
+
+    # Then it is due no sooner than a retention from now; the other is due as it was
+    now = time.time()
+    assert store.due_results(now, 10) == ["left"]
+    assert store.due_results(now + store.retention - 60, 10) == ["left"]
+    assert store.due_results(now + store.retention + 60, 10) == ["left", "reused"]

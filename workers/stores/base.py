@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 
 from genloop.sdk.errors import IdempotencyConflict as IdempotencyConflict  # re-exported
 from genloop.sdk.models import Event, NodeStatus
@@ -26,7 +26,7 @@ from .records import (
     RunSpecRecord,
     Storage,
 )
-from .run_ends import EndWatch, Sleeping
+from .run_ends import EndWatch
 from .steps import Finish, FinishOutcome, Start, Started
 
 #: Seconds a finished run (and a result no kept run needs) is kept by default: a week, as a
@@ -93,19 +93,6 @@ class RunTx(ABC):
 
     @abstractmethod
     def event(self, event: EventRecord) -> None: ...
-
-    @abstractmethod
-    def put_result(self, result: ResultRecord) -> ResultRecord:
-        """As :meth:`StateStore.put_result`, inside this transaction."""
-
-    @abstractmethod
-    def get_result(self, key: str) -> ResultRecord | None: ...
-
-    @abstractmethod
-    def claim(self, key: str, owner: str, ttl: float) -> float:
-        """Take the lease on ``key`` in this transaction, so a claim and the start it guards
-        commit together. Returns 0 when taken, else the seconds left on the holder's lease.
-        (On Redis the claim takes effect at once; its hot path is a script instead.)"""
 
     @abstractmethod
     def release(self, key: str, owner: str) -> None:
@@ -298,11 +285,10 @@ class StateStore(ABC):
             tx.pin(pinned)
         return run
 
+    @abstractmethod
     def watch_end(self, run_id: str) -> AbstractContextManager[EndWatch]:
         """A watch on the run's end, to take *before* reading its status (see ``run_ends``):
-        its ``wait`` returns early once the run may have ended. This default cannot signal:
-        its watch only sleeps, so a waiter polls."""
-        return nullcontext(Sleeping())
+        its ``wait`` returns early once the run may have ended."""
 
     def close(self) -> None:
         """Release connections."""

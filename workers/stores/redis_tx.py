@@ -16,7 +16,7 @@ import redis
 from genloop.sdk.errors import StoreError
 
 from .base import RunTx
-from .records import EventRecord, InstanceRecord, NodeRecord, ResultRecord, RunRecord
+from .records import EventRecord, InstanceRecord, NodeRecord, RunRecord
 from .redis_keys import PoolKeys
 
 if TYPE_CHECKING:
@@ -118,8 +118,8 @@ class Writes:
         for i in range(0, len(members), self._CHUNK):
             self.commands.append(["ZREM", name, *members[i:i + self._CHUNK]])
 
-    def set(self, name: str, value: str, nx: bool = False) -> None:
-        self.commands.append(["SET", name, value, *(["NX"] if nx else [])])
+    def set(self, name: str, value: str) -> None:
+        self.commands.append(["SET", name, value])
 
     def rpush(self, name: str, *values: str) -> None:
         for i in range(0, len(values), self._CHUNK):
@@ -212,21 +212,6 @@ class RedisTx(RunTx):
 
     def event(self, event: EventRecord) -> None:
         self._buffer.rpush(self._k.events(self._run_id), event_json(event))
-
-    def put_result(self, result: ResultRecord) -> ResultRecord:
-        stored = self._store.get_result(result.key)
-        if stored is not None:
-            return stored
-        self._buffer.set(self._k.result(result.key), result.model_dump_json(), nx=True)
-        return result
-
-    def get_result(self, key: str) -> ResultRecord | None:
-        return self._store.get_result(key)
-
-    def claim(self, key: str, owner: str, ttl: float) -> float:
-        if self._store.claim(key, owner, ttl):
-            return 0.0
-        return max(self._store.lease_remaining(key), 0.001)
 
     def release(self, key: str, owner: str) -> None:
         self._buffer.release(self._k.claim(key), owner)

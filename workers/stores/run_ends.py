@@ -15,7 +15,6 @@ objects (:class:`LocalRunEnds`); the Redis store publishes on a channel per run 
 from __future__ import annotations
 
 import threading
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,14 +26,6 @@ class EndWatch(ABC):
     @abstractmethod
     def wait(self, timeout: float) -> bool:
         """Sleep until the run may have ended (True) or ``timeout`` seconds pass (False)."""
-
-
-class Sleeping(EndWatch):
-    """The watch of a store that cannot signal: a plain pause, so its waiters poll."""
-
-    def wait(self, timeout: float) -> bool:
-        time.sleep(timeout)
-        return False
 
 
 class _EventWatch(EndWatch):

@@ -185,16 +185,6 @@ class _SqliteTx(RunTx):
     def event(self, event: EventRecord) -> None:
         _append_event(self._c, self._run_id, event)
 
-    def put_result(self, result: ResultRecord) -> ResultRecord:
-        return _put_result(self._c, result)
-
-    def get_result(self, key: str) -> ResultRecord | None:
-        row = self._c.execute("SELECT doc FROM results WHERE key = ?", (key,)).fetchone()
-        return ResultRecord.model_validate_json(row[0]) if row else None
-
-    def claim(self, key: str, owner: str, ttl: float) -> float:
-        return _take(self._c, "claims", key, owner, ttl)
-
     def release(self, key: str, owner: str) -> None:
         self._c.execute("DELETE FROM claims WHERE key = ? AND owner = ?", (key, owner))
 

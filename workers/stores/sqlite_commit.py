@@ -91,7 +91,7 @@ class GroupCommit:
                 return self._batch, True
             self._conn.execute("SAVEPOINT genloop_tx")
         except sqlite3.Error as exc:
-            self._abandon(f"sqlite: {exc}")
+            self._abandon(self._batch, f"sqlite: {exc}")
             raise StoreError(f"sqlite: {exc}") from exc
         return self._batch, False
 
@@ -115,7 +115,7 @@ class GroupCommit:
         except sqlite3.Error as exc:
             # SQLite may have rolled the whole transaction back (a full disk, an I/O error):
             # every body of the batch lost its writes and hears so.
-            self._abandon(f"sqlite: {exc}")
+            self._abandon(batch, f"sqlite: {exc}")
         finally:
             self._turn.release()
 
@@ -129,15 +129,18 @@ class GroupCommit:
             self._conn.execute("ROLLBACK")
         batch.finish(None)
 
-    def _abandon(self, why: str) -> None:
+    def _abandon(self, batch: _Batch | None, why: str) -> None:
+        """Roll back whatever is open and tell every body of ``batch`` that its writes are lost.
+        The batch is passed in: a failed COMMIT comes after :meth:`_settle` let go of it (its
+        bodies once waited for a word that never came)."""
+        self._batch = None
         if self._conn.in_transaction:
             try:
                 self._conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-        if self._batch is not None:
-            self._batch.finish(StoreError(why))
-            self._batch = None
+        if batch is not None:
+            batch.finish(StoreError(why))
 
     def close(self) -> None:
         """Close once the body on the connection has ended (closing under a body crashed the
@@ -147,10 +150,11 @@ class GroupCommit:
             if self._closed:
                 return
             self._closed = True
+            batch = self._batch
             try:
-                if self._batch is not None:
-                    self._settle(self._batch)
+                if batch is not None:
+                    self._settle(batch)
             except sqlite3.Error as exc:
-                self._abandon(f"sqlite: {exc}")
+                self._abandon(batch, f"sqlite: {exc}")
             self._checkpoints.close()
             self._conn.close()
