@@ -16,7 +16,8 @@ from genloop.workers.stores.retention import configured_retention, duration
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("7d", 604_800), ("12h", 43_200), ("30m", 1_800),
-                                               ("45s", 45), ("90", 90), (" 1.5H ", 5_400)])
+                                               ("45s", 45), ("90", 90), (" 1.5H ", 5_400),
+                                               ("1", 1), ("0.5s", 0.5)])
 def test_durations_read_as_seconds(text, seconds):
     assert duration(text) == seconds
 

@@ -78,14 +78,22 @@ def test_a_run_of_ten_thousand_roots_is_stored_with_an_event_for_each(store):
     assert len(store.outbox(limit=len(roots) + 1)) == len(roots)
 
 
-def test_missing_things_raise_not_found(store):
-    with pytest.raises(NotFound):
+def test_missing_things_raise_not_found_naming_what_is_missing(store):
+    with pytest.raises(NotFound, match="no run 'nope'"):
         store.get_run("nope")
+    with pytest.raises(NotFound, match="no run 'nope'"):
+        store.run_spec("nope")
+    with pytest.raises(NotFound, match="no run 'nope'"), store.transaction("nope") as tx:
+        tx.run()
     _create(store)
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFound, match="no instance 'nope' in run 'r1'"):
         store.instance("r1", "nope")
-    with pytest.raises(NotFound), store.transaction("r1") as tx:
+    with pytest.raises(NotFound, match="no node 'nope' in run 'r1'"), \
+            store.transaction("r1") as tx:
         tx.node("nope")
+    with pytest.raises(NotFound, match="no instance 'nope' in run 'r1'"), \
+            store.transaction("r1") as tx:
+        tx.instance("nope")
 
 
 def test_idempotency_key_reuses_or_conflicts(store):
@@ -95,8 +103,9 @@ def test_idempotency_key_reuses_or_conflicts(store):
     assert not created and again.id == first.id
     with pytest.raises(NotFound):
         store.get_run("r2")
-    with pytest.raises(IdempotencyConflict):
+    with pytest.raises(IdempotencyConflict) as conflict:
         _create(store, "r3", key="k", spec_hash="other")
+    assert conflict.value.run_id == first.id
 
 
 def test_transaction_commits_together_and_rolls_back_on_error(store):
@@ -212,7 +221,7 @@ def test_first_result_wins(store):
 def test_results_are_read_many_at_once_across_batches_and_missing_ones_left_out(store):
     from genloop.workers.stores.base import READ_BATCH
 
-    keys = [f"k{i}" for i in range(READ_BATCH + 3)]
+    keys = [f"k{i}" for i in range(2 * READ_BATCH + 3)]
     for i, key in enumerate(keys[::2]):
         store.put_result(ResultRecord(key=key, op="op", items=[i], created_at=1.0))
     found = store.get_results(keys + ["nothing"])
@@ -743,6 +752,11 @@ def test_a_runs_end_wakes_the_watches_on_it_and_no_others(store):
         assert first.wait(5.0) is True
         assert second.wait(0.05) is False
 
+        # When a run transaction on r2 commits without ending it, Then its watch sleeps on
+        with store.transaction("r2") as tx:
+            tx.event(EventRecord(type="test.note", time=time.time()))
+        assert second.wait(0.05) is False
+
         # When a run transaction ends r2
         with store.transaction("r2") as tx:
             tx.put_run(tx.run().model_copy(update={"status": RunStatus.CANCELLED,
@@ -827,3 +841,93 @@ def test_a_start_that_reuses_a_stored_result_keeps_it_at_least_a_retention_more(
     assert store.due_results(now, 10) == ["left"]
     assert store.due_results(now + store.retention - 60, 10) == ["left"]
     assert store.due_results(now + store.retention + 60, 10) == ["left", "reused"]
+
+
+def test_a_transaction_drops_its_owners_lease_when_it_commits_and_no_one_elses(store):
+    _create(store)
+    assert store.claim("k", "w1", ttl=30)
+    with store.transaction("r1") as tx:
+        tx.release("k", "w2")  # not w2's lease: it stays w1's
+    assert not store.claim("k", "w2", ttl=30)
+    with store.transaction("r1") as tx:
+        tx.release("k", "w1")
+    assert store.claim("k", "w2", ttl=30)
+
+
+def test_expiring_runs_names_each_run_that_went(store):
+    # Given two ended runs, one due to expire and one not yet
+    for run_id in ("r1", "r2"):
+        _create(store, run_id)
+        with store.transaction(run_id) as tx:
+            tx.put_run(tx.run().model_copy(update={"status": RunStatus.SUCCEEDED,
+                                                   "finished_at": 500.0}))
+    store.schedule_expiry("r1", 1000.0, [])
+    store.schedule_expiry("r2", 3000.0, [])
+
+    # When runs due by 2000 expire, Then r1 is named and gone, and r2 stays
+    assert store.expire_runs(2000.0, 10) == ["r1"]
+    with pytest.raises(NotFound):
+        store.get_run("r1")
+    assert store.get_run("r2").status == RunStatus.SUCCEEDED
+
+
+def test_a_sqlite_store_makes_its_folder_and_refuses_every_use_once_closed(tmp_path):
+    from genloop.sdk.errors import StoreError
+    from genloop.workers.stores import SqliteStateStore
+
+    # Given a store whose folder does not exist yet, Then it makes it
+    store = SqliteStateStore(tmp_path / "home" / "state" / "state.db")
+    _create(store)
+    # When it is closed, Then a read or a write says so rather than reaching SQLite
+    store.close()
+    uses = [lambda: store.get_run("r1"), lambda: store.runs_before(None, 10),
+            lambda: _create(store, "r2")]
+    for use in uses:
+        with pytest.raises(StoreError, match="^sqlite: the store is closed$"):
+            use()
+    # and likewise from a thread that never read from it (its connection would be new)
+    refused: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            store.get_run("r1")
+        except StoreError as exc:
+            refused.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    reader.join(10)
+    assert [str(e) for e in refused] == ["sqlite: the store is closed"]
+
+
+def test_a_sqlite_store_from_before_run_listing_and_retention_lists_and_retains_its_runs(
+        tmp_path):
+    import sqlite3
+
+    from genloop.workers.stores import SqliteStateStore
+
+    # Given a store with an ended run, whose file then loses the run index and the ended list
+    # (the layout before the listing and retention added them)
+    path = tmp_path / "state.db"
+    store = SqliteStateStore(path)
+    _create(store)
+    with store.transaction("r1") as tx:
+        tx.put_run(tx.run().model_copy(update={"status": RunStatus.SUCCEEDED,
+                                               "finished_at": 500.0}))
+    store.close()
+    db = sqlite3.connect(path)
+    db.executescript("DROP TABLE run_index; DROP TABLE run_ended;")
+    db.close()
+
+    # When it is opened, Then the run is listed and waits for the retention pass
+    store = SqliteStateStore(path)
+    assert [r.id for r in store.runs_before(None, 10)] == ["r1"]
+    assert store.ended_runs(10) == ["r1"]
+
+    # When the pass has scheduled it, Then opening the store again leaves that as it is
+    store.schedule_expiry("r1", 1000.0, [])
+    store.close()
+    store = SqliteStateStore(path)
+    assert store.ended_runs(10) == []
+    assert [r.id for r in store.runs_before(None, 10)] == ["r1"]
+    store.close()
