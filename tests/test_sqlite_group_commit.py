@@ -4,20 +4,26 @@ tells every body of its batch, leaves none of their writes, and leaves the write
 from __future__ import annotations
 
 import sqlite3
+import threading
 
 import pytest
+from wait_util import until
 
 from genloop.sdk.errors import StoreError
 from genloop.workers.stores.sqlite_commit import GroupCommit
 
 
-def test_a_commit_that_fails_tells_its_body_writes_nothing_and_the_next_commits(tmp_path):
-    path = tmp_path / "db.sqlite"
-
+def _connector(path):
     def connect() -> sqlite3.Connection:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA foreign_keys=ON")
         return conn
+
+    return connect
+
+
+def test_a_commit_that_fails_tells_its_body_writes_nothing_and_the_next_commits(tmp_path):
+    connect = _connector(tmp_path / "db.sqlite")
 
     # Given a table whose rows must name a parent, checked only at COMMIT
     reader = connect()
@@ -37,6 +43,43 @@ def test_a_commit_that_fails_tells_its_body_writes_nothing_and_the_next_commits(
             conn.execute("INSERT INTO parent VALUES (1)")
             conn.execute("INSERT INTO child VALUES (1)")
         assert reader.execute("SELECT count(*) FROM child").fetchone() == (1,)
+    finally:
+        commit.close()
+        reader.close()
+
+
+def test_bodies_queued_behind_one_share_its_commit_and_one_that_raises_loses_only_its_own(
+        tmp_path):
+    connect = _connector(tmp_path / "db.sqlite")
+    reader = connect()
+    reader.execute("CREATE TABLE t (v INTEGER)")
+    commit = GroupCommit(connect)
+    raised: list[str] = []
+
+    def body(value: int, fail: bool) -> None:
+        try:
+            with commit.write() as conn:
+                conn.execute("INSERT INTO t VALUES (?)", (value,))
+                if fail:
+                    raise ValueError(f"body {value} failed")
+        except ValueError as exc:
+            raised.append(str(exc))
+
+    try:
+        # Given a body on the writer, and two more queued behind it: one that will raise
+        with commit.write() as conn:
+            conn.execute("INSERT INTO t VALUES (1)")
+            others = [threading.Thread(target=body, args=(v, v == 2)) for v in (2, 3)]
+            for thread in others:
+                thread.start()
+            # (white box: the count of bodies queued is what makes the first one not commit)
+            until(lambda: commit._waiting == 2, "two bodies queued behind the first")
+        # Then the first returned once the batch's one COMMIT held every write that stayed:
+        # the one that raised lost only its own, and heard its own error
+        assert sorted(reader.execute("SELECT v FROM t").fetchall()) == [(1,), (3,)]
+        for thread in others:
+            thread.join(10)
+        assert raised == ["body 2 failed"]
     finally:
         commit.close()
         reader.close()

@@ -37,7 +37,7 @@ def _stored_size(store, run_id: str) -> int:
     return len(store.get_run(run_id).model_dump_json())
 
 
-def _wired(store, tmp_path):
+def _wired(store, tmp_path, sweep_every: float = 0.2):
     registry = OpRegistry()
     op("spread", params=N, output=N, registry=registry)(
         lambda p, inputs, ctx: [N(n=i) for i in range(p.n)])
@@ -53,7 +53,7 @@ def _wired(store, tmp_path):
     broker = StubBroker()
     broker.emit_after("process_boot")
     return wire(broker, store, LocalArtifactStore(tmp_path / "art"), registry,
-                queues=("cpu",), sweep_every=0.2, lease_ttl=30.0)
+                queues=("cpu",), sweep_every=sweep_every, lease_ttl=30.0)
 
 
 @pytest.fixture
@@ -95,6 +95,27 @@ def test_a_map_completes_with_every_item_counted_once(pool, store):
     queued = [(e.node_id, e.status, e.message) for e in events if e.type == "node.queued"]
     assert ("each", "queued", "40 instance(s)") in queued
     assert store.outbox() == []
+
+
+def test_a_maps_chunks_complete_its_node_and_release_its_child_without_the_sweeper(store,
+                                                                                 tmp_path):
+    # Given a pool whose sweeper would not look for an hour: whatever a finished chunk leaves
+    # undone (its node's completion, its child's release) would wait that long
+    wiring = _wired(store, tmp_path, sweep_every=3600.0)
+    worker = dramatiq.Worker(wiring.broker, worker_threads=4, worker_timeout=50)
+    worker.start()
+    try:
+        # When a map of 40 items runs, Then it ends with its total, the chunks having done it all
+        run = wiring.scheduler.submit(_map_graph(40))
+        assert _wait(store, run.id).status == "succeeded"
+        (ref,) = next(n for n in store.nodes(run.id) if n.node_id == "total").outputs
+        assert store.get_result(ref.key).items == [{"n": 2 * sum(range(40))}]
+        assert store.outbox() == []
+        # and no chunk left its items' leases held for their time to run out
+        keys = {i.result_key for i in store.instances(run.id) if i.node_id == "each"}
+        assert len(keys) == 40 and all(store.claim(k, "someone", ttl=30) for k in keys)
+    finally:
+        worker.stop()
 
 
 def test_a_map_reads_its_parents_result_once_per_process(pool, store):
@@ -278,12 +299,18 @@ def test_retries_wait_at_least_the_ops_min_backoff_doubling(pool, store):
     op("flaky", output=N, max_retries=2, min_backoff=min_backoff, max_backoff=2.0,
        registry=pool.executor.registry)(flaky)
     # When it runs
-    assert _wait(store, pool.scheduler.submit(_one("flaky")).id).status == "succeeded"
+    run = pool.scheduler.submit(_one("flaky"))
+    assert _wait(store, run.id).status == "succeeded"
     # Then retry i came no sooner than min_backoff * 2**i after the attempt before it (the
     # backoff's floor: Dramatiq's jitter only lengthens it)
     gaps = [b - a for a, b in zip(attempts, attempts[1:], strict=False)]
     assert len(gaps) == 2
     assert all(gap >= min_backoff * 2**i for i, gap in enumerate(gaps)), gaps
+    # and each retry was told with its instance, its attempt and the error that caused it
+    (inst,) = store.instances(run.id)
+    retries = [(e.instance_id, e.attempt, e.error) for e in store.events(run.id)
+               if e.type == "instance.retry"]
+    assert retries == [(inst.instance_id, n, "RuntimeError: a transient failure") for n in (1, 2)]
 
 
 def test_cancel_ends_every_instance_that_has_not_started(store, tmp_path):
