@@ -14,8 +14,8 @@ from genloop.workers.stores.sqlite_commit import GroupCommit
 
 
 def _connector(path):
-    def connect() -> sqlite3.Connection:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    def connect() -> sqlite3.Connection:  # no busy wait: a locked file fails at once
+        conn = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False)
         conn.execute("PRAGMA foreign_keys=ON")
         return conn
 
@@ -83,3 +83,27 @@ def test_bodies_queued_behind_one_share_its_commit_and_one_that_raises_loses_onl
     finally:
         commit.close()
         reader.close()
+
+
+def test_a_transaction_that_cannot_begin_says_why_and_the_writer_begins_again_later(tmp_path):
+    connect = _connector(tmp_path / "db.sqlite")
+    other = connect()
+    other.execute("CREATE TABLE t (v INTEGER)")
+    commit = GroupCommit(connect)
+    try:
+        # Given another process holding the file's write lock
+        other.execute("BEGIN EXCLUSIVE")
+        # When a transaction begins, Then it is refused with SQLite's reason, running nothing
+        ran = []
+        with pytest.raises(StoreError, match="^sqlite: database is locked$"):
+            with commit.write():
+                ran.append(True)
+        assert ran == []
+        # When the lock is let go, Then the next transaction commits
+        other.execute("COMMIT")
+        with commit.write() as conn:
+            conn.execute("INSERT INTO t VALUES (1)")
+        assert other.execute("SELECT v FROM t").fetchall() == [(1,)]
+    finally:
+        commit.close()
+        other.close()
