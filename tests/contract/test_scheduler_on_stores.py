@@ -599,3 +599,34 @@ def test_a_map_over_no_items_succeeds_with_none_and_its_child_runs_on_nothing(po
     assert store.get_result(nodes["total"].outputs[0].key).items == [{"n": 0}]
     told = [(e.type, e.status) for e in store.events(run.id) if e.node_id == "each"]
     assert told == [("node.succeeded", "succeeded")]
+
+
+def test_a_node_mark_that_comes_early_changes_nothing(store, tmp_path):
+    # Given a run of a map and its total, nothing taken by a worker yet
+    wiring = _wired(store, tmp_path)
+    run = wiring.scheduler.submit(_map_graph(3))
+
+    # When the marks' transition is asked of a node still queued, and of nodes still waiting
+    # on their parents (a stale mark, or a sweeper's early one)
+    for node_id in ("spread", "each", "total"):
+        wiring.scheduler.finish_node(run.id, node_id)
+
+    # Then nothing moved: the root still queued with its one instance, the rest pending
+    nodes = {n.node_id: n for n in store.nodes(run.id)}
+    assert [(nodes[n].status, nodes[n].pending_instances) for n in ("spread", "each", "total")] \
+        == [(NodeStatus.QUEUED, 1), (NodeStatus.PENDING, 0), (NodeStatus.PENDING, 0)]
+    assert [i.node_id for i in store.instances(run.id)] == ["spread"]
+    assert store.get_run(run.id).status == "pending"
+
+
+def test_a_failure_after_its_retries_counts_every_attempt(pool, store):
+    def broken(p, inputs, ctx):
+        raise RuntimeError("never works")
+
+    op("broken", output=N, max_retries=1, min_backoff=0.01, max_backoff=0.02,
+       registry=pool.executor.registry)(broken)
+    run = pool.scheduler.submit(_one("broken"))
+    assert _wait(store, run.id).status == "failed"
+    (failure,) = store.nodes(run.id)[0].failures
+    assert (failure.error_type, failure.message, failure.attempts) == \
+        ("RuntimeError", "never works", 2)
