@@ -630,3 +630,22 @@ def test_a_failure_after_its_retries_counts_every_attempt(pool, store):
     (failure,) = store.nodes(run.id)[0].failures
     assert (failure.error_type, failure.message, failure.attempts) == \
         ("RuntimeError", "never works", 2)
+
+
+def test_one_item_of_a_map_that_halts_skips_everything_downstream(pool, store):
+    def halts_on_one(p, inputs, ctx):
+        if inputs[0].n == 1:
+            ctx.halt()
+        return N(n=inputs[0].n)
+
+    op("halts-on-one", output=N, registry=pool.executor.registry)(halts_on_one)
+    g = Graph()
+    src = g.add("spread", id="spread", params={"n": 3})
+    each = g.add("halts-on-one", id="each", inputs=[src], map=True)
+    g.add("total", id="total", inputs=[each])
+
+    run = pool.scheduler.submit(g)
+    assert _wait(store, run.id).status == "succeeded"
+    nodes = {n.node_id: n for n in store.nodes(run.id)}
+    assert nodes["each"].halted and len(nodes["each"].outputs) == 3
+    assert nodes["total"].status == NodeStatus.SKIPPED
