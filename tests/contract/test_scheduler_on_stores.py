@@ -4,6 +4,7 @@ runs alike."""
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import replace
@@ -649,3 +650,30 @@ def test_one_item_of_a_map_that_halts_skips_everything_downstream(pool, store):
     nodes = {n.node_id: n for n in store.nodes(run.id)}
     assert nodes["each"].halted and len(nodes["each"].outputs) == 3
     assert nodes["total"].status == NodeStatus.SKIPPED
+
+
+def test_a_cancelled_map_ends_only_when_its_last_running_item_ends(pool, store):
+    # Given a map of three items, each running and held on a gate of its own
+    gates = [threading.Event() for _ in range(3)]
+    op("held", output=N, registry=pool.executor.registry)(
+        lambda p, inputs, ctx: gates[inputs[0].n].wait(30) and N(n=inputs[0].n))
+    g = Graph()
+    g.add("held", id="each", inputs=[g.add("spread", id="spread", params={"n": 3})], map=True)
+    run = pool.scheduler.submit(g)
+
+    def running() -> list[str]:
+        return [i.instance_id for i in store.instances(run.id)
+                if i.node_id == "each" and i.status == NodeStatus.RUNNING]
+
+    until(lambda: len(running()) == 3, "three items running")
+
+    # When the run is cancelled, and two of its items end
+    pool.scheduler.cancel(run.id)
+    for n in (0, 1):
+        gates[n].set()
+    until(lambda: len(running()) == 1, "two items ended")
+
+    # Then it is still cancelling: its last item runs
+    assert not store.get_run(run.id).status.terminal
+    gates[2].set()
+    assert _wait(store, run.id).status == "cancelled"
