@@ -871,33 +871,13 @@ def test_expiring_runs_names_each_run_that_went(store):
     assert store.get_run("r2").status == RunStatus.SUCCEEDED
 
 
-def test_a_sqlite_store_makes_its_folder_and_refuses_every_use_once_closed(tmp_path):
-    from genloop.sdk.errors import StoreError
+def test_a_sqlite_store_makes_its_folder(tmp_path):
     from genloop.workers.stores import SqliteStateStore
 
-    # Given a store whose folder does not exist yet, Then it makes it
     store = SqliteStateStore(tmp_path / "home" / "state" / "state.db")
     _create(store)
-    # When it is closed, Then a read or a write says so rather than reaching SQLite
+    assert store.get_run("r1").id == "r1"
     store.close()
-    uses = [lambda: store.get_run("r1"), lambda: store.runs_before(None, 10),
-            lambda: _create(store, "r2")]
-    for use in uses:
-        with pytest.raises(StoreError, match="^sqlite: the store is closed$"):
-            use()
-    # and likewise from a thread that never read from it (its connection would be new)
-    refused: list[BaseException] = []
-
-    def read() -> None:
-        try:
-            store.get_run("r1")
-        except StoreError as exc:
-            refused.append(exc)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    reader.join(10)
-    assert [str(e) for e in refused] == ["sqlite: the store is closed"]
 
 
 def test_a_sqlite_store_from_before_run_listing_and_retention_lists_and_retains_its_runs(
