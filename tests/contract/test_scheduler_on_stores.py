@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from wait_util import until
 
 from genloop.sdk import Graph
-from genloop.sdk.errors import Permanent, Transient
+from genloop.sdk.errors import GraphError, Permanent, Transient
 from genloop.sdk.graph import RunLimits
 from genloop.sdk.models import NodeStatus
 from genloop.workers import OpRegistry, op
@@ -649,7 +649,10 @@ def test_one_item_of_a_map_that_halts_skips_everything_downstream(pool, store):
     assert _wait(store, run.id).status == "succeeded"
     nodes = {n.node_id: n for n in store.nodes(run.id)}
     assert nodes["each"].halted and len(nodes["each"].outputs) == 3
-    assert nodes["total"].status == NodeStatus.SKIPPED
+    assert (nodes["total"].status, nodes["total"].error) == (NodeStatus.SKIPPED, "halted upstream")
+    told = {(e.type, e.node_id): e.message for e in store.events(run.id)}
+    assert told[("node.succeeded", "each")] == "halted: later rounds skipped"
+    assert told[("node.skipped", "total")] == "halted upstream"
 
 
 def test_a_cancelled_map_ends_only_when_its_last_running_item_ends(pool, store):
@@ -677,3 +680,18 @@ def test_a_cancelled_map_ends_only_when_its_last_running_item_ends(pool, store):
     assert not store.get_run(run.id).status.terminal
     gates[2].set()
     assert _wait(store, run.id).status == "cancelled"
+
+
+def test_the_scheduler_refuses_a_graph_its_workers_cannot_run_and_stores_nothing(store, tmp_path):
+    # Given workers that consume the cpu queue, and an op bound for the gpu queue
+    wiring = _wired(store, tmp_path)
+    op("on-gpu", output=N, queue="gpu", registry=wiring.executor.registry)(
+        lambda p, inputs, ctx: N(n=0))
+
+    # When a graph of it is submitted, Then it is refused with the node and the reason
+    with pytest.raises(GraphError) as refused:
+        wiring.scheduler.submit(_one("on-gpu"))
+    assert [(p.node_id, p.message) for p in refused.value.problems] == [
+        ("only", "no workers consume queue 'gpu'; known: cpu")]
+    # and nothing was stored
+    assert store.runs_before(None, 10) == []
