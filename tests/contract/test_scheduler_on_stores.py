@@ -695,3 +695,17 @@ def test_the_scheduler_refuses_a_graph_its_workers_cannot_run_and_stores_nothing
         ("only", "no workers consume queue 'gpu'; known: cpu")]
     # and nothing was stored
     assert store.runs_before(None, 10) == []
+
+
+def test_a_child_of_a_map_and_a_slower_node_waits_for_both(pool, store):
+    # Given a total of a map's items and of a node that ends later
+    g = Graph()
+    each = g.add("double", id="each", inputs=[g.add("spread", id="spread", params={"n": 3})],
+                 map=True)
+    g.add("total", id="total", inputs=[each, g.add("slow", id="late", params={"n": 3})])
+
+    # When it runs, Then the total counts both: it was released by the last of its parents
+    run = pool.scheduler.submit(g)
+    assert _wait(store, run.id).status == "succeeded"
+    (ref,) = next(n for n in store.nodes(run.id) if n.node_id == "total").outputs
+    assert store.get_result(ref.key).items == [{"n": 2 * (0 + 1 + 2) + 3}]
