@@ -66,10 +66,10 @@ def pool(store, tmp_path):
     worker.stop()
 
 
-def _map_graph(n: int) -> Graph:
+def _map_graph(n: int, each_op: str = "double") -> Graph:
     g = Graph()
     src = g.add("spread", id="spread", params={"n": n})
-    each = g.add("double", id="each", inputs=[src], map=True)
+    each = g.add(each_op, id="each", inputs=[src], map=True)
     g.add("total", id="total", inputs=[each])
     return g
 
@@ -640,12 +640,7 @@ def test_one_item_of_a_map_that_halts_skips_everything_downstream(pool, store):
         return N(n=inputs[0].n)
 
     op("halts-on-one", output=N, registry=pool.executor.registry)(halts_on_one)
-    g = Graph()
-    src = g.add("spread", id="spread", params={"n": 3})
-    each = g.add("halts-on-one", id="each", inputs=[src], map=True)
-    g.add("total", id="total", inputs=[each])
-
-    run = pool.scheduler.submit(g)
+    run = pool.scheduler.submit(_map_graph(3, each_op="halts-on-one"))
     assert _wait(store, run.id).status == "succeeded"
     nodes = {n.node_id: n for n in store.nodes(run.id)}
     assert nodes["each"].halted and len(nodes["each"].outputs) == 3

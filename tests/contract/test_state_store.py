@@ -43,6 +43,13 @@ def _start(instance_id: str, key: str) -> Start:
                  EventRecord(type="run.running", time=time.time()))
 
 
+def _end(store, run_id: str, status: RunStatus = RunStatus.SUCCEEDED,
+         at: float = 500.0) -> None:
+    """End run ``run_id`` in a run transaction, as the scheduler's last completion does."""
+    with store.transaction(run_id) as tx:
+        tx.put_run(tx.run().model_copy(update={"status": status, "finished_at": at}))
+
+
 def _create(store, run_id="r1", key=None, spec_hash="h1"):
     run = _run(run_id, key, spec_hash)
     node = NodeRecord(run_id=run_id, node_id="a", pending_instances=2)
@@ -758,9 +765,7 @@ def test_a_runs_end_wakes_the_watches_on_it_and_no_others(store):
         assert second.wait(0.05) is False
 
         # When a run transaction ends r2
-        with store.transaction("r2") as tx:
-            tx.put_run(tx.run().model_copy(update={"status": RunStatus.CANCELLED,
-                                                   "finished_at": time.time()}))
+        _end(store, "r2", RunStatus.CANCELLED, time.time())
 
         # Then r2's watch wakes
         assert second.wait(5.0) is True
@@ -858,9 +863,7 @@ def test_expiring_runs_names_each_run_that_went(store):
     # Given two ended runs, one due to expire and one not yet
     for run_id in ("r1", "r2"):
         _create(store, run_id)
-        with store.transaction(run_id) as tx:
-            tx.put_run(tx.run().model_copy(update={"status": RunStatus.SUCCEEDED,
-                                                   "finished_at": 500.0}))
+        _end(store, run_id)
     store.schedule_expiry("r1", 1000.0, [])
     store.schedule_expiry("r2", 3000.0, [])
 
@@ -891,9 +894,7 @@ def test_a_sqlite_store_from_before_run_listing_and_retention_lists_and_retains_
     path = tmp_path / "state.db"
     store = SqliteStateStore(path)
     _create(store)
-    with store.transaction("r1") as tx:
-        tx.put_run(tx.run().model_copy(update={"status": RunStatus.SUCCEEDED,
-                                               "finished_at": 500.0}))
+    _end(store, "r1")
     store.close()
     db = sqlite3.connect(path)
     db.executescript("DROP TABLE run_index; DROP TABLE run_ended;")
