@@ -5,6 +5,7 @@ through ``genloop pool status`` and ``genloop pool exporter`` on real worker pro
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -67,7 +68,8 @@ def simulated(tmp_path) -> str:
 def test_pool_status_shows_workers_and_a_backlog_whose_seconds_match_the_time_it_takes(
         pool, redis_client, simulated):
     url = redis_url(POOL_DB)
-    pool.start(threads=2, args=("--models", simulated, "--preload", "sim", "--retention", "1h"))
+    worker = pool.start(threads=2, args=("--models", simulated, "--preload", "sim",
+                                         "--retention", "1h"))
     pool.wait_ready(redis_client)
     assert float(redis_client.get("genloop:config:retention")) == 3600  # for its clients
     with Client.connect(url) as client:
@@ -79,12 +81,17 @@ def test_pool_status_shows_workers_and_a_backlog_whose_seconds_match_the_time_it
             assert time.monotonic() < deadline, idle
             time.sleep(0.5)
             idle = _pool_status(url)
-        # When the same workload is submitted again (and the backlog read in this process: a
-        # `genloop pool status` starting meanwhile took a core from the worker being timed,
-        # which made it 0.7 s slower than its estimate on 2 cores)
-        run = client.submit(_draw(10_000, "sim"))
-        waiting = _pool_status_here(url)
-        assert run.status().waiting is None  # a live worker serves it
+        # When the same workload is submitted again, the backlog read while the worker is
+        # stopped (SIGSTOP; on a loaded 2-core runner it had drawn half the workload before a
+        # read after the submit came) and in this process (a `genloop pool status` starting
+        # meanwhile took a core from the worker being timed: 0.7 s slower than its estimate)
+        os.killpg(worker.pid, signal.SIGSTOP)
+        try:
+            run = client.submit(_draw(10_000, "sim"))
+            waiting = _pool_status_here(url)
+            assert run.status().waiting is None  # a live worker serves it
+        finally:
+            os.killpg(worker.pid, signal.SIGCONT)
         assert run.wait(timeout=120).status == RunStatus.SUCCEEDED
         events = [e for e in run.events(follow=False) if e.node_id == "draw"]
     # the time the pool took: from its first start to its last completion (the client's own
@@ -93,9 +100,9 @@ def test_pool_status_shows_workers_and_a_backlog_whose_seconds_match_the_time_it
             - min(e.time for e in events if e.type == "instance.started"))
 
     # Then the worker shows what it holds and the queues it serves, and an idle pool no backlog
-    [worker] = idle["workers"]
-    assert worker["resident"] == ["sim"] and set(worker["queues"]) == {"gpu", "cpu"}
-    assert worker["step_seconds"]["sim"] > 0 and not worker["draining"]
+    [presence] = idle["workers"]
+    assert presence["resident"] == ["sim"] and set(presence["queues"]) == {"gpu", "cpu"}
+    assert presence["step_seconds"]["sim"] > 0 and not presence["draining"]
     assert idle["models"] == [] and all(q["queued"] == q["started"] == 0
                                         for q in idle["queues"])
     # and what the store holds: the finished run, its expiry not yet scheduled or scheduled
