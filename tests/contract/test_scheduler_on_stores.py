@@ -633,6 +633,75 @@ def test_a_failure_after_its_retries_counts_every_attempt(pool, store):
         ("RuntimeError", "never works", 2)
 
 
+def test_an_elementwise_failure_counts_every_item_it_lost(pool, store):
+    def broken(p, inputs, ctx):
+        raise Permanent("none of them")
+
+    op("broken-each", output=N, elementwise=True, registry=pool.executor.registry)(broken)
+    g = Graph()
+    g.add("broken-each", id="each", inputs=[g.add("spread", id="src", params={"n": 3})])
+    run = pool.scheduler.submit(g)
+    assert _wait(store, run.id).status == "failed"
+    (failure,) = next(n for n in store.nodes(run.id) if n.node_id == "each").failures
+    assert (failure.instance_id, failure.message, failure.items) == ("each", "none of them", 3)
+
+
+def test_a_child_released_by_a_failed_item_is_sent_at_once(store, tmp_path):
+    # Given a pool whose sweeper would not look for an hour, and a map of 3 whose item 1 fails
+    # last (after the others succeeded), feeding a node that needs 2 of them
+    wiring = _wired(store, tmp_path, sweep_every=3600.0)
+
+    def late_failure(p, inputs, ctx):
+        if inputs[0].n == 1:
+            time.sleep(0.3)
+            raise Permanent("item 1 fails")
+        return N(n=inputs[0].n)
+
+    op("late-failure", output=N, registry=wiring.executor.registry)(late_failure)
+    g = Graph()
+    each = g.add("late-failure", id="each", map=True,
+                 inputs=[g.add("spread", id="src", params={"n": 3})])
+    g.add("total", id="total", inputs=[each], min_success=2)
+    worker = dramatiq.Worker(wiring.broker, worker_threads=4, worker_timeout=50)
+    worker.start()
+    try:
+        # When it runs, Then the failure's completion sends the child it released: the run ends
+        run = wiring.scheduler.submit(g)
+        assert _wait(store, run.id, timeout=10).status == "succeeded"
+        total = next(n for n in store.nodes(run.id) if n.node_id == "total")
+        assert store.get_result(total.outputs[0].key).items == [{"n": 2}]
+        assert store.outbox() == []
+    finally:
+        worker.stop()
+
+
+def test_a_node_of_one_instance_completes_in_its_step_and_says_so(pool, store):
+    g = Graph()
+    g.add("total", id="total", inputs=[g.add("spread", id="src", params={"n": 2})])
+    run = pool.scheduler.submit(g)
+    assert _wait(store, run.id).status == "succeeded"
+    told = [(e.type, e.node_id, e.status) for e in store.events(run.id)
+            if e.type in ("node.succeeded", "run.succeeded")]
+    assert told == [("node.succeeded", "src", "succeeded"), ("node.succeeded", "total",
+                    "succeeded"), ("run.succeeded", None, "succeeded")]
+
+
+def test_a_node_of_one_instance_that_halts_skips_its_child(pool, store):
+    def halts(p, inputs, ctx):
+        ctx.halt()
+        return N(n=1)
+
+    op("halts", output=N, registry=pool.executor.registry)(halts)
+    g = Graph()
+    g.add("double", id="child", inputs=[g.add("halts", id="only")])
+    run = pool.scheduler.submit(g)
+    assert _wait(store, run.id).status == "succeeded"
+    nodes = {n.node_id: n for n in store.nodes(run.id)}
+    assert nodes["only"].halted and nodes["only"].status == NodeStatus.SUCCEEDED
+    assert (nodes["child"].status, nodes["child"].error) == (NodeStatus.SKIPPED,
+                                                             "halted upstream")
+
+
 def test_one_item_of_a_map_that_halts_skips_everything_downstream(pool, store):
     def halts_on_one(p, inputs, ctx):
         if inputs[0].n == 1:
