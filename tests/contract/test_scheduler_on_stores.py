@@ -265,8 +265,11 @@ def test_a_stored_result_is_reused_under_the_same_model_and_not_under_another(po
     calls = _counted(pool, "modelled", identity=lambda params, resources: served["model"])
     assert _wait(store, pool.scheduler.submit(_one("modelled")).id).status == "succeeded"
     # When the same graph runs again on the same model, Then its stored result is reused
-    assert _wait(store, pool.scheduler.submit(_one("modelled")).id).status == "succeeded"
+    again = pool.scheduler.submit(_one("modelled"))
+    assert _wait(store, again.id).status == "succeeded"
     assert len(calls) == 1
+    assert [e.message for e in store.events(again.id) if e.type == "instance.succeeded"] == [
+        "1 item(s), cached"]
     # When the worker serves another model, Then the same graph runs the body again
     served["model"] = "model-b"
     assert _wait(store, pool.scheduler.submit(_one("modelled")).id).status == "succeeded"
