@@ -6,6 +6,7 @@ from __future__ import annotations
 from itertools import pairwise
 
 import dramatiq
+import pytest
 from dramatiq.middleware import Middleware
 from genloop_test_ops import executions
 
@@ -45,6 +46,9 @@ def test_a_message_names_one_instance_by_its_id_and_a_chunk_by_a_list():
     assert message_args(two) == ("r", ["n#0", "n#1"])
     assert [instances_of(message_args(c)) for c in (one, two)] == [("r", ["n#0"]),
                                                                    ("r", ["n#0", "n#1"])]
+    with pytest.raises(TypeError, match="^a message's instance ids are a string or a list, "
+                       "not 7$"):
+        instances_of(("r", 7))  # a message no version of genloop sends
 
 
 def test_chunks_keep_runs_and_queues_apart_and_small_releases_whole():

@@ -231,3 +231,24 @@ def test_a_record_holding_values_no_spec_may_hold_is_quarantined_like_admission_
                            "params.weight: nan is not a finite number")
     assert bad_values({"params": {"threshold": float("inf")}}) == [
         ("params.threshold", "inf is not a finite number")]
+
+
+def test_a_quarantine_keeps_the_first_2000_characters_of_its_reason(store):
+    # Given a record whose reason to be quarantined runs to some 4,000 characters
+    _create(store, n=2)
+    scheduler, sent = _scheduler(store)
+    params = ", ".join(f'"p{i:03}": Infinity' for i in range(100))
+    doc = ('{"run_id": "r1", "instance_id": "a#1", "node_id": "a", "seq": 1, '
+           f'"params": {{{params}}}}}')
+    if isinstance(store, RedisStateStore):
+        store.client.hset(store.keys.instances("r1"), "a#1", doc)
+    else:
+        store._reader().conn.execute(
+            "UPDATE instances SET doc = ? WHERE instance_id = 'a#1'", (doc,))
+    _aged(store, "a#0")
+    # When the sweeper quarantines it, Then its event keeps the reason's first 2,000 characters
+    sweep(scheduler, older_than=0, grace=GRACE)
+    (event,) = [e for e in store.events("r1") if e.type == "instance.quarantined"]
+    full = "ValueError: " + "; ".join(f"params.p{i:03}: inf is not a finite number"
+                                      for i in range(100))
+    assert event.error == full[:2000]
