@@ -276,6 +276,35 @@ def test_a_stored_result_is_reused_under_the_same_model_and_not_under_another(po
     assert len(calls) == 2
 
 
+def test_a_second_execution_whose_lease_ran_out_completes_with_the_result_stored_first(
+        store, tmp_path):
+    from genloop.workers.runtime.scheduler import Started
+    from genloop.workers.stores.records import ResultRecord
+
+    # Given two runs of one graph, whose instance shares a result key, not yet delivered
+    wiring = _wired(store, tmp_path)
+    first, second = (wiring.scheduler.submit(_one("double")) for _ in range(2))
+    insts = [store.instance(run.id, "only") for run in (first, second)]
+    # When the first execution's lease runs out before it finishes, so a second one starts too
+    assert wiring.scheduler.claim_and_start(insts[0], 1, "k", "slow", ttl=0.05)[0] == \
+        Started.STARTED
+    until(lambda: not store.lease_remaining("k"), "the lease on k ran out")
+    assert wiring.scheduler.claim_and_start(insts[1], 1, "k", "late", ttl=30)[0] == \
+        Started.STARTED
+    # and the first stores its result before the second finishes with another
+    for run, owner, n in ((first, "slow", 1), (second, "late", 2)):
+        wiring.scheduler.succeeded(run.id, "only", ResultRecord(
+            key="k", op="double", items=[{"n": n}], created_at=time.time()), lease=("k", owner),
+            started=insts[0 if run is first else 1])
+    # Then both runs end with the result stored first, the second saying it reused it
+    for run in (first, second):
+        assert store.get_run(run.id).status == "succeeded"
+        (ref,) = store.nodes(run.id)[0].outputs
+        assert store.get_result(ref.key).items == [{"n": 1}]
+    assert [e.message for e in store.events(second.id) if e.type == "instance.succeeded"] == [
+        "1 item(s), cached"]
+
+
 def test_bumping_an_ops_version_runs_its_body_again(pool, store):
     # Given a graph whose result is stored under version 1 of its op
     calls = _counted(pool, "versioned", version="1")
