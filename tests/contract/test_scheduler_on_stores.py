@@ -305,6 +305,18 @@ def test_a_second_execution_whose_lease_ran_out_completes_with_the_result_stored
         "1 item(s), cached"]
 
 
+def test_a_completion_of_an_instance_the_store_does_not_hold_names_it(store, tmp_path):
+    from genloop.sdk.errors import NotFound
+    from genloop.workers.stores.records import InstanceRecord, ResultRecord
+
+    wiring = _wired(store, tmp_path)
+    run = wiring.scheduler.submit(_one("double"))
+    ghost = InstanceRecord(run_id=run.id, instance_id="ghost", node_id="only", seq=1)
+    with pytest.raises(NotFound, match=f"^no instance 'ghost' in run '{run.id}'$"):
+        wiring.scheduler.succeeded(run.id, "ghost", ResultRecord(
+            key="k", op="double", items=[{"n": 1}], created_at=time.time()), started=ghost)
+
+
 def test_bumping_an_ops_version_runs_its_body_again(pool, store):
     # Given a graph whose result is stored under version 1 of its op
     calls = _counted(pool, "versioned", version="1")
