@@ -305,6 +305,27 @@ def test_a_second_execution_whose_lease_ran_out_completes_with_the_result_stored
         "1 item(s), cached"]
 
 
+def test_a_start_marks_the_instance_running_under_its_key_and_says_so_once(store, tmp_path):
+    from genloop.workers.runtime.scheduler import Started
+
+    wiring = _wired(store, tmp_path)
+    g = Graph()
+    g.add("double", id="a")
+    g.add("double", id="b")
+    run = wiring.scheduler.submit(g)
+    for node_id, key in (("a", "ka"), ("b", "kb")):
+        inst = store.instance(run.id, node_id)
+        assert wiring.scheduler.claim_and_start(inst, 2, key, "me", ttl=30)[0] == Started.STARTED
+        started = store.instance(run.id, node_id)
+        assert (started.status, started.attempts, started.result_key) == (
+            NodeStatus.RUNNING, 2, key)
+    told = [(e.type, e.node_id, e.instance_id, e.attempt, e.status)
+            for e in store.events(run.id) if e.type in ("run.running", "instance.started")]
+    assert told == [("instance.started", "a", "a", 2, "running"),
+                    ("run.running", None, None, None, "running"),
+                    ("instance.started", "b", "b", 2, "running")]
+
+
 def test_a_completion_of_an_instance_the_store_does_not_hold_names_it(store, tmp_path):
     from genloop.sdk.errors import NotFound
     from genloop.workers.stores.records import InstanceRecord, ResultRecord
