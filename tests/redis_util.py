@@ -68,10 +68,13 @@ def _parent(pid: int) -> int:
 
 def _under_pytest(pid: int) -> bool:
     """Whether ``pid`` is a test session or one of its descendants: a pool a test started has
-    the session as its parent, or an xdist worker (``python -c ...``) that pytest started. A
-    killed session's pool is re-parented to init or a subreaper, above any session."""
+    the session as its parent, or an xdist worker (``python -c ...``) that pytest started, or a
+    mutmut child (``mutmut: NAME``: it runs pytest in its own process, beside another child
+    whose session must not take this pool for a killed run's). A killed session's pool is
+    re-parented to init or a subreaper, above any session."""
     while pid > 1:
-        if b"pytest" in _read(str(pid), "cmdline"):
+        cmdline = _read(str(pid), "cmdline")
+        if b"pytest" in cmdline or cmdline.startswith(b"mutmut"):
             return True
         pid = _parent(pid)
     return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -49,3 +50,42 @@ def test_a_pool_left_by_a_killed_run_is_found_and_this_sessions_own_is_not():
         for pid in (orphan, own):
             os.kill(pid, signal.SIGKILL)
     os.waitpid(own, 0)
+
+
+def test_a_pool_under_a_mutmut_child_is_that_childs_own(tmp_path):
+    """mutmut runs each mutant's tests in a forked child named ``mutmut: NAME`` under its own
+    main process (pytest runs inside the child, so no ``pytest`` in any command line). The
+    session of the other child must not take this child's pool for a killed run's: it exited
+    3, which mutmut counts as a kill."""
+    # (the pool's command and the file for the two pids come in the environment: in the
+    # parent's command line they would make it look like a pool's main process, or a pytest)
+    pids = tmp_path / "pids"
+    env = {**os.environ, "GENLOOP_REDIS_URL": redis_url(4), "POSING": json.dumps(POSING),
+           "PIDS": str(pids)}
+    starts_one = ("import json, os, subprocess, time; "
+                  "p = subprocess.Popen(json.loads(os.environ['POSING'])); "
+                  "open(os.environ['PIDS'], 'w').write(f'{os.getpid()} {p.pid}'); "
+                  "time.sleep(60)")
+    # Given a posing worker pool whose parent calls itself a mutmut child, and is no descendant
+    # of this session (the shell that started it exits at once)
+    subprocess.run(["bash", "-c", '(exec -a "mutmut: genloop.x__mutmut_1" "$@") >/dev/null 2>&1 &',
+                    "bash", sys.executable, "-c", starts_one], env=env, check=True,
+                   start_new_session=True)
+    deadline = time.monotonic() + 10
+    while not pids.exists() or len(pids.read_text().split()) < 2 or b"worker_main" not in open(
+            f"/proc/{pids.read_text().split()[1]}/cmdline", "rb").read():  # until it has exec'd
+        assert time.monotonic() < deadline, "the mutmut child did not start its pool"
+        time.sleep(0.05)
+    parent, pool = map(int, pids.read_text().split())
+    try:
+        assert open(f"/proc/{parent}/cmdline", "rb").read().startswith(b"mutmut: ")
+        # When the guard looks, Then it passes the pool over, and names it once orphaned
+        assert pool not in [p for p, _ in orphaned_workers(PORT)]
+        os.kill(parent, signal.SIGKILL)
+        assert found(pool)
+    finally:
+        for pid in (parent, pool):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
