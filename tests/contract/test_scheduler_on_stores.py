@@ -305,6 +305,24 @@ def test_a_second_execution_whose_lease_ran_out_completes_with_the_result_stored
         "1 item(s), cached"]
 
 
+def test_a_started_run_keeps_its_labels_and_a_loop_apart_from_the_graph_it_runs(pool, store):
+    from genloop.sdk import Loop
+
+    # Given a loop admitted elsewhere and the graph it was compiled to (any graph: start checks
+    # nothing again), labelled
+    loop = Loop(prompt="a red circle", labels={"campaign": "spring"})
+    graph = Graph()
+    graph.add("spread", id="only", params={"n": 2})
+    # When the scheduler starts it
+    run = pool.scheduler.start(loop, graph)
+    # Then the run keeps the labels, and the store the loop as submitted and the graph it runs
+    assert _wait(store, run.id).status == "succeeded"
+    assert store.get_run(run.id).labels == {"campaign": "spring"}
+    submitted = store.run_spec(run.id)
+    assert submitted.spec == loop.model_dump(mode="json")
+    assert submitted.graph == graph.model_dump(mode="json")
+
+
 def test_a_start_marks_the_instance_running_under_its_key_and_says_so_once(store, tmp_path):
     from genloop.workers.runtime.scheduler import Started
 
