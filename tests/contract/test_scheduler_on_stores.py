@@ -276,9 +276,10 @@ def test_a_stored_result_is_reused_under_the_same_model_and_not_under_another(po
     assert len(calls) == 2
 
 
+@pytest.mark.parametrize("second_in", ["its own step", "a chunk's step"])
 def test_a_second_execution_whose_lease_ran_out_completes_with_the_result_stored_first(
-        store, tmp_path):
-    from genloop.workers.runtime.scheduler import Started
+        store, tmp_path, second_in):
+    from genloop.workers.runtime.scheduler import Started, Succeeded
     from genloop.workers.stores.records import ResultRecord
 
     # Given two runs of one graph, whose instance shares a result key, not yet delivered
@@ -291,11 +292,17 @@ def test_a_second_execution_whose_lease_ran_out_completes_with_the_result_stored
     until(lambda: not store.lease_remaining("k"), "the lease on k ran out")
     assert wiring.scheduler.claim_and_start(insts[1], 1, "k", "late", ttl=30)[0] == \
         Started.STARTED
-    # and the first stores its result before the second finishes with another
-    for run, owner, n in ((first, "slow", 1), (second, "late", 2)):
-        wiring.scheduler.succeeded(run.id, "only", ResultRecord(
-            key="k", op="double", items=[{"n": n}], created_at=time.time()), lease=("k", owner),
-            started=insts[0 if run is first else 1])
+    # and the first stores its result before the second finishes with another (alone, or as
+    # a chunk's instance)
+    results = [ResultRecord(key="k", op="double", items=[{"n": n}], created_at=time.time())
+               for n in (1, 2)]
+    wiring.scheduler.succeeded(first.id, "only", results[0], lease=("k", "slow"),
+                               started=insts[0])
+    if second_in == "its own step":
+        wiring.scheduler.succeeded(second.id, "only", results[1], lease=("k", "late"),
+                                   started=insts[1])
+    else:
+        wiring.scheduler.succeeded_many([Succeeded(insts[1], results[1], ("k", "late"))])
     # Then both runs end with the result stored first, the second saying it reused it
     for run in (first, second):
         assert store.get_run(run.id).status == "succeeded"
