@@ -836,6 +836,34 @@ def test_a_cancelled_map_ends_only_when_its_last_running_item_ends(pool, store):
     assert _wait(store, run.id).status == "cancelled"
 
 
+class Shards(BaseModel):
+    n: int
+    seed: int = 0
+    shard_size: int = 1
+    first: int = 0
+
+
+def test_a_run_whose_work_so_far_was_all_reused_is_running_once_it_releases_more(pool, store):
+    # Given a source of two shards (two instances) whose results are stored: an earlier run
+    op("shards", params=Shards, output=N, registry=pool.executor.registry)(
+        lambda p, inputs, ctx: [N(n=p.first + i) for i in range(p.n)])
+    first = Graph()
+    first.add("shards", id="src", params={"n": 2})
+    assert _wait(store, pool.scheduler.submit(first).id).status == "succeeded"
+    # When a run reuses both, so the node's completion is the run's first transition, and
+    # releases a child bound for a queue no worker consumes (started as admitted elsewhere:
+    # the scheduler checks nothing again), so nothing starts
+    g = Graph()
+    g.add("total", id="total", queue="nowhere",
+          inputs=[g.add("shards", id="src", params={"n": 2})])
+    run = pool.scheduler.start(g, g)
+    until(lambda: {n.node_id: n.status for n in store.nodes(run.id)}["total"] == NodeStatus.QUEUED,
+          "the child released")
+    # Then the run is running: the node's transition wrote it so, not pending
+    assert store.get_run(run.id).status == "running"
+    assert not [e for e in store.events(run.id) if e.type == "instance.started"]
+
+
 def test_the_scheduler_refuses_a_graph_its_workers_cannot_run_and_stores_nothing(store, tmp_path):
     # Given workers that consume the cpu queue, and an op bound for the gpu queue
     wiring = _wired(store, tmp_path)
