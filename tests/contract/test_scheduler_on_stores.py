@@ -864,6 +864,22 @@ def test_a_run_whose_work_so_far_was_all_reused_is_running_once_it_releases_more
     assert not [e for e in store.events(run.id) if e.type == "instance.started"]
 
 
+def test_the_scheduler_submits_a_loop_as_the_graph_it_compiles_to(store, tmp_path):
+    from genloop.sdk import Loop
+    from genloop.workers import default_registry
+
+    # Given workers of genloop's own ops on both queues (none started: the run is only stored)
+    wiring = wire(StubBroker(), store, LocalArtifactStore(tmp_path / "art"), default_registry,
+                  queues=("gpu", "cpu"), sweep_every=3600.0)
+    loop = Loop(prompt="a red circle", model="tiny", rounds=2, candidates=2)
+    # When a loop is submitted, Then the run holds it and runs the graph it compiles to
+    run = wiring.scheduler.submit(loop)
+    submitted = store.run_spec(run.id)
+    assert submitted.spec == loop.model_dump(mode="json")
+    assert submitted.graph == loop.compile().model_dump(mode="json")
+    assert {n.node_id for n in store.nodes(run.id)} == {n.id for n in loop.compile().nodes}
+
+
 def test_the_scheduler_refuses_a_graph_its_workers_cannot_run_and_stores_nothing(store, tmp_path):
     # Given workers that consume the cpu queue, and an op bound for the gpu queue
     wiring = _wired(store, tmp_path)
