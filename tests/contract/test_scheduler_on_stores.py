@@ -8,6 +8,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import replace
+from itertools import pairwise
 
 import dramatiq
 import pytest
@@ -349,6 +350,42 @@ def test_a_start_marks_the_instance_running_under_its_key_and_says_so_once(store
     assert told == [("instance.started", "a", "a", 2, "running"),
                     ("run.running", None, None, None, "running"),
                     ("instance.started", "b", "b", 2, "running")]
+
+
+def test_a_completion_is_retried_through_a_store_outage_within_its_patience(
+        store, tmp_path, monkeypatch):
+    from genloop.sdk.errors import StoreError
+    from genloop.workers.stores.records import ResultRecord
+
+    # Given a started instance, and a store whose completion step fails while an outage lasts
+    wiring = _wired(store, tmp_path)
+    wiring.scheduler.complete_patience = 0.5
+    run = wiring.scheduler.submit(_one("double"))
+    inst = store.instance(run.id, "only")
+    wiring.scheduler.claim_and_start(inst, 1, "k", "me", ttl=30)
+    real, calls, outage = store.finish_instances, [], {"failures": 2}
+
+    def finish_instances(finishes):
+        calls.append(time.monotonic())
+        if len(calls) <= outage["failures"]:
+            raise StoreError("redis: connection lost")
+        return real(finishes)
+
+    monkeypatch.setattr(store, "finish_instances", finish_instances)
+    result = ResultRecord(key="k", op="double", items=[{"n": 1}], created_at=time.time())
+    # When the outage ends after two tries, Then the third lands it, 0.1 s and 0.2 s apart
+    wiring.scheduler.succeeded(run.id, "only", result, lease=("k", "me"), started=inst)
+    assert store.get_run(run.id).status == "succeeded"
+    gaps = [b - a for a, b in pairwise(calls)]
+    assert len(calls) == 3 and gaps[0] >= 0.1 and gaps[1] >= 0.2 and calls[-1] - calls[0] < 2.0
+    # When an outage outlasts the patience (0.5 s), Then the error comes out before it is over:
+    # the next try would come after the deadline (at 0.1 + 0.2 + 0.4 s)
+    calls.clear()
+    outage["failures"] = 1_000
+    begun = time.monotonic()
+    with pytest.raises(StoreError, match="connection lost"):
+        wiring.scheduler.succeeded(run.id, "only", result, lease=("k", "me"), started=inst)
+    assert len(calls) == 3 and time.monotonic() - begun < 2.0
 
 
 def test_a_completion_of_an_instance_the_store_does_not_hold_names_it(store, tmp_path):
