@@ -388,13 +388,15 @@ def test_a_completion_is_retried_through_a_store_outage_within_its_patience(
     assert len(calls) == 3 and time.monotonic() - begun < 2.0
 
 
-def test_a_completion_of_an_instance_the_store_does_not_hold_names_it(store, tmp_path):
+def test_a_start_or_completion_of_an_instance_the_store_does_not_hold_names_it(store, tmp_path):
     from genloop.sdk.errors import NotFound
     from genloop.workers.stores.records import InstanceRecord, ResultRecord
 
     wiring = _wired(store, tmp_path)
     run = wiring.scheduler.submit(_one("double"))
     ghost = InstanceRecord(run_id=run.id, instance_id="ghost", node_id="only", seq=1)
+    with pytest.raises(NotFound, match=f"^no instance 'ghost' in run '{run.id}'$"):
+        wiring.scheduler.claim_and_start(ghost, 1, "k", "me", ttl=30)
     with pytest.raises(NotFound, match=f"^no instance 'ghost' in run '{run.id}'$"):
         wiring.scheduler.succeeded(run.id, "ghost", ResultRecord(
             key="k", op="double", items=[{"n": 1}], created_at=time.time()), started=ghost)
