@@ -458,12 +458,11 @@ class Scheduler:
         return self.store.get_run(run_id)
 
     def flush(self, entries: Sequence[tuple[str, str]],
-              instances: Sequence[InstanceRecord] | None = None) -> None:
-        """Enqueue outbox entries, then clear them."""
+              instances: Sequence[InstanceRecord]) -> None:
+        """Enqueue ``instances`` (those of the outbox ``entries`` its caller just wrote, as it
+        wrote them), then clear ``entries``."""
         if not entries:
             return
-        if instances is None:
-            instances = [self.store.instance(r, i) for r, i in entries]
         self.just_sent.add(instances)
         self.enqueue(instances, 0.0)
         self.store.clear_outbox(entries)
