@@ -16,13 +16,15 @@ from dramatiq.brokers.stub import StubBroker
 from pydantic import BaseModel
 from wait_util import until
 
-from genloop.sdk import Graph
-from genloop.sdk.errors import GraphError, Permanent, Transient
+from genloop.sdk import Graph, Loop
+from genloop.sdk.errors import GraphError, NotFound, Permanent, StoreError, Transient
 from genloop.sdk.graph import RunLimits
 from genloop.sdk.models import NodeStatus
-from genloop.workers import OpRegistry, op
+from genloop.workers import OpRegistry, default_registry, op
 from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.pool.broker import wire
+from genloop.workers.runtime.scheduler import Started, Succeeded
+from genloop.workers.stores.records import InstanceRecord, ResultRecord
 
 
 class N(BaseModel):
@@ -280,8 +282,6 @@ def test_a_stored_result_is_reused_under_the_same_model_and_not_under_another(po
 @pytest.mark.parametrize("second_in", ["its own step", "a chunk's step"])
 def test_a_second_execution_whose_lease_ran_out_completes_with_the_result_stored_first(
         store, tmp_path, second_in):
-    from genloop.workers.runtime.scheduler import Started, Succeeded
-    from genloop.workers.stores.records import ResultRecord
 
     # Given two runs of one graph, whose instance shares a result key, not yet delivered
     wiring = _wired(store, tmp_path)
@@ -314,7 +314,6 @@ def test_a_second_execution_whose_lease_ran_out_completes_with_the_result_stored
 
 
 def test_a_started_run_keeps_its_labels_and_a_loop_apart_from_the_graph_it_runs(pool, store):
-    from genloop.sdk import Loop
 
     # Given a loop admitted elsewhere and the graph it was compiled to (any graph: start checks
     # nothing again), labelled
@@ -332,7 +331,6 @@ def test_a_started_run_keeps_its_labels_and_a_loop_apart_from_the_graph_it_runs(
 
 
 def test_a_start_marks_the_instance_running_under_its_key_and_says_so_once(store, tmp_path):
-    from genloop.workers.runtime.scheduler import Started
 
     wiring = _wired(store, tmp_path)
     g = Graph()
@@ -354,8 +352,6 @@ def test_a_start_marks_the_instance_running_under_its_key_and_says_so_once(store
 
 def test_a_completion_is_retried_through_a_store_outage_within_its_patience(
         store, tmp_path, monkeypatch):
-    from genloop.sdk.errors import StoreError
-    from genloop.workers.stores.records import ResultRecord
 
     # Given a started instance, and a store whose completion step fails while an outage lasts
     wiring = _wired(store, tmp_path)
@@ -379,7 +375,7 @@ def test_a_completion_is_retried_through_a_store_outage_within_its_patience(
     gaps = [b - a for a, b in pairwise(calls)]
     assert len(calls) == 3 and gaps[0] >= 0.1 and gaps[1] >= 0.2 and calls[-1] - calls[0] < 2.0
     # When an outage outlasts the patience (0.5 s), Then the error comes out before it is over:
-    # the next try would come after the deadline (at 0.1 + 0.2 + 0.4 s)
+    # a fourth try would come after its deadline (at 0.1 + 0.2 + 0.4 s)
     calls.clear()
     outage["failures"] = 1_000
     begun = time.monotonic()
@@ -389,8 +385,6 @@ def test_a_completion_is_retried_through_a_store_outage_within_its_patience(
 
 
 def test_a_start_or_completion_of_an_instance_the_store_does_not_hold_names_it(store, tmp_path):
-    from genloop.sdk.errors import NotFound
-    from genloop.workers.stores.records import InstanceRecord, ResultRecord
 
     wiring = _wired(store, tmp_path)
     run = wiring.scheduler.submit(_one("double"))
@@ -904,9 +898,6 @@ def test_a_run_whose_work_so_far_was_all_reused_is_running_once_it_releases_more
 
 
 def test_the_scheduler_submits_a_loop_as_the_graph_it_compiles_to(store, tmp_path):
-    from genloop.sdk import Loop
-    from genloop.workers import default_registry
-
     # Given workers of genloop's own ops on both queues (none started: the run is only stored)
     wiring = wire(StubBroker(), store, LocalArtifactStore(tmp_path / "art"), default_registry,
                   queues=("gpu", "cpu"), sweep_every=3600.0)
