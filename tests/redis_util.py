@@ -74,7 +74,7 @@ def _under_pytest(pid: int) -> bool:
     re-parented to init or a subreaper, above any session."""
     while pid > 1:
         cmdline = _read(str(pid), "cmdline")
-        if b"pytest" in cmdline or cmdline.startswith(b"mutmut"):
+        if b"pytest" in cmdline or cmdline.startswith(b"mutmut: "):
             return True
         pid = _parent(pid)
     return False

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from redis_util import PORT, orphaned_workers, redis_url
+from redis_util import PORT, _read, orphaned_workers, redis_url
 
 #: Looks like `genloop worker`'s Dramatiq main process to /proc, and only sleeps.
 POSING = [sys.executable, "-c", "import time; time.sleep(60)", "-m", "dramatiq",
@@ -67,25 +67,25 @@ def test_a_pool_under_a_mutmut_child_is_that_childs_own(tmp_path):
                   "open(os.environ['PIDS'], 'w').write(f'{os.getpid()} {p.pid}'); "
                   "time.sleep(60)")
     # Given a posing worker pool whose parent calls itself a mutmut child, and is no descendant
-    # of this session (the shell that started it exits at once)
-    subprocess.run(["bash", "-c", '(exec -a "mutmut: genloop.x__mutmut_1" "$@") >/dev/null 2>&1 &',
-                    "bash", sys.executable, "-c", starts_one], env=env, check=True,
-                   start_new_session=True)
-    deadline = time.monotonic() + 10
-    while not pids.exists() or len(pids.read_text().split()) < 2 or b"worker_main" not in open(
-            f"/proc/{pids.read_text().split()[1]}/cmdline", "rb").read():  # until it has exec'd
-        assert time.monotonic() < deadline, "the mutmut child did not start its pool"
-        time.sleep(0.05)
-    parent, pool = map(int, pids.read_text().split())
+    # of this session (the shell that started it exits at once; its process group holds both)
+    shell = subprocess.Popen(
+        ["bash", "-c", '(exec -a "mutmut: genloop.x__mutmut_1" "$@") >/dev/null 2>&1 &', "bash",
+         sys.executable, "-c", starts_one], env=env, start_new_session=True)
+    shell.wait()
     try:
-        assert open(f"/proc/{parent}/cmdline", "rb").read().startswith(b"mutmut: ")
+        deadline = time.monotonic() + 10
+        while len(written := (pids.read_text().split() if pids.exists() else [])) < 2 or \
+                b"worker_main" not in _read(written[1], "cmdline"):  # until the pool has exec'd
+            assert time.monotonic() < deadline, "the mutmut child did not start its pool"
+            time.sleep(0.05)
+        parent, pool = map(int, written)
+        assert _read(str(parent), "cmdline").startswith(b"mutmut: ")
         # When the guard looks, Then it passes the pool over, and names it once orphaned
         assert pool not in [p for p, _ in orphaned_workers(PORT)]
         os.kill(parent, signal.SIGKILL)
         assert found(pool)
     finally:
-        for pid in (parent, pool):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        try:
+            os.killpg(shell.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -68,12 +68,14 @@ def _set(store, instance_id, status, key=None):
         tx.put_instance(inst)
 
 
-def _corrupt(store, instance_id):
+def _corrupt(store, instance_id, doc='{"run_id": "r1"'):
+    """Write ``doc`` (by default no JSON at all) as the record of instance ``instance_id`` of run
+    r1, past the store's own checks."""
     if isinstance(store, RedisStateStore):
-        store.client.hset(store.keys.instances("r1"), instance_id, '{"run_id": "r1"')
+        store.client.hset(store.keys.instances("r1"), instance_id, doc)
     else:
-        store._reader().conn.execute("UPDATE instances SET doc = '{\"run_id\": 1' "
-                              "WHERE instance_id = ?", (instance_id,))
+        store._reader().conn.execute("UPDATE instances SET doc = ? WHERE instance_id = ?",
+                                     (doc, instance_id))
 
 
 def test_a_completion_between_reading_the_instance_and_its_lease_is_not_a_takeover(store):
@@ -217,11 +219,7 @@ def test_a_record_holding_values_no_spec_may_hold_is_quarantined_like_admission_
     scheduler, sent = _scheduler(store)
     doc = ('{"run_id": "r1", "instance_id": "a#1", "node_id": "a", "seq": 1, '
            '"params": {"threshold": Infinity, "weight": NaN}}')
-    if isinstance(store, RedisStateStore):
-        store.client.hset(store.keys.instances("r1"), "a#1", doc)
-    else:
-        store._reader().conn.execute(
-            "UPDATE instances SET doc = ? WHERE instance_id = 'a#1'", (doc,))
+    _corrupt(store, "a#1", doc)
     _aged(store, "a#0")
     # When the sweeper looks at it, then it is quarantined with the admission's own words
     sweep(scheduler, older_than=0, grace=GRACE)
@@ -240,11 +238,7 @@ def test_a_quarantine_keeps_the_first_2000_characters_of_its_reason(store):
     params = ", ".join(f'"p{i:03}": Infinity' for i in range(100))
     doc = ('{"run_id": "r1", "instance_id": "a#1", "node_id": "a", "seq": 1, '
            f'"params": {{{params}}}}}')
-    if isinstance(store, RedisStateStore):
-        store.client.hset(store.keys.instances("r1"), "a#1", doc)
-    else:
-        store._reader().conn.execute(
-            "UPDATE instances SET doc = ? WHERE instance_id = 'a#1'", (doc,))
+    _corrupt(store, "a#1", doc)
     _aged(store, "a#0")
     # When the sweeper quarantines it, Then its event keeps the reason's first 2,000 characters
     sweep(scheduler, older_than=0, grace=GRACE)

@@ -256,6 +256,11 @@ def _counted(pool, name: str, **options) -> list[float]:
     return calls
 
 
+def _result(n: int, key: str = "k") -> ResultRecord:
+    """A result of the ``double`` op, as an execution would store it under ``key``."""
+    return ResultRecord(key=key, op="double", items=[{"n": n}], created_at=time.time())
+
+
 def _one(op_name: str) -> Graph:
     g = Graph()
     g.add(op_name, id="only")
@@ -295,8 +300,7 @@ def test_a_second_execution_whose_lease_ran_out_completes_with_the_result_stored
         Started.STARTED
     # and the first stores its result before the second finishes with another (alone, or as
     # a chunk's instance)
-    results = [ResultRecord(key="k", op="double", items=[{"n": n}], created_at=time.time())
-               for n in (1, 2)]
+    results = [_result(1), _result(2)]
     wiring.scheduler.succeeded(first.id, "only", results[0], lease=("k", "slow"),
                                started=insts[0])
     if second_in == "its own step":
@@ -355,10 +359,10 @@ def test_a_completion_is_retried_through_a_store_outage_within_its_patience(
 
     # Given a started instance, and a store whose completion step fails while an outage lasts
     wiring = _wired(store, tmp_path)
-    wiring.scheduler.complete_patience = 0.5
+    wiring.scheduler.complete_patience = 0.65
     run = wiring.scheduler.submit(_one("double"))
     inst = store.instance(run.id, "only")
-    wiring.scheduler.claim_and_start(inst, 1, "k", "me", ttl=30)
+    assert wiring.scheduler.claim_and_start(inst, 1, "k", "me", ttl=30)[0] == Started.STARTED
     real, calls, outage = store.finish_instances, [], {"failures": 2}
 
     def finish_instances(finishes):
@@ -368,14 +372,14 @@ def test_a_completion_is_retried_through_a_store_outage_within_its_patience(
         return real(finishes)
 
     monkeypatch.setattr(store, "finish_instances", finish_instances)
-    result = ResultRecord(key="k", op="double", items=[{"n": 1}], created_at=time.time())
+    result = _result(1)
     # When the outage ends after two tries, Then the third lands it, 0.1 s and 0.2 s apart
     wiring.scheduler.succeeded(run.id, "only", result, lease=("k", "me"), started=inst)
     assert store.get_run(run.id).status == "succeeded"
     gaps = [b - a for a, b in pairwise(calls)]
     assert len(calls) == 3 and gaps[0] >= 0.1 and gaps[1] >= 0.2 and calls[-1] - calls[0] < 2.0
-    # When an outage outlasts the patience (0.5 s), Then the error comes out before it is over:
-    # a fourth try would come after its deadline (at 0.1 + 0.2 + 0.4 s)
+    # When an outage outlasts the patience (0.65 s), Then the error comes out before it is
+    # over: a fourth try would come after its deadline (at 0.1 + 0.2 + 0.4 s)
     calls.clear()
     outage["failures"] = 1_000
     begun = time.monotonic()
@@ -392,8 +396,7 @@ def test_a_start_or_completion_of_an_instance_the_store_does_not_hold_names_it(s
     with pytest.raises(NotFound, match=f"^no instance 'ghost' in run '{run.id}'$"):
         wiring.scheduler.claim_and_start(ghost, 1, "k", "me", ttl=30)
     with pytest.raises(NotFound, match=f"^no instance 'ghost' in run '{run.id}'$"):
-        wiring.scheduler.succeeded(run.id, "ghost", ResultRecord(
-            key="k", op="double", items=[{"n": 1}], created_at=time.time()), started=ghost)
+        wiring.scheduler.succeeded(run.id, "ghost", _result(1), started=ghost)
 
 
 def test_bumping_an_ops_version_runs_its_body_again(pool, store):
@@ -876,25 +879,32 @@ class Shards(BaseModel):
     first: int = 0
 
 
-def test_a_run_whose_work_so_far_was_all_reused_is_running_once_it_releases_more(pool, store):
-    # Given a source of two shards (two instances) whose results are stored: an earlier run
-    op("shards", params=Shards, output=N, registry=pool.executor.registry)(
+def test_a_run_whose_work_so_far_was_all_reused_is_running_once_it_releases_more(
+        store, tmp_path):
+    # Given a source of two shards (two instances) whose results are stored, and no worker
+    # (the test takes the executor's part, so nothing else runs)
+    wiring = _wired(store, tmp_path)
+    op("shards", params=Shards, output=N, registry=wiring.executor.registry)(
         lambda p, inputs, ctx: [N(n=p.first + i) for i in range(p.n)])
-    first = Graph()
-    first.add("shards", id="src", params={"n": 2})
-    assert _wait(store, pool.scheduler.submit(first).id).status == "succeeded"
-    # When a run reuses both, so the node's completion is the run's first transition, and
-    # releases a child bound for a queue no worker consumes (started as admitted elsewhere:
-    # the scheduler checks nothing again), so nothing starts
+    for seq in (0, 1):
+        store.put_result(_result(seq, key=f"k{seq}"))
     g = Graph()
-    g.add("total", id="total", queue="nowhere",
-          inputs=[g.add("shards", id="src", params={"n": 2})])
-    run = pool.scheduler.start(g, g)
-    until(lambda: {n.node_id: n.status for n in store.nodes(run.id)}["total"] == NodeStatus.QUEUED,
-          "the child released")
-    # Then the run is running: the node's transition wrote it so, not pending
+    g.add("total", id="total", inputs=[g.add("shards", id="src", params={"n": 2})])
+    run = wiring.scheduler.submit(g)
+    sent = wiring.broker.queues["cpu"].qsize()
+    # When each shard's claim finds its result stored and completes with it, so the node's
+    # completion (of several instances) is the run's first transition
+    for inst in sorted((i for i in store.instances(run.id) if i.node_id == "src"),
+                       key=lambda i: i.seq):
+        key = f"k{inst.seq}"
+        assert wiring.scheduler.claim_and_start(inst, 1, key, "me", ttl=30)[0] == Started.STORED
+        wiring.scheduler.succeeded(run.id, inst.instance_id, store.get_result(key), cached=True,
+                                   started=inst)
+    # Then the run is running, not pending, and the child it released is sent
     assert store.get_run(run.id).status == "running"
+    assert {n.node_id: n.status for n in store.nodes(run.id)}["total"] == NodeStatus.QUEUED
     assert not [e for e in store.events(run.id) if e.type == "instance.started"]
+    assert store.outbox() == [] and wiring.broker.queues["cpu"].qsize() == sent + 1
 
 
 def test_the_scheduler_submits_a_loop_as_the_graph_it_compiles_to(store, tmp_path):

@@ -459,8 +459,8 @@ class Scheduler:
 
     def flush(self, entries: Sequence[tuple[str, str]],
               instances: Sequence[InstanceRecord]) -> None:
-        """Enqueue ``instances`` (those of the outbox ``entries`` its caller just wrote, as it
-        wrote them), then clear ``entries``."""
+        """Enqueue the caller's ``instances`` (none is read back), then clear ``entries``
+        (instance ids and node marks) from the outbox."""
         if not entries:
             return
         self.just_sent.add(instances)
