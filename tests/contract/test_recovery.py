@@ -78,6 +78,13 @@ def _corrupt(store, instance_id, doc='{"run_id": "r1"'):
                                      (doc, instance_id))
 
 
+def _with_params(params: str) -> str:
+    """Instance a#1's record, its params the JSON members ``params`` (which may hold what JSON
+    itself does not: ``Infinity``, ``NaN``)."""
+    return ('{"run_id": "r1", "instance_id": "a#1", "node_id": "a", "seq": 1, '
+            f'"params": {{{params}}}}}')
+
+
 def test_a_completion_between_reading_the_instance_and_its_lease_is_not_a_takeover(store):
     # Given a running instance read by the sweeper just before its completion commits, which
     # stores the result and releases the lease in one step (a 10-prompt 120-draft benchmark
@@ -217,9 +224,7 @@ def test_a_record_holding_values_no_spec_may_hold_is_quarantined_like_admission_
     # version before admission refused them)
     _create(store, n=2)
     scheduler, sent = _scheduler(store)
-    doc = ('{"run_id": "r1", "instance_id": "a#1", "node_id": "a", "seq": 1, '
-           '"params": {"threshold": Infinity, "weight": NaN}}')
-    _corrupt(store, "a#1", doc)
+    _corrupt(store, "a#1", _with_params('"threshold": Infinity, "weight": NaN'))
     _aged(store, "a#0")
     # When the sweeper looks at it, then it is quarantined with the admission's own words
     sweep(scheduler, older_than=0, grace=GRACE)
@@ -235,10 +240,7 @@ def test_a_quarantine_keeps_the_first_2000_characters_of_its_reason(store):
     # Given a record whose reason to be quarantined runs to some 4,000 characters
     _create(store, n=2)
     scheduler, sent = _scheduler(store)
-    params = ", ".join(f'"p{i:03}": Infinity' for i in range(100))
-    doc = ('{"run_id": "r1", "instance_id": "a#1", "node_id": "a", "seq": 1, '
-           f'"params": {{{params}}}}}')
-    _corrupt(store, "a#1", doc)
+    _corrupt(store, "a#1", _with_params(", ".join(f'"p{i:03}": Infinity' for i in range(100))))
     _aged(store, "a#0")
     # When the sweeper quarantines it, Then its event keeps the reason's first 2,000 characters
     sweep(scheduler, older_than=0, grace=GRACE)

@@ -60,13 +60,22 @@ def _wired(store, tmp_path, sweep_every: float = 0.2):
                 queues=("cpu",), sweep_every=sweep_every, lease_ttl=30.0)
 
 
+@contextmanager
+def _working(wiring, threads: int = 4):
+    """Worker threads taking ``wiring``'s messages until the block ends."""
+    worker = dramatiq.Worker(wiring.broker, worker_threads=threads, worker_timeout=50)
+    worker.start()
+    try:
+        yield
+    finally:
+        worker.stop()
+
+
 @pytest.fixture
 def pool(store, tmp_path):
     wiring = _wired(store, tmp_path)
-    worker = dramatiq.Worker(wiring.broker, worker_threads=4, worker_timeout=50)
-    worker.start()
-    yield wiring
-    worker.stop()
+    with _working(wiring):
+        yield wiring
 
 
 def _map_graph(n: int, each_op: str = "double") -> Graph:
@@ -106,9 +115,7 @@ def test_a_maps_chunks_complete_its_node_and_release_its_child_without_the_sweep
     # Given a pool whose sweeper would not look for an hour: whatever a finished chunk leaves
     # undone (its node's completion, its child's release) would wait that long
     wiring = _wired(store, tmp_path, sweep_every=3600.0)
-    worker = dramatiq.Worker(wiring.broker, worker_threads=4, worker_timeout=50)
-    worker.start()
-    try:
+    with _working(wiring):
         # When a map of 40 items runs, Then it ends with its total, the chunks having done it all
         run = wiring.scheduler.submit(_map_graph(40))
         assert _wait(store, run.id).status == "succeeded"
@@ -118,8 +125,6 @@ def test_a_maps_chunks_complete_its_node_and_release_its_child_without_the_sweep
         # and no chunk left its items' leases held for their time to run out
         keys = {i.result_key for i in store.instances(run.id) if i.node_id == "each"}
         assert len(keys) == 40 and all(store.claim(k, "someone", ttl=30) for k in keys)
-    finally:
-        worker.stop()
 
 
 def test_a_map_reads_its_parents_result_once_per_process(pool, store):
@@ -261,6 +266,15 @@ def _result(n: int, key: str = "k") -> ResultRecord:
     return ResultRecord(key=key, op="double", items=[{"n": n}], created_at=time.time())
 
 
+def _started(wiring, owner: str, ttl: float = 30) -> tuple:
+    """A run of one ``double`` node, submitted with no worker, and its instance started under
+    ``owner``'s lease on key ``k`` (the executor's part taken by the test): (run, instance)."""
+    run = wiring.scheduler.submit(_one("double"))
+    inst = wiring.scheduler.store.instance(run.id, "only")
+    assert wiring.scheduler.claim_and_start(inst, 1, "k", owner, ttl=ttl)[0] == Started.STARTED
+    return run, inst
+
+
 def _one(op_name: str) -> Graph:
     g = Graph()
     g.add(op_name, id="only")
@@ -287,17 +301,13 @@ def test_a_stored_result_is_reused_under_the_same_model_and_not_under_another(po
 @pytest.mark.parametrize("second_in", ["its own step", "a chunk's step"])
 def test_a_second_execution_whose_lease_ran_out_completes_with_the_result_stored_first(
         store, tmp_path, second_in):
-
-    # Given two runs of one graph, whose instance shares a result key, not yet delivered
-    wiring = _wired(store, tmp_path)
-    first, second = (wiring.scheduler.submit(_one("double")) for _ in range(2))
-    insts = [store.instance(run.id, "only") for run in (first, second)]
+    # Given two runs of one graph, whose instance shares a result key, with no worker
     # When the first execution's lease runs out before it finishes, so a second one starts too
-    assert wiring.scheduler.claim_and_start(insts[0], 1, "k", "slow", ttl=0.05)[0] == \
-        Started.STARTED
+    wiring = _wired(store, tmp_path)
+    first, first_inst = _started(wiring, "slow", ttl=0.05)
     until(lambda: not store.lease_remaining("k"), "the lease on k ran out")
-    assert wiring.scheduler.claim_and_start(insts[1], 1, "k", "late", ttl=30)[0] == \
-        Started.STARTED
+    second, second_inst = _started(wiring, "late")
+    insts = [first_inst, second_inst]
     # and the first stores its result before the second finishes with another (alone, or as
     # a chunk's instance)
     results = [_result(1), _result(2)]
@@ -318,7 +328,6 @@ def test_a_second_execution_whose_lease_ran_out_completes_with_the_result_stored
 
 
 def test_a_started_run_keeps_its_labels_and_a_loop_apart_from_the_graph_it_runs(pool, store):
-
     # Given a loop admitted elsewhere and the graph it was compiled to (any graph: start checks
     # nothing again), labelled
     loop = Loop(prompt="a red circle", labels={"campaign": "spring"})
@@ -335,7 +344,6 @@ def test_a_started_run_keeps_its_labels_and_a_loop_apart_from_the_graph_it_runs(
 
 
 def test_a_start_marks_the_instance_running_under_its_key_and_says_so_once(store, tmp_path):
-
     wiring = _wired(store, tmp_path)
     g = Graph()
     g.add("double", id="a")
@@ -356,13 +364,10 @@ def test_a_start_marks_the_instance_running_under_its_key_and_says_so_once(store
 
 def test_a_completion_is_retried_through_a_store_outage_within_its_patience(
         store, tmp_path, monkeypatch):
-
     # Given a started instance, and a store whose completion step fails while an outage lasts
     wiring = _wired(store, tmp_path)
     wiring.scheduler.complete_patience = 0.65
-    run = wiring.scheduler.submit(_one("double"))
-    inst = store.instance(run.id, "only")
-    assert wiring.scheduler.claim_and_start(inst, 1, "k", "me", ttl=30)[0] == Started.STARTED
+    run, inst = _started(wiring, "me")
     real, calls, outage = store.finish_instances, [], {"failures": 2}
 
     def finish_instances(finishes):
@@ -389,7 +394,6 @@ def test_a_completion_is_retried_through_a_store_outage_within_its_patience(
 
 
 def test_a_start_or_completion_of_an_instance_the_store_does_not_hold_names_it(store, tmp_path):
-
     wiring = _wired(store, tmp_path)
     run = wiring.scheduler.submit(_one("double"))
     ghost = InstanceRecord(run_id=run.id, instance_id="ghost", node_id="only", seq=1)
@@ -643,9 +647,7 @@ def test_resume_sends_again_what_a_lost_message_left_and_leaves_an_ended_run_alo
     wiring = _wired(store, tmp_path)
     run = wiring.scheduler.submit(_map_graph(3))
     wiring.broker.flush_all()
-    worker = dramatiq.Worker(wiring.broker, worker_threads=2, worker_timeout=50)
-    worker.start()
-    try:
+    with _working(wiring, threads=2):
         # When it is resumed, then its pending instance is sent again and the run completes
         resumed = wiring.scheduler.resume(run.id)
         assert resumed.id == run.id and not resumed.status.terminal
@@ -659,8 +661,6 @@ def test_resume_sends_again_what_a_lost_message_left_and_leaves_an_ended_run_alo
         before = store.events(run.id, limit=1000)
         assert wiring.scheduler.resume(run.id).status == "succeeded"
         assert store.events(run.id, limit=1000) == before
-    finally:
-        worker.stop()
 
 
 def test_a_node_whose_inputs_miss_its_quorum_fails_with_the_count_and_the_failures(pool, store):
@@ -788,20 +788,16 @@ def test_a_child_released_by_a_failed_item_is_sent_at_once(store, tmp_path):
     each = g.add("late-failure", id="each", map=True,
                  inputs=[g.add("spread", id="src", params={"n": 3})])
     g.add("total", id="total", inputs=[each], min_success=2)
-    worker = dramatiq.Worker(wiring.broker, worker_threads=4, worker_timeout=50)
-    worker.start()
-    try:
+    with _working(wiring):
         # When it runs, Then the failure's completion sends the child it released: the run ends
         run = wiring.scheduler.submit(g)
         assert _wait(store, run.id, timeout=10).status == "succeeded"
         total = next(n for n in store.nodes(run.id) if n.node_id == "total")
         assert store.get_result(total.outputs[0].key).items == [{"n": 2}]
         assert store.outbox() == []
-    finally:
-        worker.stop()
 
 
-def test_a_node_of_one_instance_completes_in_its_step_and_says_so(pool, store):
+def test_a_node_of_one_instance_and_its_run_say_they_succeeded(pool, store):
     g = Graph()
     g.add("total", id="total", inputs=[g.add("spread", id="src", params={"n": 2})])
     run = pool.scheduler.submit(g)
