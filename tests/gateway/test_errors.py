@@ -58,8 +58,10 @@ def test_409_for_a_reused_idempotency_key_with_another_body(stack):
     assert first.status_code == 201
     replay = post(stack, key, wait_graph("one").model_dump_json(), **{"Idempotency-Key": "k"})
     assert replay.status_code == 200 and replay.json()["id"] == first.json()["id"]
-    error(post(stack, key, wait_graph("two").model_dump_json(), **{"Idempotency-Key": "k"}),
-          409, "idempotency_conflict")
+    conflict = error(post(stack, key, wait_graph("two").model_dump_json(),
+                          **{"Idempotency-Key": "k"}), 409, "idempotency_conflict")
+    assert conflict.message.startswith(
+        f"idempotency key already used by run {first.json()['id']} with another spec")
     with pytest.raises(IdempotencyConflict) as caught:
         stack.client(key).submit(wait_graph("three"), idempotency_key="k")
     assert caught.value.status_code == 409 and caught.value.run_id == first.json()["id"]

@@ -149,3 +149,26 @@ def test_a_served_gateway_forgets_on_its_own_what_the_retention_deleted(tmp_path
     finally:
         store.close()
         backend.close()
+
+
+def test_a_gateway_opening_a_store_from_before_the_runs_list_lists_them_at_their_creation(
+        tmp_path):
+    # Given a run a gateway recorded in a Redis store before the runs list had an index
+    registry = OpRegistry()
+    op("one", output=N, registry=registry)(lambda p, inputs, ctx: N(n=1))
+    backend = EmbeddedBackend(tmp_path / "home", threads=2, registry=registry)
+    prefix = f"gw-{uuid.uuid4().hex[:8]}"
+    store = RedisGatewayStore(redis_url(), prefix=prefix)
+    try:
+        run_id = _ended_run(Gateway(backend, store), "acme")
+        store.r.delete(store.k.tenant_set("runs", "acme"), store.k.listed)
+        assert store.runs("acme") == []
+
+        # When a gateway opens it again
+        Gateway(backend, RedisGatewayStore(redis_url(), prefix=prefix))
+
+        # Then the run is listed at the time the back end created it
+        assert store.runs("acme") == [(run_id, backend.get(run_id).created_at)]
+    finally:
+        store.close()
+        backend.close()
