@@ -8,7 +8,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import replace
-from itertools import pairwise
+from types import SimpleNamespace
 
 import dramatiq
 import pytest
@@ -23,6 +23,7 @@ from genloop.sdk.models import NodeStatus
 from genloop.workers import OpRegistry, default_registry, op
 from genloop.workers.artifacts import LocalArtifactStore
 from genloop.workers.pool.broker import wire
+from genloop.workers.runtime import scheduler as scheduler_module
 from genloop.workers.runtime.scheduler import Started, Succeeded
 from genloop.workers.stores.records import InstanceRecord, ResultRecord
 
@@ -362,35 +363,50 @@ def test_a_start_marks_the_instance_running_under_its_key_and_says_so_once(store
                     ("instance.started", "b", "b", 2, "running")]
 
 
+class _Clock:
+    """The scheduler's monotonic clock and sleep, advanced by its sleeps alone: retry gaps are
+    read exactly, with no wall time spent."""
+
+    def __init__(self) -> None:
+        self.now, self.sleeps = 0.0, []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
 def test_a_completion_is_retried_through_a_store_outage_within_its_patience(
         store, tmp_path, monkeypatch):
     # Given a started instance, and a store whose completion step fails while an outage lasts
     wiring = _wired(store, tmp_path)
-    wiring.scheduler.complete_patience = 0.65
     run, inst = _started(wiring, "me")
-    real, calls, outage = store.finish_instances, [], {"failures": 2}
+    real, outage = store.finish_instances, {"failures": 2}
 
     def finish_instances(finishes):
-        calls.append(time.monotonic())
-        if len(calls) <= outage["failures"]:
+        outage["failures"] -= 1
+        if outage["failures"] >= 0:
             raise StoreError("redis: connection lost")
         return real(finishes)
 
     monkeypatch.setattr(store, "finish_instances", finish_instances)
+    clock = _Clock()
+    monkeypatch.setattr(scheduler_module, "time", SimpleNamespace(
+        monotonic=clock.monotonic, sleep=clock.sleep, time=time.time))
     result = _result(1)
-    # When the outage ends after two tries, Then the third lands it, 0.1 s and 0.2 s apart
+    # When the outage ends after two tries, Then the third lands it, 0.1 s and 0.2 s later
     wiring.scheduler.succeeded(run.id, "only", result, lease=("k", "me"), started=inst)
     assert store.get_run(run.id).status == "succeeded"
-    gaps = [b - a for a, b in pairwise(calls)]
-    assert len(calls) == 3 and gaps[0] >= 0.1 and gaps[1] >= 0.2 and calls[-1] - calls[0] < 2.0
-    # When an outage outlasts the patience (0.65 s), Then the error comes out before it is
-    # over: a fourth try would come after its deadline (at 0.1 + 0.2 + 0.4 s)
-    calls.clear()
+    assert clock.sleeps == [0.1, 0.2]
+    # When an outage outlasts the patience (30 s), Then the tries back off, doubling up to 2 s
+    # apart, and the error comes out when the next try would come after the patience
+    clock.sleeps.clear()
     outage["failures"] = 1_000
-    begun = time.monotonic()
     with pytest.raises(StoreError, match="connection lost"):
         wiring.scheduler.succeeded(run.id, "only", result, lease=("k", "me"), started=inst)
-    assert len(calls) == 3 and time.monotonic() - begun < 2.0
+    assert clock.sleeps == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6] + [2.0] * 13)
 
 
 def test_a_start_or_completion_of_an_instance_the_store_does_not_hold_names_it(store, tmp_path):
