@@ -111,6 +111,50 @@ def test_a_map_completes_with_every_item_counted_once(pool, store):
     assert store.outbox() == []
 
 
+def test_the_process_that_submits_and_releases_work_runs_it_without_reading_it_back(
+        store, tmp_path, monkeypatch):
+    # Given a store that counts reads of a run's graph and of an instance
+    reads: dict[str, list] = {"run_spec": [], "instance": []}
+    for name, calls in reads.items():
+        monkeypatch.setattr(store, name, lambda *a, _read=getattr(store, name), _calls=calls:
+                            _calls.append(a) or _read(*a))
+    wiring = _wired(store, tmp_path)
+    # When the process that submits a map runs it
+    with _working(wiring):
+        run = wiring.scheduler.submit(_map_graph(5))
+        assert _wait(store, run.id).status == "succeeded"
+    # Then it read neither back: it kept the graph it stored and the instances it released
+    assert reads == {"run_spec": [], "instance": []}
+    # And another process, its threads all asking for the graph at once, reads it once
+    other = _wired(store, tmp_path).scheduler
+    start, topologies = threading.Barrier(8), []
+
+    def ask() -> None:
+        start.wait()
+        topologies.append(other.topology(run.id))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert reads["run_spec"] == [(run.id,)] and len({id(t) for t in topologies}) == 1
+    assert set(topologies[0].nodes) == {"spread", "each", "total"}
+
+
+def test_a_scheduler_keeps_the_graphs_of_its_512_newest_runs(store, tmp_path, monkeypatch):
+    # Given a scheduler that submitted 513 runs
+    wiring = _wired(store, tmp_path)
+    runs = [wiring.scheduler.submit(_one("double")).id for _ in range(513)]
+    reads: list[str] = []
+    read = store.run_spec
+    monkeypatch.setattr(store, "run_spec", lambda run_id: reads.append(run_id) or read(run_id))
+    # When it needs their graphs, Then only the oldest is read back
+    for run_id in (runs[1], runs[-1], runs[0], runs[0]):
+        assert list(wiring.scheduler.topology(run_id).nodes) == ["only"]
+    assert reads == [runs[0]]
+
+
 def test_a_maps_chunks_complete_its_node_and_release_its_child_without_the_sweeper(store,
                                                                                  tmp_path):
     # Given a pool whose sweeper would not look for an hour: whatever a finished chunk leaves
