@@ -155,6 +155,38 @@ def test_a_scheduler_keeps_the_graphs_of_its_512_newest_runs(store, tmp_path, mo
     assert reads == [runs[0]]
 
 
+def test_a_failed_instance_is_told_with_its_status_attempt_and_error(pool, store):
+    run = pool.scheduler.submit(_one("bad"))
+    assert _wait(store, run.id).status == "failed"
+    told = [(e.node_id, e.instance_id, e.status, e.attempt, e.error, e.message)
+            for e in store.events(run.id) if e.type == "instance.failed"]
+    assert told == [("only", "only", "failed", 1, "Permanent: this node fails", None)]
+
+
+def test_an_empty_map_releases_each_waiting_child_past_one_already_skipped(store, tmp_path):
+    # Given a pool with no sweeper to redo a lost release, and a map that comes out empty after
+    # another parent of its first child failed (that child skipped), its second child waiting
+    # on it alone and its third on it and a slower node
+    wiring = _wired(store, tmp_path, sweep_every=3600.0)
+    g = Graph()
+    bad = g.add("bad", id="bad")
+    first = g.add("slow", id="first", params={"n": 3})
+    late = g.add("slow", id="late", params={"n": 8})
+    each = g.add("double", id="each", map=True,
+                 inputs=[g.add("spread", id="spread", params={"n": 0}, inputs=[first])])
+    g.add("total", id="skipped", inputs=[each, bad])
+    g.add("total", id="alone", inputs=[each])
+    g.add("total", id="waits", inputs=[each, late])
+    # When it runs, Then the map's end releases both waiting children
+    with _working(wiring):
+        run = wiring.scheduler.submit(g)
+        assert _wait(store, run.id).status == "failed"
+    statuses = {n.node_id: n.status.value for n in store.nodes(run.id)}
+    assert statuses == {"bad": "failed", "first": "succeeded", "late": "succeeded",
+                        "spread": "succeeded", "each": "succeeded", "skipped": "skipped",
+                        "alone": "succeeded", "waits": "succeeded"}
+
+
 def test_a_maps_chunks_complete_its_node_and_release_its_child_without_the_sweeper(store,
                                                                                  tmp_path):
     # Given a pool whose sweeper would not look for an hour: whatever a finished chunk leaves
