@@ -64,6 +64,15 @@ def test_another_tenant_cannot_cancel_resume_or_answer_a_run(stack):
         bob.resume(run.id)
     # And alice's run is as it was
     assert alice.get(run.id).status() == before
+    # And alice's own calls reach it: her ended run is answered as it is, and an answer no
+    # refine waits for is a conflict, not a missing run
+    mine = {"Authorization": f"Bearer {alice_key}"}
+    for action, body, status in (("cancel", None, 200), ("resume", None, 200),
+                                 ("refine", answer, 409)):
+        response = httpx.post(f"{stack.url}/v1/runs/{run.id}/{action}", headers=mine,
+                              json=body)
+        assert response.status_code == status, (action, response.text)
+    assert alice.get(run.id).status() == before
 
 
 def test_artifact_visible_once_in_a_result_even_if_never_fetched(stack):
