@@ -95,6 +95,14 @@ def _wait(store, run_id: str, timeout: float = 30.0):
     return run
 
 
+def _counting(monkeypatch, store, name: str) -> list[tuple]:
+    """The arguments of each call of ``store.name`` from now on."""
+    calls: list[tuple] = []
+    real = getattr(store, name)
+    monkeypatch.setattr(store, name, lambda *args: calls.append(args) or real(*args))
+    return calls
+
+
 def test_a_map_completes_with_every_item_counted_once(pool, store):
     run = pool.scheduler.submit(_map_graph(40))
 
@@ -111,48 +119,15 @@ def test_a_map_completes_with_every_item_counted_once(pool, store):
     assert store.outbox() == []
 
 
-def test_the_process_that_submits_and_releases_work_runs_it_without_reading_it_back(
-        store, tmp_path, monkeypatch):
-    # Given a store that counts reads of a run's graph and of an instance
-    reads: dict[str, list] = {"run_spec": [], "instance": []}
-    for name, calls in reads.items():
-        monkeypatch.setattr(store, name, lambda *a, _read=getattr(store, name), _calls=calls:
-                            _calls.append(a) or _read(*a))
-    wiring = _wired(store, tmp_path)
-    # When the process that submits a map runs it
-    with _working(wiring):
-        run = wiring.scheduler.submit(_map_graph(5))
-        assert _wait(store, run.id).status == "succeeded"
-    # Then it read neither back: it kept the graph it stored and the instances it released
-    assert reads == {"run_spec": [], "instance": []}
-    # And another process, its threads all asking for the graph at once, reads it once
-    other = _wired(store, tmp_path).scheduler
-    start, topologies = threading.Barrier(8), []
-
-    def ask() -> None:
-        start.wait()
-        topologies.append(other.topology(run.id))
-
-    threads = [threading.Thread(target=ask) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert reads["run_spec"] == [(run.id,)] and len({id(t) for t in topologies}) == 1
-    assert set(topologies[0].nodes) == {"spread", "each", "total"}
-
-
 def test_a_scheduler_keeps_the_graphs_of_its_512_newest_runs(store, tmp_path, monkeypatch):
     # Given a scheduler that submitted 513 runs
     wiring = _wired(store, tmp_path)
     runs = [wiring.scheduler.submit(_one("double")).id for _ in range(513)]
-    reads: list[str] = []
-    read = store.run_spec
-    monkeypatch.setattr(store, "run_spec", lambda run_id: reads.append(run_id) or read(run_id))
+    reads = _counting(monkeypatch, store, "run_spec")
     # When it needs their graphs, Then only the oldest is read back
     for run_id in (runs[1], runs[-1], runs[0], runs[0]):
         assert list(wiring.scheduler.topology(run_id).nodes) == ["only"]
-    assert reads == [runs[0]]
+    assert reads == [(runs[0],)]
 
 
 def test_a_failed_instance_is_told_with_its_status_attempt_and_error(pool, store):
@@ -164,27 +139,45 @@ def test_a_failed_instance_is_told_with_its_status_attempt_and_error(pool, store
 
 
 def test_an_empty_map_releases_each_waiting_child_past_one_already_skipped(store, tmp_path):
-    # Given a pool with no sweeper to redo a lost release, and a map that comes out empty after
-    # another parent of its first child failed (that child skipped), its second child waiting
-    # on it alone and its third on it and a slower node
+    # Given a pool with no sweeper to redo a lost release, and nodes held until the test lets
+    # them end
     wiring = _wired(store, tmp_path, sweep_every=3600.0)
+    gates = {"first": threading.Event(), "late": threading.Event()}
+
+    def held(p, inputs, ctx):
+        assert gates[ctx.node_id].wait(30)
+        return N(n=p.n)
+
+    op("held", params=N, output=N, registry=wiring.executor.registry)(held)
+    # And a map that comes out empty once "first" ends. Its first child also needs "bad",
+    # which fails; its second needs the map alone; its third the map and "late"
     g = Graph()
     bad = g.add("bad", id="bad")
-    first = g.add("slow", id="first", params={"n": 3})
-    late = g.add("slow", id="late", params={"n": 8})
+    first = g.add("held", id="first", params={"n": 1})
+    late = g.add("held", id="late", params={"n": 8})
     each = g.add("double", id="each", map=True,
                  inputs=[g.add("spread", id="spread", params={"n": 0}, inputs=[first])])
     g.add("total", id="skipped", inputs=[each, bad])
     g.add("total", id="alone", inputs=[each])
     g.add("total", id="waits", inputs=[each, late])
-    # When it runs, Then the map's end releases both waiting children
+
+    def node(node_id: str):
+        return next(n for n in store.nodes(run.id) if n.node_id == node_id)
+
     with _working(wiring):
         run = wiring.scheduler.submit(g)
+        until(lambda: node("skipped").status == NodeStatus.SKIPPED, "the first child skipped")
+        # When the map ends, Then it releases its second child past the skipped one, and its
+        # third waits for "late" alone
+        gates["first"].set()
+        until(lambda: node("alone").status == NodeStatus.SUCCEEDED, "the second child run")
+        waits = node("waits")
+        assert (waits.status, waits.waiting) == (NodeStatus.PENDING, 1)
+        gates["late"].set()
         assert _wait(store, run.id).status == "failed"
-    statuses = {n.node_id: n.status.value for n in store.nodes(run.id)}
-    assert statuses == {"bad": "failed", "first": "succeeded", "late": "succeeded",
-                        "spread": "succeeded", "each": "succeeded", "skipped": "skipped",
-                        "alone": "succeeded", "waits": "succeeded"}
+    totals = {node_id: store.get_result(node(node_id).outputs[0].key).items
+              for node_id in ("alone", "waits")}
+    assert totals == {"alone": [{"n": 0}], "waits": [{"n": 8}]}
 
 
 def test_a_maps_chunks_complete_its_node_and_release_its_child_without_the_sweeper(store,
@@ -268,20 +261,47 @@ def test_a_run_without_limits_keeps_no_item_counts_in_the_record_every_completio
     assert _counts(store, run.id) == {}
 
 
-def test_instances_this_process_sent_start_without_being_read_back(pool, store):
-    """The process that enqueued an instance hands its worker threads the record it sent."""
-    reads: list[str] = []
-    real = store.instance
-
-    def counted(run_id, instance_id):
-        reads.append(instance_id)
-        return real(run_id, instance_id)
-
-    store.instance = counted
+def test_instances_this_process_sent_start_without_being_read_back(pool, store, monkeypatch):
+    """The process that enqueued an instance hands its worker threads the record it sent, and
+    keeps the graph of the run it submitted."""
+    instances = _counting(monkeypatch, store, "instance")
+    graphs = _counting(monkeypatch, store, "run_spec")
     run = pool.scheduler.submit(_map_graph(10))
 
     assert _wait(store, run.id).status == "succeeded"
-    assert reads == []
+    assert instances == [] and graphs == []
+
+
+def test_another_process_reads_a_runs_graph_once_for_all_its_threads(store, tmp_path,
+                                                                      monkeypatch):
+    run = _wired(store, tmp_path).scheduler.submit(_map_graph(3))
+    # Given a store slow to answer for a graph, so that the threads overlap while one reads it
+    read = store.run_spec
+    reads: list[str] = []
+
+    def slow_read(run_id: str):
+        reads.append(run_id)
+        time.sleep(0.05)
+        return read(run_id)
+
+    monkeypatch.setattr(store, "run_spec", slow_read)
+    other = _wired(store, tmp_path).scheduler
+    start, topologies = threading.Barrier(8, timeout=10), []
+
+    def ask() -> None:
+        start.wait()
+        topologies.append(other.topology(run.id))
+
+    # When eight threads of another process ask for the graph at once
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    # Then it is read once, and each thread has the same one
+    assert not any(t.is_alive() for t in threads) and len(topologies) == 8
+    assert reads == [run.id] and len({id(t) for t in topologies}) == 1
+    assert set(topologies[0].nodes) == {"spread", "each", "total"}
 
 
 def test_the_last_node_succeeding_after_another_failed_ends_the_run_failed(pool, store):
@@ -458,6 +478,7 @@ def test_a_completion_is_retried_through_a_store_outage_within_its_patience(
         store, tmp_path, monkeypatch):
     # Given a started instance, and a store whose completion step fails while an outage lasts
     wiring = _wired(store, tmp_path)
+    wiring.scheduler.complete_patience = 30.0
     run, inst = _started(wiring, "me")
     real, outage = store.finish_instances, {"failures": 2}
 
@@ -472,7 +493,8 @@ def test_a_completion_is_retried_through_a_store_outage_within_its_patience(
     monkeypatch.setattr(scheduler_module, "time", SimpleNamespace(
         monotonic=clock.monotonic, sleep=clock.sleep, time=time.time))
     result = _result(1)
-    # When the outage ends after two tries, Then the third lands it, 0.1 s and 0.2 s later
+    # When the outage ends after two tries, Then the third lands it, after waits of 0.1 s
+    # and 0.2 s
     wiring.scheduler.succeeded(run.id, "only", result, lease=("k", "me"), started=inst)
     assert store.get_run(run.id).status == "succeeded"
     assert clock.sleeps == [0.1, 0.2]

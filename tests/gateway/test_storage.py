@@ -159,16 +159,20 @@ def test_a_gateway_opening_a_store_from_before_the_runs_list_lists_them_at_their
     backend = EmbeddedBackend(tmp_path / "home", threads=2, registry=registry)
     prefix = f"gw-{uuid.uuid4().hex[:8]}"
     store = RedisGatewayStore(redis_url(), prefix=prefix)
+    again = RedisGatewayStore(redis_url(), prefix=prefix)
     try:
-        run_id = _ended_run(Gateway(backend, store), "acme")
+        first = Gateway(backend, store)
+        run_id = _ended_run(first, "acme")
+        first.stop()
         store.r.delete(store.k.tenant_set("runs", "acme"), store.k.listed)
         assert store.runs("acme") == []
 
         # When a gateway opens it again
-        Gateway(backend, RedisGatewayStore(redis_url(), prefix=prefix))
+        Gateway(backend, again).stop()
 
         # Then the run is listed at the time the back end created it
-        assert store.runs("acme") == [(run_id, backend.get(run_id).created_at)]
+        assert again.runs("acme") == [(run_id, backend.get(run_id).created_at)]
     finally:
+        again.close()
         store.close()
         backend.close()

@@ -43,7 +43,7 @@ def test_another_tenant_gets_404_for_runs_results_events_and_artifacts(stack):
     assert alice.get(run.id).status().status == RunStatus.SUCCEEDED
 
 
-def test_another_tenant_cannot_cancel_resume_or_answer_a_run(stack):
+def test_another_tenant_cannot_cancel_resume_or_answer_a_run_its_owner_can(stack):
     # Given alice's finished run
     _, alice_key = stack.tenant()
     _, bob_key = stack.tenant()
