@@ -1,6 +1,7 @@
 """Storage through a gateway, on both gateway stores: a run the back end's retention deleted is
 forgotten (owner, listing, summary, idempotency key) and a pinned one kept; a tenant's
-retention bounds what a run asks; a tenant's stored-runs quota refuses with 429."""
+retention bounds what a run asks; a tenant's stored-runs quota refuses with 429; a store from
+before the runs list is listed on opening; results are kept to their tenant by default."""
 
 from __future__ import annotations
 
@@ -176,3 +177,9 @@ def test_a_gateway_opening_a_store_from_before_the_runs_list_lists_them_at_their
         again.close()
         store.close()
         backend.close()
+
+
+def test_a_gateway_keeps_each_tenants_results_to_itself_unless_the_operator_shares_them(
+        gateway):
+    info, _ = gateway.submit("acme", _one(), None)
+    assert gateway.backend.store.run_spec(info.id).graph["namespace"] == "tenant:acme"
