@@ -1,7 +1,8 @@
 """Storage through a gateway, on both gateway stores: a run the back end's retention deleted is
 forgotten (owner, listing, summary, idempotency key) and a pinned one kept; a tenant's
 retention bounds what a run asks; a tenant's stored-runs quota refuses with 429; a store from
-before the runs list is listed on opening; results are kept to their tenant by default."""
+before the runs list is listed on opening; results are kept to their tenant by default; a run
+the back end lost no longer counts as open."""
 
 from __future__ import annotations
 
@@ -183,3 +184,14 @@ def test_a_gateway_keeps_each_tenants_results_to_itself_unless_the_operator_shar
         gateway):
     info, _ = gateway.submit("acme", _one(), None)
     assert gateway.backend.store.run_spec(info.id).graph["namespace"] == "tenant:acme"
+
+
+def test_a_run_the_back_end_no_longer_has_counts_no_more_against_its_tenants_concurrency(
+        gateway):
+    # Given a tenant allowed one unfinished run, whose only open run the back end lost
+    tenant = f"t-{uuid.uuid4().hex[:6]}"
+    gateway.store.set_limits(tenant, TenantLimits(max_concurrent_runs=1))
+    gateway.store.add_run("f" * 32, tenant)
+    # When it submits, Then the lost run is taken for ended and the new run starts
+    assert gateway.submit(tenant, _one(), None)[1]
+    assert "f" * 32 not in gateway.store.open_runs(tenant)
