@@ -1,4 +1,5 @@
-"""Server-sent events: in order, ending with the run, resumable without gap or duplicate."""
+"""Server-sent events: in order, ending with the run, resumable without gap or duplicate, a page at
+a time without follow."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ def slow_chain(label: str) -> Graph:
     return g
 
 
-def read_stream(url: str, key: str, run_id: str, last_event_id: int | None = None) -> list:
+def read_stream(url: str, key: str, run_id: str, last_event_id: int | None = None,
+                **query) -> list:
     headers = {"Authorization": f"Bearer {key}"}
     if last_event_id is not None:
         headers["Last-Event-ID"] = str(last_event_id)
     decoder, events = SseDecoder(), []
-    with httpx.stream("GET", f"{url}/v1/runs/{run_id}/events", headers=headers,
+    with httpx.stream("GET", f"{url}/v1/runs/{run_id}/events", headers=headers, params=query,
                       timeout=30) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
@@ -54,6 +56,15 @@ def test_last_event_id_resumes_after_that_event(stack):
     ]
     # Resuming after the last event of an ended run closes at once, with nothing.
     assert read_stream(stack.url, key, run.id, last_event_id=everything[-1].id) == []
+
+
+def test_a_page_without_follow_holds_at_most_its_limit(stack):
+    _, key = stack.tenant()
+    run = stack.client(key).submit(slow_chain("page"))
+    everything = read_stream(stack.url, key, run.id)
+    assert len(everything) > 3
+    page = read_stream(stack.url, key, run.id, follow="false", limit=3)
+    assert page == everything[:3]
 
 
 class CutStreamOnce(httpx.HTTPTransport):
