@@ -85,8 +85,10 @@ def test_answers_are_checked_like_a_submit_and_leave_the_pause_open(stack):
     refused = _answer(stack, key, run.id, json.dumps({"requests": [
         _request(init_image=shown, strength=0.5, mask=theirs)]}))
     error(refused, 404, "not_found")
-    # and after all of them a valid edit of a shown candidate is taken and runs
+    # and after all of them a valid edit of a shown candidate, masked by the tenant's own
+    # upload, is taken and runs
+    mine = upload(stack.url, key, image_bytes()).json()["key"]
     ok = _answer(stack, key, run.id, json.dumps({"requests": [
-        _request(init_image=shown, strength=0.5)]}))
+        _request(init_image=shown, strength=0.5, mask=mine)]}))
     assert ok.status_code == 200, ok.text
     assert run.wait(timeout=120).status == RunStatus.SUCCEEDED
