@@ -197,23 +197,16 @@ def test_a_maps_chunks_complete_its_node_and_release_its_child_without_the_sweep
         assert len(keys) == 40 and all(store.claim(k, "someone", ttl=30) for k in keys)
 
 
-def test_a_map_reads_its_parents_result_once_per_process(pool, store):
+def test_a_map_reads_its_parents_result_once_per_process(pool, store, monkeypatch):
     """Every item of a map takes one item of its parent's result; reading (and parsing) the
     whole result for each item made a big map quadratic. A stored result never changes, so a
     worker process reads it once, even when all its threads ask for it at the same moment."""
-    reads: list[str] = []
-    real = store.get_result
-
-    def counted(key):
-        reads.append(key)
-        return real(key)
-
-    store.get_result = counted
+    reads = _counting(monkeypatch, store, "get_result")
     run = pool.scheduler.submit(_map_graph(40))
 
     assert _wait(store, run.id).status == "succeeded"
     spread = next(n for n in store.nodes(run.id) if n.node_id == "spread")
-    assert reads.count(spread.outputs[0].key) == 1
+    assert reads.count((spread.outputs[0].key,)) == 1
 
 
 def _chain(length: int, limits: bool = True) -> Graph:

@@ -26,11 +26,16 @@ class N(BaseModel):
     n: int
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-def gateway(request, tmp_path):
+def _backend(tmp_path, **options) -> EmbeddedBackend:
+    """An embedded back end whose one op, ``one``, makes ``N(n=1)``."""
     registry = OpRegistry()
     op("one", output=N, registry=registry)(lambda p, inputs, ctx: N(n=1))
-    backend = EmbeddedBackend(tmp_path / "home", threads=2, registry=registry)
+    return EmbeddedBackend(tmp_path / "home", threads=2, registry=registry, **options)
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def gateway(request, tmp_path):
+    backend = _backend(tmp_path)
     store = SqliteGatewayStore(tmp_path / "gateway.db") if request.param == "sqlite" else \
         RedisGatewayStore(redis_url(), prefix=f"gw-{uuid.uuid4().hex[:8]}")
     yield Gateway(backend, store)
@@ -126,10 +131,7 @@ def test_a_served_gateway_forgets_on_its_own_what_the_retention_deleted(tmp_path
 
     for module, name in ((service, "FORGET_EVERY"), (sweeper, "RETENTION_EVERY")):
         monkeypatch.setattr(module, name, 0.1)
-    registry = OpRegistry()
-    op("one", output=N, registry=registry)(lambda p, inputs, ctx: N(n=1))
-    backend = EmbeddedBackend(tmp_path / "home", threads=2, registry=registry, sweep_every=0.1,
-                              retention=0.5)
+    backend = _backend(tmp_path, sweep_every=0.1, retention=0.5)
     store = SqliteGatewayStore(tmp_path / "gateway.db")
     app = create_app(backend, store)
     try:
@@ -156,9 +158,7 @@ def test_a_served_gateway_forgets_on_its_own_what_the_retention_deleted(tmp_path
 def test_a_gateway_opening_a_store_from_before_the_runs_list_lists_them_at_their_creation(
         tmp_path):
     # Given a run a gateway recorded in a Redis store before the runs list had an index
-    registry = OpRegistry()
-    op("one", output=N, registry=registry)(lambda p, inputs, ctx: N(n=1))
-    backend = EmbeddedBackend(tmp_path / "home", threads=2, registry=registry)
+    backend = _backend(tmp_path)
     prefix = f"gw-{uuid.uuid4().hex[:8]}"
     store = RedisGatewayStore(redis_url(), prefix=prefix)
     again = RedisGatewayStore(redis_url(), prefix=prefix)
