@@ -287,14 +287,6 @@ class RedisGatewayStore(GatewayStore):
         return None if raw is None else WebhookJob.model_validate_json(raw)
 
     @translate_redis_errors
-    def webhooks_of(self, run_id: str) -> list[WebhookJob]:
-        ids = list(texts(self.r.zrange(self.k.webhooks_of(run_id), 0, -1)))
-        raws = self.r.mget([self.k.webhook(i) for i in ids]) if ids else []
-        jobs = [WebhookJob.model_validate_json(raw) for raw in raws if raw is not None]
-        return sorted(jobs, key=lambda j: (j.kind != "run.ended", len(j.webhook_id),
-                                           j.webhook_id))
-
-    @translate_redis_errors
     def due_webhooks(self, now: float, limit: int = 100) -> list[WebhookJob]:
         ids = list(texts(self.r.zrangebyscore(self.k.webhooks_due, "-inf", now, start=0,
                                               num=limit)))

@@ -290,10 +290,6 @@ class Gateway:
             raise NotFound(f"no webhook {id!r}")
         return job
 
-    def webhooks_of(self, tenant: str, run_id: str) -> list[WebhookJob]:
-        self._own(tenant, run_id)
-        return self.store.webhooks_of(run_id)
-
     def replay_webhook(self, tenant: str, id: str) -> WebhookJob:
         """Deliver a webhook again now, with the same ``webhook-id``."""
         return self.webhooks.replay(self.webhook(tenant, id))

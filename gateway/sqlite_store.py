@@ -274,12 +274,6 @@ class SqliteGatewayStore(GatewayStore):
             row = db.execute("SELECT doc FROM webhooks WHERE id = ?", (webhook_id,)).fetchone()
         return None if row is None else WebhookJob.model_validate_json(row[0])
 
-    def webhooks_of(self, run_id: str) -> list[WebhookJob]:
-        with self._sql() as db:
-            rows = db.execute("SELECT doc FROM webhooks WHERE run_id = ? ORDER BY rowid",
-                              (run_id,)).fetchall()
-        return [WebhookJob.model_validate_json(r[0]) for r in rows]
-
     def due_webhooks(self, now: float, limit: int = 100) -> list[WebhookJob]:
         with self._sql() as db:
             rows = db.execute("SELECT doc FROM webhooks WHERE next_at <= ? ORDER BY next_at "

@@ -258,10 +258,6 @@ class GatewayStore(ABC):
     def webhook(self, webhook_id: str) -> WebhookJob | None: ...
 
     @abstractmethod
-    def webhooks_of(self, run_id: str) -> list[WebhookJob]:
-        """Every delivery of the run's webhook, in the order they were made."""
-
-    @abstractmethod
     def due_webhooks(self, now: float, limit: int = 100) -> list[WebhookJob]:
         """Pending jobs whose ``next_at`` has come, soonest first."""
 
