@@ -6,6 +6,8 @@ the back end lost no longer counts as open."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 
@@ -153,6 +155,29 @@ def test_a_served_gateway_forgets_on_its_own_what_the_retention_deleted(tmp_path
     finally:
         store.close()
         backend.close()
+
+
+_NEVER_STOPPED = """
+import sys
+from genloop.gateway import Gateway, SqliteGatewayStore
+from genloop.workers.backends.embedded import EmbeddedBackend
+
+backend = EmbeddedBackend(sys.argv[1] + "/home", threads=1)
+Gateway(backend, SqliteGatewayStore(sys.argv[1] + "/gateway.db")).start_janitor()
+backend.close()
+"""
+
+
+def test_a_janitor_started_from_the_main_thread_and_never_stopped_lets_the_process_exit(
+        tmp_path):
+    # Given a program whose main thread starts a gateway's janitor (as `genloop serve` does,
+    # uvicorn on the main thread) and ends without stopping it: a thread started from a
+    # daemon thread (the test server's) is a daemon whatever it asks, so only this shows it
+    # When the program ends
+    done = subprocess.run([sys.executable, "-c", _NEVER_STOPPED, str(tmp_path)], timeout=60,
+                          capture_output=True, text=True)
+    # Then it exits at once, not FORGET_EVERY (60 s) a pass for ever
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_gateway_opening_a_store_from_before_the_runs_list_lists_them_at_their_creation(

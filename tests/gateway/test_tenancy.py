@@ -112,3 +112,17 @@ def test_revoked_key_is_refused(stack):
     response = httpx.get(f"{stack.url}/v1/runs/whatever", headers=auth)
     assert response.status_code == 401
     assert response.json()["code"] == "unauthorized"
+
+
+def test_a_tenants_artifacts_are_found_at_any_depth_of_a_result_and_only_valid_keys_count():
+    from genloop.gateway.service import artifact_keys
+
+    # Given a result whose items hold artifact keys at the top, inside nested dicts and lists,
+    # and an "artifact" that is no key
+    top, nested, listed = (f"{c * 64}.png" for c in "abc")
+    outputs = {"image": [{"artifact": top, "meta": {"mask": {"artifact": nested}},
+                          "parts": [[{"artifact": listed}]]},
+                         {"artifact": "../../etc/passwd"}, {"artifact": 7}]}
+    # When the gateway lists what the tenant may read
+    # Then every key is found, wherever it sits, and nothing else
+    assert sorted(artifact_keys(outputs)) == [top, nested, listed]
