@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -94,6 +95,32 @@ def test_the_runs_due_now_are_forgotten_and_counted_each(gateway):
     # When the janitor's pass runs at the present time (no time given), both are forgotten
     assert gateway.forget_expired() == 2
     assert [gateway.store.owner(r) for r in runs] == [None, None]
+
+
+def test_a_run_still_going_when_its_look_comes_is_kept_and_looked_at_a_retention_later(
+        tmp_path):
+    # Given a gateway whose run is held running
+    gate = threading.Event()
+    registry = OpRegistry()
+    op("held", output=N, registry=registry)(lambda p, inputs, ctx: gate.wait(30) and N(n=1))
+    backend = EmbeddedBackend(tmp_path / "home", threads=2, registry=registry)
+    store = SqliteGatewayStore(tmp_path / "gateway.db")
+    gateway = Gateway(backend, store)
+    try:
+        g = Graph()
+        g.add("held", id="held")
+        info, _ = gateway.submit("t", g, None)
+        # When its look comes while it still runs (no end time to count from)
+        later = time.time() + 2 * gateway.retention
+        assert gateway.forget_expired(now=later) == 0
+        # Then it is kept, its next look a retention after this one
+        assert store.owner(info.id) == "t"
+        assert store.due_forgets(later + gateway.retention - 1) == []
+        assert store.due_forgets(later + gateway.retention) == [info.id]
+    finally:
+        gate.set()
+        store.close()
+        backend.close()
 
 
 def test_a_runs_retention_is_kept_within_the_tenants(gateway):

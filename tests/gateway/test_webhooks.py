@@ -112,16 +112,21 @@ def test_webhooks_refused_at_submit_name_the_reason_and_start_nothing(stack):
     body = quick("https://example.com/hook").model_dump_json()
     post = httpx.post(f"{stack.url}/v1/runs", content=body, headers={
         "Authorization": f"Bearer {no_secret}", "Content-Type": "application/json"})
-    assert post.status_code == 422 and "webhook secret" in post.text
+    # the refusal says how to make a secret
+    assert post.status_code == 422 and "POST /v1/webhooks/secret" in post.text
+    assert [p["path"] for p in post.json()["details"]["problems"]] == ["webhook.url"]
     key, _ = with_secret(stack)
     client = stack.client(key)
-    for url in ("http://10.0.0.7/hook", "http://169.254.169.254/latest/meta-data",
-                "http://[::1]:8080/x", "http://127.0.0.2:1/x", "ftp://example.com/x",
-                "http://user:pw@example.com/x"):
+    # each refusal names its own reason, at the webhook's URL
+    for url, reason in (("http://10.0.0.7/hook", "10.0.0.7"),
+                        ("http://169.254.169.254/latest/meta-data", "169.254.169.254"),
+                        ("http://[::1]:8080/x", "::1"), ("http://127.0.0.2:1/x", "127.0.0.2"),
+                        ("ftp://example.com/x", "https?://"),  # refused by the SDK
+                        ("http://user:pw@example.com/x", "no user or password")):
         with pytest.raises((GraphError, ValueError)) as caught:
             client.submit(Loop(prompt="p", model="tiny", rounds=1, candidates=1,
                                webhook={"url": url}))
-        assert "webhook" in str(caught.value), url
+        assert "webhook" in str(caught.value) and reason in str(caught.value), url
     assert list(client.runs()) == []
     # Another tenant's run has no webhook to see or replay
     other, _ = with_secret(stack)
