@@ -20,6 +20,7 @@ from genloop.gateway import Gateway, LimitExceeded, SqliteGatewayStore, TenantLi
 from genloop.gateway.redis_store import RedisGatewayStore
 from genloop.gateway.service import scoped_key
 from genloop.sdk import Graph, NotFound
+from genloop.sdk.models import RunQuery
 from genloop.workers import OpRegistry, op
 from genloop.workers.backends.embedded import EmbeddedBackend
 from genloop.workers.stores.retention import retention_pass
@@ -121,6 +122,23 @@ def test_a_run_still_going_when_its_look_comes_is_kept_and_looked_at_a_retention
         gate.set()
         store.close()
         backend.close()
+
+
+def test_runs_sharing_one_creation_time_are_each_listed_once_across_pages(gateway):
+    # Given five runs of a tenant recorded at one and the same time
+    tenant, at = f"t-{uuid.uuid4().hex[:6]}", time.time()
+    runs = {gateway.backend.submit(_one(), None).id for _ in range(5)}
+    for run_id in runs:
+        assert gateway.store.add_run(run_id, tenant, created_at=at)
+    # When the tenant pages through them two at a time
+    seen, cursor = [], None
+    for _ in range(5):
+        page = gateway.runs(tenant, RunQuery(limit=2, cursor=cursor))
+        seen += [info.id for info in page.runs]
+        if (cursor := page.next) is None:
+            break
+    # Then each is listed once: the cursor orders by (time, id), not by time alone
+    assert sorted(seen) == sorted(runs)
 
 
 def test_a_runs_retention_is_kept_within_the_tenants(gateway):
