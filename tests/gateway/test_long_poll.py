@@ -3,7 +3,9 @@ SDK's ``wait`` over HTTP (the gateway's long poll), on the embedded and the Redi
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -63,3 +65,32 @@ def test_a_long_poll_on_another_tenants_run_is_a_404_at_once(stack):
     answer = httpx.get(f"{stack.url}/v1/runs/{run.id}", params={"wait": 20},
                        headers={"Authorization": f"Bearer {stranger}"}, timeout=30)
     assert answer.status_code == 404 and time.monotonic() - started < 5
+
+
+def test_forty_long_polls_at_once_each_hold_a_thread_of_the_gateways_wait_pool(stack):
+    # Given a run that outlasts the waits, and more waiters than a default thread pool holds
+    # (min(32, cores + 4)); the test's server runs in this process, its threads countable
+    _, key = stack.tenant()
+    client = stack.client(key)
+    g = Graph()
+    g.add("gw-wait", params={"label": "outlasts", "sleep": 30.0}, id="a")
+    run = client.submit(g)
+    headers = {"Authorization": f"Bearer {key}"}
+
+    def held(_: int) -> int:
+        return httpx.get(f"{stack.url}/v1/runs/{run.id}", params={"wait": 5.0},
+                         headers=headers, timeout=30).status_code
+
+    def waiting() -> int:
+        return sum(t.name.startswith("genloop-wait") for t in threading.enumerate())
+
+    # When forty clients long-poll it at once
+    with ThreadPoolExecutor(40) as pool:
+        answers = pool.map(held, range(40))
+        deadline = time.monotonic() + 5
+        while waiting() < 40 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # Then the gateway's own wait pool holds all forty at the same time
+        assert waiting() >= 40
+        assert list(answers) == [200] * 40
+    run.cancel()
