@@ -172,7 +172,7 @@ def test_an_event_stream_closes_when_its_key_is_revoked(stack):
 
 def test_a_tenant_holds_at_most_its_cap_of_event_streams(stack):
     _, key = stack.tenant(TenantLimits(max_event_streams=2))
-    _, other = stack.tenant()
+    _, other = stack.tenant(TenantLimits(max_event_streams=2))  # the same cap, its own count
     run_id = slow_run(stack, key)
     url = f"{stack.url}/v1/runs/{run_id}/events"
     with httpx.Client(timeout=30) as http:
