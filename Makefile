@@ -69,7 +69,7 @@ latest:
 	$(VENV)-latest/bin/python $(PYTEST) -m "not slow"
 
 lint: install
-	$(BIN)/ruff check sdk workers gateway kernels evaluators integrations campaign shapes tests benchmarks examples
+	$(BIN)/ruff check sdk workers gateway kernels evaluators integrations campaign shapes tests benchmarks examples tools
 	$(MAKE) --no-print-directory typecheck
 
 # mypy (with the pydantic plugin) over all of genloop. The code folders import each other as

@@ -1,0 +1,166 @@
+"""Check mutmut's survivors against tests its fast selection leaves out, a few seconds each.
+
+``make mutation`` runs each mutant against the fast files that reach its function. A survivor
+(or a mutant no fast test reaches) may still be killed by a slower file: running it against a
+whole directory costs that directory's minutes per mutant. This runs it only against the tests
+that ran the line it changes, from a coverage map (coverage's per-test contexts), in children
+forked from one process that imported pytest, torch and the tests once (what mutmut does for
+its own runs; mutmut has no way to take another selection for a list of mutants).
+
+    python tools/mutation_triage.py map tests/gateway --ignore=tests/gateway/test_base_cli.py
+    python tools/mutation_triage.py run --port 6386 NAME... (or --from FILE)
+
+``map`` writes ``out/mutation/coverage`` (run from the checkout root). ``run`` works in
+``out/mutation`` (a ``make mutation`` there first) and prints ``NAME EXIT SECONDS`` per
+mutant: 1 killed, 0 survived, 3 a refused session; its tests' output goes to
+``out/mutation/triage/NAME.log``. Lines that run only while a session fixture starts (a
+constructor) are credited to the first test that needed it, not to the tests that use what
+it built: give such a mutant its files with ``--tests``. Each lane needs a Redis port of its
+own (``--port``): the gateway's Redis stack empties its database when it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "out" / "mutation"
+COVERAGE = OUT / "coverage"
+
+
+def coverage_map(args: list[str]) -> None:
+    """Run the tests once under coverage, recording which test ran each line."""
+    COVERAGE.parent.mkdir(parents=True, exist_ok=True)
+    rc = COVERAGE.with_suffix(".rc")
+    # genloop's folders are the checkout's own (an editable install maps them): measured by path
+    rc.write_text(f"[run]\ninclude = {ROOT}/*\nomit = {ROOT}/tests/*\n    {ROOT}/.venv/*\n"
+                  f"dynamic_context = test_function\ndata_file = {COVERAGE}\n")
+    subprocess.run([sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", "-m", "pytest",
+                    "-q", "-p", "no:cacheprovider", *args], cwd=ROOT, check=False)
+
+
+def _functions(source: Path) -> dict[str, tuple[int, int]]:
+    """mutmut's mangled name of each function and method, with its first and last line."""
+    tree = ast.parse(source.read_text())
+    spans = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            spans[f"x_{node.name}"] = (node.lineno, node.end_lineno or node.lineno)
+        elif isinstance(node, ast.ClassDef):
+            for f in node.body:
+                if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef):
+                    spans[f"x\u01c1{node.name}\u01c1{f.name}"] = (f.lineno,
+                                                                  f.end_lineno or f.lineno)
+    return spans
+
+
+def covering_tests(name: str) -> list[str]:
+    """The tests (pytest ids) that ran a line the mutant changes; if it changes a line no test
+    is credited with (a default on the ``def`` line, the tail of a statement), those that ran
+    any line of its function."""
+    from coverage import CoverageData
+    from mutmut.__main__ import find_mutant, get_diff_for_mutant
+
+    mutant = find_mutant(name)
+    source = OUT / mutant.path  # the copy mutmut mutated
+    lines = source.read_text().splitlines()
+    first, last = _functions(source)[name.rsplit(".", 1)[1].split("__mutmut_")[0]]
+    removed = {line[1:].strip() for line in get_diff_for_mutant(name, path=mutant.path)
+               .splitlines() if line.startswith("-") and not line.startswith("---")}
+    changed = [i for i in range(first, last + 1) if lines[i - 1].strip() in removed]
+    data = CoverageData(basename=str(COVERAGE))
+    data.read()
+    measured = next(f for f in data.measured_files()
+                    if f.endswith(str(Path(*mutant.path.parts[1:]))))  # genloop/ is no folder
+    by_line = data.contexts_by_lineno(measured)
+
+    def tests(span) -> set[str]:
+        return {c for i in span for c in by_line.get(i, []) if c}
+
+    found = tests(changed) or tests(range(first, last + 1))
+    return sorted({_pytest_id(c) for c in found})
+
+
+def _pytest_id(context: str) -> str:
+    """``test_module.test_function`` (coverage's context) as a pytest id, every parameter."""
+    module, _, function = context.rpartition(".")
+    matches = list(ROOT.glob(f"tests/**/{module.rsplit('.', 1)[-1]}.py"))
+    return f"{matches[0]}::{function}"
+
+
+def run(names: list[str], port: str, tests: list[str]) -> None:
+    """Fork a child per mutant that runs its tests with ``-x``; print each verdict."""
+    os.chdir(OUT)  # where mutmut finds its mutants
+    selections = {name: tests or covering_tests(name) for name in names}
+    os.chdir(OUT / "mutants")
+    sys.path.insert(0, os.getcwd())
+    os.environ.update(GENLOOP_TEST_REDIS_PORT=port, MUTANT_UNDER_TEST="")
+    logs = OUT / "triage"
+    logs.mkdir(exist_ok=True)
+    import pytest
+    import torch  # noqa: F401  (imported once, here, not in every child)
+
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    saved = os.dup(1)
+    os.dup2(quiet, 1)
+    pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider",
+                 *sorted({t.split("::")[0] for s in selections.values() for t in s})])
+    os.dup2(saved, 1)
+    for name, selected in selections.items():
+        started = time.monotonic()
+        if not selected:
+            print(f"{name} 33 0.0", flush=True)  # mutmut's "no tests"
+            continue
+        pid = os.fork()
+        if pid == 0:
+            os.setpgid(0, 0)
+            log = os.open(logs / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.environ["MUTANT_UNDER_TEST"] = name
+            os._exit(int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", *selected])))
+        code = _reap(pid, timeout=600)
+        # pools the tests started (their own sessions), and any a killed child left behind
+        subprocess.run(["pkill", "-f", f"cli.main worker --redis redis://127.0.0.1:{port}"])
+        subprocess.run(["pkill", "-9", "-P", "1", "-f", "dramatiq genloop.workers.pool"])
+        print(f"{name} {code} {time.monotonic() - started:.1f}", flush=True)
+
+
+def _reap(pid: int, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.killpg(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return 124
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("map", help="pytest's arguments follow")
+    checks = sub.add_parser("run")
+    checks.add_argument("names", nargs="*")
+    checks.add_argument("--from", dest="source", type=Path, help="a file of mutant names")
+    checks.add_argument("--port", default="6379", help="this lane's Redis port")
+    checks.add_argument("--tests", nargs="*", default=[], help="these tests for every name")
+    args, rest = parser.parse_known_args()
+    if args.command == "map":
+        coverage_map(rest)
+    else:
+        names = args.names + (args.source.read_text().split() if args.source else [])
+        run(names, args.port, args.tests)
+
+
+if __name__ == "__main__":
+    main()
