@@ -10,13 +10,15 @@ its own runs; mutmut has no way to take another selection for a list of mutants)
     python tools/mutation_triage.py map tests/gateway --ignore=tests/gateway/test_base_cli.py
     python tools/mutation_triage.py run --port 6386 NAME... (or --from FILE)
 
-``map`` writes ``out/mutation/coverage`` (run from the checkout root). ``run`` works in
-``out/mutation`` (a ``make mutation`` there first) and prints ``NAME EXIT SECONDS`` per
-mutant: 1 killed, 0 survived, 3 a refused session; its tests' output goes to
-``out/mutation/triage/NAME.log``. Lines that run only while a session fixture starts (a
-constructor) are credited to the first test that needed it, not to the tests that use what
-it built: give such a mutant its files with ``--tests``. Each lane needs a Redis port of its
-own (``--port``): the gateway's Redis stack empties its database when it starts.
+``map`` writes ``out/mutation/coverage`` (run from the checkout root, with the test Redis
+port set as for pytest). ``run`` works in ``out/mutation`` (a ``make mutation`` there first,
+whose sources the map must match) and prints ``NAME EXIT SECONDS`` per mutant: 1 killed, 0
+survived, 3 a refused session (a pool another run left on the port), 33 no test ran its
+function, 124 timed out, 2/4/5 a bad selection; its tests' output goes to
+``out/mutation/triage/NAME.log``. Lines that run while a session fixture starts (a
+constructor) are credited to the test running then, or to none, not to the tests that use
+what it built: give such a mutant its files with ``--tests``. Each lane needs a Redis port of
+its own (``--port``): the gateway's Redis stack empties its database when it starts.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "out" / "mutation"
 COVERAGE = OUT / "coverage"
+sys.path.insert(0, str(ROOT / "tests"))
 
 
 def coverage_map(args: list[str]) -> None:
@@ -77,8 +80,10 @@ def covering_tests(name: str) -> list[str]:
     changed = [i for i in range(first, last + 1) if lines[i - 1].strip() in removed]
     data = CoverageData(basename=str(COVERAGE))
     data.read()
-    measured = next(f for f in data.measured_files()
-                    if f.endswith(str(Path(*mutant.path.parts[1:]))))  # genloop/ is no folder
+    inside = "/" + str(Path(*mutant.path.parts[1:]))  # genloop/ is no folder of the checkout
+    measured = next(f for f in data.measured_files() if f.endswith(inside))
+    if Path(measured).read_text() != source.read_text():
+        sys.exit(f"{measured} differs from {source}: the coverage map is stale, map again")
     by_line = data.contexts_by_lineno(measured)
 
     def tests(span) -> set[str]:
@@ -89,14 +94,18 @@ def covering_tests(name: str) -> list[str]:
 
 
 def _pytest_id(context: str) -> str:
-    """``test_module.test_function`` (coverage's context) as a pytest id, every parameter."""
-    module, _, function = context.rpartition(".")
-    matches = list(ROOT.glob(f"tests/**/{module.rsplit('.', 1)[-1]}.py"))
-    return f"{matches[0]}::{function}"
+    """``test_module[.Class].test_function`` (coverage's context) as a pytest id, every
+    parameter; a module name two test folders share is read as the first one's."""
+    module, *rest = context.split(".")
+    (path, *_) = sorted(ROOT.glob(f"tests/**/{module}.py"))
+    return "::".join([str(path), *rest])
 
 
 def run(names: list[str], port: str, tests: list[str]) -> None:
     """Fork a child per mutant that runs its tests with ``-x``; print each verdict."""
+    from redis_util import orphaned_workers
+
+    tests = [str(Path(t).resolve()) if "::" not in t else t for t in tests]
     os.chdir(OUT)  # where mutmut finds its mutants
     selections = {name: tests or covering_tests(name) for name in names}
     os.chdir(OUT / "mutants")
@@ -107,29 +116,41 @@ def run(names: list[str], port: str, tests: list[str]) -> None:
     import pytest
     import torch  # noqa: F401  (imported once, here, not in every child)
 
-    quiet = os.open(os.devnull, os.O_WRONLY)
-    saved = os.dup(1)
-    os.dup2(quiet, 1)
-    pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider",
-                 *sorted({t.split("::")[0] for s in selections.values() for t in s})])
-    os.dup2(saved, 1)
+    files = sorted({t.split("::")[0] for s in selections.values() for t in s})
+    if files:  # the tests imported here, once (none given would collect every test)
+        quiet, saved = os.open(os.devnull, os.O_WRONLY), os.dup(1)
+        os.dup2(quiet, 1)
+        pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *files])
+        sys.stdout.flush()
+        os.dup2(saved, 1)
     for name, selected in selections.items():
         started = time.monotonic()
         if not selected:
             print(f"{name} 33 0.0", flush=True)  # mutmut's "no tests"
             continue
+        sys.stdout.flush()
+        sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            os.setpgid(0, 0)
-            log = os.open(logs / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            os.dup2(log, 1)
-            os.dup2(log, 2)
-            os.environ["MUTANT_UNDER_TEST"] = name
-            os._exit(int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", *selected])))
+            code = 3
+            try:
+                os.setpgid(0, 0)
+                log = os.open(logs / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                              0o644)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                os.environ["MUTANT_UNDER_TEST"] = name
+                code = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", *selected]))
+            finally:  # never back into the parent's loop; pytest leaves its summary buffered
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
         code = _reap(pid, timeout=600)
-        # pools the tests started (their own sessions), and any a killed child left behind
+        # this lane's pools: those its tests started (sessions of their own), then any a
+        # child killed at its timeout left behind
         subprocess.run(["pkill", "-f", f"cli.main worker --redis redis://127.0.0.1:{port}"])
-        subprocess.run(["pkill", "-9", "-P", "1", "-f", "dramatiq genloop.workers.pool"])
+        for orphan, _ in orphaned_workers(int(port)):
+            os.kill(orphan, signal.SIGKILL)
         print(f"{name} {code} {time.monotonic() - started:.1f}", flush=True)
 
 
@@ -152,11 +173,15 @@ def main() -> None:
     checks = sub.add_parser("run")
     checks.add_argument("names", nargs="*")
     checks.add_argument("--from", dest="source", type=Path, help="a file of mutant names")
-    checks.add_argument("--port", default="6379", help="this lane's Redis port")
-    checks.add_argument("--tests", nargs="*", default=[], help="these tests for every name")
+    checks.add_argument("--port", default=os.environ.get("GENLOOP_TEST_REDIS_PORT", "6379"),
+                        help="this lane's Redis port (default: GENLOOP_TEST_REDIS_PORT, 6379)")
+    checks.add_argument("--tests", action="append", default=[],
+                        help="a test (file or id) for every name; repeat for more")
     args, rest = parser.parse_known_args()
     if args.command == "map":
         coverage_map(rest)
+    elif rest:
+        parser.error(f"unrecognised arguments: {' '.join(rest)}")
     else:
         names = args.names + (args.source.read_text().split() if args.source else [])
         run(names, args.port, args.tests)

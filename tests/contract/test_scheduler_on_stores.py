@@ -95,14 +95,11 @@ def _wait(store, run_id: str, timeout: float = 30.0):
     return run
 
 
-def _drained(store, timeout: float = 10.0) -> list[tuple[str, str]]:
-    """The outbox once it is empty, or as it stands at ``timeout``. A run's last transaction
-    commits before its caller clears the marks it handled (``Scheduler.flush``), so a reader
-    can see the run ended with its last mark still there for a moment on a loaded machine."""
-    deadline = time.monotonic() + timeout
-    while (left := store.outbox()) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return left
+def _until_the_outbox_drains(store) -> None:
+    """A run's last transaction commits before its caller clears the marks it handled
+    (``Scheduler.flush``): a reader can see the run ended with its last mark still there for a
+    moment on a loaded machine."""
+    until(lambda: store.outbox() == [], "the outbox to drain")
 
 
 def _counting(monkeypatch, store, name: str) -> list[tuple]:
@@ -126,7 +123,7 @@ def test_a_map_completes_with_every_item_counted_once(pool, store):
     assert [e.type for e in events].count("run.succeeded") == 1
     queued = [(e.node_id, e.status, e.message) for e in events if e.type == "node.queued"]
     assert ("each", "queued", "40 instance(s)") in queued
-    assert _drained(store) == []
+    _until_the_outbox_drains(store)
 
 
 def test_a_scheduler_keeps_the_graphs_of_its_512_newest_runs(store, tmp_path, monkeypatch):
@@ -201,7 +198,7 @@ def test_a_maps_chunks_complete_its_node_and_release_its_child_without_the_sweep
         assert _wait(store, run.id).status == "succeeded"
         (ref,) = next(n for n in store.nodes(run.id) if n.node_id == "total").outputs
         assert store.get_result(ref.key).items == [{"n": 2 * sum(range(40))}]
-        assert _drained(store) == []
+        _until_the_outbox_drains(store)
         # and no chunk left its items' leases held for their time to run out
         keys = {i.result_key for i in store.instances(run.id) if i.node_id == "each"}
         assert len(keys) == 40 and all(store.claim(k, "someone", ttl=30) for k in keys)
@@ -349,7 +346,7 @@ def test_node_transitions_left_by_a_crash_are_finished_by_the_sweeper(pool, stor
     assert crashed == ["each", "each"]
     nodes = {n.node_id: n for n in store.nodes(run.id)}
     assert store.get_result(nodes["total"].outputs[0].key).items == [{"n": 6}]
-    assert _drained(store) == []
+    _until_the_outbox_drains(store)
 
 
 def _counted(pool, name: str, **options) -> list[float]:
@@ -662,7 +659,7 @@ def test_a_map_fed_past_the_runs_item_limit_fails_when_it_comes_and_runs_nothing
         ("node.failed", "each", "failed", f"LimitExceeded: {problem}", None),
         ("node.skipped", "total", "skipped", None, "input each failed"),
         ("run.failed", None, "failed", f"node each: LimitExceeded: {problem}", None)]
-    assert _drained(store) == []
+    _until_the_outbox_drains(store)
 
 
 def test_a_map_fed_within_the_runs_limits_expands_on_the_real_counts(pool, store):
@@ -755,7 +752,7 @@ def test_a_retry_due_in_a_cancelling_run_does_not_run(pool, store):
     types = [e.type for e in store.events(run_id)]
     assert types.count("instance.retry") == 1 and types.count("instance.started") == 1
     assert types[-3:] == ["instance.cancelled", "node.cancelled", "run.cancelled"]
-    assert _drained(store) == []
+    _until_the_outbox_drains(store)
 
 
 def test_resume_sends_again_what_a_lost_message_left_and_leaves_an_ended_run_alone(
@@ -911,7 +908,7 @@ def test_a_child_released_by_a_failed_item_is_sent_at_once(store, tmp_path):
         assert _wait(store, run.id, timeout=10).status == "succeeded"
         total = next(n for n in store.nodes(run.id) if n.node_id == "total")
         assert store.get_result(total.outputs[0].key).items == [{"n": 2}]
-        assert _drained(store) == []
+        _until_the_outbox_drains(store)
 
 
 def test_a_node_of_one_instance_and_its_run_say_they_succeeded(pool, store):

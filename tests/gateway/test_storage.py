@@ -2,7 +2,9 @@
 forgotten (owner, listing, summary, idempotency key) and a pinned one kept; a tenant's
 retention bounds what a run asks; a tenant's stored-runs quota refuses with 429; a store from
 before the runs list is listed on opening; results are kept to their tenant by default; a run
-the back end lost no longer counts as open."""
+the back end lost no longer counts as open; a run still going when its look comes is looked at
+again later; runs sharing a creation time page without gaps; the janitor never holds a process
+open."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ import time
 import httpx
 import pytest
 
+from genloop.gateway.service import artifact_keys
 from genloop.sdk import Graph, NotFound, RunStatus
 
 
@@ -115,8 +116,6 @@ def test_revoked_key_is_refused(stack):
 
 
 def test_a_tenants_artifacts_are_found_at_any_depth_of_a_result_and_only_valid_keys_count():
-    from genloop.gateway.service import artifact_keys
-
     # Given a result whose items hold artifact keys at the top, inside nested dicts and lists,
     # and an "artifact" that is no key
     top, nested, listed = (f"{c * 64}.png" for c in "abc")

@@ -140,16 +140,16 @@ def test_webhooks_refused_at_submit_name_the_reason_and_start_nothing(stack):
 
 def test_no_webhook_is_shown_for_a_run_without_one_or_a_notice_never_made(stack):
     # Given a tenant's own run that asked for no webhook
-    key, _ = with_secret(stack)
+    _, key = stack.tenant()
     plain = Graph()
     plain.add("gw-image", params={"label": "plain", "n": 1}, id="image")
     run = stack.client(key).submit(plain)
     # When the tenant asks for its webhook, or for a notice's id that no notice has
     # Then each is a 404 naming what was asked for, not an empty answer or a server error
-    for id in (run.id, f"msg_{run.id}", "msg_n" + "0" * 32):
-        response = httpx.get(f"{stack.url}/v1/webhooks/{id}",
+    for asked in (run.id, f"msg_{run.id}", "msg_n" + "0" * 32):
+        response = httpx.get(f"{stack.url}/v1/webhooks/{asked}",
                              headers={"Authorization": f"Bearer {key}"})
-        assert response.status_code == 404 and id in response.json()["message"], response.text
+        assert response.status_code == 404 and asked in response.json()["message"], response.text
 
 
 def test_a_name_that_resolves_to_a_private_address_at_delivery_is_not_called(stack, receiver,
