@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -35,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "out" / "mutation"
 COVERAGE = OUT / "coverage"
+SOURCES = OUT / "coverage.sources"
 sys.path.insert(0, str(ROOT / "tests"))
 
 
@@ -47,6 +50,15 @@ def coverage_map(args: list[str]) -> None:
                   f"dynamic_context = test_function\ndata_file = {COVERAGE}\n")
     subprocess.run([sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", "-m", "pytest",
                     "-q", "-p", "no:cacheprovider", *args], cwd=ROOT, check=False)
+    from coverage import CoverageData
+
+    data = CoverageData(basename=str(COVERAGE))
+    data.read()  # the sources as mapped: a later edit moves the lines the map names
+    SOURCES.write_text(json.dumps({f: _digest(Path(f)) for f in data.measured_files()}))
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _functions(source: Path) -> dict[str, tuple[int, int]]:
@@ -82,8 +94,8 @@ def covering_tests(name: str) -> list[str]:
     data.read()
     inside = "/" + str(Path(*mutant.path.parts[1:]))  # genloop/ is no folder of the checkout
     measured = next(f for f in data.measured_files() if f.endswith(inside))
-    if Path(measured).read_text() != source.read_text():
-        sys.exit(f"{measured} differs from {source}: the coverage map is stale, map again")
+    if json.loads(SOURCES.read_text()).get(measured) != _digest(source):
+        sys.exit(f"{source} is not the {measured} mapped: the coverage map is stale, map again")
     by_line = data.contexts_by_lineno(measured)
 
     def tests(span) -> set[str]:
