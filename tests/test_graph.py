@@ -78,13 +78,21 @@ def test_values_no_spec_may_hold_are_reported_with_their_node_and_place():
 
 
 def test_limits_are_enforced():
+    # each graph-wide problem says where (the nodes) and what is allowed
     empty = Graph()
-    assert [p.message for p in graph_problems(empty)] == ["the graph has no nodes"]
+    assert [(p.message, p.path, p.allowed) for p in graph_problems(empty)] == [
+        ("the graph has no nodes", "nodes", "at least one node")]
 
     big = Graph()
     for i in range(MAX_NODES_PER_GRAPH + 1):
         big.add("select", id=f"n{i}")
-    assert any("at most" in p.message for p in graph_problems(big))
+    (too_many,) = [p for p in graph_problems(big) if "at most" in p.message]
+    assert (too_many.path, too_many.allowed) == ("nodes", f"at most {MAX_NODES_PER_GRAPH} nodes")
+
+    loop = Graph()
+    loop.add("select", id="a", inputs=["b"])
+    loop.add("select", id="b", inputs=["a"])
+    assert "a graph without cycles" in [p.allowed for p in graph_problems(loop)]
 
     many = Graph()
     many.generate("p", n=10_000)

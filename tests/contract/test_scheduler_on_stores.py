@@ -123,6 +123,7 @@ def test_a_map_completes_with_every_item_counted_once(pool, store):
     assert [e.type for e in events].count("run.succeeded") == 1
     queued = [(e.node_id, e.status, e.message) for e in events if e.type == "node.queued"]
     assert ("each", "queued", "40 instance(s)") in queued
+    assert ("spread", "queued", "1 instance(s)") in queued  # the root, queued at submit
     _until_the_outbox_drains(store)
 
 
