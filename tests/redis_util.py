@@ -16,6 +16,10 @@ HOST = "127.0.0.1"
 PORT = int(os.environ.get("GENLOOP_TEST_REDIS_PORT", "6379"))
 DB = int(os.environ.get("GENLOOP_TEST_REDIS_DB", "3"))
 POOL_DB = DB + 1
+#: A pool's ``--heartbeat-timeout-ms`` that puts Dramatiq's own requeue of a silent worker's
+#: unacked messages out of a test's reach, for tests of genloop's own recovery and drain (as
+#: production's 60 s is out of reach of its 30 s grace).
+NO_DRAMATIQ_REQUEUE_MS = 600_000
 
 
 def redis_url(db: int = DB) -> str:

@@ -1,11 +1,12 @@
 """A fresh install holds: no path in the checkout shadows an installed package.
 
 Python started in the checkout puts a folder of it first on ``sys.path``: the root for ``python -c``
-and ``python -m pytest``, the script's folder for ``python benchmarks/X.py``, ``tests/`` and its
-test folders under pytest. A module or package there named like an installed one wins the import
-(the repo's ``kernels/`` once hid Hugging Face's ``kernels``, and diffusers stopped importing). The
-card folders keep their names and hand a bare import over (``genloop.sdk.unshadow``); everything
-else in those folders must simply not take an installed name.
+and ``python -m pytest``, the script's folder for ``python benchmarks/X.py`` (or ``tools/``),
+``tests/`` and its test folders under pytest. A module or package there named like an installed
+one wins the import (the repo's ``kernels/`` once hid Hugging Face's ``kernels``, and diffusers
+stopped importing). The card folders keep their names and hand a bare import over
+(``genloop.sdk.unshadow``); everything else in those folders must simply not take an installed
+name.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def _packages() -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start", [".", "benchmarks", "examples"])
+@pytest.mark.parametrize("start", [".", "benchmarks", "examples", "tools"])
 def test_the_generation_stack_imports_nothing_from_the_checkout_but_genloop(start):
     # Given Python started in the root (python -c, python -m pytest) or a script folder
     # When it imports diffusers, transformers, open_clip, torchvision and every genloop package
@@ -107,7 +108,7 @@ def _folders_on_sys_path() -> list[Path]:
     tests = REPO / "tests"
     under_pytest = [d for d in tests.iterdir()  # prepend mode inserts a test file's own folder
                     if d.is_dir() and not (d / "__init__.py").exists() and any(d.glob("*.py"))]
-    return [REPO, REPO / "benchmarks", REPO / "examples", tests, *under_pytest]
+    return [REPO, REPO / "benchmarks", REPO / "examples", REPO / "tools", tests, *under_pytest]
 
 
 def _tracked() -> set[str]:

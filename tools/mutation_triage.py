@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import hashlib
 import json
 import os
@@ -80,29 +81,36 @@ def covering_tests(name: str) -> list[str]:
     """The tests (pytest ids) that ran a line the mutant changes; if it changes a line no test
     is credited with (a default on the ``def`` line, the tail of a statement), those that ran
     any line of its function."""
-    from coverage import CoverageData
     from mutmut.__main__ import find_mutant, get_diff_for_mutant
 
     mutant = find_mutant(name)
-    source = OUT / mutant.path  # the copy mutmut mutated
-    lines = source.read_text().splitlines()
-    first, last = _functions(source)[name.rsplit(".", 1)[1].split("__mutmut_")[0]]
+    lines, functions, by_line = _mapped(mutant.path)
+    first, last = functions[name.rsplit(".", 1)[1].split("__mutmut_")[0]]
     removed = {line[1:].strip() for line in get_diff_for_mutant(name, path=mutant.path)
                .splitlines() if line.startswith("-") and not line.startswith("---")}
     changed = [i for i in range(first, last + 1) if lines[i - 1].strip() in removed]
-    data = CoverageData(basename=str(COVERAGE))
-    data.read()
-    inside = "/" + str(Path(*mutant.path.parts[1:]))  # genloop/ is no folder of the checkout
-    measured = next(f for f in data.measured_files() if f.endswith(inside))
-    if json.loads(SOURCES.read_text()).get(measured) != _digest(source):
-        sys.exit(f"{source} is not the {measured} mapped: the coverage map is stale, map again")
-    by_line = data.contexts_by_lineno(measured)
 
     def tests(span) -> set[str]:
         return {c for i in span for c in by_line.get(i, []) if c}
 
     found = tests(changed) or tests(range(first, last + 1))
     return sorted({_pytest_id(c) for c in found})
+
+
+@functools.cache
+def _mapped(path: Path) -> tuple[list[str], dict[str, tuple[int, int]], dict[int, list[str]]]:
+    """One mutated module's lines, functions and the tests the map credits each line with:
+    read once for all of its mutants."""
+    from coverage import CoverageData
+
+    source = OUT / path  # the copy mutmut mutated
+    data = CoverageData(basename=str(COVERAGE))
+    data.read()
+    inside = "/" + str(Path(*path.parts[1:]))  # genloop/ is no folder of the checkout
+    measured = next(f for f in data.measured_files() if f.endswith(inside))
+    if json.loads(SOURCES.read_text()).get(measured) != _digest(source):
+        sys.exit(f"{source} is not the {measured} mapped: the coverage map is stale, map again")
+    return source.read_text().splitlines(), _functions(source), data.contexts_by_lineno(measured)
 
 
 def _pytest_id(context: str) -> str:

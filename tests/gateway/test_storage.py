@@ -32,10 +32,13 @@ class N(BaseModel):
     n: int
 
 
-def _backend(tmp_path, **options) -> EmbeddedBackend:
-    """An embedded back end whose one op, ``one``, makes ``N(n=1)``."""
+def _backend(tmp_path, held: threading.Event | None = None, **options) -> EmbeddedBackend:
+    """An embedded back end whose op ``one`` makes ``N(n=1)``; with ``held``, also an op
+    ``held`` that makes it once the event is set."""
     registry = OpRegistry()
     op("one", output=N, registry=registry)(lambda p, inputs, ctx: N(n=1))
+    if held is not None:
+        op("held", output=N, registry=registry)(lambda p, inputs, ctx: held.wait(30) and N(n=1))
     return EmbeddedBackend(tmp_path / "home", threads=2, registry=registry, **options)
 
 
@@ -104,9 +107,7 @@ def test_a_run_still_going_when_its_look_comes_is_kept_and_looked_at_a_retention
         tmp_path):
     # Given a gateway whose run is held running
     gate = threading.Event()
-    registry = OpRegistry()
-    op("held", output=N, registry=registry)(lambda p, inputs, ctx: gate.wait(30) and N(n=1))
-    backend = EmbeddedBackend(tmp_path / "home", threads=2, registry=registry)
+    backend = _backend(tmp_path, held=gate)
     store = SqliteGatewayStore(tmp_path / "gateway.db")
     gateway = Gateway(backend, store)
     try:

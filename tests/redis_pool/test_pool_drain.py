@@ -9,7 +9,7 @@ import signal
 import time
 
 import pytest
-from redis_util import POOL_DB, redis_url
+from redis_util import NO_DRAMATIQ_REQUEUE_MS, POOL_DB, redis_url
 
 from genloop.sdk import Client, Graph, RunStatus
 
@@ -19,10 +19,6 @@ ITEMS = 12
 GRACE = 10.0
 #: Long enough that lease expiry (this plus a sweep tick) cannot pass for a hand-back.
 LEASE_TTL = 15.0
-#: Dramatiq's own requeue of a silent worker's unacked messages out of reach, as in production
-#: (60 s against a grace of seconds): the victim stops fetching, and so beating, at the signal
-#: while its batch still runs, and the fixture's 1.5 s would hand that batch to the survivor too.
-HEARTBEAT_MS = 600_000
 
 
 def _bodies(client, tag: str, pid: int) -> int:
@@ -52,7 +48,10 @@ def test_sigterm_hands_waiting_work_back_at_once_and_finishes_the_running_batch(
         pool, redis_client, tmp_path):
     url = redis_url(POOL_DB)
     args = ("--grace", str(GRACE), "--preload", "tiny")
-    victim = pool.start(threads=2, lease_ttl=LEASE_TTL, heartbeat_ms=HEARTBEAT_MS, args=args)
+    # The victim stops fetching, and so beating, at the signal while its batch still runs: the
+    # fixture's 1.5 s heartbeat timeout would hand that batch to the survivor too
+    victim = pool.start(threads=2, lease_ttl=LEASE_TTL, heartbeat_ms=NO_DRAMATIQ_REQUEUE_MS,
+                        args=args)
     pool.wait_ready(redis_client)
     g = Graph()
     items = g.add("test-items", id="items", params={"log": str(tmp_path / "log"),
@@ -66,8 +65,8 @@ def test_sigterm_hands_waiting_work_back_at_once_and_finishes_the_running_batch(
         # until the gate opens), the other step counts queued behind it.
         _until(lambda: sum(_bodies(redis_client, "drain", p) for p in victim_pids) == ITEMS
                and redis_client.exists("drain:in-engine"), 60, "the victim never took the items")
-        survivor = pool.start(threads=2, lease_ttl=LEASE_TTL, heartbeat_ms=HEARTBEAT_MS,
-                              args=args)
+        survivor = pool.start(threads=2, lease_ttl=LEASE_TTL,
+                              heartbeat_ms=NO_DRAMATIQ_REQUEUE_MS, args=args)
         pool.wait_ready(redis_client)
         survivor_pids = _worker_pids(os.getpgid(survivor.pid))
 

@@ -10,6 +10,7 @@ import time
 
 import pytest
 import redis
+from redis_util import NO_DRAMATIQ_REQUEUE_MS
 from s3_util import S3_ENV, moto_server
 
 from genloop.sdk import Client, Graph, RunStatus, RunTimeout
@@ -57,7 +58,7 @@ def test_redis_restarted_mid_run_loses_nothing(tmp_path, pool):
     try:
         # Dramatiq's heartbeat requeue is pushed out of reach: in-flight messages left in a
         # live worker's ack set come back through genloop's sweeper alone.
-        pool.start(threads=3, heartbeat_ms=600_000)
+        pool.start(threads=3, heartbeat_ms=NO_DRAMATIQ_REQUEUE_MS)
         pool.wait_ready(redis.Redis(port=port))
         with Client.connect(url) as client:
             run = client.submit(_graph(url, "outage", str(tmp_path / "log")))

@@ -10,7 +10,7 @@ import time
 import pytest
 import redis
 from metrics_util import free_ports, scrape, value
-from redis_util import POOL_DB
+from redis_util import NO_DRAMATIQ_REQUEUE_MS, POOL_DB
 from redis_util import redis_url as _url
 
 from genloop.sdk import Client, Graph, RunStatus
@@ -30,19 +30,14 @@ def _render_graph(tag: str, n: int, seconds: float = 0.2) -> Graph:
     return g
 
 
-#: Dramatiq's own requeue of a dead worker's messages is pushed out of the tests' reach, so
-#: they see genloop's lease-driven recovery alone.
-NO_DRAMATIQ_REQUEUE = {"heartbeat_ms": 600_000}
-
-
 def test_sigkill_a_worker_mid_generation_loses_nothing(pool, redis_client):
     """Chaos: two real worker processes, one SIGKILLed mid-body. Every lost shard runs again
     within 30 s of the kill (its lease ends, the sweeper re-sends it), and every op body is
     completed once."""
-    victim = pool.start(threads=2, lease_ttl=3.0, **NO_DRAMATIQ_REQUEUE)
+    victim = pool.start(threads=2, lease_ttl=3.0, heartbeat_ms=NO_DRAMATIQ_REQUEUE_MS)
     metrics_port = free_ports(1)
     survivor = pool.start(threads=2, lease_ttl=3.0, args=("--metrics-port", str(metrics_port)),
-                          **NO_DRAMATIQ_REQUEUE)
+                          heartbeat_ms=NO_DRAMATIQ_REQUEUE_MS)
     pool.wait_ready(redis_client)
     with Client.connect(redis_url()) as client:
         run = client.submit(_render_graph("kill", n=32, seconds=0.15))
@@ -192,7 +187,7 @@ def test_a_message_deleted_from_the_broker_runs_again(pool, redis_client):
         fair.pump("gpu")
         assert redis_client.llen("dramatiq:gpu") == 1
         redis_client.delete("dramatiq:gpu", "dramatiq:gpu.msgs")  # before any worker saw it
-        pool.start(threads=1, **NO_DRAMATIQ_REQUEUE)
+        pool.start(threads=1, heartbeat_ms=NO_DRAMATIQ_REQUEUE_MS)
         pool.wait_ready(redis_client)
         ready_at = time.monotonic()
 
