@@ -112,9 +112,11 @@ def test_webhooks_refused_at_submit_name_the_reason_and_start_nothing(stack):
     body = quick("https://example.com/hook").model_dump_json()
     post = httpx.post(f"{stack.url}/v1/runs", content=body, headers={
         "Authorization": f"Bearer {no_secret}", "Content-Type": "application/json"})
-    # the refusal says how to make a secret
-    assert post.status_code == 422 and "POST /v1/webhooks/secret" in post.text
-    assert [p["path"] for p in post.json()["details"]["problems"]] == ["webhook.url"]
+    assert post.status_code == 422
+    [problem] = post.json()["details"]["problems"]
+    # the refusal says how to make a secret, and why one is needed
+    assert (problem["path"], problem["message"]) == ("webhook.url", (
+        "make a webhook secret first (POST /v1/webhooks/secret): deliveries are signed with it"))
     key, _ = with_secret(stack)
     client = stack.client(key)
     # each refusal names its own reason, at the webhook's URL
