@@ -123,14 +123,13 @@ def _pytest_id(context: str) -> str:
 
 def run(names: list[str], port: str, tests: list[str]) -> None:
     """Fork a child per mutant that runs its tests with ``-x``; print each verdict."""
-    from redis_util import orphaned_workers
-
     tests = [str(Path(t).resolve()) if "::" not in t else t for t in tests]
     os.chdir(OUT)  # where mutmut finds its mutants
     selections = {name: tests or covering_tests(name) for name in names}
     os.chdir(OUT / "mutants")
     sys.path.insert(0, os.getcwd())
     os.environ.update(GENLOOP_TEST_REDIS_PORT=port, MUTANT_UNDER_TEST="")
+    from redis_util import orphaned_workers  # after the port is set: it reads it on import
     logs = OUT / "triage"
     logs.mkdir(exist_ok=True)
     import pytest
