@@ -2,9 +2,9 @@
 forgotten (owner, listing, summary, idempotency key) and a pinned one kept; a tenant's
 retention bounds what a run asks; a tenant's stored-runs quota refuses with 429; a store from
 before the runs list is listed on opening; results are kept to their tenant by default; a run
-the back end lost no longer counts as open; a run still going when its look comes is looked at
-again later; runs sharing a creation time page without gaps; the janitor never holds a process
-open."""
+the back end lost no longer counts as open, and each unfinished one does; a run still going
+when its look comes is looked at again later; runs sharing a creation time page without gaps;
+the janitor never holds a process open."""
 
 from __future__ import annotations
 
@@ -257,6 +257,28 @@ def test_a_gateway_keeps_each_tenants_results_to_itself_unless_the_operator_shar
         gateway):
     info, _ = gateway.submit("acme", _one(), None)
     assert gateway.backend.store.run_spec(info.id).graph["namespace"] == "tenant:acme"
+
+
+def test_each_unfinished_run_of_a_tenant_counts_against_its_concurrency(tmp_path):
+    # Given a tenant allowed two unfinished runs, with two held running
+    gate = threading.Event()
+    backend = _backend(tmp_path, held=gate)
+    store = SqliteGatewayStore(tmp_path / "gateway.db")
+    gateway = Gateway(backend, store)
+    try:
+        store.set_limits("t", TenantLimits(max_concurrent_runs=2))
+        g = Graph()
+        g.add("held", id="held")
+        for _ in range(2):
+            assert gateway.submit("t", g, None)[1]
+        # When it submits a third, Then it is refused, as the third
+        with pytest.raises(LimitExceeded) as refused:
+            gateway.submit("t", _one(), None)
+        assert (refused.value.code, refused.value.requested) == ("concurrency_limit", 3)
+    finally:
+        gate.set()
+        store.close()
+        backend.close()
 
 
 def test_a_run_the_back_end_no_longer_has_counts_no_more_against_its_tenants_concurrency(
