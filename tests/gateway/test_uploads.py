@@ -49,7 +49,7 @@ def test_an_uploaded_image_is_the_tenants_to_read_and_edit_and_no_one_elses(stac
     assert result.status == "succeeded" and result.items("edit")[0].init_image == key
     # And bob can neither read it (404) nor edit it (422, as for a key that does not exist)
     read = httpx.get(f"{stack.url}/v1/artifacts/{key}", headers={"Authorization": f"Bearer {bob}"})
-    assert code(read) == (404, "not_found")
+    assert code(read) == (404, "not_found") and read.json()["message"] == f"no artifact {key!r}"
     answers = []
     for ref in (key, "0" * 64 + ".png"):
         g = Graph()
@@ -59,8 +59,8 @@ def test_an_uploaded_image_is_the_tenants_to_read_and_edit_and_no_one_elses(stac
                                        "Content-Type": "application/json"})
         assert code(response) == (422, "invalid_graph")
         problems = response.json()["details"]["problems"]
-        assert [p["path"] for p in problems] == ["nodes[0].params.init_image",
-                                                "nodes[0].params.mask"]
+        assert [(p["node_id"], p["path"]) for p in problems] == [
+            ("edit", "nodes[0].params.init_image"), ("edit", "nodes[0].params.mask")]
         answers.append([p["message"].replace(ref, "KEY") for p in problems])
     assert answers[0] == answers[1]  # nothing tells bob that alice's key exists
 
