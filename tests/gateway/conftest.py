@@ -7,14 +7,17 @@ exists: a ``genloop worker`` pool on a database of its own executes the runs.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +33,7 @@ from gateway_settings import (  # noqa: E402,F401
     STORE_DB,
     redis_url,
 )
+from redis_util import PORT  # noqa: E402
 from server import LiveServer  # noqa: E402
 
 from genloop.gateway import (  # noqa: E402
@@ -73,7 +77,24 @@ class Stack:
         return AsyncClient.http(self.url, api_key=key, **options)
 
 
+@contextmanager
+def _sole_session_on_the_gateway_databases() -> Iterator[None]:
+    """Hold the Redis stack's databases for this test session alone: the stack empties them on
+    start and its pool takes every message on them. ``make test``'s xdist workers have a Redis
+    each; ``make mutation``'s two children share one, and each child's stack emptied the other's
+    mid-test: false kills. The lock is the file's, so a killed session's is released."""
+    with open(Path(tempfile.gettempdir()) / f"genloop-test-gateway-{PORT}-{REDIS_DB}.lock",
+              "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def _redis_pool(tmp: Path) -> Iterator[Backend]:
+    with _sole_session_on_the_gateway_databases():
+        yield from _pool(tmp)
+
+
+def _pool(tmp: Path) -> Iterator[Backend]:
     import redis
 
     from genloop.workers.backends.redis_backend import RedisBackend
