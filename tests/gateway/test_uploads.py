@@ -63,6 +63,9 @@ def test_an_uploaded_image_is_the_tenants_to_read_and_edit_and_no_one_elses(stac
             ("edit", "nodes[0].params.init_image"), ("edit", "nodes[0].params.mask")]
         answers.append([p["message"].replace(ref, "KEY") for p in problems])
     assert answers[0] == answers[1]  # nothing tells bob that alice's key exists
+    # and each says what to do instead
+    assert answers[0] == [f"params.{field}: no image 'KEY' of yours; use one your runs made or "
+                          "upload it (POST /v1/artifacts)" for field in ("init_image", "mask")]
 
 
 def test_uploads_are_checked_images_of_the_declared_type_and_size(stack):
