@@ -90,6 +90,15 @@ def test_a_run_the_back_end_deleted_is_forgotten_and_a_pinned_one_kept(gateway):
     assert [r for r, _ in store.runs(tenant + "-b")] == [pinned]
 
 
+def test_a_runs_first_look_is_due_a_retention_after_its_submission(gateway):
+    before = time.time()
+    info, _ = gateway.submit(f"t-{uuid.uuid4().hex[:6]}", _one(), None)
+    after = time.time()
+    # no look before the back end could have deleted it, one at the retention's end
+    assert gateway.store.due_forgets(before + gateway.retention) == []
+    assert gateway.store.due_forgets(after + gateway.retention) == [info.id]
+
+
 def test_the_runs_due_now_are_forgotten_and_counted_each(gateway):
     tenant = f"t-{uuid.uuid4().hex[:6]}"
     # Given two ended runs the back end's retention deleted, each due a look a second ago
