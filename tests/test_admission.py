@@ -277,8 +277,10 @@ def test_a_cache_mode_is_checked_against_the_model_a_node_names_or_the_default()
     g.add("generate", params={"prompt": "p", "model": "shapes"}, id="unset")  # its 'default'
     said = ("model 'shapes' cannot run cache mode 'fbcache:0.1'; it runs default, deepcache, "
             "off")
-    assert [(p.node_id, p.path, p.message) for p in name_problems(g, served)] == [
-        ("named", "nodes[0].params.cache", said), ("default", "nodes[1].params.cache", said)]
+    assert [(p.node_id, p.path, p.message, p.received, p.allowed)
+            for p in name_problems(g, served)] == [
+        ("named", "nodes[0].params.cache", said, "fbcache:0.1", ["default", "deepcache", "off"]),
+        ("default", "nodes[1].params.cache", said, "fbcache:0.1", ["default", "deepcache", "off"])]
 
 
 def test_an_ops_params_problem_says_where_what_was_received_and_what_is_allowed():

@@ -61,6 +61,8 @@ def test_every_problem_is_reported_at_once_with_its_node():
     assert any(m == "cycle" for _, m in by_node)
     assert ("f", "map=True needs exactly one input to map over") in by_node
     assert ("g", "min_backoff is larger than max_backoff") in by_node
+    (backoff,) = [p for p in err.value.problems if p.node_id == "g"]
+    assert (backoff.received, backoff.allowed) == (5, "at most max_backoff (1.0)")
     assert "problem(s)" in str(err.value)
 
 
@@ -102,7 +104,8 @@ def test_limits_are_enforced():
 def test_self_reference_is_a_problem():
     g = Graph()
     g.add("select", id="a", inputs=["a"])
-    assert any(p.message == "a node cannot be its own input" for p in graph_problems(g))
+    assert [(p.node_id, p.message, p.path) for p in graph_problems(g)] == [
+        ("a", "a node cannot be its own input", "nodes[0].inputs[0]")]
 
 
 def test_loop_compiles_to_unrolled_rounds():
