@@ -7,6 +7,7 @@ import datetime
 import os
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 
 import pytest
@@ -248,3 +249,20 @@ def test_local_file_system_errors_are_store_errors_naming_the_artifact(tmp_path)
     (store.root / key[:2] / key).mkdir(parents=True)  # a folder where the file belongs
     with pytest.raises(StoreError, match=f"reading artifact '{key}'"):
         store.get(key)
+
+
+
+def test_a_local_store_makes_its_folder_with_the_missing_parents(tmp_path):
+    store = LocalArtifactStore(tmp_path / "not" / "yet" / "there")
+    assert store.get(store.put(b"placed")) == b"placed"
+
+
+def test_an_s3_store_opened_by_uri_keeps_its_images_under_the_prefix(s3_endpoint):
+    import boto3
+
+    bucket = f"genloop-{uuid.uuid4().hex[:8]}"
+    client = boto3.client("s3")
+    client.create_bucket(Bucket=bucket)
+    key = open_artifact_store(f"s3://{bucket}/runs").put(b"placed")
+    assert [o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]] == [
+        f"runs/{key}"]
