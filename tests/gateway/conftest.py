@@ -77,15 +77,30 @@ class Stack:
         return AsyncClient.http(self.url, api_key=key, **options)
 
 
+#: How long a session waits for another's Redis stack: a mutmut child's few files take well under
+#: a minute; within pytest-timeout's 300 s, so this message comes rather than its stack dump.
+LOCK_WAIT = 240.0
+
+
 @contextmanager
 def _sole_session_on_the_gateway_databases() -> Iterator[None]:
     """Hold the Redis stack's databases for this test session alone: the stack empties them on
     start and its pool takes every message on them. ``make test``'s xdist workers have a Redis
     each; ``make mutation``'s two children share one, and each child's stack emptied the other's
-    mid-test: false kills. The lock is the file's, so a killed session's is released."""
-    with open(Path(tempfile.gettempdir()) / f"genloop-test-gateway-{PORT}-{REDIS_DB}.lock",
-              "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    mid-test: false kills. The lock is the file's, so a killed session's is released; one held
+    past ``LOCK_WAIT`` s (a hung session) fails the wait, naming the file."""
+    path = Path(tempfile.gettempdir()) / f"genloop-test-gateway-{PORT}-{REDIS_DB}.lock"
+    with open(path, "a") as lock:
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"another test session has held {path} for {LOCK_WAIT} s: "
+                                "a hung session on this Redis port (fuser -v that file)")
+                time.sleep(0.05)
         yield
 
 
@@ -148,19 +163,21 @@ def stack(request, tmp_path_factory, resources) -> Iterator[Stack]:
         backends = _redis_pool(tmp)
         store = RedisGatewayStore(redis_url(REDIS_DB), prefix="gwtest")
     backend = next(backends)
-    # Webhooks may reach the tests' receivers on loopback, and retry at once
-    settings = GatewaySettings(max_body_bytes=MAX_BODY,
-                               limits=TenantLimits(max_concurrent_runs=20),
-                               sse_max_poll=0.1, webhook_allow=["127.0.0.1/32"],
-                               webhook_backoff=0.05, metrics_token=METRICS_TOKEN)
-    app = create_app(backend, store, settings)
-    with LiveServer(app) as server:
-        s = Stack(request.param, server.url, backend, store)
-        yield s
-        for client in s.clients:
-            client.close()
-    app.state.gateway.webhooks.stop()
-    next(backends, None)  # the generator's cleanup (Redis pool)
-    if request.param == "embedded":
-        backend.close()
-    store.close()
+    try:
+        # Webhooks may reach the tests' receivers on loopback, and retry at once
+        settings = GatewaySettings(max_body_bytes=MAX_BODY,
+                                   limits=TenantLimits(max_concurrent_runs=20),
+                                   sse_max_poll=0.1, webhook_allow=["127.0.0.1/32"],
+                                   webhook_backoff=0.05, metrics_token=METRICS_TOKEN)
+        app = create_app(backend, store, settings)
+        with LiveServer(app) as server:
+            s = Stack(request.param, server.url, backend, store)
+            yield s
+            for client in s.clients:
+                client.close()
+        app.state.gateway.webhooks.stop()
+    finally:  # the pool and its lock go even when the stack failed to start
+        next(backends, None)
+        if request.param == "embedded":
+            backend.close()
+        store.close()
