@@ -7,7 +7,6 @@ exists: a ``genloop worker`` pool on a database of its own executes the runs.
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import os
 import signal
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from filelock import FileLock, Timeout
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -87,21 +87,19 @@ def _sole_session_on_the_gateway_databases() -> Iterator[None]:
     """Hold the Redis stack's databases for this test session alone: the stack empties them on
     start and its pool takes every message on them. ``make test``'s xdist workers have a Redis
     each; ``make mutation``'s two children share one, and each child's stack emptied the other's
-    mid-test: false kills. The lock is the file's, so a killed session's is released; one held
-    past ``LOCK_WAIT`` s (a hung session) fails the wait, naming the file."""
+    mid-test: false kills. An OS file lock, so a killed session's is released; one held past
+    ``LOCK_WAIT`` s (a hung session) fails the wait, naming the file."""
     path = Path(tempfile.gettempdir()) / f"genloop-test-gateway-{PORT}-{REDIS_DB}.lock"
-    with open(path, "a") as lock:
-        deadline = time.monotonic() + LOCK_WAIT
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"another test session has held {path} for {LOCK_WAIT} s: "
-                                "a hung session on this Redis port (fuser -v that file)")
-                time.sleep(0.05)
+    lock = FileLock(path)
+    try:
+        lock.acquire(timeout=LOCK_WAIT)
+    except Timeout:
+        pytest.fail(f"another test session has held {path} for {LOCK_WAIT} s: a hung session "
+                    "on this Redis port (fuser -v that file)")
+    try:
         yield
+    finally:
+        lock.release()
 
 
 def _redis_pool(tmp: Path) -> Iterator[Backend]:

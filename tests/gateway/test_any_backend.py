@@ -7,16 +7,11 @@ from __future__ import annotations
 
 import pytest
 from server import LiveServer
+from test_errors import wait_graph
 
 from genloop.gateway import GatewaySettings, SqliteGatewayStore, create_app
-from genloop.sdk import Client, Graph, IdempotencyConflict
+from genloop.sdk import Client, IdempotencyConflict
 from genloop.sdk.http import HttpBackend, HttpConfig
-
-
-def _wait(label: str) -> Graph:
-    g = Graph()
-    g.add("gw-wait", params={"label": label}, id="wait")
-    return g
 
 
 @pytest.mark.parametrize("stack", ["embedded"], indirect=True)
@@ -30,12 +25,12 @@ def test_a_gateway_in_front_of_another_replays_a_keyed_submit_and_refuses_anothe
         client = Client.http(front.url, api_key=store.create_key("acme"), max_backoff=0.2)
         try:
             # When a keyed submit is sent twice, Then the second is answered with the first run
-            first = client.submit(_wait("one"), idempotency_key="job-1")
-            assert client.submit(_wait("one"), idempotency_key="job-1").id == first.id
+            first = client.submit(wait_graph("one"), idempotency_key="job-1")
+            assert client.submit(wait_graph("one"), idempotency_key="job-1").id == first.id
             assert first.wait(timeout=30).status == "succeeded"
             # And another body under the key is refused, naming the run the key made
             with pytest.raises(IdempotencyConflict) as caught:
-                client.submit(_wait("two"), idempotency_key="job-1")
+                client.submit(wait_graph("two"), idempotency_key="job-1")
             assert caught.value.run_id == first.id
         finally:
             client.close()

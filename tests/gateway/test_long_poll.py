@@ -68,6 +68,22 @@ def test_a_long_poll_on_another_tenants_run_is_a_404_at_once(stack):
     assert answer.status_code == 404 and time.monotonic() - started < 5
 
 
+def _in_wait(frame) -> bool:
+    """Whether a thread's stack is inside the gateway service's ``wait`` (not ``wait_async``)."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.endswith("service.py") and "wait" in code.co_name \
+                and "async" not in code.co_name:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _threads_in_wait() -> int:
+    """Threads now inside the gateway's ``wait`` (idle pool threads are not)."""
+    return sum(map(_in_wait, sys._current_frames().values()))
+
+
 def test_forty_long_polls_at_once_are_each_held_by_a_thread_of_the_gateways_wait_pool(stack):
     # Given a run that outlasts the waits, and more waiters than a default thread pool holds
     # (min(32, cores + 4)); the test's server runs in this process, its threads readable
@@ -82,27 +98,15 @@ def test_forty_long_polls_at_once_are_each_held_by_a_thread_of_the_gateways_wait
         return httpx.get(f"{stack.url}/v1/runs/{run.id}", params={"wait": 25.0},
                          headers=headers, timeout=60).status_code
 
-    def threads_in_wait() -> int:
-        """Threads now inside the gateway's ``wait`` (idle pool threads are not)."""
-        def waiting(frame) -> bool:
-            while frame is not None:
-                code = frame.f_code
-                if code.co_filename.endswith("service.py") and "wait" in code.co_name \
-                        and "async" not in code.co_name:
-                    return True
-                frame = frame.f_back
-            return False
-        return sum(map(waiting, sys._current_frames().values()))
-
     # When forty clients long-poll it at once
     with ThreadPoolExecutor(40) as pool:
         answers = pool.map(long_poll, range(40))
         try:
             deadline = time.monotonic() + 20
-            while threads_in_wait() < 40 and time.monotonic() < deadline:
+            while _threads_in_wait() < 40 and time.monotonic() < deadline:
                 time.sleep(0.05)
             # Then all forty are held at the same time, each on a thread of its own
-            assert threads_in_wait() == 40
+            assert _threads_in_wait() == 40
         finally:
             run.cancel()  # the waits end with the run
         assert list(answers) == [200] * 40

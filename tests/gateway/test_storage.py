@@ -42,14 +42,27 @@ def _backend(tmp_path, held: threading.Event | None = None, **options) -> Embedd
     return EmbeddedBackend(tmp_path / "home", threads=2, registry=registry, **options)
 
 
+@pytest.fixture
+def gate() -> threading.Event:
+    """What ``held`` runs wait for: set it to end them (the gateway fixture does at teardown)."""
+    return threading.Event()
+
+
 @pytest.fixture(params=["sqlite", "redis"])
-def gateway(request, tmp_path):
-    backend = _backend(tmp_path)
+def gateway(request, tmp_path, gate):
+    backend = _backend(tmp_path, held=gate)
     store = SqliteGatewayStore(tmp_path / "gateway.db") if request.param == "sqlite" else \
         RedisGatewayStore(redis_url(), prefix=f"gw-{uuid.uuid4().hex[:8]}")
     yield Gateway(backend, store)
+    gate.set()
     store.close()
     backend.close()
+
+
+def _held() -> Graph:
+    g = Graph()
+    g.add("held", id="held")
+    return g
 
 
 def _one(retention: float | None = None) -> Graph:
@@ -113,27 +126,17 @@ def test_the_runs_due_now_are_forgotten_and_counted_each(gateway):
 
 
 def test_a_run_still_going_when_its_look_comes_is_kept_and_looked_at_a_retention_later(
-        tmp_path):
+        gateway):
     # Given a gateway whose run is held running
-    gate = threading.Event()
-    backend = _backend(tmp_path, held=gate)
-    store = SqliteGatewayStore(tmp_path / "gateway.db")
-    gateway = Gateway(backend, store)
-    try:
-        g = Graph()
-        g.add("held", id="held")
-        info, _ = gateway.submit("t", g, None)
-        # When its look comes while it still runs (no end time to count from)
-        later = time.time() + 2 * gateway.retention
-        assert gateway.forget_expired(now=later) == 0
-        # Then it is kept, its next look a retention after this one
-        assert store.owner(info.id) == "t"
-        assert store.due_forgets(later + gateway.retention - 1) == []
-        assert store.due_forgets(later + gateway.retention) == [info.id]
-    finally:
-        gate.set()
-        store.close()
-        backend.close()
+    info, _ = gateway.submit("t", _held(), None)
+    # When its look comes while it still runs (no end time to count from)
+    later = time.time() + 2 * gateway.retention
+    assert gateway.forget_expired(now=later) == 0
+    # Then it is kept, its next look a retention after this one
+    store = gateway.store
+    assert store.owner(info.id) == "t"
+    assert store.due_forgets(later + gateway.retention - 1) == []
+    assert store.due_forgets(later + gateway.retention) == [info.id]
 
 
 def test_runs_sharing_one_creation_time_are_each_listed_once_across_pages(gateway):
@@ -268,26 +271,16 @@ def test_a_gateway_keeps_each_tenants_results_to_itself_unless_the_operator_shar
     assert gateway.backend.store.run_spec(info.id).graph["namespace"] == "tenant:acme"
 
 
-def test_each_unfinished_run_of_a_tenant_counts_against_its_concurrency(tmp_path):
+def test_each_unfinished_run_of_a_tenant_counts_against_its_concurrency(gateway):
     # Given a tenant allowed two unfinished runs, with two held running
-    gate = threading.Event()
-    backend = _backend(tmp_path, held=gate)
-    store = SqliteGatewayStore(tmp_path / "gateway.db")
-    gateway = Gateway(backend, store)
-    try:
-        store.set_limits("t", TenantLimits(max_concurrent_runs=2))
-        g = Graph()
-        g.add("held", id="held")
-        for _ in range(2):
-            assert gateway.submit("t", g, None)[1]
-        # When it submits a third, Then it is refused, as the third
-        with pytest.raises(LimitExceeded) as refused:
-            gateway.submit("t", _one(), None)
-        assert (refused.value.code, refused.value.requested) == ("concurrency_limit", 3)
-    finally:
-        gate.set()
-        store.close()
-        backend.close()
+    tenant = f"t-{uuid.uuid4().hex[:6]}"
+    gateway.store.set_limits(tenant, TenantLimits(max_concurrent_runs=2))
+    for _ in range(2):
+        assert gateway.submit(tenant, _held(), None)[1]
+    # When it submits a third, Then it is refused, as the third
+    with pytest.raises(LimitExceeded) as refused:
+        gateway.submit(tenant, _one(), None)
+    assert (refused.value.code, refused.value.requested) == ("concurrency_limit", 3)
 
 
 def test_a_run_the_back_end_no_longer_has_counts_no_more_against_its_tenants_concurrency(
