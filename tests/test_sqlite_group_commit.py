@@ -1,5 +1,6 @@
 """The SQLite store's group commit (genloop.workers.stores.sqlite_commit): a COMMIT that fails
-tells every body of its batch, leaves none of their writes, and leaves the writer usable."""
+tells every body of its batch, leaves none of their writes, and leaves the writer usable; close
+makes the COMMIT a batch was left waiting on."""
 
 from __future__ import annotations
 
@@ -107,3 +108,37 @@ def test_a_transaction_that_cannot_begin_says_why_and_the_writer_begins_again_la
     finally:
         commit.close()
         other.close()
+
+
+def test_close_commits_the_batch_left_waiting_and_a_failed_commit_tells_its_body_why(tmp_path):
+    connect = _connector(tmp_path / "db.sqlite")
+    reader = connect()
+    reader.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+    reader.execute("CREATE TABLE child (pid INTEGER REFERENCES parent (id) "
+                   "DEFERRABLE INITIALLY DEFERRED)")
+    commit = GroupCommit(connect)
+    outcome: list[str] = []
+
+    def body() -> None:
+        try:
+            with commit.write() as conn:
+                conn.execute("INSERT INTO child VALUES (1)")  # its COMMIT will fail
+                # (white box: a body counted in line behind it, which never takes its turn,
+                # so this one leaves the COMMIT to whoever writes next)
+                with commit._count:
+                    commit._waiting += 1
+            outcome.append("committed")
+        except StoreError as exc:
+            outcome.append(str(exc))
+
+    # Given a body whose writes wait on a COMMIT nobody else in line will make
+    writer = threading.Thread(target=body)
+    writer.start()
+    until(lambda: commit._batch is not None and not commit._turn.locked(),
+          "the body waits on its batch's commit")
+    # When the writer closes, Then close makes that COMMIT; it fails, and the body hears why
+    commit.close()
+    writer.join(10)
+    assert outcome == ["sqlite: FOREIGN KEY constraint failed"]
+    assert reader.execute("SELECT count(*) FROM child").fetchone() == (0,)
+    reader.close()

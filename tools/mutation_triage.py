@@ -8,7 +8,7 @@ forked from one process that imported pytest, torch and the tests once (what mut
 its own runs; mutmut has no way to take another selection for a list of mutants).
 
     python tools/mutation_triage.py map tests/gateway --ignore=tests/gateway/test_base_cli.py
-    python tools/mutation_triage.py run --port 6386 NAME... (or --from FILE)
+    python tools/mutation_triage.py run --port 6386 NAME... (or --from FILE) [--past-fast]
 
 ``map`` writes ``out/mutation/coverage`` (run from the checkout root, with the test Redis
 port set as for pytest). ``run`` works in ``out/mutation`` (a ``make mutation`` there first,
@@ -18,7 +18,10 @@ function, 124 timed out, 2/4/5 a bad selection; its tests' output goes to
 ``out/mutation/triage/NAME.log``. Lines that run while a session fixture starts (a
 constructor) are credited to the test running then, or to none, not to the tests that use
 what it built: give such a mutant its files with ``--tests``. Each lane needs a Redis port of
-its own (``--port``): the gateway's Redis stack empties its database when it starts.
+its own (``--port``): the gateway's Redis stack empties its database when it starts. A
+mutant's tests run those that failed most often in the logs so far first (one function's
+mutants tend to die in the same test), then the fast files; ``--past-fast`` leaves the fast
+files out, for survivors of a ``make mutation`` run.
 """
 
 from __future__ import annotations
@@ -93,9 +96,32 @@ def covering_tests(name: str) -> list[str]:
     def tests(span) -> set[str]:
         return {c for i in span for c in by_line.get(i, []) if c}
 
-    found = tests(changed) or tests(range(first, last + 1))
-    # mutmut's own fast files first: most mutants die there, in a second or two
-    return sorted({_pytest_id(c) for c in found}, key=lambda t: (not _fast(t), t))
+    return sorted({_pytest_id(c) for c in tests(changed) or tests(range(first, last + 1))})
+
+
+def ordered(selected: list[str], past_fast: bool) -> list[str]:
+    """The tests that killed most of the mutants checked so far (by any lane) first, then
+    mutmut's own fast files, where most mutants die in a second or two; without those files
+    for a mutant that survived them."""
+    kills = _kills()
+    return sorted((t for t in selected if not (past_fast and _fast(t))),
+                  key=lambda t: (-kills.get(_relative(t), 0), not _fast(t), t))
+
+
+def _kills() -> dict[str, int]:
+    """How many logs in ``out/mutation/triage`` name each test as the one that failed."""
+    kills: dict[str, int] = {}
+    for log in (OUT / "triage").glob("*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("FAILED "):
+                test = _relative(line.split()[1])
+                kills[test] = kills.get(test, 0) + 1
+    return kills
+
+
+def _relative(test: str) -> str:
+    """A test id from ``tests/`` on, however its path was written."""
+    return test[test.index("tests/"):] if "tests/" in test else test
 
 
 @functools.cache
@@ -135,7 +161,7 @@ def _pytest_id(context: str) -> str:
     return "::".join([str(path), *rest])
 
 
-def run(names: list[str], port: str, tests: list[str]) -> None:
+def run(names: list[str], port: str, tests: list[str], past_fast: bool) -> None:
     """Fork a child per mutant that runs its tests with ``-x``; print each verdict."""
     tests = [str(Path(t).resolve()) if "::" not in t else t for t in tests]
     os.chdir(OUT)  # where mutmut finds its mutants
@@ -156,10 +182,14 @@ def run(names: list[str], port: str, tests: list[str]) -> None:
         pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *files])
         sys.stdout.flush()
         os.dup2(saved, 1)
-    for name, selected in selections.items():
+    for name, covering in selections.items():
         started = time.monotonic()
-        if not selected:
+        if not covering:
             print(f"{name} 33 0.0", flush=True)  # mutmut's "no tests"
+            continue
+        selected = covering if tests else ordered(covering, past_fast)
+        if not selected:  # only fast files reach it, and it survived them
+            print(f"{name} 0 0.0", flush=True)
             continue
         sys.stdout.flush()
         sys.stderr.flush()
@@ -210,6 +240,8 @@ def main() -> None:
                         help="this lane's Redis port (default: GENLOOP_TEST_REDIS_PORT, 6379)")
     checks.add_argument("--tests", action="append", default=[],
                         help="a test (file or id) for every name; repeat for more")
+    checks.add_argument("--past-fast", action="store_true",
+                        help="the names survived mutmut's fast files: leave them out")
     args, rest = parser.parse_known_args()
     if args.command == "map":
         coverage_map(rest)
@@ -217,7 +249,7 @@ def main() -> None:
         parser.error(f"unrecognised arguments: {' '.join(rest)}")
     else:
         names = args.names + (args.source.read_text().split() if args.source else [])
-        run(names, args.port, args.tests)
+        run(names, args.port, args.tests, args.past_fast)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from genloop.gateway import Gateway, SqliteGatewayStore
 from genloop.integrations import Catalog, GenloopTools, ToolCallError
 from genloop.sdk import Client, Graph, GraphError, Loop
+from genloop.workers.backends.embedded import EmbeddedBackend
 
 
 def _refusal(client: Client, spec: Graph | Loop) -> list[tuple]:
@@ -38,6 +40,27 @@ def test_a_queue_no_worker_consumes_is_refused_alike_in_process_and_over_http(st
     here, there = _refusal(Client(stack.backend), g), _refusal(stack.client(key), g)
     assert here == there
     assert [p[1] for p in here] == ["nodes[1].inputs[1]", None, "nodes[0].params.model"]
+
+
+def test_a_gateway_built_in_code_refuses_a_queue_its_back_end_does_not_consume(tmp_path):
+    """Not only the app's gateway: one built on a back end with no admission given checks the
+    queues that back end's workers consume, or the run would wait for a worker forever."""
+    backend = EmbeddedBackend(tmp_path / "home", threads=1)
+    store = SqliteGatewayStore(tmp_path / "gateway.db")
+    gateway = Gateway(backend, store)
+    try:
+        g = Graph()
+        g.generate("p", model="tiny", id="gen", queue="no-such-queue")
+        with pytest.raises(GraphError) as caught:
+            gateway.submit("t", g, None)
+        assert [(p.node_id, p.path, p.message, p.received, p.allowed)
+                for p in caught.value.problems] == _refusal(Client(backend), g)
+        assert caught.value.problems[0].message.startswith("no workers consume queue")
+        assert store.stored_runs("t") == 0  # nothing was started
+    finally:
+        gateway.stop()
+        store.close()
+        backend.close()
 
 
 def test_the_sdk_and_the_gateway_refuse_a_bad_spec_with_the_same_problems(stack):
