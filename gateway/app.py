@@ -52,6 +52,7 @@ from .sse import event_stream
 from .store import GatewayStore, WebhookJob
 from .uploads import UPLOAD_TYPES, Uploaded, reencoded, upload_ext
 from .webhook_addresses import AddressPolicy, Resolver, system_resolver
+from .webhooks import BACKOFF
 
 UPLOAD_TYPES_BY_EXT = {ext: media for media, ext in UPLOAD_TYPES.items()}
 
@@ -86,7 +87,7 @@ class GatewaySettings:
     webhook_allow: list[str] = field(default_factory=list)
     webhook_deny: list[str] = field(default_factory=list)
     #: Seconds before a failed delivery's first retry (doubling after each).
-    webhook_backoff: float = 5.0
+    webhook_backoff: float = BACKOFF
     #: How webhook hosts are resolved (tests stub it); ``None``: the system's resolver.
     webhook_resolver: Resolver | None = None
 

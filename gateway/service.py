@@ -57,7 +57,7 @@ from .limits import (
 from .store import GatewayStore, RunSummary, WebhookJob
 from .streams import StreamSlot, StreamSlots
 from .webhook_addresses import AddressPolicy, WebhookRefused
-from .webhooks import WebhookDeliverer
+from .webhooks import BACKOFF, WebhookDeliverer
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class Gateway:
     def __init__(self, backend: Backend, store: GatewayStore,
                  defaults: TenantLimits | None = None, admission: Admission | None = None,
                  share_results: bool = False, webhook_policy: AddressPolicy | None = None,
-                 webhook_backoff: float = 5.0) -> None:
+                 webhook_backoff: float = BACKOFF) -> None:
         self.backend = backend
         self.store = store
         self.defaults = defaults or TenantLimits()
@@ -198,21 +198,21 @@ class Gateway:
         backend_key = scoped_key(tenant, key) if key is not None else None
         with self._locks[tenant]:
             existing = self.store.run_for_key(backend_key) if backend_key is not None else None
-            cost = 0.0
             # A retried POST whose run exists is answered with that run (or 409 if the body
             # differs) even when the tenant is at its limit: that run is the one counted.
             if existing is None:
                 check_storage(self.store.stored_runs(tenant), limits)
                 check_run(plan.cost, limits)
                 check_concurrency(*self._open(tenant), plan.cost, limits)
-                cost = plan.cost.cost
             try:
                 info = self._submit(spec, graph, backend_key)
             except ClientError as exc:
                 if exc.status_code == 409:
                     raise KeyConflict(str(exc), existing) from exc
                 raise
-            created = self.store.add_run(info.id, tenant, backend_key, cost, info.created_at)
+            # (a run the back end made anew for a key whose run it lost counts its cost too)
+            created = self.store.add_run(info.id, tenant, backend_key, plan.cost.cost,
+                                         info.created_at)
             if created:  # no ended run is deleted by the back end within a retention from now
                 self.store.forget_at(info.id, time.time() + self.retention)
             if created and webhook is not None:

@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 #: How often a job whose run has not ended is looked at, behind the watch of its end.
 PENDING_POLL = 1.0
+#: Seconds before a failed delivery's first retry (doubling after each), unless configured.
+BACKOFF = 5.0
 MAX_DELAY = 2 * 3600.0
 GIVE_UP = 24 * 3600.0
 TIMEOUT = 10.0
@@ -102,7 +104,7 @@ class WebhookDeliverer:
     polling) on a pool of ``watchers``, with a poll every ``PENDING_POLL`` s behind it."""
 
     def __init__(self, store: GatewayStore, backend: Backend, policy: AddressPolicy, *,
-                 backoff: float = 5.0, poll: float = 0.1, timeout: float = TIMEOUT,
+                 backoff: float = BACKOFF, poll: float = 0.1, timeout: float = TIMEOUT,
                  senders: int = 16, watchers: int = 64,
                  limits: Callable[[str], TenantLimits] | None = None) -> None:
         self.store, self.backend, self.policy = store, backend, policy

@@ -11,6 +11,7 @@ import pytest
 from server import LiveServer
 
 from genloop.gateway import GatewaySettings, TenantLimits, create_app
+from genloop.gateway.service import scoped_key
 from genloop.sdk import Graph, Loop
 from genloop.sdk.wire import ApiError
 from genloop.workers.models.models_config import ModelsConfig
@@ -109,6 +110,25 @@ def test_concurrent_cost_counts_the_tenants_unfinished_runs(stack):
     # Then the refusal carries the figures, and it is retryable
     assert body.details["requested"] == pytest.approx(2 * one)
     assert "retry-after" in {k.lower() for k in post(stack.url, key, g.model_dump_json()).headers}
+
+
+def test_a_keyed_run_made_again_for_one_the_back_end_lost_counts_its_cost(stack):
+    # Given a tenant whose unfinished runs may cost 1.5 runs' worth at once, and whose keyed
+    # run the back end no longer has (a wiped home)
+    g = Graph()
+    g.generate("p", n=4, model="tiny", id="gen")
+    one = 4 * 32 * 32 / 1e6 * 4 * 4
+    name, key = stack.tenant(TenantLimits(max_concurrent_cost=one * 1.5))
+    stack.store.add_run("f" * 32, name, scoped_key(name, "k"), one)
+    # When the tenant posts that key again, so the back end makes the run anew
+    waiting = Graph()
+    waiting.add("gw-wait", params={"sleep": 2.0}, id="wait", inputs=[])
+    waiting.nodes.extend(g.nodes)
+    again = post(stack.url, key, waiting.model_dump_json(), **{"Idempotency-Key": "k"})
+    assert again.status_code == 201, again.text
+    # Then the new run counts its cost while it runs, like any other
+    body = error(post(stack.url, key, g.model_dump_json()), 429, "concurrent_cost_limit")
+    assert body.details["requested"] == pytest.approx(2 * one)
 
 
 def test_infinite_backoff_is_refused_and_nothing_is_stored(stack):
