@@ -203,7 +203,8 @@ def run(names: list[str], port: str, tests: list[str], past_fast: bool) -> None:
                 os.dup2(log, 1)
                 os.dup2(log, 2)
                 os.environ["MUTANT_UNDER_TEST"] = name
-                code = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", *selected]))
+                code = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", *selected],
+                                       plugins=[InOrder(selected)]))
             finally:  # never back into the parent's loop; pytest leaves its summary buffered
                 sys.stdout.flush()
                 sys.stderr.flush()
@@ -215,6 +216,25 @@ def run(names: list[str], port: str, tests: list[str], past_fast: bool) -> None:
         for orphan, _ in orphaned_workers(int(port)):
             os.kill(orphan, signal.SIGKILL)
         print(f"{name} {code} {time.monotonic() - started:.1f}", flush=True)
+
+
+class InOrder:
+    """Runs the tests in the order selected: pytest collects the files of one folder in the
+    order of their names, whatever the order they are given in."""
+
+    def __init__(self, selected: list[str]) -> None:
+        self.rank: dict[tuple[str, str], int] = {}
+        for i, test in enumerate(selected):
+            path, _, name = test.partition("::")
+            self.rank.setdefault((str(Path(path).resolve()), name), i)
+
+    def pytest_collection_modifyitems(self, items: list) -> None:
+        def rank(item) -> int:
+            name = "::".join(item.nodeid.split("::")[1:]).split("[")[0]
+            path = str(item.path)
+            return self.rank.get((path, name), self.rank.get((path, ""), len(self.rank)))
+
+        items.sort(key=rank)
 
 
 def _reap(pid: int, timeout: float) -> int:

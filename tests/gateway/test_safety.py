@@ -95,20 +95,21 @@ def test_a_run_over_the_cost_budget_is_refused_with_the_figures(stack):
 
 
 def test_concurrent_cost_counts_the_tenants_unfinished_runs(stack):
-    # Given a tenant whose unfinished runs may cost 1.5 runs' worth at once
+    # Given a tenant whose unfinished runs may cost 2.5 runs' worth at once
     g = Graph()
     g.generate("p", n=4, model="tiny", id="gen")  # 4 x 0.001024 MP x 4 steps x 4 attempts
     one = 4 * 32 * 32 / 1e6 * 4 * 4
-    _, key = stack.tenant(TenantLimits(max_concurrent_cost=one * 1.5))
+    _, key = stack.tenant(TenantLimits(max_concurrent_cost=one * 2.5))
     waiting = Graph()
     waiting.add("gw-wait", params={"sleep": 2.0}, id="wait", inputs=[])
     waiting.nodes.extend(g.nodes)
-    first = post(stack.url, key, waiting.model_dump_json())
-    assert first.status_code == 201, first.text
-    # When a second run of the same cost is submitted while the first runs
+    for _ in range(2):
+        running = post(stack.url, key, waiting.model_dump_json())
+        assert running.status_code == 201, running.text
+    # When a third run of the same cost is submitted while both run
     body = error(post(stack.url, key, g.model_dump_json()), 429, "concurrent_cost_limit")
-    # Then the refusal carries the figures, and it is retryable
-    assert body.details["requested"] == pytest.approx(2 * one)
+    # Then the refusal counts both (not only the last looked at), and it is retryable
+    assert body.details["requested"] == pytest.approx(3 * one)
     assert "retry-after" in {k.lower() for k in post(stack.url, key, g.model_dump_json()).headers}
 
 
