@@ -27,7 +27,9 @@ def counted(tmp_path, resources):
 
     backend = ResultsCounted(tmp_path / "home", threads=2, resources=resources, lease_ttl=5.0)
     store = SqliteGatewayStore(tmp_path / "gateway.db")
-    yield Gateway(backend, store), backend
+    gateway = Gateway(backend, store)
+    yield gateway, backend
+    gateway.stop()
     backend.close()
     store.close()
 

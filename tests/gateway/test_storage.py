@@ -53,8 +53,10 @@ def gateway(request, tmp_path, gate):
     backend = _backend(tmp_path, held=gate)
     store = SqliteGatewayStore(tmp_path / "gateway.db") if request.param == "sqlite" else \
         RedisGatewayStore(redis_url(), prefix=f"gw-{uuid.uuid4().hex[:8]}")
-    yield Gateway(backend, store)
+    gateway = Gateway(backend, store)
+    yield gateway
     gate.set()
+    gateway.stop()  # its webhook deliveries, before the store they read closes
     store.close()
     backend.close()
 
