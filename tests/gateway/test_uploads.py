@@ -59,8 +59,8 @@ def test_an_uploaded_image_is_the_tenants_to_read_and_edit_and_no_one_elses(stac
                                        "Content-Type": "application/json"})
         assert code(response) == (422, "invalid_graph")
         problems = response.json()["details"]["problems"]
-        assert [(p["node_id"], p["path"]) for p in problems] == [
-            ("edit", "nodes[0].params.init_image"), ("edit", "nodes[0].params.mask")]
+        assert [(p["node_id"], p["path"], p["received"]) for p in problems] == [
+            ("edit", "nodes[0].params.init_image", ref), ("edit", "nodes[0].params.mask", ref)]
         answers.append([p["message"].replace(ref, "KEY") for p in problems])
     assert answers[0] == answers[1]  # nothing tells bob that alice's key exists
     # and each says what to do instead
