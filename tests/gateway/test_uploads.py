@@ -53,6 +53,7 @@ def test_an_uploaded_image_is_the_tenants_to_read_and_edit_and_no_one_elses(stac
     answers = []
     for ref in (key, "0" * 64 + ".png"):
         g = Graph()
+        g.add("gw-wait", params={"sleep": 0.0}, id="first", inputs=[])  # no edit: checked past
         g.generate("a blue square", n=1, model="tiny", mask=ref, init_image=ref, id="edit")
         response = httpx.post(f"{stack.url}/v1/runs", content=g.model_dump_json(), timeout=30,
                               headers={"Authorization": f"Bearer {bob}",
@@ -60,7 +61,7 @@ def test_an_uploaded_image_is_the_tenants_to_read_and_edit_and_no_one_elses(stac
         assert code(response) == (422, "invalid_graph")
         problems = response.json()["details"]["problems"]
         assert [(p["node_id"], p["path"], p["received"]) for p in problems] == [
-            ("edit", "nodes[0].params.init_image", ref), ("edit", "nodes[0].params.mask", ref)]
+            ("edit", "nodes[1].params.init_image", ref), ("edit", "nodes[1].params.mask", ref)]
         answers.append([p["message"].replace(ref, "KEY") for p in problems])
     assert answers[0] == answers[1]  # nothing tells bob that alice's key exists
     # and each says what to do instead
