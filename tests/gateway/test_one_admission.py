@@ -3,6 +3,8 @@ refuse the same bad spec with the same problems (``sdk/validation.py``'s ``NAMED
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from genloop.gateway import Gateway, SqliteGatewayStore
@@ -42,25 +44,37 @@ def test_a_queue_no_worker_consumes_is_refused_alike_in_process_and_over_http(st
     assert [p[1] for p in here] == ["nodes[1].inputs[1]", None, "nodes[0].params.model"]
 
 
-def test_a_gateway_built_in_code_refuses_a_queue_its_back_end_does_not_consume(tmp_path):
-    """Not only the app's gateway: one built on a back end with no admission given checks the
-    queues that back end's workers consume, or the run would wait for a worker forever."""
-    backend = EmbeddedBackend(tmp_path / "home", threads=1)
+@pytest.fixture
+def gateway_in_code(tmp_path) -> Iterator[Gateway]:
+    """A gateway built on a back end with no admission given (not the app's): it must check
+    and fill in what that back end serves, here a default model other than the preferred."""
+    backend = EmbeddedBackend(tmp_path / "home", threads=1, default_model="tiny")
     store = SqliteGatewayStore(tmp_path / "gateway.db")
     gateway = Gateway(backend, store)
-    try:
-        g = Graph()
-        g.generate("p", model="tiny", id="gen", queue="no-such-queue")
-        with pytest.raises(GraphError) as caught:
-            gateway.submit("t", g, None)
-        assert [(p.node_id, p.path, p.message, p.received, p.allowed)
-                for p in caught.value.problems] == _refusal(Client(backend), g)
-        assert caught.value.problems[0].message.startswith("no workers consume queue")
-        assert store.stored_runs("t") == 0  # nothing was started
-    finally:
-        gateway.stop()
-        store.close()
-        backend.close()
+    yield gateway
+    gateway.stop()
+    store.close()
+    backend.close()
+
+
+def test_a_gateway_built_in_code_refuses_a_queue_its_back_end_does_not_consume(
+        gateway_in_code):
+    # (or the run would wait for a worker forever)
+    g = Graph()
+    g.generate("p", model="tiny", id="gen", queue="no-such-queue")
+    with pytest.raises(GraphError) as caught:
+        gateway_in_code.submit("t", g, None)
+    assert [(p.node_id, p.path, p.message, p.received, p.allowed)
+            for p in caught.value.problems] == _refusal(Client(gateway_in_code.backend), g)
+    assert caught.value.problems[0].message.startswith("no workers consume queue")
+    assert gateway_in_code.store.stored_runs("t") == 0  # nothing was started
+
+
+def test_a_gateway_built_in_code_fills_in_its_back_ends_default_model(gateway_in_code):
+    # Given a back end whose default model is tiny (shapes is preferred where none is set),
+    # When a loop naming no model is submitted, Then it runs on the back end's default
+    info, _ = gateway_in_code.submit("t", Loop(prompt="p", rounds=1, candidates=1), None)
+    assert gateway_in_code.backend.store.run_spec(info.id).spec["model"] == "tiny"
 
 
 def test_the_sdk_and_the_gateway_refuse_a_bad_spec_with_the_same_problems(stack):
