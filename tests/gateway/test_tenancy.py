@@ -28,12 +28,14 @@ def test_another_tenant_gets_404_for_runs_results_events_and_artifacts(stack):
     assert alice.read_artifact(artifact) == b"secret:0"
     # When bob asks for any of it, by the SDK or raw HTTP
     headers = {"Authorization": f"Bearer {bob_key}"}
-    for path in (f"/v1/runs/{run.id}", f"/v1/runs/{run.id}/result",
-                 f"/v1/runs/{run.id}/events?follow=false", f"/v1/artifacts/{artifact}"):
+    no_run, no_artifact = f"no run {run.id!r}", f"no artifact {artifact!r}"
+    for path, message in ((f"/v1/runs/{run.id}", no_run), (f"/v1/runs/{run.id}/result", no_run),
+                          (f"/v1/runs/{run.id}/events?follow=false", no_run),
+                          (f"/v1/artifacts/{artifact}", no_artifact)):
         response = httpx.get(stack.url + path, headers=headers)
         # Then the answer is the one for something that does not exist
         assert response.status_code == 404, path
-        assert response.json()["code"] == "not_found"
+        assert (response.json()["code"], response.json()["message"]) == ("not_found", message)
     response = httpx.post(f"{stack.url}/v1/runs/{run.id}/cancel", headers=headers)
     assert response.status_code == 404
     with pytest.raises(NotFound):
