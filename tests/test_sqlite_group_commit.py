@@ -1,6 +1,6 @@
 """The SQLite store's group commit (genloop.workers.stores.sqlite_commit): a COMMIT that fails
 tells every body of its batch, leaves none of their writes, and leaves the writer usable; close
-makes the COMMIT a batch was left waiting on."""
+makes the COMMIT a batch was left waiting on, and a batch commits at its cap."""
 
 from __future__ import annotations
 
@@ -110,23 +110,31 @@ def test_a_transaction_that_cannot_begin_says_why_and_the_writer_begins_again_la
         other.close()
 
 
-def test_close_commits_the_batch_left_waiting_and_a_failed_commit_tells_its_body_why(tmp_path):
+def _in_line(commit: GroupCommit, bodies: int) -> None:
+    """(white box) Count ``bodies`` in line for the writer that never take their turn: a body
+    that ends then leaves its COMMIT to whoever writes next, as when others wait."""
+    with commit._count:
+        commit._waiting += bodies
+
+
+@pytest.mark.parametrize("commits", [True, False], ids=["commits", "fails"])
+def test_close_makes_the_commit_a_batch_was_left_waiting_on_and_tells_its_body(tmp_path,
+                                                                               commits):
     connect = _connector(tmp_path / "db.sqlite")
     reader = connect()
     reader.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
     reader.execute("CREATE TABLE child (pid INTEGER REFERENCES parent (id) "
                    "DEFERRABLE INITIALLY DEFERRED)")
+    if commits:
+        reader.execute("INSERT INTO parent VALUES (1)")
     commit = GroupCommit(connect)
     outcome: list[str] = []
 
     def body() -> None:
         try:
             with commit.write() as conn:
-                conn.execute("INSERT INTO child VALUES (1)")  # its COMMIT will fail
-                # (white box: a body counted in line behind it, which never takes its turn,
-                # so this one leaves the COMMIT to whoever writes next)
-                with commit._count:
-                    commit._waiting += 1
+                conn.execute("INSERT INTO child VALUES (1)")  # without a parent, COMMIT fails
+                _in_line(commit, 1)
             outcome.append("committed")
         except StoreError as exc:
             outcome.append(str(exc))
@@ -136,9 +144,104 @@ def test_close_commits_the_batch_left_waiting_and_a_failed_commit_tells_its_body
     writer.start()
     until(lambda: commit._batch is not None and not commit._turn.locked(),
           "the body waits on its batch's commit")
-    # When the writer closes, Then close makes that COMMIT; it fails, and the body hears why
+    # When the writer closes, Then close makes that COMMIT, and the body hears how it went
     commit.close()
     writer.join(10)
-    assert outcome == ["sqlite: FOREIGN KEY constraint failed"]
-    assert reader.execute("SELECT count(*) FROM child").fetchone() == (0,)
+    assert outcome == (["committed"] if commits else ["sqlite: FOREIGN KEY constraint failed"])
+    assert reader.execute("SELECT count(*) FROM child").fetchone() == ((1,) if commits else (0,))
     reader.close()
+
+
+def test_a_batch_commits_at_its_cap_though_more_bodies_wait(tmp_path):
+    connect = _connector(tmp_path / "db.sqlite")
+    reader = connect()
+    reader.execute("CREATE TABLE t (v INTEGER)")
+    commit = GroupCommit(connect, max_batch=2)
+    done: list[int] = []
+
+    def body(value: int) -> None:
+        with commit.write() as conn:
+            conn.execute("INSERT INTO t VALUES (?)", (value,))
+        done.append(value)
+
+    try:
+        # Given bodies always in line behind the writer (none would ever commit for the rest)
+        _in_line(commit, 5)
+        # When two bodies write, Then the second fills the batch to its cap of two and commits
+        # for both: each returns, with its write stored
+        bodies = [threading.Thread(target=body, args=(v,)) for v in (1, 2)]
+        for thread in bodies:
+            thread.start()
+        for thread in bodies:
+            thread.join(10)
+        assert sorted(done) == [1, 2]
+        assert sorted(reader.execute("SELECT v FROM t").fetchall()) == [(1,), (2,)]
+    finally:
+        commit.close()  # (commits whatever a mutant held, so no thread is left waiting)
+        reader.close()
+
+
+def test_a_first_body_that_raises_writes_nothing_and_the_writer_goes_on(tmp_path):
+    connect = _connector(tmp_path / "db.sqlite")
+    reader = connect()
+    reader.execute("CREATE TABLE t (v INTEGER)")
+    commit = GroupCommit(connect)
+    try:
+        # Given the body that opens a batch, which raises after writing
+        with pytest.raises(ValueError, match="^its own error$"):
+            with commit.write() as conn:
+                conn.execute("INSERT INTO t VALUES (1)")
+                raise ValueError("its own error")
+        # Then its write is gone, and the next body opens a batch of its own and commits
+        assert reader.execute("SELECT count(*) FROM t").fetchone() == (0,)
+        with commit.write() as conn:
+            conn.execute("INSERT INTO t VALUES (2)")
+        assert reader.execute("SELECT v FROM t").fetchall() == [(2,)]
+    finally:
+        commit.close()
+        reader.close()
+
+
+def test_a_savepoint_refused_tells_the_bodies_already_in_the_batch(tmp_path):
+    refuse = threading.Event()
+
+    def connect() -> sqlite3.Connection:
+        conn = _connector(tmp_path / "db.sqlite")()
+        # SQLite's authorizer refuses the next SAVEPOINT as a real failure would come
+        conn.set_authorizer(lambda action, verb, *_: sqlite3.SQLITE_DENY if (
+            action == sqlite3.SQLITE_SAVEPOINT and verb == "BEGIN" and refuse.is_set())
+            else sqlite3.SQLITE_OK)
+        return conn
+
+    reader = connect()
+    reader.execute("CREATE TABLE t (v INTEGER)")
+    commit = GroupCommit(connect)
+    first: list[str] = []
+
+    def body() -> None:
+        try:
+            with commit.write() as conn:
+                conn.execute("INSERT INTO t VALUES (1)")
+                _in_line(commit, 1)
+            first.append("committed")
+        except StoreError as exc:
+            first.append(str(exc))
+
+    try:
+        # Given a body whose writes wait on the batch's COMMIT
+        writer = threading.Thread(target=body)
+        writer.start()
+        until(lambda: commit._batch is not None and not commit._turn.locked(),
+              "the body waits on its batch's commit")
+        # When the next body cannot open its savepoint in that batch
+        refuse.set()
+        with pytest.raises(StoreError, match="^sqlite: not authorized$"):
+            with commit.write():
+                pass
+        # Then the waiting body hears that its writes are lost, and why
+        writer.join(10)
+        assert first == ["sqlite: not authorized"]
+        assert reader.execute("SELECT count(*) FROM t").fetchone() == (0,)
+    finally:
+        commit.close()
+        reader.close()
