@@ -120,13 +120,11 @@ class GroupCommit:
             self._turn.release()
 
     def _settle(self, batch: _Batch) -> None:
-        """End the open batch: commit what its bodies wrote and tell them."""
+        """End the open batch: commit what its bodies wrote and tell them. A batch open here
+        holds at least its first body's writes: a first body that raises ends the batch."""
         self._batch = None
-        if batch.members:
-            self._conn.execute("COMMIT")
-            self._checkpoints.committed()
-        else:
-            self._conn.execute("ROLLBACK")
+        self._conn.execute("COMMIT")
+        self._checkpoints.committed()
         batch.finish(None)
 
     def _abandon(self, batch: _Batch | None, why: str) -> None:
