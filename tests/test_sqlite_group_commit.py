@@ -60,9 +60,25 @@ def _in_line(commit: GroupCommit, bodies: int) -> None:
         commit._waiting += bodies
 
 
-def _held(commit: GroupCommit) -> None:
+def _left_waiting(commit: GroupCommit, sql: str) -> tuple[threading.Thread, list[str]]:
+    """A body that runs ``sql`` and leaves its COMMIT to the next writer (one counted in line),
+    started and waiting on that COMMIT; what it hears ("committed" or the error) is listed."""
+    heard: list[str] = []
+
+    def body() -> None:
+        try:
+            with commit.write() as conn:
+                conn.execute(sql)
+                _in_line(commit, 1)
+            heard.append("committed")
+        except StoreError as exc:
+            heard.append(str(exc))
+
+    thread = threading.Thread(target=body)
+    thread.start()
     until(lambda: commit._batch is not None and not commit._turn.locked(),
           "the body waits on its batch's commit")
+    return thread, heard
 
 
 def test_a_commit_that_fails_tells_its_body_writes_nothing_and_the_next_commits(reader, writer):
@@ -134,21 +150,9 @@ def test_close_makes_the_commit_a_batch_was_left_waiting_on_and_tells_its_body(
     if commits:
         reader.execute("INSERT INTO parent VALUES (1)")
     commit = writer()
-    outcome: list[str] = []
-
-    def body() -> None:
-        try:
-            with commit.write() as conn:
-                conn.execute("INSERT INTO child VALUES (1)")  # without a parent, COMMIT fails
-                _in_line(commit, 1)
-            outcome.append("committed")
-        except StoreError as exc:
-            outcome.append(str(exc))
-
-    # Given a body whose writes wait on a COMMIT nobody else in line will make
-    waiting = threading.Thread(target=body)
-    waiting.start()
-    _held(commit)
+    # Given a body whose writes (whose COMMIT fails without a parent) wait on a COMMIT nobody
+    # else in line will make
+    waiting, outcome = _left_waiting(commit, "INSERT INTO child VALUES (1)")
     # When the writer closes, Then close makes that COMMIT, and the body hears how it went
     commit.close()
     waiting.join(10)
@@ -204,21 +208,8 @@ def test_a_savepoint_refused_tells_the_bodies_already_in_the_batch(tmp_path, rea
         return conn
 
     commit = writer(connect)
-    first: list[str] = []
-
-    def body() -> None:
-        try:
-            with commit.write() as conn:
-                conn.execute("INSERT INTO t VALUES (1)")
-                _in_line(commit, 1)
-            first.append("committed")
-        except StoreError as exc:
-            first.append(str(exc))
-
     # Given a body whose writes wait on the batch's COMMIT
-    waiting = threading.Thread(target=body)
-    waiting.start()
-    _held(commit)
+    waiting, first = _left_waiting(commit, "INSERT INTO t VALUES (1)")
     # When the next body cannot open its savepoint in that batch
     refuse.set()
     with pytest.raises(StoreError, match="^sqlite: not authorized$"):
