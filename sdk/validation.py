@@ -256,21 +256,21 @@ _RULES = {"ge": ">= {}", "gt": "> {}", "le": "<= {}", "lt": "< {}", "multiple_of
           "pattern": "a string matching {}", "expected": "{}"}
 
 
-def _allowed(err: Any, model: type[BaseModel] | None) -> Any:
-    if err["type"] == "extra_forbidden" and model is not None and len(err["loc"]) == 1:
+def _allowed(err: Any, model: type[BaseModel]) -> Any:
+    if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
         return sorted(model.model_fields)
     rules = [_RULES[k].format(v) for k, v in err.get("ctx", {}).items() if k in _RULES]
     return ", ".join(rules) or None
 
 
-def validation_problems(exc: ValidationError, prefix: str = "", node_id: str | None = None,
-                        model: type[BaseModel] | None = None) -> list[GraphProblem]:
-    """A pydantic error as problems: the path, the value received, the rule it broke (for an
-    unknown field of ``model``, the fields it has)."""
+def validation_problems(exc: ValidationError, prefix: str, node_id: str,
+                        model: type[BaseModel]) -> list[GraphProblem]:
+    """A node's params' pydantic error as problems: the path (under ``prefix``, the params'
+    own), the value received, the rule it broke (for an unknown field of ``model``, the fields
+    it has)."""
     out = []
     for err in exc.errors():
-        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
-        path = (prefix + loc).lstrip(".") or None
+        path = prefix + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
         allowed = _allowed(err, model)
         received = err.get("input") if err["type"] != "missing" else None
         out.append(GraphProblem(node_id=node_id, message=err["msg"], path=path,

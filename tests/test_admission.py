@@ -9,7 +9,13 @@ from genloop.gateway.admission import default_admission
 from genloop.gateway.limits import TenantLimits
 from genloop.sdk import Graph, GraphError, Loop
 from genloop.sdk.schema import Named, Served
-from genloop.sdk.validation import NAMED_FIELDS, graph_problems, loop_name_problems, name_problems
+from genloop.sdk.validation import (
+    NAMED_FIELDS,
+    cache_problems,
+    graph_problems,
+    loop_name_problems,
+    name_problems,
+)
 from genloop.workers.ops import default_registry
 from genloop.workers.runtime.planner import run_cost
 
@@ -281,6 +287,10 @@ def test_a_cache_mode_is_checked_against_the_model_a_node_names_or_the_default()
             for p in name_problems(g, served)] == [
         ("named", "nodes[0].params.cache", said, "fbcache:0.1", ["default", "deepcache", "off"]),
         ("default", "nodes[1].params.cache", said, "fbcache:0.1", ["default", "deepcache", "off"])]
+    # and a Loop's, at its own field
+    loop = Loop(prompt="p", model="shapes", cache="fbcache:0.1")
+    assert _said(cache_problems(loop, served.cache_modes)) == [
+        (None, "cache", said, "fbcache:0.1", ["default", "deepcache", "off"])]
 
 
 def test_an_ops_params_problem_says_where_what_was_received_and_what_is_allowed():

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from genloop.sdk import Graph, GraphError, Loop, RunSpec, graph_problems, validate_graph
 from genloop.sdk.ops import BUILTIN_PARAMS
+from genloop.sdk.schema import Named, Served
 from genloop.sdk.validation import MAX_NODES_PER_GRAPH
 
 
@@ -86,8 +87,10 @@ def test_limits_are_enforced():
         ("the graph has no nodes", "nodes", "at least one node")]
 
     big = Graph()
-    for i in range(MAX_NODES_PER_GRAPH + 1):
+    for i in range(MAX_NODES_PER_GRAPH):
         big.add("select", id=f"n{i}")
+    assert graph_problems(big) == []  # the most allowed
+    big.add("select", id="one-more")
     (too_many,) = [p for p in graph_problems(big) if "at most" in p.message]
     assert (too_many.path, too_many.allowed) == ("nodes", f"at most {MAX_NODES_PER_GRAPH} nodes")
 
@@ -99,6 +102,42 @@ def test_limits_are_enforced():
     many = Graph()
     many.generate("p", n=10_000)
     assert any(p.path == "nodes[0].params.n" for p in graph_problems(many, dict(BUILTIN_PARAMS)))
+
+
+def test_each_input_and_op_problem_says_where_what_was_received_and_what_is_allowed():
+    g = Graph()
+    g.add("select", id="a", inputs=["missing", "a"], params={"top_k": 1})
+    g.add("select", id="b", inputs=["a", "a"], params={"top_k": 1})
+    g.add("nope", id="c")
+    assert [(p.node_id, p.message, p.path, p.received, p.allowed)
+            for p in graph_problems(g, dict(BUILTIN_PARAMS))] == [
+        ("a", "input 'missing' is not a node of this graph", "nodes[0].inputs[0]", "missing",
+         ["b", "c"]),
+        ("a", "a node cannot be its own input", "nodes[0].inputs[1]", "a", None),
+        ("b", "the same input is listed twice", "nodes[1].inputs", ["a", "a"], None),
+        ("c", "unknown op 'nope'", "nodes[2].op", "nope", sorted(BUILTIN_PARAMS))]
+
+
+def test_a_params_problem_deep_in_a_value_is_reported_at_its_full_path():
+    class Sizes(BaseModel):
+        sizes: list[int]
+
+    g = Graph()
+    g.add("sized", id="s", params={"sizes": [1, "x"]})
+    [problem] = graph_problems(g, {"sized": Sizes})
+    assert (problem.node_id, problem.path, problem.received) == (
+        "s", "nodes[0].params.sizes[1]", "x")
+
+
+def test_names_are_checked_when_validating_with_what_the_back_end_serves():
+    g = Graph()
+    g.generate("p", model="tinny", id="gen")
+    served = Served(models=[Named(name="tiny")], evaluators=[], refiners=[], ops=[])
+    validate_graph(g, dict(BUILTIN_PARAMS))  # no names known: none checked
+    with pytest.raises(GraphError) as refused:
+        validate_graph(g, dict(BUILTIN_PARAMS), served)
+    assert [(p.node_id, p.path, p.received) for p in refused.value.problems] == [
+        ("gen", "nodes[0].params.model", "tinny")]
 
 
 def test_self_reference_is_a_problem():
