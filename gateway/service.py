@@ -198,6 +198,10 @@ class Gateway:
         backend_key = scoped_key(tenant, key) if key is not None else None
         with self._locks[tenant]:
             existing = self.store.run_for_key(backend_key) if backend_key is not None else None
+            if existing is not None and self._lost(existing):
+                # its back end lost it (a wiped home): the key starts a new run, checked as any
+                self.store.forget_run(existing)
+                existing = None
             # A retried POST whose run exists is answered with that run (or 409 if the body
             # differs) even when the tenant is at its limit: that run is the one counted.
             if existing is None:
@@ -210,7 +214,6 @@ class Gateway:
                 if exc.status_code == 409:
                     raise KeyConflict(str(exc), existing) from exc
                 raise
-            # (a run the back end made anew for a key whose run it lost counts its cost too)
             created = self.store.add_run(info.id, tenant, backend_key, plan.cost.cost,
                                          info.created_at)
             if created:  # no ended run is deleted by the back end within a retention from now
@@ -306,6 +309,13 @@ class Gateway:
         if filled is spec or limits.evaluators is None or filled.evaluator in limits.evaluators:
             return filled
         return spec.model_copy(update={"evaluator": spec.evaluator})
+
+    def _lost(self, run_id: str) -> bool:
+        try:
+            self.backend.get(run_id)
+        except NotFound:
+            return True
+        return False
 
     def _open(self, tenant: str) -> tuple[int, float]:
         """The tenant's unfinished runs: how many, and their cost together."""

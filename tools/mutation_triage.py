@@ -38,6 +38,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "out" / "mutation"
 COVERAGE = OUT / "coverage"
@@ -120,8 +122,9 @@ def _kills() -> dict[str, int]:
 
 
 def _relative(test: str) -> str:
-    """A test id from ``tests/`` on, however its path was written."""
-    return test[test.index("tests/"):] if "tests/" in test else test
+    """A test id from ``tests/`` on, however its path was written, without its parameters
+    (the map's ids have none)."""
+    return (test[test.index("tests/"):] if "tests/" in test else test).split("[")[0]
 
 
 @functools.cache
@@ -172,7 +175,6 @@ def run(names: list[str], port: str, tests: list[str], past_fast: bool) -> None:
     from redis_util import orphaned_workers  # after the port is set: it reads it on import
     logs = OUT / "triage"
     logs.mkdir(exist_ok=True)
-    import pytest
     import torch  # noqa: F401  (imported once, here, not in every child)
 
     files = sorted({t.split("::")[0] for s in selections.values() for t in s})
@@ -228,6 +230,7 @@ class InOrder:
             path, _, name = test.partition("::")
             self.rank.setdefault((str(Path(path).resolve()), name), i)
 
+    @pytest.hookimpl(tryfirst=True)  # then pytest groups by session parameter (one stack)
     def pytest_collection_modifyitems(self, items: list) -> None:
         def rank(item) -> int:
             name = "::".join(item.nodeid.split("::")[1:]).split("[")[0]
@@ -261,7 +264,8 @@ def main() -> None:
     checks.add_argument("--tests", action="append", default=[],
                         help="a test (file or id) for every name; repeat for more")
     checks.add_argument("--past-fast", action="store_true",
-                        help="the names survived mutmut's fast files: leave them out")
+                        help="the names survived mutmut's fast files: leave them out "
+                             "(not with --tests, whose tests run as given)")
     args, rest = parser.parse_known_args()
     if args.command == "map":
         coverage_map(rest)

@@ -227,6 +227,10 @@ def test_the_store_counts_what_it_holds(pool, store):
     assert after.bytes > 0
     retention_pass(store, DAY)  # the pin took the run off the expiry index
     assert store.storage().expiring == before.expiring
+    # and once unpinned and expired, the run is counted no more: its listing entry went too
+    store.pin(run.id, False)
+    retention_pass(store, DAY, now=run.finished_at + DAY + 1)
+    assert store.storage().runs == before.runs
 
 
 def test_a_pass_takes_batch_after_batch_until_nothing_is_due(pool, store):

@@ -75,6 +75,7 @@ def test_a_gateway_built_in_code_fills_in_its_back_ends_default_model(gateway_in
     # When a loop naming no model is submitted, Then it runs on the back end's default
     info, _ = gateway_in_code.submit("t", Loop(prompt="p", rounds=1, candidates=1), None)
     assert gateway_in_code.backend.store.run_spec(info.id).spec["model"] == "tiny"
+    gateway_in_code.backend.cancel(info.id)  # (its images are not what this test is about)
 
 
 def test_the_sdk_and_the_gateway_refuse_a_bad_spec_with_the_same_problems(stack):

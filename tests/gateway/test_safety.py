@@ -94,42 +94,63 @@ def test_a_run_over_the_cost_budget_is_refused_with_the_figures(stack):
     assert body.details["limit"] == 100_000
 
 
-def test_concurrent_cost_counts_the_tenants_unfinished_runs(stack):
-    # Given a tenant whose unfinished runs may cost 2.5 runs' worth at once
+#: What one ``_costed`` run costs: 4 images x 0.001024 MP x 4 steps x 4 attempts.
+ONE_RUN = 4 * 32 * 32 / 1e6 * 4 * 4
+
+
+def _costed(held: bool = False) -> Graph:
+    """A run of cost ``ONE_RUN``; ``held``: behind a wait that lasts until it is cancelled."""
     g = Graph()
-    g.generate("p", n=4, model="tiny", id="gen")  # 4 x 0.001024 MP x 4 steps x 4 attempts
-    one = 4 * 32 * 32 / 1e6 * 4 * 4
-    _, key = stack.tenant(TenantLimits(max_concurrent_cost=one * 2.5))
-    waiting = Graph()
-    waiting.add("gw-wait", params={"sleep": 2.0}, id="wait", inputs=[])
-    waiting.nodes.extend(g.nodes)
+    if held:
+        g.add("gw-wait", params={"sleep": 60.0}, id="wait", inputs=[])
+    g.generate("p", n=4, model="tiny", id="gen")
+    return g
+
+
+@pytest.fixture
+def held_runs(stack):
+    """Posts held runs for a tenant's key (201 expected), cancelled at the end."""
+    posted: list[tuple[str, str]] = []
+
+    def hold(key: str, **headers: str) -> str:
+        response = post(stack.url, key, _costed(held=True).model_dump_json(), **headers)
+        assert response.status_code == 201, response.text
+        posted.append((key, response.json()["id"]))
+        return posted[-1][1]
+
+    yield hold
+    for key, run_id in posted:
+        httpx.post(f"{stack.url}/v1/runs/{run_id}/cancel",
+                   headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+def test_concurrent_cost_counts_the_tenants_unfinished_runs(stack, held_runs):
+    # Given a tenant whose unfinished runs may cost 2.5 runs' worth at once, with two running
+    _, key = stack.tenant(TenantLimits(max_concurrent_cost=ONE_RUN * 2.5))
     for _ in range(2):
-        running = post(stack.url, key, waiting.model_dump_json())
-        assert running.status_code == 201, running.text
+        held_runs(key)
     # When a third run of the same cost is submitted while both run
-    body = error(post(stack.url, key, g.model_dump_json()), 429, "concurrent_cost_limit")
+    body = error(post(stack.url, key, _costed().model_dump_json()), 429, "concurrent_cost_limit")
     # Then the refusal counts both (not only the last looked at), and it is retryable
-    assert body.details["requested"] == pytest.approx(3 * one)
-    assert "retry-after" in {k.lower() for k in post(stack.url, key, g.model_dump_json()).headers}
+    assert body.details["requested"] == pytest.approx(3 * ONE_RUN)
+    again = post(stack.url, key, _costed().model_dump_json())
+    assert "retry-after" in {k.lower() for k in again.headers}
 
 
-def test_a_keyed_run_made_again_for_one_the_back_end_lost_counts_its_cost(stack):
+def test_a_keyed_run_the_back_end_lost_is_made_again_and_counted_like_a_new_one(
+        stack, held_runs):
     # Given a tenant whose unfinished runs may cost 1.5 runs' worth at once, and whose keyed
     # run the back end no longer has (a wiped home)
-    g = Graph()
-    g.generate("p", n=4, model="tiny", id="gen")
-    one = 4 * 32 * 32 / 1e6 * 4 * 4
-    name, key = stack.tenant(TenantLimits(max_concurrent_cost=one * 1.5))
-    stack.store.add_run("f" * 32, name, scoped_key(name, "k"), one)
-    # When the tenant posts that key again, so the back end makes the run anew
-    waiting = Graph()
-    waiting.add("gw-wait", params={"sleep": 2.0}, id="wait", inputs=[])
-    waiting.nodes.extend(g.nodes)
-    again = post(stack.url, key, waiting.model_dump_json(), **{"Idempotency-Key": "k"})
-    assert again.status_code == 201, again.text
-    # Then the new run counts its cost while it runs, like any other
-    body = error(post(stack.url, key, g.model_dump_json()), 429, "concurrent_cost_limit")
-    assert body.details["requested"] == pytest.approx(2 * one)
+    name, key = stack.tenant(TenantLimits(max_concurrent_cost=ONE_RUN * 1.5))
+    stack.store.add_run("f" * 32, name, scoped_key(name, "k"), ONE_RUN)
+    # When the tenant posts that key again, Then the back end makes the run anew, the lost
+    # one is forgotten, and the key names the new run
+    run_id = held_runs(key, **{"Idempotency-Key": "k"})
+    assert stack.store.owner("f" * 32) is None
+    assert stack.store.run_for_key(scoped_key(name, "k")) == run_id
+    # And the new run counts its cost while it runs, like any other
+    body = error(post(stack.url, key, _costed().model_dump_json()), 429, "concurrent_cost_limit")
+    assert body.details["requested"] == pytest.approx(2 * ONE_RUN)
 
 
 def test_infinite_backoff_is_refused_and_nothing_is_stored(stack):
