@@ -349,19 +349,22 @@ def test_a_running_message_keeps_its_slot_and_frees_it_for_the_next_when_it_ends
     first = chunk_name("a", ["n#0"])
     taken = client.zscore(flight, first)
     # When a#0's message runs on this worker
-    middleware.before_process_message(broker, proxy("gpu", "a", "n#0"))
+    running = proxy("gpu", "a", "n#0")
+    middleware.before_process_message(broker, running)
     # Then the worker's beats move its slot's deadline on, past the one it was taken with
     until(lambda: (client.zscore(flight, first) or 0) > taken + 0.3,
           "the beat to move the running slot's deadline")
     assert [i.instance_id for i, _ in sent] == ["n#0"]
     # When it ends, the next one goes in at once, and the ended one's slot is not renewed
-    middleware.after_process_message(broker, proxy("gpu", "a", "n#0"))
+    middleware.after_process_message(broker, running)
     assert [i.instance_id for i, _ in sent] == ["n#0", "n#1"]
     two_beats(client, fair, f"{middleware.id}:1")
     assert client.zscore(flight, first) is None
+    assert not middleware._running  # (white box) nor kept in the worker's map of running ones
     # And a skipped message frees its slot too
-    middleware.before_process_message(broker, proxy("gpu", "a", "n#1"))
-    middleware.after_skip_message(broker, proxy("gpu", "a", "n#1"))
+    skipped = proxy("gpu", "a", "n#1")
+    middleware.before_process_message(broker, skipped)
+    middleware.after_skip_message(broker, skipped)
     assert [i.instance_id for i, _ in sent] == ["n#0", "n#1", "n#2"]
     middleware.before_worker_shutdown(broker, None)
 

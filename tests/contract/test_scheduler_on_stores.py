@@ -303,6 +303,8 @@ def test_another_process_reads_a_runs_graph_once_for_all_its_threads(store, tmp_
     assert not any(t.is_alive() for t in threads) and len(topologies) == 8
     assert reads == [run.id] and len({id(t) for t in topologies}) == 1
     assert set(topologies[0].nodes) == {"spread", "each", "total"}
+    # (white box) and the lock that made them wait went with the read: none is kept per run
+    assert run.id not in other._loading
 
 
 def test_the_last_node_succeeding_after_another_failed_ends_the_run_failed(pool, store):
