@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import datetime
 import os
+import resource
+import signal
+import tempfile
 import threading
 import time
 import uuid
@@ -241,15 +244,41 @@ def test_local_file_system_errors_are_store_errors_naming_the_artifact(tmp_path)
     store = LocalArtifactStore(tmp_path / "artifacts")
     key = artifact_key(b"blocked", "png")
     (store.root / key[:2]).write_bytes(b"")  # a file where the key's folder belongs
-    for call in (lambda: store.get(key), lambda: store.put(b"blocked"),
-                 lambda: store.delete_if_older(key, time.time())):
-        with pytest.raises(StoreError, match=key):
+    for doing, call in (("reading", lambda: store.get(key)),
+                        ("touching", lambda: store.put(b"blocked")),  # held already?
+                        ("deleting", lambda: store.delete_if_older(key, time.time()))):
+        with pytest.raises(StoreError, match=f"^{doing} artifact '{key}': "):
             call()
     (store.root / key[:2]).unlink()
     (store.root / key[:2] / key).mkdir(parents=True)  # a folder where the file belongs
     with pytest.raises(StoreError, match=f"reading artifact '{key}'"):
         store.get(key)
 
+
+
+def test_a_local_write_that_fails_is_a_store_error_naming_the_artifact(tmp_path):
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    # The file-size limit at 0 makes the write itself fail (EFBIG), as a full disk would
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    ignored = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, limit[1]))
+    try:
+        with pytest.raises(StoreError, match=f"^writing artifact '{artifact_key(b'big', 'png')}'"
+                                             ": .*File too large"):
+            store.put(b"big")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        signal.signal(signal.SIGXFSZ, ignored)
+    assert list(store.stored()) == []  # and nothing half-written is listed
+
+
+def test_a_local_write_is_made_beside_its_file_not_in_the_systems_temporary_folder(
+        tmp_path, monkeypatch):
+    # (the system's may be another file system, where the final rename fails): here it is
+    # a folder that does not exist
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-folder"))
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    assert store.get(store.put(b"beside")) == b"beside"
 
 
 def test_a_local_store_makes_its_folder_with_the_missing_parents(tmp_path):
