@@ -8,7 +8,7 @@ from pydantic import BaseModel, TypeAdapter
 from genloop.sdk import Graph, GraphError, Loop, RunSpec, graph_problems, validate_graph
 from genloop.sdk.ops import BUILTIN_PARAMS
 from genloop.sdk.schema import Named, Served
-from genloop.sdk.validation import MAX_NODES_PER_GRAPH
+from genloop.sdk.validation import MAX_NODES_PER_GRAPH, bad_values
 
 
 def test_builder_graph_round_trips_through_json():
@@ -80,6 +80,14 @@ def test_values_no_spec_may_hold_are_reported_with_their_node_and_place():
                      ("surrogate", "params.text: not valid Unicode (a lone surrogate)")}
 
 
+def test_a_bad_value_is_found_at_its_path_in_a_key_or_past_a_key_that_is_no_name():
+    why = "nan is not a finite number"
+    assert bad_values({"k": float("nan")}) == [("k", why)]  # at the top: no leading dot
+    assert bad_values({"a": [1, {"b": float("nan")}]}, "p") == [("p.a[1].b", why)]
+    assert bad_values({1: float("nan")}, "p") == [("p", why)]  # a key no name: its dict's
+    assert bad_values({"\ud800": 1}, "p") == [("p", "not valid Unicode (a lone surrogate)")]
+
+
 def test_limits_are_enforced():
     # each graph-wide problem says where (the nodes) and what is allowed
     empty = Graph()
@@ -116,6 +124,26 @@ def test_each_input_and_op_problem_says_where_what_was_received_and_what_is_allo
         ("a", "a node cannot be its own input", "nodes[0].inputs[1]", "a", None),
         ("b", "the same input is listed twice", "nodes[1].inputs", ["a", "a"], None),
         ("c", "unknown op 'nope'", "nodes[2].op", "nope", sorted(BUILTIN_PARAMS))]
+
+
+def test_map_backoff_and_cycle_problems_say_where_what_was_received_and_what_is_allowed():
+    g = Graph()
+    g.add("select", id="a", inputs=[])
+    g.add("select", id="b", inputs=["a", "a2"], map=True)
+    g.add("select", id="a2", inputs=["a"], min_backoff=5, max_backoff=1)
+    g.add("select", id="even", inputs=["a"], min_backoff=1, max_backoff=1)  # equal: allowed
+    g.add("select", id="only-min", inputs=["a"], min_backoff=9)  # max unset: allowed
+    # a cycle of three behind a diamond, which is none
+    g.add("select", id="d1", inputs=["a", "a2"])
+    g.add("select", id="x", inputs=["d1", "z"])  # the cycle through its second input
+    g.add("select", id="y", inputs=["x"])
+    g.add("select", id="z", inputs=["y"])
+    assert [(p.node_id, p.message, p.path, p.received, p.allowed) for p in graph_problems(g)] == [
+        ("b", "map=True needs exactly one input to map over", "nodes[1].inputs", ["a", "a2"],
+         "exactly one node id"),
+        ("a2", "min_backoff is larger than max_backoff", "nodes[2].min_backoff", 5.0,
+         "at most max_backoff (1.0)"),
+        ("y", "cycle: y -> z -> x -> y", "nodes", None, "a graph without cycles")]  # as data flows
 
 
 def test_a_params_problem_deep_in_a_value_is_reported_at_its_full_path():
