@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from pydantic import BaseModel, TypeAdapter
 
@@ -144,6 +146,22 @@ def test_map_backoff_and_cycle_problems_say_where_what_was_received_and_what_is_
         ("a2", "min_backoff is larger than max_backoff", "nodes[2].min_backoff", 5.0,
          "at most max_backoff (1.0)"),
         ("y", "cycle: y -> z -> x -> y", "nodes", None, "a graph without cycles")]  # as data flows
+
+
+def test_forty_stacked_diamonds_are_walked_once_each_for_cycles():
+    # A walk that went into finished nodes again would take 2**40 steps here: not a timing
+    # target, a bound on the work (it ends in milliseconds; 10 s means it never would)
+    g = Graph()
+    g.add("select", id="d0")
+    for k in range(1, 41):
+        g.add("select", id=f"l{k}", inputs=[f"d{k - 1}"])
+        g.add("select", id=f"r{k}", inputs=[f"d{k - 1}"])
+        g.add("select", id=f"d{k}", inputs=[f"l{k}", f"r{k}"])
+    checked: list[list] = []
+    walk = threading.Thread(target=lambda: checked.append(graph_problems(g)), daemon=True)
+    walk.start()
+    walk.join(10)
+    assert checked == [[]]
 
 
 def test_a_params_problem_deep_in_a_value_is_reported_at_its_full_path():
