@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+from wait_util import until
+
 from genloop.workers.stores import EventRecord, RunRecord, RunSpecRecord, SqliteStateStore
 from genloop.workers.stores.sqlite_checkpoint import EVERY_COMMITS
 
@@ -38,3 +40,19 @@ def test_commits_are_checkpointed_off_the_writer_and_close_stops_the_thread(tmp_
     # When the store closes, the thread ends
     store.close()
     assert len(_checkpoint_threads()) == threads
+
+
+def test_the_storage_counted_holds_the_write_ahead_log_beside_the_database(tmp_path):
+    # Given a store with writes in its log (a passive checkpoint copies it, never shrinks it)
+    store = SqliteStateStore(tmp_path / "state.db")
+    try:
+        run = RunRecord(id="r", spec_hash="h", pending_nodes=0, created_at=time.time())
+        store.create_run(run, RunSpecRecord(spec={}, graph={}), [], [])
+        log = tmp_path / "state.db-wal"
+        assert log.stat().st_size > 0
+        # Then the bytes it counts are both files' (read again while a checkpoint may grow
+        # the database)
+        until(lambda: store.storage().bytes == (tmp_path / "state.db").stat().st_size
+              + log.stat().st_size, "the storage counted to match both files")
+    finally:
+        store.close()
