@@ -158,9 +158,7 @@ class Gateway:
         forgotten, due = 0, self.store.due_forgets(now, limit)
         while due:
             for run_id in due:
-                try:
-                    info = self.backend.get(run_id)
-                except NotFound:
+                if (info := self._backend_run(run_id)) is None:
                     self.store.forget_run(run_id)
                     forgotten += 1
                 else:  # unfinished, pinned or kept longer: not before a retention after its end
@@ -198,7 +196,7 @@ class Gateway:
         backend_key = scoped_key(tenant, key) if key is not None else None
         with self._locks[tenant]:
             existing = self.store.run_for_key(backend_key) if backend_key is not None else None
-            if existing is not None and self._lost(existing):
+            if existing is not None and self._backend_run(existing) is None:
                 # its back end lost it (a wiped home): the key starts a new run, checked as any
                 self.store.forget_run(existing)
                 existing = None
@@ -310,22 +308,20 @@ class Gateway:
             return filled
         return spec.model_copy(update={"evaluator": spec.evaluator})
 
-    def _lost(self, run_id: str) -> bool:
+    def _backend_run(self, run_id: str) -> RunInfo | None:
+        """The back end's run, or ``None`` where it no longer has it (its retention deleted it,
+        or its home was wiped)."""
         try:
-            self.backend.get(run_id)
+            return self.backend.get(run_id)
         except NotFound:
-            return True
-        return False
+            return None
 
     def _open(self, tenant: str) -> tuple[int, float]:
         """The tenant's unfinished runs: how many, and their cost together."""
         count, cost = 0, 0.0
         for run_id in self.store.open_runs(tenant):
-            try:
-                ended = self.backend.get(run_id).status.terminal
-            except NotFound:
-                ended = True
-            if ended:
+            info = self._backend_run(run_id)
+            if info is None or info.status.terminal:
                 self.store.mark_ended(run_id)
             else:
                 count += 1
@@ -348,11 +344,9 @@ class Gateway:
             return [(created, run_id, run_id) for run_id, created in
                     self.store.runs(tenant, before=at, limit=n, before_id=last)]
 
-        def info(run_id: str) -> RunInfo | None:
-            try:
-                return self.backend.get(run_id).model_copy(update={"nodes": []})
-            except NotFound:  # the back end lost it (a wiped home): nothing to list
-                return None
+        def info(run_id: str) -> RunInfo | None:  # None: lost, nothing to list
+            run = self._backend_run(run_id)
+            return None if run is None else run.model_copy(update={"nodes": []})
 
         return list_page(rows, info, RunFilter.of(query), query.cursor, query.limit)
 
@@ -487,10 +481,8 @@ class Gateway:
             self.store.mark_indexed(run_id, RunSummary.of(result))
 
     def _created_at(self, run_id: str) -> float | None:
-        try:
-            return self.backend.get(run_id).created_at
-        except NotFound:
-            return None
+        run = self._backend_run(run_id)
+        return None if run is None else run.created_at
 
     def ping(self) -> None:
         self.store.ping()

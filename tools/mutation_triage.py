@@ -111,10 +111,14 @@ def ordered(selected: list[str], past_fast: bool) -> list[str]:
 
 
 def _kills() -> dict[str, int]:
-    """How many logs in ``out/mutation/triage`` name each test as the one that failed."""
+    """How many logs in ``out/mutation/triage`` name each test as the one that failed (in
+    pytest's summary, at a log's end: read for every mutant, so only the tail)."""
     kills: dict[str, int] = {}
     for log in (OUT / "triage").glob("*.log"):
-        for line in log.read_text(errors="replace").splitlines():
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
+            tail = f.read().decode(errors="replace")
+        for line in tail.splitlines():
             if line.startswith("FAILED "):
                 test = _relative(line.split()[1])
                 kills[test] = kills.get(test, 0) + 1
