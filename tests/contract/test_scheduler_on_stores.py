@@ -427,6 +427,42 @@ def test_a_second_execution_whose_lease_ran_out_completes_with_the_result_stored
         "1 item(s), cached"]
 
 
+def test_a_late_execution_whose_first_result_was_deleted_under_it_lands_its_own_or_says_why(
+        store, tmp_path, monkeypatch):
+    # Given a second execution that finishes after the first stored the result, and retention
+    # deleting that result between the finish step and its read (once)
+    wiring = _wired(store, tmp_path)
+    first, first_inst = _started(wiring, "slow", ttl=0.05)
+    until(lambda: not store.lease_remaining("k"), "the lease on k ran out")
+    second, second_inst = _started(wiring, "late")
+    wiring.scheduler.succeeded(first.id, "only", _result(1), lease=("k", "slow"),
+                               started=first_inst)
+    real, deletions = store.finish_instances, []
+
+    def finish_instances(finishes):
+        outs = real(finishes)
+        if not deletions:  # the retention pass: the first run expires, and its result with it
+            store.schedule_expiry(first.id, time.time(), ["k"])
+            deletions.append(store.delete_results(["k"], now=time.time()))
+        return outs
+
+    monkeypatch.setattr(store, "finish_instances", finish_instances)
+    # When the scheduler has no patience to try again, Then the error names what is gone
+    wiring.scheduler.complete_patience = 0.0
+    with pytest.raises(StoreError) as gone:
+        wiring.scheduler.succeeded(second.id, "only", _result(2), lease=("k", "late"),
+                                   started=second_inst)
+    assert deletions == [1]
+    assert str(gone.value) == (f"the result 'k' stored first for instance "
+                               f"{second_inst.instance_id!r} of run {second.id!r} is gone")
+    # When it tries again, Then the late execution lands its own result
+    wiring.scheduler.succeeded(second.id, "only", _result(2), lease=("k", "late"),
+                               started=second_inst)
+    assert store.get_run(second.id).status == "succeeded"
+    (ref,) = store.nodes(second.id)[0].outputs
+    assert store.get_result(ref.key).items == [{"n": 2}]
+
+
 def test_a_started_run_keeps_its_labels_and_a_loop_apart_from_the_graph_it_runs(pool, store):
     # Given a loop admitted elsewhere and the graph it was compiled to (any graph: start checks
     # nothing again), labelled
