@@ -190,6 +190,8 @@ def test_scoring_is_costed_by_the_evaluator_and_options_a_node_names():
     plan = admission.admit(g, TenantLimits())
     assert plan.limits.score_costs["score"] == pytest.approx(
         score_cost("brand-palette", options)) != pytest.approx(PASS_COST)
+    # and the run's cost counts it for the one image it scores
+    assert plan.cost.nodes["score"].cost == pytest.approx(score_cost("brand-palette", options))
 
 
 def test_evaluator_options_are_refused_where_they_sit_with_the_tenants_own_names():

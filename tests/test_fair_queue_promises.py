@@ -189,14 +189,17 @@ def test_the_images_a_model_s_waiting_work_holds_are_counted_until_it_is_let_in(
         client.delete(*client.keys(f"genloop:fair:{queue}*"))
 
 
-def test_a_re_send_frees_every_stale_slot_of_the_chunks_that_carried_it(client):
+@pytest.mark.parametrize("window", ["its queue's", "its model's"])
+def test_a_re_send_frees_every_stale_slot_of_the_chunks_that_carried_it(client, window):
     sent: list[tuple[InstanceRecord, float]] = []
-    fair = redis_fair(client, sent)
-    fair.join("w1", "gpu", threads=100, ttl=30)
+    # (a model's window: the queue's messages routed to the model's own queue)
+    model = routed_queue("gpu", "sim") if window == "its model's" else "gpu"
+    fair = redis_fair(client, sent, queue_of=lambda chunk: model)
+    fair.join("w1", model, threads=100, ttl=30)
     # Given a release of 48 instances, in flight as 16 chunks of 3
     lost = [inst("a", i) for i in range(48)]
     fair(lost)
-    flight = fair.key("gpu", "flight")
+    flight = fair.key(model, "flight")
     assert client.zcard(flight) == 16
     # When the sweeper sends one instance of each chunk again (nobody works on them)
     again = lost[::3]
@@ -206,6 +209,20 @@ def test_a_re_send_frees_every_stale_slot_of_the_chunks_that_carried_it(client):
     held = {m.decode() for m in client.zrange(flight, 0, -1)}
     assert held == {chunk_name("a", [i.instance_id]) for i in again}
     assert len(sent) == 48 + 16
+
+
+def test_renewing_the_slot_of_a_message_that_already_ended_takes_no_slot(client):
+    # Given a window of one slot, whose message ended after a beat read it as running
+    sent: list[tuple[InstanceRecord, float]] = []
+    fair = redis_fair(client, sent)
+    fair.join("w", "gpu", threads=1, ttl=30)
+    fair([inst("a", 0)])
+    fair.finished("gpu", "a", ["n#0"])
+    # When that beat renews the slot
+    fair.running("gpu", [chunk_name("a", ["n#0"])], ttl=30)
+    # Then the slot stays free: the next message goes at once
+    fair([inst("b", 0)])
+    assert [i.run_id for i, _ in sent] == ["a", "b"]
 
 
 def test_a_waiting_message_holds_only_what_its_message_needs(client):

@@ -1,16 +1,19 @@
 """The Redis store's transition scripts where only Redis has the case: a Redis that forgot them
-(restarted, SCRIPT FLUSH), and a script beside a run transaction that holds the run's lock (the
-SQLite store has no such interleaving: its steps and transactions take turns)."""
+(restarted, SCRIPT FLUSH), a script beside a run transaction that holds the run's lock (the
+SQLite store has no such interleaving: its steps and transactions take turns), and a watch on a
+run's end whose connection Redis dropped."""
 
 from __future__ import annotations
 
 import time
 import uuid
 
+import pytest
+
 from contract.test_state_store import _create, _start
 from redis_util import redis_url
 
-from genloop.sdk import RunStatus
+from genloop.sdk import RunStatus, StoreError
 from genloop.sdk.models import NodeStatus
 from genloop.workers.stores import (
     EventRecord,
@@ -102,3 +105,18 @@ def test_a_pools_keys_stay_where_an_earlier_release_wrote_them():
         members = (f"{run_id}|a#0", f"{run_id}|a#1")
         store.client.hdel("genloop:outbox", *members)
         store.client.zrem("genloop:live", *members)
+
+
+def test_a_watch_whose_connection_redis_dropped_says_so_as_a_store_error():
+    store = RedisStateStore(redis_url(), prefix=f"test-{uuid.uuid4().hex[:8]}")
+    try:
+        with store.watch_end("r1") as watch:
+            # Given the watch's own connection dropped by the server (and no other client's)
+            host, port = watch._pubsub.connection._sock.getsockname()[:2]
+            assert store.client.client_kill(f"{host}:{port}")
+            # When it waits, Then it hears a StoreError with Redis's reason
+            with pytest.raises(StoreError) as caught:
+                watch.wait(5.0)
+            assert str(caught.value) == "redis: Connection closed by server."
+    finally:
+        store.close()

@@ -98,7 +98,8 @@ def covering_tests(name: str) -> list[str]:
     def tests(span) -> set[str]:
         return {c for i in span for c in by_line.get(i, []) if c}
 
-    return sorted({_pytest_id(c) for c in tests(changed) or tests(range(first, last + 1))})
+    ids = {_pytest_id(c) for c in tests(changed) or tests(range(first, last + 1))}
+    return sorted(ids - {None})
 
 
 def ordered(selected: list[str], past_fast: bool) -> list[str]:
@@ -160,12 +161,14 @@ def _mapped(path: Path) -> tuple[list[str], dict[str, tuple[int, int]], dict[int
     return source.read_text().splitlines(), _functions(source), data.contexts_by_lineno(measured)
 
 
-def _pytest_id(context: str) -> str:
+def _pytest_id(context: str) -> str | None:
     """``test_module[.Class].test_function`` (coverage's context) as a pytest id, every
-    parameter; a module name two test folders share is read as the first one's."""
+    parameter; a module name two test folders share is read as the first one's. None for a
+    library's own function named like a test (hypothesis' ``ConjectureRunner.test_function``,
+    jinja2's tests), which coverage credits in place of the test that called it."""
     module, *rest = context.split(".")
-    (path, *_) = sorted(ROOT.glob(f"tests/**/{module}.py"))
-    return "::".join([str(path), *rest])
+    paths = sorted(ROOT.glob(f"tests/**/{module}.py"))
+    return "::".join([str(paths[0]), *rest]) if paths else None
 
 
 def run(names: list[str], port: str, tests: list[str], past_fast: bool) -> None:

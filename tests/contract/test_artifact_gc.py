@@ -70,3 +70,14 @@ def test_an_image_put_again_while_the_collector_lists_is_kept(store, tmp_path):
     report = collect(store, artifacts, GRACE)
     assert report.young == 0 and report.deleted == 0
     assert artifacts.exists(key)
+
+
+def test_an_image_written_exactly_at_the_cutoff_is_young_and_kept(store, tmp_path):
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    key = artifacts.put(b"an image on the cutoff")
+    written = 1_700_000_000.0
+    os.utime(artifacts.root / key[:2] / key, (written, written))
+
+    report = collect(store, artifacts, GRACE, now=written + GRACE)
+    assert (report.stored, report.young, report.deleted) == (1, 1, 0)
+    assert artifacts.exists(key)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import resource
 import signal
 import tempfile
@@ -128,19 +129,29 @@ def test_every_s3_name_for_a_missing_object_reads_as_missing(code):
         assert s3.put(b"stubbed") == _S3_KEY
 
 
-def test_other_s3_errors_are_store_errors_naming_the_artifact():
+def test_other_s3_errors_are_store_errors_naming_the_call_and_the_artifact():
+    def naming(what: str) -> str:
+        return f"^s3 {what} {re.escape(repr(_S3_KEY))}: .*AccessDenied"
+
     with _stubbed_s3() as (s3, stub):
-        for method, call in [("head_object", lambda: s3.exists(_S3_KEY)),
-                             ("get_object", lambda: s3.get(_S3_KEY)),
-                             ("copy_object", lambda: s3.put(b"stubbed")),
-                             ("head_object", lambda: s3.delete_if_older(_S3_KEY, time.time()))]:
+        for what, method, call in [
+                ("head", "head_object", lambda: s3.exists(_S3_KEY)),
+                ("get", "get_object", lambda: s3.get(_S3_KEY)),
+                ("copy", "copy_object", lambda: s3.put(b"stubbed")),
+                ("head", "head_object", lambda: s3.delete_if_older(_S3_KEY, time.time()))]:
             stub.add_client_error(method, "AccessDenied", http_status_code=403)
-            with pytest.raises(StoreError, match=_S3_KEY):
+            with pytest.raises(StoreError, match=naming(what)):
                 call()
         stub.add_client_error("copy_object", "NoSuchKey", http_status_code=404)
         stub.add_client_error("put_object", "AccessDenied", http_status_code=403)
-        with pytest.raises(StoreError, match=_S3_KEY):
+        with pytest.raises(StoreError, match=naming("put")):
             s3.put(b"stubbed")
+        # an old object whose deletion is refused
+        stub.add_response("head_object", {"LastModified": datetime.datetime(
+            2026, 1, 1, tzinfo=datetime.UTC)}, expected_params=_head())
+        stub.add_client_error("delete_object", "AccessDenied", http_status_code=403)
+        with pytest.raises(StoreError, match=naming("delete")):
+            s3.delete_if_older(_S3_KEY, time.time())
         stub.add_client_error("list_objects_v2", "AccessDenied", http_status_code=403)
         with pytest.raises(StoreError, match="s3 list"):
             list(s3.stored())
@@ -269,7 +280,8 @@ def test_a_local_write_that_fails_is_a_store_error_naming_the_artifact(tmp_path)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, limit)
         signal.signal(signal.SIGXFSZ, ignored)
-    assert list(store.stored()) == []  # and nothing half-written is listed
+    # and nothing half-written is left behind, where no collector would find it
+    assert [p for p in store.root.rglob("*") if not p.is_dir()] == []
 
 
 def test_a_local_write_is_made_beside_its_file_not_in_the_systems_temporary_folder(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -35,7 +36,7 @@ class LocalArtifactStore(ArtifactStore):
         return self._path(key).is_file()
 
     def _write(self, key: str, data: bytes) -> None:
-        path = self._path(key)
+        path, tmp = self._path(key), None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
@@ -43,6 +44,9 @@ class LocalArtifactStore(ArtifactStore):
                 f.write(data)
             os.replace(tmp, path)
         except OSError as exc:
+            if tmp is not None:  # a partial file nothing else would remove: stored() skips it
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
             raise StoreError(f"writing artifact {key!r}: {exc}") from exc
 
     def _touch(self, key: str) -> bool:
