@@ -9,7 +9,6 @@ import time
 import uuid
 
 import pytest
-
 from contract.test_state_store import _create, _start
 from redis_util import redis_url
 
