@@ -1,7 +1,7 @@
 """The Redis store's transition scripts where only Redis has the case: a Redis that forgot them
 (restarted, SCRIPT FLUSH), a script beside a run transaction that holds the run's lock (the
-SQLite store has no such interleaving: its steps and transactions take turns), and a watch on a
-run's end whose connection Redis dropped."""
+SQLite store has no such interleaving: its steps and transactions take turns), a watch on a
+run's end whose connection Redis dropped, and the store's default address."""
 
 from __future__ import annotations
 
@@ -117,5 +117,14 @@ def test_a_watch_whose_connection_redis_dropped_says_so_as_a_store_error():
             with pytest.raises(StoreError) as caught:
                 watch.wait(5.0)
             assert str(caught.value) == "redis: Connection closed by server."
+    finally:
+        store.close()
+
+
+def test_a_store_given_no_address_is_the_local_redis_s_first_database():
+    store = RedisStateStore()  # connects at its first command, so none is sent here
+    try:
+        options = store.client.connection_pool.connection_kwargs
+        assert (options["host"], options["port"], options["db"]) == ("127.0.0.1", 6379, 0)
     finally:
         store.close()

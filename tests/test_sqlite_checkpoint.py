@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 
 from wait_util import until
 
 from genloop.workers.stores import EventRecord, RunRecord, RunSpecRecord, SqliteStateStore
-from genloop.workers.stores.sqlite_checkpoint import EVERY_COMMITS
+from genloop.workers.stores.sqlite_checkpoint import EVERY_COMMITS, Checkpointer
 
 
 def _checkpoint_threads() -> list[threading.Thread]:
@@ -40,6 +41,33 @@ def test_commits_are_checkpointed_off_the_writer_and_close_stops_the_thread(tmp_
     # When the store closes, the thread ends
     store.close()
     assert len(_checkpoint_threads()) == threads
+
+
+def test_close_waits_for_a_checkpoint_in_progress(tmp_path):
+    # Given a checkpoint running on the checkpointer's thread, held there by the test
+    started, go = threading.Event(), threading.Event()
+
+    class Held(sqlite3.Connection):
+        def execute(self, sql, *args):
+            if sql.startswith("PRAGMA wal_checkpoint"):
+                started.set()
+                go.wait()
+            return super().execute(sql, *args)
+
+    threads = len(_checkpoint_threads())
+    checkpointer = Checkpointer(lambda: sqlite3.connect(tmp_path / "state.db", factory=Held))
+    for _ in range(EVERY_COMMITS):
+        checkpointer.committed()
+    assert started.wait(10)
+    # When the checkpointer closes, Then close returns only once the checkpoint is done and
+    # the thread has ended (its connection closed)
+    closer = threading.Thread(target=checkpointer.close)
+    closer.start()
+    closer.join(0.5)
+    assert closer.is_alive()
+    go.set()
+    closer.join(10)
+    assert not closer.is_alive() and len(_checkpoint_threads()) == threads
 
 
 def test_the_storage_counted_holds_the_write_ahead_log_beside_the_database(tmp_path):
