@@ -463,6 +463,21 @@ def test_a_late_execution_whose_first_result_was_deleted_under_it_lands_its_own_
     assert store.get_result(ref.key).items == [{"n": 2}]
 
 
+def test_a_retry_recorded_after_the_next_attempt_started_leaves_that_attempt_running(
+        store, tmp_path):
+    # Given attempt 2 started: Retries re-sent attempt 1's message before its failure was
+    # recorded
+    wiring = _wired(store, tmp_path)
+    run = wiring.scheduler.submit(_one("double"))
+    inst = store.instance(run.id, "only")
+    assert wiring.scheduler.claim_and_start(inst, 2, "k", "second", ttl=30)[0] == Started.STARTED
+    # When attempt 1's retry is recorded, Then attempt 2 stays running, and the retry is told
+    wiring.scheduler.retrying(run.id, "only", 1, Transient("boom"))
+    assert store.instance(run.id, "only").status == NodeStatus.RUNNING
+    assert [(e.type, e.attempt) for e in store.events(run.id) if e.type.startswith("instance")
+            ] == [("instance.started", 2), ("instance.retry", 1)]
+
+
 def test_a_started_run_keeps_its_labels_and_a_loop_apart_from_the_graph_it_runs(pool, store):
     # Given a loop admitted elsewhere and the graph it was compiled to (any graph: start checks
     # nothing again), labelled

@@ -107,6 +107,24 @@ def test_error_types_stay_a_bounded_label_set():
                if s.name.endswith("_total")) == MAX_ERROR_TYPES + 31
 
 
+def test_an_attempt_seen_starting_before_the_last_one_s_retry_keeps_both_durations():
+    # Dramatiq re-sends a failed attempt before its retry event is written, so on a busy
+    # machine the next attempt's start can be observed first
+    metrics = Metrics()
+
+    def op_of(run_id: str, node_id: str) -> tuple[str, str]:
+        return "op", "cpu"
+
+    for type_, at, attempt in [("instance.started", 0.0, 1), ("instance.started", 2.0, 2),
+                               ("instance.retry", 1.0, 1), ("instance.succeeded", 5.0, 2)]:
+        metrics.observe("r", EventRecord(type=type_, time=at, node_id="n", instance_id="n",
+                                         attempt=attempt), op_of)
+    samples = {s.name: s.value for fam in metrics.op_duration.collect() for s in fam.samples
+               if s.labels.get("op") == "op" and not s.name.endswith("_bucket")}
+    assert (samples["genloop_op_duration_seconds_count"],
+            samples["genloop_op_duration_seconds_sum"]) == (2, 1.0 + 3.0)
+
+
 def test_metrics_answer_only_the_operators_token_and_are_off_without_one(gateway, resources,
                                                                           tmp_path):
     import httpx

@@ -97,7 +97,8 @@ class Metrics:
                                "retention and the collector", ["kind"], registry=r)
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._error_types: set[str] = set()
-        self._started: OrderedDict[tuple[str, str], tuple[float, str, str]] = OrderedDict()
+        self._started: OrderedDict[tuple[str, str, int | None], tuple[float, str, str]] = (
+            OrderedDict())
         self._lock = threading.Lock()
         self._models = _ResidentModels()
         r.register(self._models)
@@ -127,7 +128,9 @@ class Metrics:
             self._instance(run_id, event, kind[9:], op_of)
 
     def _instance(self, run_id: str, event: EventRecord, what: str, op_of: OpOf) -> None:
-        key = (run_id, event.instance_id or "")
+        # Keyed by attempt too: Dramatiq re-sends a failed attempt before its retry event is
+        # written, so the next attempt's start may be seen before the last one's end.
+        key = (run_id, event.instance_id or "", event.attempt)
         if what == "started":
             op, queue = op_of(run_id, event.node_id or "")
             with self._lock:

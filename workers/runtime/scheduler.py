@@ -259,8 +259,10 @@ class Scheduler:
             inst = tx.instance(instance_id)
             if inst.status.terminal:
                 return
-            inst.status = NodeStatus.QUEUED
-            tx.put_instance(inst)
+            # Retries re-sends the message before this runs: the next attempt may be running.
+            if inst.attempts <= attempt:
+                inst.status = NodeStatus.QUEUED
+                tx.put_instance(inst)
             tx.event(new_event("instance.retry", node_id=inst.node_id, instance_id=instance_id,
                          attempt=attempt, error=f"{type(error).__name__}: {error}"))
 
