@@ -398,26 +398,31 @@ def test_a_stored_result_is_reused_under_the_same_model_and_not_under_another(po
     assert len(calls) == 2
 
 
+def _overtaken(wiring) -> tuple:
+    """Two runs of one graph, whose instance shares result key ``k``, with no worker: the first
+    execution's lease runs out before it finishes, so a second one starts too, and then the
+    first stores its result (``n=1``). (first run, second run, the second's instance)."""
+    first, first_inst = _started(wiring, "slow", ttl=0.05)
+    until(lambda: not wiring.scheduler.store.lease_remaining("k"), "the lease on k ran out")
+    second, second_inst = _started(wiring, "late")
+    wiring.scheduler.succeeded(first.id, "only", _result(1), lease=("k", "slow"),
+                               started=first_inst)
+    return first, second, second_inst
+
+
 @pytest.mark.parametrize("second_in", ["its own step", "a chunk's step"])
 def test_a_second_execution_whose_lease_ran_out_completes_with_the_result_stored_first(
         store, tmp_path, second_in):
-    # Given two runs of one graph, whose instance shares a result key, with no worker
-    # When the first execution's lease runs out before it finishes, so a second one starts too
+    # Given a second execution started when the first's lease ran out, and the first's result
+    # stored
     wiring = _wired(store, tmp_path)
-    first, first_inst = _started(wiring, "slow", ttl=0.05)
-    until(lambda: not store.lease_remaining("k"), "the lease on k ran out")
-    second, second_inst = _started(wiring, "late")
-    insts = [first_inst, second_inst]
-    # and the first stores its result before the second finishes with another (alone, or as
-    # a chunk's instance)
-    results = [_result(1), _result(2)]
-    wiring.scheduler.succeeded(first.id, "only", results[0], lease=("k", "slow"),
-                               started=insts[0])
+    first, second, second_inst = _overtaken(wiring)
+    # When the second finishes with another (alone, or as a chunk's instance)
     if second_in == "its own step":
-        wiring.scheduler.succeeded(second.id, "only", results[1], lease=("k", "late"),
-                                   started=insts[1])
+        wiring.scheduler.succeeded(second.id, "only", _result(2), lease=("k", "late"),
+                                   started=second_inst)
     else:
-        wiring.scheduler.succeeded_many([Succeeded(insts[1], results[1], ("k", "late"))])
+        wiring.scheduler.succeeded_many([Succeeded(second_inst, _result(2), ("k", "late"))])
     # Then both runs end with the result stored first, the second saying it reused it
     for run in (first, second):
         assert store.get_run(run.id).status == "succeeded"
@@ -432,11 +437,7 @@ def test_a_late_execution_whose_first_result_was_deleted_under_it_lands_its_own_
     # Given a second execution that finishes after the first stored the result, and retention
     # deleting that result between the finish step and its read (once)
     wiring = _wired(store, tmp_path)
-    first, first_inst = _started(wiring, "slow", ttl=0.05)
-    until(lambda: not store.lease_remaining("k"), "the lease on k ran out")
-    second, second_inst = _started(wiring, "late")
-    wiring.scheduler.succeeded(first.id, "only", _result(1), lease=("k", "slow"),
-                               started=first_inst)
+    first, second, second_inst = _overtaken(wiring)
     real, deletions = store.finish_instances, []
 
     def finish_instances(finishes):
