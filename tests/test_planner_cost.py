@@ -258,6 +258,22 @@ def test_instances_carry_their_nodes_retry_settings_and_a_shards_own_size():
     assert {(i.max_retries, i.min_backoff, i.max_backoff) for i in instances} == {(5, 7, 9)}
 
 
+def test_an_instance_expects_an_item_per_input_element_wise_and_one_from_a_reducer():
+    from genloop.workers.runtime.planner import expand
+    from genloop.workers.stores.records import ItemRef
+
+    g = Graph()
+    gen = g.generate("p", n=3, id="gen")
+    g.score(gen, text="p", id="score")
+    g.add("select", inputs=["score"], params={"top_k": 2}, id="pick")
+    inputs = [ItemRef(key="k", index=i) for i in range(3)]
+    score, pick = g.nodes[1], g.nodes[2]
+    assert [i.expected_items for i in expand("r", score, default_registry["score"], inputs)
+            ] == [3]
+    assert [i.expected_items for i in expand("r", pick, default_registry["select"], inputs)
+            ] == [1]
+
+
 # -- an agent's answer to a refine node, costed against the run's limit ----------------------
 def _answered_loop(limit: float | None, **limits) -> tuple[Graph, str]:
     """A 2x2 agent loop planned at 6 megapixel-steps (4 images of 1, 2 steps each, and 4
