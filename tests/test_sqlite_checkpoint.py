@@ -31,10 +31,8 @@ def test_commits_are_checkpointed_off_the_writer_and_close_stops_the_thread(tmp_
     # Then a thread of its own copies the log into the database (with checkpoints left to
     # the COMMITs turned off, nothing else would before the store closes)
     copied = before + EVERY_COMMITS * 2000  # at least the first due checkpoint's runs
-    deadline = time.monotonic() + 10
-    while (tmp_path / "state.db").stat().st_size <= copied and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert (tmp_path / "state.db").stat().st_size > copied
+    until(lambda: (tmp_path / "state.db").stat().st_size > copied,
+          "the log copied into the database")
     assert len(_checkpoint_threads()) == threads + 1
     assert store.get_run(f"r{2 * EVERY_COMMITS - 1}").id == f"r{2 * EVERY_COMMITS - 1}"
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
+
+from test_sqlite_close import _store_with_run
 
 from genloop.sdk.errors import StoreError
-from genloop.workers.stores import RunRecord, RunSpecRecord, SqliteStateStore
 
 
 def _corrupt_table(path, table: str) -> None:
@@ -28,9 +28,7 @@ def _corrupt_table(path, table: str) -> None:
 def test_a_read_of_a_corrupt_page_is_a_store_error_with_sqlites_reason(tmp_path):
     # Given an opened store holding a run, whose runs table's page then goes bad on disk
     path = tmp_path / "state.db"
-    store = SqliteStateStore(path)
-    run = RunRecord(id="r", spec_hash="h", pending_nodes=0, created_at=time.time())
-    store.create_run(run, RunSpecRecord(spec={}, graph={}), [], [])
+    store = _store_with_run(path)
     _corrupt_table(path, "runs")
     # When a thread with no cached pages reads the run
     errors: list[BaseException] = []
