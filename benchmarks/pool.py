@@ -2,7 +2,7 @@
 
     python benchmarks/pool.py [--workers 8] [--threads 2] [--agents 6] [--loops 2] [--rounds 3]
                               [--variants 100] [--variant-images 12] [--load 3] [--fits 2]
-                              [--quick] [--json]
+                              [--sides off,on] [--quick] [--json]
 
 Each side starts a pool of its own on one Redis the benchmark starts (``redis-server`` on a free
 port, no persistence, shut down at the end): ``--workers`` real ``genloop worker`` processes
@@ -39,12 +39,14 @@ Figures per side:
   the campaign is submitted, plus the loops then sent beside it at the rates the status
   measured (an autoscaler cannot know them; the benchmark does), over the workers, against the
   time the pool took from that read until the campaign and those loops had ended. Loads are in
-  the time, not the estimate.
+  the time, not the estimate. ``--json`` adds each live worker's measured seconds per image step
+  at that read (``backlog_step_seconds``), what the estimate rests on.
 
 ``GENLOOP_ROUTING`` (``on``/``off``) is set for each side in this process (the sender) and in
 the workers. ``--quick`` is a smoke run of under a minute (2 workers, 2 agents of one 2-round
 loop, a campaign of 4 x 8); its figures show that every part runs, not how a pool behaves.
-Timings on a shared machine move: compare the two sides within one run.
+Timings on a shared machine move: compare the two sides within one run. ``--sides on`` runs one
+side alone (for trying a change; a report gives both).
 """
 
 from __future__ import annotations
@@ -340,6 +342,7 @@ def run_side(port: int, db: int, home: Path, config: Path, routing: str,
         "utilisation": generating, "loading_share": loading,
         "backlog_estimate_s": estimate, "backlog_actual_s": took,
         "backlog_error": None if estimate is None else estimate / took - 1,
+        "backlog_step_seconds": [w.step_seconds for w in status.workers],
         "loops_idle_s": idle, "loops_beside_batch_s": beside,
         "loops_beside_batch": sorted(beside_loops, key=lambda r: r["started_s"]),
         "phases_s": dict(zip(("start", "warm-up", "idle pool", "beside the batch",
@@ -392,12 +395,23 @@ def table(sides: dict[str, dict[str, Any]]) -> str:
     def cell(value: Any, fmt: str) -> str:
         return "-" if value is None else fmt.format(value)
 
-    lines = [f"{'':34s}{'routing off':>12s}{'routing on':>12s}{'on / off':>10s}"]
+    both = len(sides) == 2
+    lines = [f"{'':34s}" + "".join(f"{'routing ' + side:>12s}" for side in sides)
+             + (f"{'on / off':>10s}" if both else "")]
     for label, key, fmt in ROWS:
-        off, on = sides["off"][key], sides["on"][key]
-        ratio = f"{on / off:.2f}x" if off and on is not None else "-"
-        lines.append(f"{label:34s}{cell(off, fmt):>12s}{cell(on, fmt):>12s}{ratio:>10s}")
+        line = f"{label:34s}" + "".join(f"{cell(s[key], fmt):>12s}" for s in sides.values())
+        if both:
+            off, on = sides["off"][key], sides["on"][key]
+            line += f"{on / off:.2f}x" .rjust(10) if off and on is not None else f"{'-':>10s}"
+        lines.append(line)
     return "\n".join(lines)
+
+
+def sides_arg(text: str) -> tuple[str, ...]:
+    chosen = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not chosen or any(t not in SIDES for t in chosen):
+        raise argparse.ArgumentTypeError(f"sides are {', '.join(SIDES)}: got {text!r}")
+    return tuple(t for t in SIDES if t in chosen)
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -411,6 +425,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--variant-images", type=int, default=12, help="images per variant")
     parser.add_argument("--load", type=float, default=3.0, help="seconds a model load takes")
     parser.add_argument("--fits", type=int, default=2, help="models a worker's memory holds")
+    parser.add_argument("--sides", type=sides_arg, default=SIDES,
+                        help="routing off, on or both (off,on), in that order")
     parser.add_argument("--quick", action="store_true", help="a smoke run of about a minute")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -427,12 +443,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             patch.dict(os.environ), redis_server(Path(tmp)) as port:
         config = models_config(Path(tmp), args)
         sides = {side: run_side(port, db, Path(tmp), config, side, args)
-                 for db, side in enumerate(SIDES, start=1)}
+                 for db, side in enumerate(SIDES, start=1) if side in args.sides}
     report = {"settings": {**vars(args), "models": dict(zip(MODELS, POPULARITY, strict=True)),
                            "steps": STEPS, "step_seconds": STEP_SECONDS},
               "sides": sides,
               "on_vs_off": {key: sides["on"][key] / sides["off"][key] for _, key, _ in ROWS
-                            if sides["off"][key] and sides["on"][key] is not None}}
+                            if len(sides) == 2 and sides["off"][key]
+                            and sides["on"][key] is not None}}
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

@@ -14,7 +14,7 @@ from dramatiq.brokers.redis import RedisBroker
 from redis_util import redis_url
 
 from genloop.sdk.graph import Node
-from genloop.workers.pool.pool_status import WorkerState, workers_key
+from genloop.workers.pool.pool_status import WorkerState, mean_step_seconds, workers_key
 from genloop.workers.pool.redis_fair_queue import RedisFairQueue
 from genloop.workers.pool.routing import (
     AffinityGate,
@@ -231,3 +231,16 @@ def test_a_draining_holder_holds_nothing(client, prefix):
     presence(client, prefix, "w2", resident=["tiny"], draining=True)
     waiting(client, prefix, age=0.0)
     assert gate(client, prefix, "w1")(ROUTED)
+
+
+def test_a_model_s_step_time_weighs_each_worker_by_the_images_it_measured():
+    # Given one worker that measured 0.01 s over 300 images and one whose only batch of 2
+    # images ran slow (0.1 s: a cold start), and a third with no count (an older record)
+    states = [{"step_seconds": {"tiny": 0.01}, "step_images": {"tiny": 300}},
+              {"step_seconds": {"tiny": 0.1}, "step_images": {"tiny": 2}},
+              {"step_seconds": {"tiny": 0.01}},
+              {"step_seconds": {"other": 0.5}, "step_images": {"other": 10}}]
+    # Then the pool's figure is the images' mean, near the well-measured one
+    assert mean_step_seconds("tiny", states) == pytest.approx((3.0 + 0.2 + 0.01) / 303)
+    # and a model nobody measured has none
+    assert mean_step_seconds("unseen", states) is None

@@ -220,6 +220,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the net's initialisation and batch order (default 0)")
     parser.add_argument("--smoke", action="store_true", help="a tiny pool and 3 steps, for tests")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -227,6 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = ReaderTrainConfig.smoke() if args.smoke else ReaderTrainConfig()
     if args.steps is not None:
         cfg = cfg.model_copy(update={"steps": args.steps})
+    if args.seed is not None:
+        cfg = cfg.model_copy(update={"seed": args.seed})
     print(run(args.out, cfg, args.data, args.device).model_dump_json(indent=2))
 
 

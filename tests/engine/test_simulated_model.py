@@ -149,6 +149,7 @@ def test_the_engine_batches_a_simulated_model_step_by_step_and_learns_its_step_t
         per_step = step_seconds_at(registry.models.models["sim-a"].simulated, 4)
         assert engine.batcher.batches == [4]
         assert took >= 5 * 4 * per_step and engine.step_seconds["sim-a"] >= per_step
+        assert engine.step_images == {"sim-a": 4}  # the estimate's weight for this worker
         assert progress[-1] == (20, 20) and len(progress) == 5
         # and each image is one plain colour of the requested size, fixed by prompt and seed
         assert {im.size for im in images} == {(40, 24)}
@@ -159,6 +160,7 @@ def test_the_engine_batches_a_simulated_model_step_by_step_and_learns_its_step_t
                              strength=0.5)
         edited = engine.generate("sim-a", ["b"], [9], edit, init_images=images[:1])
         assert edited[0].size == (40, 24) and engine.batcher.batches == [4, 1]
+        assert engine.step_images == {"sim-a": 5}
     finally:
         engine.close()
 

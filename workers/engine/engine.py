@@ -131,8 +131,10 @@ class GenerationEngine:
         self._batcher: Batcher | None = None
         self._closed = False
         #: Seconds one image's denoising step takes, per model, as measured on this process's
-        #: batches (a moving average; what the pool's backlog estimate reads).
+        #: batches (a moving average; what the pool's backlog estimate reads), and how many
+        #: images it was measured on (the estimate's weight for this process).
         self.step_seconds: dict[str, float] = {}
+        self.step_images: dict[str, int] = {}
         self.latents = LatentCache(self.options.latent_cache_bytes)
 
     @property
@@ -303,6 +305,7 @@ class GenerationEngine:
         last = self.step_seconds.get(model)
         self.step_seconds[model] = per_step if last is None else (
             (1 - LEARNING_RATE) * last + LEARNING_RATE * per_step)
+        self.step_images[model] = self.step_images.get(model, 0) + images
 
     def _edit_pipe(self, pipe, kind: str):
         """The ``kind`` pipeline on ``pipe``'s resident components, made once per pipeline."""

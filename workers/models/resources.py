@@ -140,11 +140,12 @@ class Resources:
         load = engine.load() if engine is not None else {"running": None, "queued": {},
                                                           "batch_limit": None}
         measured = dict(engine.step_seconds) if engine is not None else {}
+        measured_on = dict(engine.step_images) if engine is not None else {}
         resident = registry.resident()
         return {"resident": resident, "loads": dict(registry.loads),
                 "load_seconds": dict(registry.load_seconds), "running": load["running"],
                 "queued_images": load["queued"], "batch_limit": load["batch_limit"],
-                "step_seconds": measured,
+                "step_seconds": measured, "step_images": measured_on,
                 "default_steps": {name: registry.defaults(name).steps
                                   for name in {*resident, *measured}}}
 

@@ -10,7 +10,8 @@ renewed for :data:`STALE_AFTER` seconds is a dead worker's; readers drop it.
 :func:`pool_status` adds the work the state store holds unfinished: per queue the instances
 queued (no worker has started them) and started; per model the images of unfinished generate
 instances and the seconds of work they are, ``images x steps x`` the model's step time (the
-mean over the live workers that measured it; ``None`` until one has). Seconds are device time
+live workers' measures, each weighted by the images it rests on, :func:`mean_step_seconds`;
+``None`` until one has measured it). Seconds are device time
 at the batch sizes the pool runs: a pool of N workers of a model clears them in about a Nth of
 it. It reads every unfinished instance (one store read per run holding some), which suits an
 endpoint scraped every few seconds, not a hot path.
@@ -80,6 +81,8 @@ class WorkerState(BaseModel):
     deferred: int = Field(0, description="instances waiting on its engine or scorer")
     step_seconds: dict[str, float] = Field(default_factory=dict,
                                            description="measured seconds per image step")
+    step_images: dict[str, int] = Field(default_factory=dict,
+                                        description="images step_seconds was measured on")
     default_steps: dict[str, int] = Field(default_factory=dict)
 
 
@@ -199,11 +202,11 @@ def pool_status(client: redis.Redis, prefix: str, store: StateStore) -> PoolStat
     queues: dict[str, QueueBacklog] = {}
     models: dict[str, ModelBacklog] = {}
     steps_of: dict[str, int] = {}
-    measured: dict[str, list[float]] = {}
     for w in workers:
         steps_of.update(w.default_steps)
-        for model, seconds in w.step_seconds.items():
-            measured.setdefault(model, []).append(seconds)
+    dumped = [w.model_dump() for w in workers]
+    measured = {model: rate for model in {m for w in workers for m in w.step_seconds}
+                if (rate := mean_step_seconds(model, dumped)) is not None}
     for q in sorted({q for w in workers for q in w.queues}):
         queues[q] = QueueBacklog(queue=q, queued=0, started=0,
                                  workers=sum(q in w.queues for w in workers))
@@ -224,13 +227,23 @@ def pool_status(client: redis.Redis, prefix: str, store: StateStore) -> PoolStat
         entry.images += inst.expected_items
         steps = inst.params.get("steps") or steps_of.get(model)
         if entry.seconds is not None and steps and model in measured:
-            rate = sum(measured[model]) / len(measured[model])
-            entry.seconds += inst.expected_items * steps * rate
+            entry.seconds += inst.expected_items * steps * measured[model]
         else:
             entry.seconds = None
     return PoolStatus(at=time.time(), workers=workers, queues=list(queues.values()),
                       models=sorted(models.values(), key=lambda m: m.model),
                       storage=store.storage())
+
+
+def mean_step_seconds(model: str, states: list[dict[str, Any]]) -> float | None:
+    """``model``'s seconds per image step over these workers' presence records, each worker's
+    measure weighted by the images it rests on (a record without the count weighs one image):
+    a worker whose only batch ran slow (a cold start, a contended moment) would otherwise
+    count as much as one that measured hundreds. ``None`` if none has measured it."""
+    pairs = [(w["step_seconds"][model], max(1, w.get("step_images", {}).get(model, 1)))
+             for w in states if w.get("step_seconds", {}).get(model, 0.0) > 0]
+    weight = sum(n for _, n in pairs)
+    return sum(s * n for s, n in pairs) / weight if weight else None
 
 
 def waiting_for(workers: Callable[[], list[WorkerState]], info: RunInfo,

@@ -73,7 +73,7 @@ from dramatiq import Message
 
 from ..stores.redis_keys import PoolKeys
 from ..stores.redis_text import data, scored, texts
-from .pool_status import HEARTBEAT, RecentWorkers
+from .pool_status import HEARTBEAT, RecentWorkers, mean_step_seconds
 
 if TYPE_CHECKING:
     from genloop.sdk.graph import Node
@@ -219,11 +219,11 @@ class AffinityGate:
                          holders: list[dict[str, Any]]) -> float | None:
         """Device seconds of the model's work: waiting (held back by the fair queue, or on
         its Dramatiq queue at the held messages' mean images) and in its holders' engines, at
-        the step time they measured; ``None`` until one has."""
-        per_image = [w.get("default_steps", {}).get(model, 0)
-                     * w.get("step_seconds", {}).get(model, 0.0) for w in holders]
-        per_image = [s for s in per_image if s > 0]
-        if not per_image:
+        the step time they measured (:func:`.pool_status.mean_step_seconds`); ``None`` until
+        one has."""
+        steps = max((w.get("default_steps", {}).get(model, 0) for w in holders), default=0)
+        rate = mean_step_seconds(model, holders)
+        if rate is None or not steps:
             return None
         queue = PoolKeys.dramatiq_queue(self.namespace, queue_name)
         with self.client.pipeline(transaction=False) as pipe:
@@ -233,7 +233,7 @@ class AffinityGate:
             held_raw, held_messages, sent = pipe.execute()
         held = int(held_raw or 0)
         images = held + sent * (held / held_messages if held_messages else 1)
-        return (images * sum(per_image) / len(per_image)
+        return (images * steps * rate
                 + sum(_engine_seconds(model, w) for w in holders))
 
     def _share(self, queue_name: str, model: str, others: list[dict[str, Any]]) -> float:
