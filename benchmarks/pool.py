@@ -1,7 +1,7 @@
 """A pool under bursty agents beside a campaign: routing on beside routing off (today), one run.
 
     python benchmarks/pool.py [--workers 8] [--threads 2] [--agents 6] [--loops 2] [--rounds 3]
-                              [--variants 100] [--variant-images 12] [--load 3] [--fits 2]
+                              [--variants 250] [--variant-images 16] [--load 3] [--fits 2]
                               [--sides off,on] [--quick] [--json]
 
 Each side starts a pool of its own on one Redis the benchmark starts (``redis-server`` on a free
@@ -17,8 +17,11 @@ proportions, shuffled the same way on both sides. The traffic, the same on both 
 2. idle pool: ``--agents`` agents at once, each ``--loops`` loops (``--rounds`` rounds x 8
    candidates, interactive lane, scored by ``brand-palette``) one after another, 0-0.5 s apart;
 3. beside the batch: a campaign of ``--variants`` runs of ``--variant-images`` images each
-   (batch lane, 4 images an instance) is submitted, the pool's status is read, and the agents
-   run their loops again while it drains;
+   (batch lane, 4 images an instance: by default 1,000 instances, the queued batch of #39's
+   goal, about 14 times the loops' images; the loops take a share of the pool's time, so the
+   batch beside them can keep at most ``campaign / (campaign + loops)`` of its rate alone,
+   ``batch_bound`` in ``--json``) is submitted, the pool's status is read, and the agents run
+   their loops again while it drains;
 4. batch alone: the same campaign with fresh seeds on the pool with no loops beside it.
 
 Figures per side:
@@ -339,6 +342,7 @@ def run_side(port: int, db: int, home: Path, config: Path, routing: str,
         "batch_s": ended - began,
         "batch_alone_images_per_s": alone_rate,
         "batch_beside_vs_alone": args.variants * args.variant_images / (ended - began) / alone_rate,
+        "batch_bound": batch_bound(args),
         "utilisation": generating, "loading_share": loading,
         "backlog_estimate_s": estimate, "backlog_actual_s": took,
         "backlog_error": None if estimate is None else estimate / took - 1,
@@ -365,6 +369,14 @@ def backlog_estimate(status: pool.PoolStatus, beside: Sequence[Sequence[tuple[Lo
     return (sum(m.seconds or 0.0 for m in status.models) + images) / workers
 
 
+def batch_bound(args: argparse.Namespace) -> float:
+    """The most of its rate alone the batch can keep beside the loops: their images take the
+    pool's time too (a loop's images cost what the campaign's do, at the same batch size)."""
+    images = args.variants * args.variant_images
+    loops = args.agents * args.loops * args.rounds * 8
+    return images / (images + loops)
+
+
 def load_figures(workers: Sequence[pool.WorkerState]) -> dict[str, Any]:
     loads = sum(sum(w.loads.values()) for w in workers)
     return {"loads": loads, "reloads": loads - sum(len(w.loads) for w in workers),
@@ -383,6 +395,7 @@ ROWS = (
     ("batch throughput (images/s)", "batch_images_per_s", "{:.1f}"),
     ("batch throughput alone (images/s)", "batch_alone_images_per_s", "{:.1f}"),
     ("  beside the loops / alone", "batch_beside_vs_alone", "{:.2f}"),
+    ("  at most (the loops' share)", "batch_bound", "{:.2f}"),
     ("utilisation while backlog", "utilisation", "{:.0%}"),
     ("  loading while backlog", "loading_share", "{:.0%}"),
     ("backlog estimate (s)", "backlog_estimate_s", "{:.1f}"),
@@ -421,8 +434,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--agents", type=int, default=6, help="agents looping at once")
     parser.add_argument("--loops", type=int, default=2, help="loops per agent and phase")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of 8 images per loop")
-    parser.add_argument("--variants", type=int, default=100, help="the campaign's runs")
-    parser.add_argument("--variant-images", type=int, default=12, help="images per variant")
+    parser.add_argument("--variants", type=int, default=250, help="the campaign's runs")
+    parser.add_argument("--variant-images", type=int, default=16, help="images per variant")
     parser.add_argument("--load", type=float, default=3.0, help="seconds a model load takes")
     parser.add_argument("--fits", type=int, default=2, help="models a worker's memory holds")
     parser.add_argument("--sides", type=sides_arg, default=SIDES,

@@ -88,3 +88,36 @@ def test_a_job_whose_check_fails_at_formation_fails_alone(batcher):
     with pytest.raises(Cancelled):
         gone.future.result(10)
     assert batcher.batches == [1]
+
+
+def test_an_incomplete_group_does_not_idle_the_device_while_other_work_waits():
+    # Given a batcher whose first batch (a plug) runs until released, with a 30 s group wait
+    plug_running, release = threading.Event(), threading.Event()
+
+    def run_batch(key, slots):
+        if slots[0].prompt == "plug":
+            plug_running.set()
+            release.wait(10)
+        for s in slots:
+            s.job.deliver(s.index, f"image {s.prompt}")
+
+    batcher = Batcher(run_batch, window=0.0, max_batch=8, group_wait=30.0)
+    try:
+        plug = Job(KEY, ["plug"], [0], [None], 4)
+        batcher.submit(plug)
+        assert plug_running.wait(10)
+        # and, queued behind it, a campaign's job and one of a loop round's two instances
+        # (the other went to another worker)
+        campaign = Job(KEY, ["c"], [1], [None], 4, priority="batch")
+        half = _job(2, group=("run", "round-1/generate"), size=2)
+        batcher.submit(campaign)
+        batcher.submit(half)
+        # When the plug ends
+        release.set()
+        # Then the round's half runs at once, ahead of the campaign, and the campaign after it
+        assert half.future.result(5) == ["image p2"]
+        assert campaign.future.result(5) == ["image c"]
+        assert batcher.batches == [1, 1, 1]
+        assert batcher.groups[1:] == [{("run", "round-1/generate"): 1}, {None: 1}]
+    finally:
+        batcher.close()

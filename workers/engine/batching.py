@@ -20,7 +20,8 @@ between, when the engine has gone back to batch work).
 A job may name its ``group`` (a node of a run) and the group's size (the node's instances):
 while a group that has candidates waiting is incomplete, the batch waits for its other members
 (up to ``group_wait`` from the group's first arrival, past ``window`` if need be), so a loop
-round mapped into one instance per image still reaches the model as one call. A full batch
+round mapped into one instance per image still reaches the model as one call; but only while
+nothing else waits, since the device would idle under other work meanwhile. A full batch
 (``limit(key)`` candidates) never waits, and neither does one whose groups have all arrived:
 one loop's round used to wait out the window on an idle engine, 50 ms a round. Just before a
 batch runs, each job's ``check()`` runs and may raise (its run was cancelled): that job fails
@@ -235,6 +236,12 @@ class Batcher(BatchQueue[Slot]):
             # engine is idle, so waiting would only bet on another group coming.
             return 0.0
         deadline = same[0].enqueued + self.window
+        if len(same) < len(self._pending):
+            # Other work waits (the other lane, other settings): waiting for a group's other
+            # members would idle the device under it, and in a pool they may never come here
+            # (another worker took them, or they wait on the queue behind this engine's
+            # backlog), which cost each loop round beside a campaign a second of nothing.
+            return deadline - time.monotonic()
         for group in {s.job.group for s in same} & self._groups.keys():
             deadline = max(deadline, self._groups[group][1] + self.group_wait)
         return deadline - time.monotonic()
