@@ -244,14 +244,3 @@ def test_a_model_s_step_time_weighs_each_worker_by_the_images_it_measured():
     assert mean_step_seconds("tiny", states) == pytest.approx((3.0 + 0.2 + 0.01) / 303)
     # and a model nobody measured has none
     assert mean_step_seconds("unseen", states) is None
-
-
-def test_the_models_held_elsewhere_are_what_other_live_workers_have_in_memory(client, prefix):
-    # Given this worker and three others: one holding a model, one loading another (running),
-    # one draining (its models are going away with it)
-    presence(client, prefix, "me", resident=["mine"])
-    presence(client, prefix, "w1", resident=["tiny"])
-    presence(client, prefix, "w2", running=("other", 4))
-    presence(client, prefix, "w3", resident=["leaving"], draining=True)
-    # Then eviction here may take "tiny" and "other" first, and nothing else
-    assert gate(client, prefix, "me").held_elsewhere() == {"tiny", "other"}
