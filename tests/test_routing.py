@@ -244,3 +244,23 @@ def test_a_model_s_step_time_weighs_each_worker_by_the_images_it_measured():
     assert mean_step_seconds("tiny", states) == pytest.approx((3.0 + 0.2 + 0.01) / 303)
     # and a model nobody measured has none
     assert mean_step_seconds("unseen", states) is None
+
+
+def test_a_worker_between_batches_of_its_own_model_takes_no_copy_of_another(client, prefix):
+    # Given a worker whose engine is empty for a moment, holding "other", and "tiny" held
+    # elsewhere with 33 s of work, for which a copy pays
+    other = routed_queue("gpu", "other")
+    measured(client, prefix, "w0", "tiny", engine_images=330)
+    waiting(client, prefix, age=0.0)
+    routes = {ROUTED: "tiny", other: "other"}
+    between = AffinityGate(client, prefix, prefix, "w1", routes, lambda: {"resident": ["other"]})
+    # When work for "other" waits on its queue, then it stays with its own model
+    waiting(client, prefix, age=0.0, queue=other)
+    assert not between(ROUTED)
+    # and as long as the fair queue holds some back for it
+    client.delete(f"{prefix}:{other}")
+    client.zadd(held_since_key(prefix, other), {"m1": time.time()})
+    assert not between(ROUTED)
+    # Then with none left for "other" it takes the copy
+    client.delete(held_since_key(prefix, other))
+    assert between(ROUTED)

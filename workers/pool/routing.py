@@ -33,6 +33,10 @@ How:
      oldest message's wait stands in). An idle worker serving several models takes the one
      with the most work for each server.
 
+  "Nothing in hand" (idle) also means no work of a model in its memory waits on that model's
+  queue or in the fair queue: between two batches a holder's engine is empty for a moment,
+  and a copy taken then would evict a model it is still serving.
+
   A worker with its own model's work in hand never switches on its own accord, so no worker
   alternates loads; an idle one takes a cold model at once. Interactive work overtakes batch
   work in the fair queue (each lane is a flow of its own), on the model's Dramatiq queue (the
@@ -195,7 +199,7 @@ class AffinityGate:
         others = self._others()
         holders = [w for w in others if model in _held(w)]
         load = _load_seconds(model, [*others, state])
-        idle = not _busy(state)
+        idle = not _busy(state) and not self._own_work_waits(state)
         if not holders:  # cold: one worker loads it, at once if it is idle
             return (idle or self._oldest_wait(queue_name) > load) and self._claim(model, 1)
         if not idle:
@@ -214,6 +218,21 @@ class AffinityGate:
         ratio, n = backlog / load, len(holders)
         return self._claim(model, sum(1 for k in range(len(others) + 1)
                                       if (n + k) * (n + k + 1) < ratio))
+
+    def _own_work_waits(self, state: dict[str, Any]) -> bool:
+        """Whether work for a model in this worker's memory waits on its queue or held back
+        by the fair queue. Between two batches a holder has nothing in hand for a moment; a
+        copy of another model taken then evicted a model it was serving, and on the pool
+        benchmark one worker loaded 16 times as two busy models took turns."""
+        mine = _in_memory(state)
+        queues = [q for q, m in self.routes.items() if m in mine]
+        if not queues:
+            return False
+        with self.client.pipeline(transaction=False) as pipe:
+            for q in queues:
+                pipe.llen(PoolKeys.dramatiq_queue(self.namespace, q))
+                pipe.zcard(held_since_key(self.prefix, q))
+            return any(pipe.execute())
 
     def _backlog_seconds(self, queue_name: str, model: str,
                          holders: list[dict[str, Any]]) -> float | None:
