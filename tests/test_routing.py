@@ -264,3 +264,14 @@ def test_a_worker_between_batches_of_its_own_model_takes_no_copy_of_another(clie
     # Then with none left for "other" it takes the copy
     client.delete(held_since_key(prefix, other))
     assert between(ROUTED)
+
+
+def test_the_models_held_elsewhere_are_what_other_live_workers_have_in_memory(client, prefix):
+    # Given this worker and three others: one holding a model, one loading another (running),
+    # one draining (its models are going away with it)
+    presence(client, prefix, "me", resident=["mine"])
+    presence(client, prefix, "w1", resident=["tiny"])
+    presence(client, prefix, "w2", running=("other", 4))
+    presence(client, prefix, "w3", resident=["leaving"], draining=True)
+    # Then eviction here may take "tiny" and "other" first, and nothing else
+    assert gate(client, prefix, "me").held_elsewhere() == {"tiny", "other"}

@@ -38,6 +38,23 @@ def test_loading_past_the_budget_evicts_the_least_recently_used(tiny_bytes):
     assert reg.resident() == ["tiny", "b"]
 
 
+def test_in_a_pool_a_model_other_workers_hold_is_evicted_before_an_only_copy(tiny_bytes):
+    # Given a worker holding "tiny" (least recently used) and "a", room for two, in a pool
+    # where another worker holds "a" (and "b") and nobody else "tiny"
+    reg = registry_for(int(2.5 * tiny_bytes))
+    reg.pipeline("tiny")
+    reg.pipeline("a")
+    reg.residency.spare = lambda: {"a", "b"}
+    # When it loads "b"
+    reg.pipeline("b")
+    # Then the pool's other copy of "a" went, not the pool's only "tiny"
+    assert reg.resident() == ["tiny", "b"]
+    # and with nothing held elsewhere the least recently used goes again
+    reg.residency.spare = set
+    reg.pipeline("a")
+    assert reg.resident() == ["b", "a"]
+
+
 def test_a_model_in_use_is_not_evicted(tiny_bytes):
     reg = registry_for(int(1.5 * tiny_bytes))
     with reg.acquire("a"):

@@ -10,7 +10,7 @@ import pytest
 from redis_util import POOL_DB, redis_url
 
 from genloop.sdk import Client, Graph, RunStatus
-from genloop.workers.pool.pool_status import WorkerState, live_workers
+from genloop.workers.pool.pool_status import WorkerState, live_workers, workers_key
 
 pytestmark = pytest.mark.slow
 
@@ -73,3 +73,34 @@ def test_a_backlog_a_second_copy_shortens_by_more_than_a_load_gets_one(pool, red
         assert {r.wait(timeout=120).status for r in runs} == {RunStatus.SUCCEEDED}
     records = settled_presence(redis_client, time.time(), workers=2)
     assert [r.loads.get("tiny", 0) for r in records] == [1, 1], [r.model_dump() for r in records]
+
+
+def test_a_worker_making_room_evicts_a_model_another_worker_holds_before_its_only_copy(
+        pool, redis_client, tmp_path):
+    # Given a worker with room for two of three simulated models, holding sim-b (least
+    # recently used) then sim-a, and another live worker (a presence record) holding sim-a
+    config = tmp_path / "models.toml"
+    config.write_text("".join(
+        f"[models.{name}]\nsteps = 1\nwidth = 32\nheight = 32\n"
+        f"[models.{name}.simulated]\nload_seconds = 0.1\nstep_seconds = {{ 1 = 0.01 }}\n"
+        f"resident_bytes = 10_000_000\n" for name in ("sim-a", "sim-b", "sim-c")))
+    pool.start(threads=2, args=("--models", str(config), "--memory-budget", "0.025"))
+    pool.wait_ready(redis_client)
+    other = WorkerState(id="other", host="h", pid=1, queues=["gpu"], threads=1,
+                        started=time.time(), seen=time.time() + 60, models=["sim-a"],
+                        resident=["sim-a"])
+    try:
+        with Client.connect(redis_url(POOL_DB)) as client:
+            for model in ("sim-b", "sim-a"):
+                assert client.submit(draw(model, steps=1)).wait(timeout=60).status \
+                    == RunStatus.SUCCEEDED
+            redis_client.hset(workers_key("genloop"), other.id, other.model_dump_json())
+            time.sleep(5 * 0.5)  # 5x how long a worker reuses its read of the pool's presence
+            # When it loads sim-c
+            assert client.submit(draw("sim-c", steps=1)).wait(timeout=60).status \
+                == RunStatus.SUCCEEDED
+    finally:
+        redis_client.hdel(workers_key("genloop"), other.id)
+    # Then it let sim-a go, which the pool still holds, and kept its only sim-b
+    mine = next(r for r in settled_presence(redis_client, time.time(), workers=1))
+    assert sorted(mine.resident) == ["sim-b", "sim-c"]

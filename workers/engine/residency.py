@@ -4,7 +4,9 @@ A pipeline's size is the bytes of its modules' parameters and buffers in the dty
 in (what it occupies on its device, activations aside). Evicting one really frees it: see
 :func:`release`. Adding one evicts the least recently used pipelines that are not in
 use until the total fits; a pipeline in use (pinned by ``ModelRegistry.acquire``) is never
-evicted, so the total can exceed the budget for as long as that takes.
+evicted, so the total can exceed the budget for as long as that takes. In a pool, pipelines
+other workers also hold go first (:attr:`Residency.spare`): evicting a model's only copy in the
+pool makes its next request a load somewhere, evicting a copy costs the pool nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import gc
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +82,8 @@ class Residency:
         self.budget = budget
         self._entries: OrderedDict[str, Resident] = OrderedDict()
         self._lock = threading.Lock()
+        #: Names other workers of a pool hold (they are evicted first); none by default.
+        self.spare: Callable[[], set[str]] = set
 
     @property
     def used(self) -> int:
@@ -109,11 +114,14 @@ class Residency:
             entry.pins -= 1
 
     def make_room(self, nbytes: int) -> list[str]:
-        """Evict unpinned pipelines, oldest first, until ``nbytes`` more fit; returns names."""
+        """Evict unpinned pipelines until ``nbytes`` more fit, oldest first of those held
+        elsewhere (:attr:`spare`), then oldest first of the rest; returns their names."""
         evicted, dropped = [], []
+        spare = self.spare()
         with self._lock:
             used = sum(e.nbytes for e in self._entries.values())
-            for name in list(self._entries):
+            order = sorted(self._entries, key=lambda name: name not in spare)  # stable: LRU
+            for name in order:
                 if used + nbytes <= self.budget:
                     break
                 if self._entries[name].pins:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .models_config import ModelsConfig
@@ -61,6 +62,9 @@ class Resources:
         self.scoring = ScoreBatcher()
         #: Images generated in this process, by artifact key (see :mod:`.image_cache`).
         self.images = ImageCache(image_cache_size)
+        #: The models other workers of a pool hold, which eviction takes first (a pool
+        #: worker sets it; none elsewhere): see :mod:`..engine.residency`.
+        self.held_elsewhere: Callable[[], set[str]] = set
 
     @property
     def models(self):
@@ -72,6 +76,7 @@ class Resources:
 
                 self._models = ModelRegistry(device=self.device, models=self.allowed,
                                              batch_threads=self._engine_threads)
+                self._models.residency.spare = lambda: self.held_elsewhere()
             return self._models
 
     def model_identity(self, name: str) -> str:

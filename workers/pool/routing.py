@@ -41,6 +41,9 @@ How:
   alternates loads; an idle one takes a cold model at once. Interactive work overtakes batch
   work in the fair queue (each lane is a flow of its own), on the model's Dramatiq queue (the
   sender puts an interactive run's messages at its front) and in the engine.
+- A worker making room for a load evicts the models other live workers hold first
+  (:meth:`AffinityGate.held_elsewhere`, read by the engine's residency), so the pool keeps a
+  copy of each model it holds: evicting the only one makes its next request a load.
 - A **claim** is a Redis key (``SET NX``, :data:`CLAIM_SECONDS`): it covers the time between a
   worker's decision and its presence record (:mod:`.pool_status`, every 2 s) showing the model
   in its engine, where the message it fetched waits for the load.
@@ -191,6 +194,16 @@ class AffinityGate:
         except redis.RedisError:
             log.warning("routing: deciding on %s failed; taking", queue_name, exc_info=True)
             return True
+
+    def held_elsewhere(self) -> set[str]:
+        """The models other live workers hold in memory (resident or running): this worker's
+        eviction takes them first (:attr:`..engine.residency.Residency.spare`), keeping a
+        model's only copy in the pool. None on a Redis error (plain LRU then)."""
+        try:
+            return {m for w in self._others() for m in _in_memory(w)}
+        except redis.RedisError:
+            log.warning("routing: reading the pool's presence failed", exc_info=True)
+            return set()
 
     def _may_take(self, queue_name: str, model: str, state: dict[str, Any]) -> bool:
         queue = PoolKeys.dramatiq_queue(self.namespace, queue_name)

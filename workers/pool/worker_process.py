@@ -129,6 +129,7 @@ def build():
     )
     broker.gate = AffinityGate(client, prefix, broker.namespace, wiring.executor.owner, routes,
                                resources.state)
+    resources.held_elsewhere = broker.gate.held_elsewhere
     broker.add_middleware(Drain(wiring.executor, float(os.environ.get(ENV_GRACE, DEFAULT_GRACE))))
     broker.add_middleware(Presence(client, prefix, wiring.executor, resources, queues))
     publish(client, default_registry, queues, prefix, models=resources.served_models(),
