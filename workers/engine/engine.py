@@ -126,13 +126,14 @@ class GenerationEngine:
         # One compiler for every model that compiles (it keeps its state per model)
         self.compiler = Compiler(self.options.compile_backend, self.options.compile_mode)
         self._prepared: weakref.WeakSet = weakref.WeakSet()
+        self._warmed: weakref.WeakSet = weakref.WeakSet()  # pipelines past their first batch
         self._edit_pipes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._batcher: Batcher | None = None
         self._closed = False
         #: Seconds one image's denoising step takes, per model, as measured on this process's
-        #: batches (a moving average; what the pool's backlog estimate reads), and how many
-        #: images it was measured on (the estimate's weight for this process).
+        #: batches after each pipeline's first (a moving average; what the pool's backlog
+        #: estimate reads), and how many images it was measured on (the estimate's weight).
         self.step_seconds: dict[str, float] = {}
         self.step_images: dict[str, int] = {}
         self.latents = LatentCache(self.options.latent_cache_bytes)
@@ -280,6 +281,12 @@ class GenerationEngine:
         with self.models.acquire(model) as resident:
             self.prepare(resident, model)
             pipe = self._edit_pipe(resident, kind)
+            # A pipeline's first batch is its warm-up, not measured: it pays one-off costs
+            # (kernel selection, a worker still starting), and on the pool benchmark workers
+            # that ran one batch at start published 3-8x the step time and moved the pool's
+            # backlog estimate by +55%.
+            warm = resident in self._warmed
+            self._warmed.add(resident)
 
             def run(chunk: Sequence[Slot]) -> list:
                 live = [s for s in chunk if not s.job.failed]
@@ -291,7 +298,7 @@ class GenerationEngine:
                 metrics().engine_batch(kind, len(metered))
             began = time.perf_counter()
             images = self.oom.run_split(shape_key, slots, run)
-            if metered:
+            if metered and warm:
                 self._learn(model, time.perf_counter() - began, len(slots),
                             settings.denoised_steps)
         for slot, image in zip(slots, images, strict=True):
