@@ -215,6 +215,24 @@ class ReaderNet(nn.Module):
         return torch.cat(out, dim=1)
 
 
+class ReaderMembers(nn.Module):
+    """Readers trained alike from different seeds, read as one: each head's class
+    probabilities are the members' mean (returned as their logarithms, so :func:`probabilities`
+    gives that mean back). One training run errs where another does not: on the benchmark's
+    images three members rank one prompt's candidates better than any of them alone
+    (docs/judges.md)."""
+
+    def __init__(self, members: list[ReaderNet]) -> None:
+        super().__init__()
+        self.members = nn.ModuleList(members)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        logits = [member(images).float() for member in self.members]
+        return torch.cat([
+            torch.stack([out[:, where].softmax(-1) for out in logits]).mean(0).log()
+            for where in HEAD_SLICES.values()], dim=1)
+
+
 def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Sum over heads of the mean cross-entropy of the heads a reading answers."""
     total = logits.new_zeros(())

@@ -39,8 +39,7 @@ class ShapesJudge(Evaluator):
         self.device = device
         self.batch = batch
         self.net = self.load_net(path, device)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-        self.identity = f"{self.name}:{self.version}/{digest}"
+        self.identity = f"{self.name}:{self.version}/{_digest(path)}"
         self._fallback = fallback
         # eval-mode modules are safe across threads; the lock keeps two batches from fighting
         # over the same CPU threads.
@@ -66,3 +65,12 @@ class ShapesJudge(Evaluator):
 
     @abstractmethod
     def score_scene(self, images: list[Image.Image], scene: Scene) -> Scores: ...
+
+
+def _digest(path: Path) -> str:
+    """The weights' content hash: a file's, or a folder's ``*.safetensors`` files' in name
+    order (a judge whose weights are several members)."""
+    digest = hashlib.sha256()
+    for file in sorted(path.glob("*.safetensors")) if path.is_dir() else [path]:
+        digest.update(file.read_bytes())
+    return digest.hexdigest()[:12]

@@ -1,6 +1,7 @@
 """Train ``shapes-reader``: predict the pixel checker's reading of the generator's own images.
 
-    python -m genloop.shapes.training.train_reader --out DIR [--data DIR] [--smoke] [--threads 2]
+    python -m genloop.shapes.training.train_reader --out DIR [--data DIR] [--seed N] [--smoke]
+        [--threads 2]
 
 Images are ``shapes-vqa``'s kind of pool (:func:`.vqa_data.load_or_draw`: the shipped
 generator's training-mix prompts at full steps and as 4-step drafts, from a seed range of its
@@ -13,8 +14,11 @@ the checker rather than relabelled by rule. Labels are the checker's readings
 (:func:`genloop.evaluators.reader_model.targets`), whatever the prompt asked; an image in
 which the checker reads a held-out colour-shape pair (a generator's mistake) is dropped, so no
 held-out pair reaches the reader, not even by accident. Cross-entropy per head; writes
-``DIR/shapes-reader/model.safetensors`` (fp16, config in its metadata) and
-``DIR/reader-report.json`` (per-head accuracy on prompts held out of training).
+``DIR/shapes-reader/model.safetensors`` (``model-N.safetensors`` for ``--seed N`` other than 0;
+fp16, config in its metadata) and ``DIR/reader-report.json`` (per-head accuracy on prompts held
+out of training). The judge reads every ``*.safetensors`` of its weights folder as one reader
+(:class:`~genloop.evaluators.reader_model.ReaderMembers`): the shipped one is seeds 0, 1 and
+2 (``--seed N --data`` reuses the first run's pool).
 """
 
 from __future__ import annotations
@@ -193,10 +197,11 @@ def predict(net: ReaderNet, pixels: np.ndarray, device: str = "cpu",
     return torch.cat(out).numpy()
 
 
-def save(net: ReaderNet, directory: Path) -> Path:
-    """fp16 weights with the net's config in the file's metadata."""
+def save(net: ReaderNet, directory: Path, seed: int = 0) -> Path:
+    """fp16 weights with the net's config in the file's metadata, named by the training seed
+    (members of one reader sit side by side in ``directory``)."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / WEIGHTS_FILE
+    path = directory / (WEIGHTS_FILE if seed == 0 else WEIGHTS_FILE.replace(".", f"-{seed}.", 1))
     state = {k: v.detach().half().contiguous().cpu() for k, v in net.state_dict().items()}
     save_file(state, str(path), metadata={"config": json.dumps(net.config)})
     return path
@@ -207,7 +212,7 @@ def run(out: Path, cfg: ReaderTrainConfig, data: Path | None = None,
     """Draw or load the pool, label it, train, save weights and report under ``out``."""
     labelled = gather(cfg, data or out / "data", device)
     net, report = train(cfg, labelled, valid_rows(labelled.group, cfg), device)
-    save(net, out / "shapes-reader")
+    save(net, out / "shapes-reader", cfg.seed)
     (out / "reader-report.json").write_text(report.model_dump_json(indent=2))
     return report
 

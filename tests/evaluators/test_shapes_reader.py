@@ -25,6 +25,7 @@ from genloop.evaluators.reader_model import (
     targets,
 )
 from genloop.sdk import Loop, RunStatus
+from genloop.sdk.errors import Permanent
 from genloop.shapes import dataset
 from genloop.shapes.training.train_reader import save
 
@@ -145,6 +146,37 @@ def test_the_shipped_reader_reads_and_grades_like_the_checker_and_an_untrained_o
     # Held-out pairs: colour and shape are read apart (measured 1.0 and 0.88 for one object).
     assert min(reading["heldout"]["a.colour"], reading["heldout"]["a.shape"]) >= 0.75
     assert chance < 0.6
+
+
+def test_a_folder_of_members_reads_as_their_mean_and_each_member_counts_in_the_identity(
+        drawn, tmp_path):
+    # Given two untrained readers of different seeds, saved as members of one folder
+    nets = []
+    for seed in (0, 3):
+        torch.manual_seed(seed)
+        nets.append(ReaderNet())
+        save(nets[-1], tmp_path / "members", seed)
+    assert sorted(p.name for p in (tmp_path / "members").iterdir()) == [
+        "model-3.safetensors", "model.safetensors"]
+    one = ShapesReader(tmp_path / "members" / "model.safetensors", device="cpu")
+    both = ShapesReader(tmp_path / "members", device="cpu")
+    # Then each head's probabilities are the members' mean (the saved fp16 weights' members)
+    images = [im for _, im in drawn["mixed"][:6]]
+    other = ShapesReader(tmp_path / "members" / "model-3.safetensors", device="cpu")
+    mean = {k: (v + other.probabilities(images)[k]) / 2
+            for k, v in one.probabilities(images).items()}
+    got = both.probabilities(images)
+    assert all(torch.allclose(got[k], mean[k], atol=1e-6) for k in mean)
+    assert not torch.allclose(mean["count"], one.probabilities(images)["count"], atol=1e-3)
+    # and the identity names the folder's contents: another member is another judge
+    assert len({one.identity, other.identity, both.identity}) == 3
+    assert both.identity == ShapesReader(tmp_path / "members", device="cpu").identity
+
+
+def test_a_weights_folder_without_members_is_refused_with_the_way_to_train_some(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(Permanent, match="no \\*.safetensors; train them with"):
+        ShapesReader(tmp_path / "empty", device="cpu")
 
 
 def test_the_score_is_the_mean_of_the_reading_and_its_mirror_and_the_weakest_clause_is_named(
