@@ -239,9 +239,13 @@ def test_a_model_s_step_time_weighs_each_worker_by_the_images_it_measured():
     states = [{"step_seconds": {"tiny": 0.01}, "step_images": {"tiny": 300}},
               {"step_seconds": {"tiny": 0.1}, "step_images": {"tiny": 2}},
               {"step_seconds": {"tiny": 0.01}},
-              {"step_seconds": {"other": 0.5}, "step_images": {"other": 10}}]
-    # Then the pool's figure is the images' mean, near the well-measured one
+              {"step_seconds": {"other": 0.5}, "step_images": {"other": 10}},
+              {"step_seconds": {"tiny": 0.3, "first": 0.2}, "step_images": {"tiny": 0, "first": 0}}]
+    # Then the pool's figure is the images' mean, near the well-measured one, and a warm-up
+    # batch's figure (no images counted) is left out
     assert mean_step_seconds("tiny", states) == pytest.approx((3.0 + 0.2 + 0.01) / 303)
+    # unless nothing else measured the model
+    assert mean_step_seconds("first", states) == pytest.approx(0.2)
     # and a model nobody measured has none
     assert mean_step_seconds("unseen", states) is None
 

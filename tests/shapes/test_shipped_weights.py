@@ -57,7 +57,9 @@ def test_shipped_models_load_offline_and_draw_a_red_circle_the_checker_passes() 
 
 def test_weights_fit_the_package_budget() -> None:
     files = [p for p in shapes.weights_dir().rglob("*") if p.is_file()]
-    assert sum(p.stat().st_size for p in files) <= 30 * 1024 * 1024
+    # 30 MiB until 2026-12-07, when shapes-reader's two more members (2.8 MiB: its drafts'
+    # within-prompt AUC 0.950 -> 0.970, the recipe's loops 0.77 -> 0.80) took it to 32.5 MiB
+    assert sum(p.stat().st_size for p in files) <= 33 * 1024 * 1024
     assert (shapes.pipeline_path() / "model_index.json").is_file()
     assert shapes.clip_checkpoint_path().is_file()
     assert set(shapes.clip_config()) >= {"embed_dim", "vision_cfg", "text_cfg"}

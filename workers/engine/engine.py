@@ -132,8 +132,9 @@ class GenerationEngine:
         self._batcher: Batcher | None = None
         self._closed = False
         #: Seconds one image's denoising step takes, per model, as measured on this process's
-        #: batches after each pipeline's first (a moving average; what the pool's backlog
-        #: estimate reads), and how many images it was measured on (the estimate's weight).
+        #: batches (a moving average; what the pool's backlog estimate reads), and how many
+        #: images it was measured on (the estimate's weight): a pipeline's first batch counts
+        #: none, and the next batch replaces its figure.
         self.step_seconds: dict[str, float] = {}
         self.step_images: dict[str, int] = {}
         self.latents = LatentCache(self.options.latent_cache_bytes)
@@ -281,10 +282,11 @@ class GenerationEngine:
         with self.models.acquire(model) as resident:
             self.prepare(resident, model)
             pipe = self._edit_pipe(resident, kind)
-            # A pipeline's first batch is its warm-up, not measured: it pays one-off costs
-            # (kernel selection, a worker still starting), and on the pool benchmark workers
-            # that ran one batch at start published 3-8x the step time and moved the pool's
-            # backlog estimate by +55%.
+            # A pipeline's first batch is its warm-up, measured provisionally (it counts no
+            # images, and the next batch replaces it): it pays one-off costs (kernel
+            # selection, a worker still starting), and on the pool benchmark workers that ran
+            # one batch at start published 3-8x the step time and moved the pool's backlog
+            # estimate by +55%.
             warm = resident in self._warmed
             self._warmed.add(resident)
 
@@ -298,21 +300,22 @@ class GenerationEngine:
                 metrics().engine_batch(kind, len(metered))
             began = time.perf_counter()
             images = self.oom.run_split(shape_key, slots, run)
-            if metered and warm:
+            if metered:
                 self._learn(model, time.perf_counter() - began, len(slots),
-                            settings.denoised_steps)
+                            settings.denoised_steps, provisional=not warm)
         for slot, image in zip(slots, images, strict=True):
             if image is not None:
                 slot.job.deliver(slot.index, image)
         metrics().images.inc(sum(image is not None and slot.job.metered
                                  for slot, image in zip(slots, images, strict=True)))
 
-    def _learn(self, model: str, seconds: float, images: int, steps: int) -> None:
+    def _learn(self, model: str, seconds: float, images: int, steps: int,
+               provisional: bool = False) -> None:
         per_step = seconds / (images * steps)
-        last = self.step_seconds.get(model)
-        self.step_seconds[model] = per_step if last is None else (
-            (1 - LEARNING_RATE) * last + LEARNING_RATE * per_step)
-        self.step_images[model] = self.step_images.get(model, 0) + images
+        counted = self.step_images.get(model, 0)
+        self.step_seconds[model] = per_step if not counted else (
+            (1 - LEARNING_RATE) * self.step_seconds[model] + LEARNING_RATE * per_step)
+        self.step_images[model] = counted + (0 if provisional else images)
 
     def _edit_pipe(self, pipe, kind: str):
         """The ``kind`` pipeline on ``pipe``'s resident components, made once per pipeline."""

@@ -239,9 +239,12 @@ def mean_step_seconds(model: str, states: list[dict[str, Any]]) -> float | None:
     """``model``'s seconds per image step over these workers' presence records, each worker's
     measure weighted by the images it rests on (a record without the count weighs one image):
     a worker whose only batch ran slow (a cold start, a contended moment) would otherwise
-    count as much as one that measured hundreds. ``None`` if none has measured it."""
-    pairs = [(w["step_seconds"][model], max(1, w.get("step_images", {}).get(model, 1)))
+    count as much as one that measured hundreds. Measures that rest on none (a pipeline's
+    first batch, its warm-up) count only while no other worker has one. ``None`` if none has
+    measured it."""
+    pairs = [(w["step_seconds"][model], w.get("step_images", {}).get(model, 1))
              for w in states if w.get("step_seconds", {}).get(model, 0.0) > 0]
+    pairs = [(s, n) for s, n in pairs if n > 0] or [(s, 1) for s, _ in pairs]
     weight = sum(n for _, n in pairs)
     return sum(s * n for s, n in pairs) / weight if weight else None
 
