@@ -415,7 +415,7 @@ def table(sides: dict[str, dict[str, Any]]) -> str:
         line = f"{label:34s}" + "".join(f"{cell(s[key], fmt):>12s}" for s in sides.values())
         if both:
             off, on = sides["off"][key], sides["on"][key]
-            line += f"{on / off:.2f}x" .rjust(10) if off and on is not None else f"{'-':>10s}"
+            line += f"{on / off:.2f}x".rjust(10) if off and on is not None else f"{'-':>10s}"
         lines.append(line)
     return "\n".join(lines)
 
