@@ -4,7 +4,6 @@ one lock, and shapes captions only (anything else goes to a fallback judge, or i
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from abc import abstractmethod
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from torch import nn
 
 from genloop.sdk.errors import Permanent
 from genloop.shapes.scene import Scene, parse_caption
+from genloop.workers.models.fingerprint import fingerprint
 
 from .base import Evaluator, Scores
 
@@ -39,7 +39,9 @@ class ShapesJudge(Evaluator):
         self.device = device
         self.batch = batch
         self.net = self.load_net(path, device)
-        self.identity = f"{self.name}:{self.version}/{_digest(path)}"
+        # A folder's weights are its members (every *.safetensors), all in the identity.
+        digest = fingerprint(path, patterns=("*.safetensors",))
+        self.identity = f"{self.name}:{self.version}/{digest}"
         self._fallback = fallback
         # eval-mode modules are safe across threads; the lock keeps two batches from fighting
         # over the same CPU threads.
@@ -66,11 +68,3 @@ class ShapesJudge(Evaluator):
     @abstractmethod
     def score_scene(self, images: list[Image.Image], scene: Scene) -> Scores: ...
 
-
-def _digest(path: Path) -> str:
-    """The weights' content hash: a file's, or a folder's ``*.safetensors`` files' in name
-    order (a judge whose weights are several members)."""
-    digest = hashlib.sha256()
-    for file in sorted(path.glob("*.safetensors")) if path.is_dir() else [path]:
-        digest.update(file.read_bytes())
-    return digest.hexdigest()[:12]
