@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -79,3 +80,17 @@ def wait_scrape(url: str, timeout: float = 60) -> dict:
         except httpx.TransportError:
             assert time.monotonic() < deadline, f"no metrics at {url}"
             time.sleep(0.2)
+
+
+def scrape_settled(urls: list[str], settled: Callable[[list[Samples]], bool],
+                   token: str | None = None, timeout: float = 10) -> list[Samples]:
+    """Scrapes of ``urls`` once ``settled`` holds of them, or the last ones at ``timeout``.
+
+    A process counts an event after its commit, and ``wait()`` returns on the run's last commit:
+    the process that wrote it may not have counted it yet when the caller scrapes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        scrapes = [scrape(url, token) for url in urls]
+        if settled(scrapes) or time.monotonic() > deadline:
+            return scrapes
+        time.sleep(0.05)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from metrics_util import label_problems, moved, scrape, value
+from metrics_util import label_problems, moved, scrape, scrape_settled, value
 
 from genloop.gateway import GatewaySettings, SqliteGatewayStore, create_app
 from genloop.sdk import Client, Graph, RunStatus
@@ -49,7 +49,9 @@ def test_a_scrape_after_a_run_shows_what_the_run_did(gateway, tmp_path):
 
     run = client.submit(g)
     result = run.wait(timeout=120)
-    after = scrape(f"{url}/metrics", TOKEN)
+    [after] = scrape_settled(
+        [f"{url}/metrics"],
+        lambda s: moved(before, s[0], "genloop_runs_total", status="failed") > 0, TOKEN)
 
     assert result.status == RunStatus.FAILED  # 'broken' failed for good
     assert moved(before, after, "genloop_runs_total", status="submitted") == 1

@@ -4,7 +4,7 @@ processes' counters add up to what the run did."""
 from __future__ import annotations
 
 import pytest
-from metrics_util import free_ports, label_problems, scrape, value, wait_scrape
+from metrics_util import free_ports, label_problems, scrape_settled, value, wait_scrape
 from redis_util import POOL_DB, redis_url
 
 from genloop.sdk import Client, Graph, RunStatus
@@ -28,7 +28,8 @@ def test_each_worker_process_serves_metrics_that_add_up(pool, redis_client, tmp_
     with Client.connect(redis_url(POOL_DB)) as client:
         run = client.submit(g)
         result = run.wait(timeout=60)
-    scrapes = [scrape(url) for url in urls]
+    scrapes = scrape_settled(
+        urls, lambda s: sum(value(x, "genloop_runs_total", status="succeeded") for x in s) > 0)
 
     def total(name: str, **labels: str) -> float:
         return sum(value(s, name, **labels) for s in scrapes)
@@ -43,3 +44,4 @@ def test_each_worker_process_serves_metrics_that_add_up(pool, redis_client, tmp_
     assert total("genloop_queue_wait_seconds_count", queue="cpu") >= 2
     for s in scrapes:
         assert label_problems(s, {run.id}) == []
+
