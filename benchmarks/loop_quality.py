@@ -5,7 +5,8 @@
                  critic-edit,seed-search,agent,best-of-n-vqa,best-of-n-drafts-vqa,target-vqa,
                  target-drafts-vqa,best-of-n-reader,best-of-n-drafts-reader,target-reader,
                  target-drafts-reader,best-of-n-drafts-ensemble,target-drafts-ensemble]
-        [--draft-candidates N] [--target 50] [--ensemble FILE] [--json]
+        [--draft-candidates N] [--target 50] [--ensemble FILE]
+        [--prompt-set benchmark|calibration] [--json]
 
 On held-out shapes prompts weighted to the hard ones (:func:`benchmark_prompts`: 60% two objects
 with a relation, 20% one object of a colour-shape pair held out of training, 20% one small
@@ -44,7 +45,13 @@ the image's size), which no mode optimises: the all-correct rate with a 95% boot
 over prompts, per prompt set too, the paired difference against ``best-of-n`` (bootstrap over
 prompts, same resamples), the steps each mode actually spent and its wall time. For ``draft``,
 how often a finished image's verdict is its draft's (the method works as far as it is). Each
-mode runs in a home of its own, so none reuses another's stored images.
+wrong kept image is counted under why (``misses``): no image the mode drew was right, with its
+budget spent or after stopping on a wrong one at its target, or one was right and the judge
+kept another. Each mode runs in a home of its own, so none reuses another's stored images.
+
+``--prompt-set calibration`` draws as many prompts of the same mix from further on in the same
+held-out streams, with other seeds: a setting (a recipe's target, say) is chosen there and
+the benchmark's prompts then test it, so no figure quoted for it is the one it was chosen on.
 """
 
 from __future__ import annotations
@@ -80,6 +87,9 @@ MODES = ("default", "best-of-n", "best-of-n-critic", "best-of-n-drafts", "target
 JUDGE_SUFFIXES = {"-vqa": "shapes-vqa", "-reader": "shapes-reader", "-ensemble": "ensemble"}
 #: ``--target``'s default: stop once the critic finds an image more likely right than wrong.
 CRITIC_TARGET = 50.0
+#: Where ``--prompt-set calibration`` starts in each held-out stream: past what any ``--prompts``
+#: up to 1,000 reads (the small set reads 20 x as far).
+CALIBRATION_START = 20_000
 
 
 class ModeReport(BaseModel):
@@ -100,30 +110,38 @@ class ModeReport(BaseModel):
     correct: list[bool]
     #: messages the sweeper re-sent during the mode, by reason (none is expected: nothing fails)
     resends: dict[str, int] = {}
+    #: prompts whose kept image is wrong, by why (every image the mode drew graded):
+    #: ``none_right``, no image it drew was right, with its budget spent or not
+    #: (``..._spent`` / ``..._stopped``: it stopped on a wrong image its judge scored at target);
+    #: ``right_not_kept``, one was right and the judge kept another
+    misses: dict[str, int] = {}
 
 
-def benchmark_prompts(n: int) -> list[tuple[str, str]]:
+def benchmark_prompts(n: int, calibration: bool = False) -> list[tuple[str, str]]:
     """``n`` held-out ``(set, caption)`` pairs: 60% ``two`` (two objects and a relation), 20%
     ``novel`` (one object of a held-out colour-shape pair), 20% ``small`` (one small object off
-    the centre)."""
+    the centre). ``calibration``: as many others, drawn from the same sets further on, for
+    choosing a recipe's settings on prompts the benchmark's figures never see."""
     n_two, n_novel = round(0.6 * n), round(0.2 * n)
-    small = [a for a in shapes.heldout_prompts(20 * n)
+    start = CALIBRATION_START if calibration else 0
+    small = [a for a in shapes.heldout_prompts(20 * n, start=start)
              if a.size == "small" and a.position != "centre"]
-    sets = {"two": shapes.heldout_prompts(n_two, objects=2),
-            "novel": shapes.novel_prompts(n_novel, objects=1, start=1000),
+    sets = {"two": shapes.heldout_prompts(n_two, start=start, objects=2),
+            "novel": shapes.novel_prompts(n_novel, objects=1, start=1000 + start),
             "small": small[:n - n_two - n_novel]}
     return [(name, scene.caption()) for name, scenes in sets.items() for scene in scenes]
 
 
 def loop_for(mode: str, prompt: str, rounds: int, candidates: int, steps: int,
-             draft_candidates: int | None = None, target: float = CRITIC_TARGET) -> Loop:
+             draft_candidates: int | None = None, target: float = CRITIC_TARGET,
+             seed: int = 0) -> Loop:
     budget = rounds * candidates * steps
     suffix = next((k for k in JUDGE_SUFFIXES if mode.endswith(k)), "")
     judge = JUDGE_SUFFIXES.get(suffix, "shapes-critic")
     mode = mode.removesuffix(suffix)
     if mode == "default":  # what a user gets who names nothing: the back end's recipe
-        return Loop(prompt=prompt, seed=0, model=shapes.PIPELINE_NAME)
-    common = dict(prompt=prompt, seed=0, model=shapes.PIPELINE_NAME, steps=steps)
+        return Loop(prompt=prompt, seed=seed, model=shapes.PIPELINE_NAME)
+    common = dict(prompt=prompt, seed=seed, model=shapes.PIPELINE_NAME, steps=steps)
     draft_steps = Loop(prompt=prompt, steps=steps, refiner="draft").draft_steps
     assert draft_steps is not None
     if mode.startswith("target"):
@@ -228,9 +246,10 @@ def _all_correct(client: Client, artifact: str, prompt: str) -> bool:
 
 def run_mode(client: Client, mode: str, prompts: list[tuple[str, str]], rounds: int,
              candidates: int, steps: int, draft_candidates: int | None = None,
-             target: float = CRITIC_TARGET, ensemble: dict | None = None) -> ModeReport:
+             target: float = CRITIC_TARGET, ensemble: dict | None = None,
+             seed: int = 0) -> ModeReport:
     began, resent = time.monotonic(), _resends()
-    loops = [loop_for(mode, p, rounds, candidates, steps, draft_candidates, target)
+    loops = [loop_for(mode, p, rounds, candidates, steps, draft_candidates, target, seed)
              for _, p in prompts]
     if mode.endswith("-ensemble"):
         loops = [loop.model_copy(update={"evaluator_options": ensemble}) for loop in loops]
@@ -240,7 +259,9 @@ def run_mode(client: Client, mode: str, prompts: list[tuple[str, str]], rounds: 
             agent.watch(run)
         results = [run.wait(timeout=3600) for run in runs]
     wall = time.monotonic() - began
-    report = _report(client, mode, loops, prompts, results, wall)
+    recipes = client.schema().served.recipes
+    report = _report(client, mode, [loop.with_recipe(recipes.get(loop.model or ""))
+                                     for loop in loops], prompts, results, wall)
     report.resends = {k: n - resent[k] for k, n in _resends().items() if n > resent[k]}
     return report
 
@@ -257,10 +278,14 @@ def _report(client: Client, mode: str, loops: list[Loop], prompts: list[tuple[st
             results: list[RunResult], wall: float) -> ModeReport:
     correct, spent, images = [], 0, 0
     agree: list[bool] = []
-    for (_, prompt), result in zip(prompts, results, strict=True):
+    misses: dict[str, int] = {}
+    for (_, prompt), result, loop in zip(prompts, results, loops, strict=True):
         if result.best is None:
             raise RuntimeError(f"run {result.run_id} for {prompt!r} has no best: {result.error}")
         correct.append(_all_correct(client, result.best.artifact, prompt))
+        if not correct[-1]:
+            why = _miss(client, result, prompt, loop)
+            misses[why] = misses.get(why, 0) + 1
         spent += result.compute.steps
         images += result.compute.images
         if mode == "draft":
@@ -274,7 +299,17 @@ def _report(client: Client, mode: str, loops: list[Loop], prompts: list[tuple[st
                       steps_per_prompt=spent / len(prompts),
                       images_per_prompt=images / len(prompts), wall_s=wall,
                       draft_agreement=(sum(agree) / len(agree), len(agree)) if agree else None,
-                      correct=correct)
+                      correct=correct, misses=misses)
+
+
+def _miss(client: Client, result: RunResult, prompt: str, loop: Loop) -> str:
+    """Why a run kept a wrong image (see :attr:`ModeReport.misses`)."""
+    if any(_all_correct(client, c.artifact, prompt) for c in result.scored):
+        return "right_not_kept"
+    budget = loop.budget if loop.budget is not None else loop.rounds * loop.candidates * (
+        loop.steps or 0)
+    stopped = loop.target is not None and result.compute.steps < budget
+    return "none_right_stopped" if stopped else "none_right_spent"
 
 
 def _draft_agreement(client: Client, result: RunResult, prompt: str) -> list[bool]:
@@ -311,6 +346,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="the critic score at which target and target-drafts stop")
     parser.add_argument("--ensemble", type=Path, default=None,
                         help="the ...-ensemble modes' options, as fit_ensemble --out writes them")
+    parser.add_argument("--prompt-set", choices=("benchmark", "calibration"),
+                        default="benchmark", help="calibration: other prompts and seeds, for "
+                        "choosing settings that the benchmark's figures then test")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--workers", type=int, default=2, help="worker threads")
     parser.add_argument("--json", action="store_true")
@@ -324,13 +362,15 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("the -ensemble modes need --ensemble FILE (python -m "
                      "genloop.shapes.training.fit_ensemble --out FILE)")
     ensemble = json.loads(args.ensemble.read_text()) if args.ensemble else None
-    prompts = benchmark_prompts(args.prompts)
+    calibration = args.prompt_set == "calibration"
+    prompts = benchmark_prompts(args.prompts, calibration)
     reports: list[ModeReport] = []
     with tempfile.TemporaryDirectory() as home:
         for mode in modes:
             with Client.local(home=Path(home) / mode, threads=args.workers) as client:
                 report = run_mode(client, mode, prompts, args.rounds, args.candidates,
-                                  args.steps, args.draft_candidates, args.target, ensemble)
+                                  args.steps, args.draft_candidates, args.target, ensemble,
+                                  seed=1 if calibration else 0)
             base = next((r for r in reports if r.mode == BASELINE), None)
             if base is not None:
                 report.diff_vs_best_of_n = report.all_correct - base.all_correct
@@ -339,7 +379,8 @@ def main(argv: list[str] | None = None) -> None:
             # one line per mode as it ends, so a long run shows its progress
             print(_line(report, base), flush=True, file=sys.stderr if args.json else sys.stdout)
     if args.json:
-        print(json.dumps({"prompts": args.prompts, "rounds": args.rounds,
+        print(json.dumps({"prompts": args.prompts, "prompt_set": args.prompt_set,
+                          "rounds": args.rounds,
                           "candidates": args.candidates, "steps": args.steps,
                           "draft_candidates": args.draft_candidates, "target": args.target,
                           "modes": [r.model_dump() for r in reports]}))
@@ -358,7 +399,7 @@ def _line(r: ModeReport, base: ModeReport | None) -> str:
             f"[{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]{diff} ({sets}) "
             f"steps/prompt={r.steps_per_prompt:.0f} images/prompt={r.images_per_prompt:.1f} "
             f"wall={r.wall_s:.1f}s{ratio}{agreement} "
-            f"re-sends={sum(r.resends.values())}{r.resends or ''}")
+            f"re-sends={sum(r.resends.values())}{r.resends or ''} misses={r.misses}")
 
 if __name__ == "__main__":
     main()

@@ -49,3 +49,25 @@ def test_a_target_mode_searches_the_common_budget_and_stops_at_the_critics_targe
     assert len(reached.rounds) == 1 and reached.compute.images == 2
     assert {c.steps for c in missed.scored} == {each}
     assert missed.compute.steps == budget and len(missed.rounds) == budget // (2 * each)
+
+
+def test_the_calibration_prompts_are_the_same_mix_drawn_elsewhere():
+    bench = load_benchmark("loop_quality")
+    benchmark, calibration = bench.benchmark_prompts(20), bench.benchmark_prompts(20, True)
+
+    def sizes(prompts):
+        return {name: sum(1 for n, _ in prompts if n == name) for name, _ in prompts}
+
+    assert sizes(calibration) == sizes(benchmark) == {"two": 12, "novel": 4, "small": 4}
+    assert len({p for _, p in benchmark} & {p for _, p in calibration}) <= 2
+
+
+def test_every_wrong_kept_image_is_counted_under_one_reason(client):
+    bench = load_benchmark("loop_quality")
+    prompts = bench.benchmark_prompts(5)[:3]
+
+    # A target no score reaches: each loop spends its budget, so none stopped on a wrong image
+    report = bench.run_mode(client, "target-drafts-reader", prompts, 1, 2, 8, target=101.0)
+
+    assert sum(report.misses.values()) == report.correct.count(False)
+    assert set(report.misses) <= {"none_right_spent", "right_not_kept"}
