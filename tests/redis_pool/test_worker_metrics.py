@@ -44,4 +44,3 @@ def test_each_worker_process_serves_metrics_that_add_up(pool, redis_client, tmp_
     assert total("genloop_queue_wait_seconds_count", queue="cpu") >= 2
     for s in scrapes:
         assert label_problems(s, {run.id}) == []
-
