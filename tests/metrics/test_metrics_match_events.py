@@ -4,6 +4,7 @@ run's events of its kind, and a preload's warm-up image counts nowhere."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -29,6 +30,19 @@ def _samples() -> Samples:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in metrics().registry.collect() for s in family.samples
             if s.name.endswith("_total")}
+
+
+def _settled(before: Samples, timeout: float = 10) -> Samples:
+    """The counters once the run's end is counted: a process counts an event after its commit,
+    and ``wait()`` returns on the run's last commit, so the thread that wrote it may not have
+    counted it yet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        after = _samples()
+        key = ("genloop_runs_total", (("status", "failed"),))
+        if after.get(key, 0.0) > before.get(key, 0.0) or time.monotonic() > deadline:
+            return after
+        time.sleep(0.02)
 
 
 def _moved(before: Samples, after: Samples) -> dict[tuple, float]:
@@ -88,7 +102,7 @@ def test_counters_move_by_the_run_s_events(tmp_path, resources, store):
         run = client.submit(g)
         result = run.wait(timeout=120)
         events = list(run.events(follow=False))
-        after = _samples()
+        after = _settled(before)
 
     assert result.status == RunStatus.FAILED  # 'broken' failed for good
     # Then each counter moved by the run's events of its kind, and by nothing else
