@@ -10,12 +10,13 @@ import pytest
 from dramatiq.middleware import Middleware
 from genloop_test_ops import executions
 
-from genloop.sdk import Graph, RunStatus
+from genloop.sdk import Graph, Loop, RunStatus
 from genloop.sdk.errors import StoreError
 from genloop.workers.runtime import executor
 from genloop.workers.runtime.chunks import (
     MAX_CHUNK,
     MIN_MESSAGES,
+    TOGETHER_IMAGES,
     chunked,
     instances_of,
     message_args,
@@ -62,6 +63,41 @@ def test_chunks_keep_runs_and_queues_apart_and_small_releases_whole():
     assert [[i.instance_id for i in c] for c in chunks if c[0].run_id == "b"] == [["n0#0"]]
     huge = chunked([_inst("c", i) for i in range(100 * MAX_CHUNK)])
     assert {len(c) for c in huge} == {MAX_CHUNK}
+
+
+def test_a_small_release_picked_together_goes_as_one_message_and_a_wide_one_spreads():
+    def shards(run: str, images: list[int]) -> list[InstanceRecord]:
+        return [InstanceRecord(run_id=run, instance_id=f"g#{k}", node_id="g", seq=k,
+                               queue="gpu", expected_items=n) for k, n in enumerate(images)]
+
+    def sizes(instances: list[InstanceRecord]) -> list[int]:
+        return [len(c) for c in chunked(instances, lambda inst: inst.run_id != "other")]
+
+    # A loop's round (eight images, one an instance, or two shards of four) and a release of
+    # exactly TOGETHER_IMAGES go whole; one image more, or a run not picked, as before
+    assert sizes(shards("r", [1] * 8)) == [8]
+    assert sizes(shards("r", [4, 4])) == [2]
+    assert sizes(shards("r", [4] * (TOGETHER_IMAGES // 4))) == [TOGETHER_IMAGES // 4]
+    assert sizes(shards("r", [4] * (TOGETHER_IMAGES // 4) + [1])) == [1] * (
+        TOGETHER_IMAGES // 4 + 1)
+    assert sizes(shards("other", [1] * 8)) == [1] * 8
+
+
+@pytest.mark.parametrize("priority", ["interactive", "batch"])
+def test_a_loops_round_goes_to_one_worker_as_one_message_in_the_interactive_lane(
+        client, runtime, priority):
+    seen = MessageLog()
+    runtime.broker.add_middleware(seen)
+    loop = Loop(prompt="a red circle", model="tiny", steps=2, candidates=4, rounds=2,
+                refiner="seed-search", evaluator="clip", priority=priority)
+
+    result = client.submit(loop).wait(timeout=120)
+
+    # Then round 2's four images (a map node's four instances) went in one message when the
+    # run was interactive (one engine, one batch), and four messages in the batch lane
+    assert result.status == RunStatus.SUCCEEDED
+    round_two = [ids for ids in seen.messages if any(i.startswith("round-2/generate") for i in ids)]
+    assert sorted(map(len, round_two)) == ([4] if priority == "interactive" else [1] * 4)
 
 
 def test_a_chunks_failing_instance_is_retried_alone_and_the_others_run_once(client, runtime,

@@ -29,7 +29,7 @@ from ..middleware.attempts import AttemptOutcomes, retry_transients
 from ..middleware.metrics import QueueWait
 from ..middleware.sweeper import OutboxSweeper
 from ..ops.registry import OpRegistry
-from ..runtime.chunks import Chunk, chunked, message_args
+from ..runtime.chunks import Chunk, Together, chunked, message_args
 from ..runtime.executor import Executor
 from ..runtime.scheduler import KEEP_SENT, Scheduler
 from ..stores.base import StateStore
@@ -136,12 +136,15 @@ class Enqueuer:
     ``interactive(run_id)``: whether a run is in the interactive lane. On a routed pool its
     messages go to the front of their model's queue: that queue holds up to a window of
     messages its holders have not taken yet (they take a batch's worth at a time, see
-    :mod:`.routing`), and an agent's round waited behind all of them.
+    :mod:`.routing`), and an agent's round waited behind all of them. ``together``: which
+    small releases go as one message (:func:`~..runtime.chunks.chunked`).
     """
 
     def __init__(self, broker: dramatiq.Broker, route: Route | None = None,
-                 interactive: Callable[[str], bool] | None = None) -> None:
+                 interactive: Callable[[str], bool] | None = None,
+                 together: Together | None = None) -> None:
         self.broker, self.route, self.interactive = broker, route, interactive
+        self.together = together
         self._to_front: Any = None
 
     def __call__(self, instances: Sequence[InstanceRecord], delay: float = 0.0) -> None:
@@ -149,7 +152,7 @@ class Enqueuer:
             for inst in instances:
                 self.send(inst, delay)
             return
-        self.send_chunks(chunked(instances))
+        self.send_chunks(chunked(instances, self.together))
 
     def send_chunks(self, chunks: Sequence[Chunk], delay: float = 0.0) -> None:
         """One message per chunk; on Redis, in pipelines of :data:`PIPELINE_MESSAGES`."""
@@ -278,7 +281,14 @@ def _sending(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, *
     def in_batch_lane(run_id: str) -> bool:
         return not interactive(run_id)
 
-    enqueue = Enqueuer(broker, _router(broker, registry, lambda: scheduler), interactive)
+    def together(inst: InstanceRecord) -> bool:
+        # An agent's round of generate work lands in one engine as one batch (runtime/chunks);
+        # other ops keep a message an instance, so slow ones spread over threads
+        node = scheduler.topology(inst.run_id).nodes.get(inst.node_id)
+        return node is not None and node.op == "generate" and interactive(inst.run_id)
+
+    enqueue = Enqueuer(broker, _router(broker, registry, lambda: scheduler), interactive,
+                       together)
 
     def tenant_of(run_id: str) -> str:
         # A tenant's lanes are two flows, one in each lane's turn order (the interactive
@@ -292,7 +302,7 @@ def _sending(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, *
     resend = None
     if fair_window is not None:
         fair = FairEnqueuer(enqueue.send_chunk, fair_window, tenant_of,
-                            in_batch_lane=in_batch_lane)
+                            in_batch_lane=in_batch_lane, together=together)
     elif shared_fair is not None:
         if not is_redis_broker(broker):
             raise TypeError("shared_fair needs a RedisBroker (its client holds the queue)")
@@ -300,7 +310,8 @@ def _sending(broker: dramatiq.Broker, store: StateStore, registry: OpRegistry, *
 
         fair = shared = RedisFairQueue(broker.client, enqueue.send_chunk, tenant_of,
                                        prefix=shared_fair, send_many=enqueue.send_chunks,
-                                       queue_of=enqueue.queue_of, in_batch_lane=in_batch_lane)
+                                       queue_of=enqueue.queue_of, in_batch_lane=in_batch_lane,
+                                       together=together)
         resend = shared.resend if runs_work else None
 
     def backlog(queue: str) -> int:  # waiting their turn is not lost either

@@ -32,7 +32,7 @@ from dramatiq.common import q_name
 from dramatiq.middleware import Middleware
 
 from ..runtime.batch_queue import BATCH_TURN
-from ..runtime.chunks import Chunk, chunk_name, chunked
+from ..runtime.chunks import Chunk, Together, chunk_name, chunked
 from ..stores.records import InstanceRecord
 
 #: Sends one message for a chunk of instances (:mod:`..runtime.chunks`) after a delay; its
@@ -44,14 +44,17 @@ class FairEnqueuer:
     """``enqueue(instances, delay)`` with per-queue windows and per-tenant turns. What waits
     and takes a slot is a message: one instance, or a chunk of a large release.
     ``in_batch_lane(run_id)``: whether a run's messages wait in the batch lane (by default
-    none do)."""
+    none do). ``together``: which small releases go as one message
+    (:func:`~..runtime.chunks.chunked`)."""
 
     def __init__(self, send: Send, window: int, tenant_of: Callable[[str], str], *,
-                 in_batch_lane: Callable[[str], bool] | None = None) -> None:
+                 in_batch_lane: Callable[[str], bool] | None = None,
+                 together: Together | None = None) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
         self.send, self.window, self.tenant_of = send, window, tenant_of
         self.in_batch_lane = in_batch_lane or (lambda run_id: False)
+        self.together = together
         self._lock = threading.Lock()
         self._in_flight: dict[str, set[str]] = {}  # queue -> message ids in the broker
         # (queue, lane) -> tenant -> waiting chunks; OrderedDict order is the round robin's
@@ -67,7 +70,7 @@ class FairEnqueuer:
             self._send([([inst], delay) for inst in instances])
             return
         with self._lock:
-            for chunk in chunked(instances):
+            for chunk in chunked(instances, self.together):
                 key = _name(chunk)
                 if key in self._held:
                     continue  # a duplicate send (sweeper) of one already waiting here

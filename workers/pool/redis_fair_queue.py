@@ -54,7 +54,7 @@ from dramatiq.middleware import Middleware
 from pydantic import TypeAdapter
 
 from ..runtime.batch_queue import BATCH_TURN
-from ..runtime.chunks import Chunk, chunk_name, chunked, instances_of
+from ..runtime.chunks import Chunk, Together, chunk_name, chunked, instances_of
 from ..stores.records import InstanceRecord
 from ..stores.redis_keys import PoolKeys
 from ..stores.redis_text import data, texts
@@ -176,17 +176,20 @@ class RedisFairQueue:
     scores, so they keep ``time.time``, and a test passes one it moves by hand. ``queue_of``:
     the Dramatiq queue a chunk's message goes to, where that is a model's own (a routed pool):
     the message then waits its turn in that queue's window. ``in_batch_lane(run_id)``: whether
-    a run's messages wait in the batch lane (by default none do)."""
+    a run's messages wait in the batch lane (by default none do). ``together``: which small
+    releases go as one message (:func:`~..runtime.chunks.chunked`)."""
 
     def __init__(self, client: redis.Redis, send: Send, tenant_of: Callable[[str], str], *,
                  prefix: str = "genloop", flight_ttl: float = 10.0,
                  send_many: SendMany | None = None,
                  clock: Callable[[], float] = time.time,
                  queue_of: Callable[[Chunk], str] | None = None,
-                 in_batch_lane: Callable[[str], bool] | None = None) -> None:
+                 in_batch_lane: Callable[[str], bool] | None = None,
+                 together: Together | None = None) -> None:
         self.client, self.send, self.tenant_of = client, send, tenant_of
         self.queue_of = queue_of
         self.in_batch_lane = in_batch_lane or (lambda run_id: False)
+        self.together = together
         self.send_many = send_many or (lambda chunks, delay: [send(c, delay) for c in chunks])
         self.prefix, self.flight_ttl, self.clock = prefix, flight_ttl, clock
         self._script = client.register_script(_PUSH_AND_TAKE)
@@ -203,7 +206,7 @@ class RedisFairQueue:
             return
         # queue -> (tenant, lane, member, payload, images)
         by_queue: dict[str, list[str]] = {}
-        for chunk in chunked(instances):
+        for chunk in chunked(instances, self.together):
             first = chunk[0]
             queue = self.queue_of(chunk) if self.queue_of is not None else first.queue
             if queue != first.queue and (first.queue, queue) not in self._routed:

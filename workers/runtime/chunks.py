@@ -13,13 +13,21 @@ result key, lease and retries: a failed one is recorded and re-sent alone with i
 deferred work is (:meth:`~.executor.Executor.run_chunk`), and never makes the others run again.
 A chunk holds one slot of a fair queue, so a tenant's turn there is a chunk.
 
+A small release that the caller marks ``together`` goes as one message whatever its size: a
+pool sends an interactive run's generate instances so when they hold at most
+:data:`TOGETHER_IMAGES` images (a loop's round). Generate work is deferred to the engine, so a
+chunk's instances land in one worker's engine at once and run as one batch. Sent a message
+each, a round's eight images reached a holder busy with a campaign two or three at a time (it
+takes a model's work only while less than a batch waits in its engine, :mod:`..pool.routing`),
+and each group waited for the batch-lane batch then running.
+
 A message's arguments are ``(run id, instance id)`` for one instance and
 ``(run id, [instance id, ...])`` for a chunk.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..stores.records import InstanceRecord
 
@@ -27,8 +35,13 @@ from ..stores.records import InstanceRecord
 MAX_CHUNK = 16
 #: A release of at least this many instances goes out as at least this many messages.
 MIN_MESSAGES = 16
+#: The most images a ``together`` release keeps in one message: a loop's round (8 by default)
+#: and up to twice that; a wider one spreads over workers as any release does.
+TOGETHER_IMAGES = 16
 
 Chunk = Sequence[InstanceRecord]
+#: Whether a release whose first instance this is may go as one message (see above).
+Together = Callable[[InstanceRecord], bool]
 
 
 def chunk_size(n: int) -> int:
@@ -36,16 +49,26 @@ def chunk_size(n: int) -> int:
     return min(MAX_CHUNK, max(1, n // MIN_MESSAGES))
 
 
-def chunked(instances: Sequence[InstanceRecord]) -> list[list[InstanceRecord]]:
-    """``instances`` as chunks of one run and queue each, in their order within each group."""
+def chunked(instances: Sequence[InstanceRecord],
+            together: Together | None = None) -> list[list[InstanceRecord]]:
+    """``instances`` as chunks of one run and queue each, in their order within each group; a
+    group whose first instance ``together`` picks goes as one chunk if it is small enough
+    (see the module's docstring)."""
     groups: dict[tuple[str, str], list[InstanceRecord]] = {}
     for inst in instances:
         groups.setdefault((inst.run_id, inst.queue), []).append(inst)
     out: list[list[InstanceRecord]] = []
     for group in groups.values():
         size = chunk_size(len(group))
+        if together is not None and _small(group) and together(group[0]):
+            size = len(group)
         out.extend(group[i:i + size] for i in range(0, len(group), size))
     return out
+
+
+def _small(group: Chunk) -> bool:
+    return (len(group) <= MAX_CHUNK
+            and sum(inst.expected_items for inst in group) <= TOGETHER_IMAGES)
 
 
 def chunk_name(run_id: str, instance_ids: Sequence[str]) -> str:
