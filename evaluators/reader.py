@@ -132,4 +132,3 @@ def _clause_text(scene: Scene, name: str) -> str:
         return COUNT_TEXT
     owner, _, field = name.rpartition(".")
     return str(getattr(getattr(scene, owner) if owner else scene, field))
-

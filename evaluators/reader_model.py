@@ -242,5 +242,3 @@ def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
             total = total + nn.functional.cross_entropy(logits[:, HEAD_SLICES[name]].float(),
                                                         wanted, ignore_index=IGNORE)
     return total
-
-

@@ -67,4 +67,3 @@ class ShapesJudge(Evaluator):
 
     @abstractmethod
     def score_scene(self, images: list[Image.Image], scene: Scene) -> Scores: ...
-
