@@ -339,7 +339,9 @@ class RedisStateStore(StateStore):
     @translate_redis_errors
     def lease_remaining(self, key: str) -> float:
         ms = self.client.pttl(self.keys.claim(key))
-        return max(ms, 0) / 1000.0
+        # PTTL says 0 for a claim with under a millisecond left, which still refuses a claim:
+        # a lease is over only once its key is gone (-2)
+        return 0.001 if ms == 0 else max(ms, 0) / 1000.0
 
     @translate_redis_errors
     def try_lock(self, name: str, owner: str, ttl: float) -> bool:
