@@ -13,16 +13,17 @@ A :class:`Loop` compiles to a plain :class:`~genloop.sdk.graph.Graph` with its r
 
 A back end may serve a *recipe* for a model: the settings of the best loop measured on it
 (``client.schema().served.recipes``). A Loop that sets none of the recipe's fields
-(:data:`RECIPE_FIELDS`: evaluator, refiner, candidates, rounds, target, steps, budget, ...) runs
-with them, so ``Loop(prompt=...)`` alone gets the best measured loop; one that sets any of them
-gets the plain defaults below for the rest.
+(:data:`RECIPE_FIELDS`: evaluator, refiner, candidates, rounds, target, give_up, steps, budget,
+...) runs with them, so ``Loop(prompt=...)`` alone gets the best measured loop; one that sets
+any of them gets the plain defaults below for the rest.
 
 With ``refiner="agent"`` each refine pauses: the run emits ``refine.requested`` (a
 :class:`~genloop.sdk.ops.RefineRequest` as its message) and waits up to ``refine_timeout`` s for
 ``run.refine(...)``, then lets ``fallback`` decide.
 
-The stop guard is the refine op: when a score reaches ``target``, or the denoising-step
-``budget`` has nothing left for another image, it halts, and every node downstream of it is
+The stop guard is the refine op: when a score reaches ``target``, when ``give_up.rounds``
+rounds have brought no score to ``give_up.below``, or when the denoising-step ``budget`` has
+nothing left for another image, it halts, and every node downstream of it is
 skipped, so the run ends early and succeeds. Each refine tolerates failed
 candidates (``min_success=1``): one broken image never breaks the loop.
 """
@@ -41,6 +42,7 @@ from .ops import (
     CACHE_PATTERN,
     MAX_CANDIDATES_PER_NODE,
     REUSE_DESCRIPTION,
+    GiveUp,
     Reuse,
     edit_steps,
     finish_strength,
@@ -51,8 +53,8 @@ from .webhooks import WebhookTarget
 #: keeps the plain defaults for the rest: a recipe's parts belong together (its target is on its
 #: evaluator's scale, its rounds fit its steps and budget).
 RECIPE_FIELDS = frozenset({
-    "evaluator", "evaluator_options", "refiner", "candidates", "rounds", "target", "keep",
-    "steps", "guidance", "budget", "draft_candidates", "draft_steps",
+    "evaluator", "evaluator_options", "refiner", "candidates", "rounds", "target", "give_up",
+    "keep", "steps", "guidance", "budget", "draft_candidates", "draft_steps",
 })
 
 
@@ -84,6 +86,11 @@ class Loop(BaseModel):
         "every clause holds, so 50 stops once an image is more likely right than wrong); "
         "the remaining rounds are skipped and the run succeeds. Omit to always run every "
         "round.")
+    give_up: GiveUp | None = Field(
+        None, description="Stop early on a prompt the model seems unable to draw: after "
+        "give_up.rounds rounds, if no score has reached give_up.below, the rest are skipped and "
+        "the best image so far is kept (e.g. {'rounds': 4, 'below': 50} with a critic). Omit "
+        "to spend every round.")
     evaluator: str | None = Field(
         None, description="Name of the evaluator that scores every image against the prompt. "
         + BACKEND_DEFAULT)
@@ -172,6 +179,10 @@ class Loop(BaseModel):
                 self.draft_candidates = self._default_drafts()
         elif (self.draft_candidates is None) != (self.draft_steps is None):
             raise ValueError("give both draft_candidates and draft_steps, or neither")
+        if self.give_up is not None and self.give_up.rounds >= self.rounds:
+            raise ValueError(
+                f"give_up.rounds ({self.give_up.rounds}) must be fewer than rounds "
+                f"({self.rounds}): a loop gives up before its last round or never")
         if self.budget is not None and self._round_one_cost() > self.budget:
             raise ValueError(
                 f"round 1 alone costs {self._round_one_cost()} denoising steps, over the "
@@ -244,6 +255,7 @@ class Loop(BaseModel):
                 refine = g.refine(
                     scores, prompt=self.prompt, candidates=self.candidates,
                     strategy=self.refiner, id=f"round-{r}/refine", round=r, target=self.target,
+                    give_up=None if self.give_up is None else self.give_up.model_dump(),
                     keep=min(self.keep, self.candidates), min_success=1, steps=self.steps,
                     budget=self.budget, timeout=self.refine_timeout, fallback=self.fallback,
                     **retry,

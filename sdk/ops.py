@@ -193,6 +193,18 @@ class SelectParams(_Params):
         "difference only. Typical 0.3-0.5.")
 
 
+class GiveUp(_Params):
+    """Stop a loop that no score has brought to ``below`` after ``rounds`` rounds: the prompt is
+    one the model rarely draws right, and its remaining budget would most likely buy nothing
+    (``benchmarks/stop_rules.py`` measured this on shapes: docs/judges.md). The best image so
+    far is kept and the run succeeds."""
+
+    rounds: int = Field(ge=1, le=50, description="Rounds the loop gets before giving up.")
+    below: float = Field(
+        allow_inf_nan=False, description="The score (on the evaluator's scale) some image must "
+        "have reached by then for the loop to go on.")
+
+
 class RefineParams(_Params):
     """``refine``: turn the scored candidates seen so far into the next round's requests."""
 
@@ -217,6 +229,9 @@ class RefineParams(_Params):
     target: float | None = Field(
         None, description="Stop the loop once any score reaches this (on the evaluator's "
         "scale): the following rounds are skipped and the run succeeds.")
+    give_up: GiveUp | None = Field(
+        None, description="Stop the loop after `give_up.rounds` rounds if no score has reached "
+        "`give_up.below` by then, keeping the best so far; omit to go on.")
     keep: int = Field(
         2, ge=1, description="How many of the best candidates seed the next round. 1 "
         "exploits, larger explores. Typical 1-4, at most `candidates`.")

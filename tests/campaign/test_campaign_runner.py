@@ -177,10 +177,11 @@ def test_a_variants_key_is_decided_by_its_images_alone(tmp_path):
     loop = spec.loop_for(values)
     hooked = parse_spec({**SPEC, "webhook": {"url": "https://hooks.example/c",
                                              "variants": True}}).loop_for(values)
-    # Fields added to Loop later (labels, webhook, priority, retention; cache at its default;
-    # reuse, which campaigns set) leave the keys of stored campaigns as they were
+    # Fields added to Loop later (labels, webhook, priority, retention; cache and give_up at
+    # their defaults; reuse, which campaigns set) leave the keys of stored campaigns as they were
     before = {k: v for k, v in loop.model_dump(mode="json").items()
-              if k not in ("labels", "webhook", "priority", "retention", "cache", "reuse")}
+              if k not in ("labels", "webhook", "priority", "retention", "cache", "reuse",
+                           "give_up")}
     old_key = "campaign:" + hashlib.sha256(json.dumps(before, sort_keys=True).encode()
                                            ).hexdigest()[:32]
     assert loop_key(loop) == loop_key(hooked) == old_key

@@ -23,8 +23,9 @@ Strategies are pluggable: ``@refiner("name")`` registers ``fn(scored, params) ->
   The other half are fresh seeds, as ``seed-search`` draws them.
 - ``agent``: the loop pauses and an agent answers (see :mod:`genloop.workers.runtime.agent_refine`);
   with no answer within ``timeout`` s, ``fallback`` decides.
-When a score reaches ``target``, or ``budget`` (denoising steps) leaves room for no request,
-refine halts the loop: nodes downstream are skipped. Otherwise the requests are cut, in the
+When a score reaches ``target``, when ``give_up.rounds`` rounds have brought no score to
+``give_up.below``, or when ``budget`` (denoising steps) leaves room for no request, refine halts
+the loop: nodes downstream are skipped. Otherwise the requests are cut, in the
 order the strategy gave them, to what the budget has left.
 """
 
@@ -268,7 +269,14 @@ def refine(params: RefineParams, inputs: list,
     scored = [ScoredCandidate.model_validate(i, from_attributes=True) for i in inputs]
     if not scored:
         raise Permanent("refine got no scored candidates")
-    if params.target is not None and max(c.score for c in scored) >= params.target:
+    best = max(c.score for c in scored)
+    if params.target is not None and best >= params.target:
+        ctx.halt()
+        return []
+    if (params.give_up is not None and params.round >= params.give_up.rounds
+            and best < params.give_up.below):
+        ctx.log.info("no score reached %s in %d rounds (best %.1f): the loop gives up",
+                     params.give_up.below, params.round, best)
         ctx.halt()
         return []
     if params.strategy == "agent":
