@@ -13,7 +13,7 @@ pixel checker, which no rule sees. A rule:
 
 - ``target`` T: stop after the first round whose best score reaches T (``Loop.target``);
 - ``rounds`` R: at most R rounds (``Loop.rounds``);
-- ``give up`` (K, F): stop after round K while no score has reached F (no Loop field does this).
+- ``give up`` (K, F): stop after round K while no score has reached F (``Loop.give_up``).
 
 The rule a recipe should use is chosen on the calibration prompts: the best all-correct rate of
 the kept image within ``--drafts`` drafts a prompt (default: what the recipe spends there),

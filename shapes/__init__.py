@@ -74,13 +74,15 @@ DEFAULT_STEPS = 20
 DEFAULT_GUIDANCE = 2.0
 #: The best loop measured on this model, what ``Loop(prompt=...)`` runs here (see
 #: :meth:`genloop.sdk.Loop.with_recipe`): 4-step drafts, 8 a round, judged by shapes-reader,
-#: stopping at the first round whose best draft the reader finds more likely right than wrong,
-#: within best-of-24's 480 denoising steps. ``benchmarks/loop_quality.py --prompts 100``
-#: (docs/judges.md): ``target-drafts`` over the clause critic 0.74 against best-of-24's 0.68 by
-#: shapes-clip, at a quarter of its wall time; ``target-drafts-reader`` 0.77 against the
-#: critic's 0.73 in the same run (+0.04 [-0.01, +0.10], 2026-12-05).
+#: within best-of-24's 480 denoising steps; it stops at the first round whose best draft the
+#: reader all but certainly finds right (97), and gives a prompt up after 4 rounds in which no
+#: draft reached even 50 (one the model rarely draws right). The stopping rule was chosen on
+#: 300 calibration prompts (``benchmarks/stop_rules.py``, docs/judges.md): on the benchmark's
+#: prompts 0.85 all-correct against 0.81 for the rule before it (target 50, no give-up) at as
+#: many drafts a prompt, and best-of-24's 0.68 by shapes-clip.
 RECIPE: dict[str, Any] = {"evaluator": "shapes-reader", "steps": 4, "candidates": 8,
-                          "rounds": 15, "target": 50.0, "budget": 480}
+                          "rounds": 15, "target": 97.0,
+                          "give_up": {"rounds": 4, "below": 50.0}, "budget": 480}
 
 
 def weights_dir() -> Path:
