@@ -114,6 +114,7 @@ def test_size_is_counted_in_the_dtype_the_model_will_run_in():
 def test_threads_asking_for_the_models_at_once_share_one_registry(monkeypatch):
     import threading
     import time
+    import types
 
     from genloop.workers.engine import registry as registry_module
     from genloop.workers.models.resources import Resources
@@ -124,6 +125,7 @@ def test_threads_asking_for_the_models_at_once_share_one_registry(monkeypatch):
     class SlowRegistry:
         def __init__(self, device=None, **options):
             time.sleep(0.2)
+            self.residency = types.SimpleNamespace(spare=None)  # Resources sets its hook
             built.append(self)
 
     monkeypatch.setattr(registry_module, "ModelRegistry", SlowRegistry)
@@ -136,4 +138,4 @@ def test_threads_asking_for_the_models_at_once_share_one_registry(monkeypatch):
     for t in threads:
         t.join()
     # Then one registry was built and all four got it
-    assert len(built) == 1 and all(m is built[0] for m in seen)
+    assert len(built) == 1 and len(seen) == 4 and all(m is built[0] for m in seen)
