@@ -92,13 +92,21 @@ class Outcome:
     right: list[bool]
 
 
+#: The recipe's fields that decide when its loop stops: a recording leaves them out.
+STOPPING = ("target", "give_up")
+
+
 def recipe_rule() -> Rule:
-    return Rule(target=shapes.RECIPE["target"], rounds=shapes.RECIPE["rounds"])
+    """The rule the shapes recipe stops by."""
+    give_up = shapes.RECIPE.get("give_up") or {}
+    return Rule(target=shapes.RECIPE.get("target"), rounds=shapes.RECIPE["rounds"],
+                give_up_after=give_up.get("rounds"), give_up_below=give_up.get("below", 0.0))
 
 
 def unstopped_loop(prompt: str, seed: int) -> Loop:
-    """The recipe's loop with its target taken away: it runs every round of its budget."""
-    recipe = {k: v for k, v in shapes.RECIPE.items() if k != "target"}
+    """The recipe's loop with its stopping rule taken away: it runs every round of its
+    budget."""
+    recipe = {k: v for k, v in shapes.RECIPE.items() if k not in STOPPING}
     return Loop(prompt=prompt, seed=seed, model=shapes.PIPELINE_NAME, **recipe)
 
 
@@ -146,7 +154,7 @@ def rules() -> list[Rule]:
 def best_within(recordings: list[Recording], drafts: float) -> Outcome:
     """The rule with the best all-correct rate within ``drafts`` drafts a prompt (fewer drafts
     break ties)."""
-    fitting = [o for o in map(lambda r: outcome(recordings, r), rules()) if o.drafts <= drafts]
+    fitting = [o for o in (outcome(recordings, r) for r in rules()) if o.drafts <= drafts]
     return max(fitting, key=lambda o: (o.all_correct, -o.drafts))
 
 

@@ -55,3 +55,16 @@ def test_each_rule_stops_where_it_says():
     assert stop(give_up_after=2, give_up_below=30.0) == (4, 0, 8)  # 40 had
     outcome = bench.outcome([rec], bench.Rule(target=95.0))
     assert (outcome.all_correct, outcome.drafts, outcome.right) == (1.0, 6.0, [True])
+
+
+def test_the_recording_runs_the_recipe_without_its_stopping_rule_and_replays_the_recipes():
+    bench = load_benchmark("stop_rules")
+    # The recording: every field of the recipe but those that stop it
+    loop = bench.unstopped_loop(CAPTION, seed=0)
+    assert loop.target is None and loop.give_up is None
+    assert (loop.rounds, loop.candidates, loop.steps) == tuple(
+        shapes.RECIPE[k] for k in ("rounds", "candidates", "steps"))
+    # And the recipe's own rule, replayed, stops where the recipe's loop would
+    rule, give_up = bench.recipe_rule(), shapes.RECIPE["give_up"]
+    assert (rule.target, rule.rounds) == (shapes.RECIPE["target"], shapes.RECIPE["rounds"])
+    assert (rule.give_up_after, rule.give_up_below) == (give_up["rounds"], give_up["below"])
